@@ -1,0 +1,549 @@
+//! The record batch: the unit a producer sends, a broker appends and a consumer reads.
+//! One format on the wire and on disk (docs/format.md): a fixed 61-byte header, then
+//! the records. The CRC32C covers everything after the `crc` field, so the broker can
+//! set `base_offset` and `partition_leader_epoch` without recomputing it.
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+/// Size of the fixed header that precedes the records.
+pub const HEADER_LEN: usize = 61;
+/// `base_offset` (8) + `batch_length` (4): the part of the header `batch_length` excludes.
+pub const LOG_OVERHEAD: usize = 12;
+pub const MAGIC: u8 = 1;
+pub const NO_PRODUCER_ID: i64 = -1;
+pub const NO_PRODUCER_EPOCH: i16 = -1;
+pub const NO_SEQUENCE: i32 = -1;
+
+/// Attribute bit: the batch belongs to a transaction.
+pub const ATTR_TRANSACTIONAL: u16 = 1 << 4;
+/// Attribute bit: the batch is a control batch (commit/abort marker).
+pub const ATTR_CONTROL: u16 = 1 << 5;
+
+const OFF_BASE_OFFSET: usize = 0;
+const OFF_BATCH_LENGTH: usize = 8;
+const OFF_LEADER_EPOCH: usize = 12;
+const OFF_MAGIC: usize = 16;
+const OFF_CRC: usize = 17;
+const OFF_ATTRIBUTES: usize = 21;
+const OFF_LAST_OFFSET_DELTA: usize = 23;
+const OFF_BASE_TIMESTAMP: usize = 27;
+const OFF_MAX_TIMESTAMP: usize = 35;
+const OFF_PRODUCER_ID: usize = 43;
+const OFF_PRODUCER_EPOCH: usize = 51;
+const OFF_BASE_SEQUENCE: usize = 53;
+const OFF_RECORD_COUNT: usize = 57;
+
+/// Why bytes are not a valid record batch.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BatchError {
+    #[error("batch truncated: need {needed} bytes, have {available}")]
+    Truncated { needed: usize, available: usize },
+    #[error("unsupported batch magic {0}")]
+    BadMagic(u8),
+    #[error("batch length {0} is invalid")]
+    BadLength(i32),
+    #[error("batch CRC mismatch: stored {stored:#010x}, computed {computed:#010x}")]
+    CrcMismatch { stored: u32, computed: u32 },
+    #[error("batch records are malformed: {0}")]
+    MalformedRecords(&'static str),
+    #[error("batch holds {declared} records by its header but {found} in its body")]
+    RecordCountMismatch { declared: i32, found: i32 },
+}
+
+/// One record as a producer hands it over.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Record {
+    pub key: Option<Bytes>,
+    pub value: Option<Bytes>,
+    pub headers: Vec<(String, Bytes)>,
+    pub timestamp_ms: i64,
+}
+
+/// One record read back from a batch, with its absolute offset.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredRecord {
+    pub offset: i64,
+    pub timestamp_ms: i64,
+    pub key: Option<Bytes>,
+    pub value: Option<Bytes>,
+    pub headers: Vec<(String, Bytes)>,
+}
+
+/// Who wrote a batch and where it sits in that producer's sequence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducerInfo {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub base_sequence: i32,
+}
+
+impl ProducerInfo {
+    /// A batch from a producer without idempotence.
+    pub const NONE: ProducerInfo = ProducerInfo {
+        producer_id: NO_PRODUCER_ID,
+        producer_epoch: NO_PRODUCER_EPOCH,
+        base_sequence: NO_SEQUENCE,
+    };
+}
+
+/// The decoded fixed header of a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchHeader {
+    pub base_offset: i64,
+    pub batch_length: i32,
+    pub partition_leader_epoch: i32,
+    pub magic: u8,
+    pub crc: u32,
+    pub attributes: u16,
+    pub last_offset_delta: i32,
+    pub base_timestamp: i64,
+    pub max_timestamp: i64,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub base_sequence: i32,
+    pub record_count: i32,
+}
+
+impl BatchHeader {
+    /// Total bytes of the batch, header included.
+    pub fn size(&self) -> usize {
+        LOG_OVERHEAD + self.batch_length as usize
+    }
+    pub fn last_offset(&self) -> i64 {
+        self.base_offset + i64::from(self.last_offset_delta)
+    }
+    pub fn next_offset(&self) -> i64 {
+        self.last_offset() + 1
+    }
+    pub fn is_transactional(&self) -> bool {
+        self.attributes & ATTR_TRANSACTIONAL != 0
+    }
+    pub fn is_control(&self) -> bool {
+        self.attributes & ATTR_CONTROL != 0
+    }
+    pub fn has_producer_id(&self) -> bool {
+        self.producer_id >= 0
+    }
+    /// Sequence of the last record; sequences wrap from `i32::MAX` to 0.
+    pub fn last_sequence(&self) -> i32 {
+        if self.base_sequence < 0 {
+            return NO_SEQUENCE;
+        }
+        sequence_add(self.base_sequence, self.record_count - 1)
+    }
+    pub fn producer(&self) -> ProducerInfo {
+        ProducerInfo {
+            producer_id: self.producer_id,
+            producer_epoch: self.producer_epoch,
+            base_sequence: self.base_sequence,
+        }
+    }
+}
+
+/// `sequence + delta`, wrapping from `i32::MAX` to 0 as Kafka's sequences do.
+pub fn sequence_add(sequence: i32, delta: i32) -> i32 {
+    let wrapped = (i64::from(sequence) + i64::from(delta)) % (i64::from(i32::MAX) + 1);
+    // The modulus keeps the value within 0..=i32::MAX.
+    wrapped as i32
+}
+
+/// Encodes `records` as one batch with base offset 0 and leader epoch -1; the broker
+/// sets both when it appends.
+pub fn encode(producer: ProducerInfo, attributes: u16, records: &[Record]) -> Bytes {
+    let base_timestamp = records.first().map_or(0, |r| r.timestamp_ms);
+    let max_timestamp = records.iter().map(|r| r.timestamp_ms).max().unwrap_or(0);
+    let mut buf =
+        BytesMut::with_capacity(HEADER_LEN + records.iter().map(record_size_hint).sum::<usize>());
+    buf.put_i64(0);
+    buf.put_i32(0); // batch_length, filled below
+    buf.put_i32(-1);
+    buf.put_u8(MAGIC);
+    buf.put_u32(0); // crc, filled below
+    buf.put_u16(attributes);
+    buf.put_i32(records.len().saturating_sub(1) as i32);
+    buf.put_i64(base_timestamp);
+    buf.put_i64(max_timestamp);
+    buf.put_i64(producer.producer_id);
+    buf.put_i16(producer.producer_epoch);
+    buf.put_i32(producer.base_sequence);
+    buf.put_i32(records.len() as i32);
+    for (delta, record) in records.iter().enumerate() {
+        put_record(
+            &mut buf,
+            delta as i32,
+            record.timestamp_ms - base_timestamp,
+            record,
+        );
+    }
+    let batch_length = (buf.len() - LOG_OVERHEAD) as i32;
+    buf[OFF_BATCH_LENGTH..OFF_BATCH_LENGTH + 4].copy_from_slice(&batch_length.to_be_bytes());
+    let crc = crc32c::crc32c(&buf[OFF_ATTRIBUTES..]);
+    buf[OFF_CRC..OFF_CRC + 4].copy_from_slice(&crc.to_be_bytes());
+    buf.freeze()
+}
+
+fn record_size_hint(record: &Record) -> usize {
+    28 + record.key.as_ref().map_or(0, Bytes::len)
+        + record.value.as_ref().map_or(0, Bytes::len)
+        + record
+            .headers
+            .iter()
+            .map(|(k, v)| 8 + k.len() + v.len())
+            .sum::<usize>()
+}
+
+// record := length i32 | timestamp_delta i64 | offset_delta i32 | key | value | headers
+// key, value := len i32 (-1 = null) | bytes; headers := count i32 | (key, value)*
+fn put_record(buf: &mut BytesMut, offset_delta: i32, timestamp_delta: i64, record: &Record) {
+    let start = buf.len();
+    buf.put_i32(0);
+    buf.put_i64(timestamp_delta);
+    buf.put_i32(offset_delta);
+    put_nullable(buf, record.key.as_deref());
+    put_nullable(buf, record.value.as_deref());
+    buf.put_i32(record.headers.len() as i32);
+    for (key, value) in &record.headers {
+        put_nullable(buf, Some(key.as_bytes()));
+        put_nullable(buf, Some(value));
+    }
+    let length = (buf.len() - start - 4) as i32;
+    buf[start..start + 4].copy_from_slice(&length.to_be_bytes());
+}
+
+fn put_nullable(buf: &mut BytesMut, bytes: Option<&[u8]>) {
+    match bytes {
+        None => buf.put_i32(-1),
+        Some(b) => {
+            buf.put_i32(b.len() as i32);
+            buf.put_slice(b);
+        }
+    }
+}
+
+fn be_i16(buf: &[u8], at: usize) -> i16 {
+    i16::from_be_bytes([buf[at], buf[at + 1]])
+}
+fn be_u16(buf: &[u8], at: usize) -> u16 {
+    u16::from_be_bytes([buf[at], buf[at + 1]])
+}
+fn be_i32(buf: &[u8], at: usize) -> i32 {
+    i32::from_be_bytes([buf[at], buf[at + 1], buf[at + 2], buf[at + 3]])
+}
+fn be_u32(buf: &[u8], at: usize) -> u32 {
+    u32::from_be_bytes([buf[at], buf[at + 1], buf[at + 2], buf[at + 3]])
+}
+fn be_i64(buf: &[u8], at: usize) -> i64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&buf[at..at + 8]);
+    i64::from_be_bytes(b)
+}
+
+/// Decodes the fixed header without checking the CRC. `buf` may hold more than one batch.
+pub fn decode_header(buf: &[u8]) -> Result<BatchHeader, BatchError> {
+    if buf.len() < HEADER_LEN {
+        return Err(BatchError::Truncated {
+            needed: HEADER_LEN,
+            available: buf.len(),
+        });
+    }
+    let magic = buf[OFF_MAGIC];
+    if magic != MAGIC {
+        return Err(BatchError::BadMagic(magic));
+    }
+    let batch_length = be_i32(buf, OFF_BATCH_LENGTH);
+    if batch_length < (HEADER_LEN - LOG_OVERHEAD) as i32 {
+        return Err(BatchError::BadLength(batch_length));
+    }
+    Ok(BatchHeader {
+        base_offset: be_i64(buf, OFF_BASE_OFFSET),
+        batch_length,
+        partition_leader_epoch: be_i32(buf, OFF_LEADER_EPOCH),
+        magic,
+        crc: be_u32(buf, OFF_CRC),
+        attributes: be_u16(buf, OFF_ATTRIBUTES),
+        last_offset_delta: be_i32(buf, OFF_LAST_OFFSET_DELTA),
+        base_timestamp: be_i64(buf, OFF_BASE_TIMESTAMP),
+        max_timestamp: be_i64(buf, OFF_MAX_TIMESTAMP),
+        producer_id: be_i64(buf, OFF_PRODUCER_ID),
+        producer_epoch: be_i16(buf, OFF_PRODUCER_EPOCH),
+        base_sequence: be_i32(buf, OFF_BASE_SEQUENCE),
+        record_count: be_i32(buf, OFF_RECORD_COUNT),
+    })
+}
+
+/// Decodes the header of the batch at the start of `buf` and checks that the whole batch
+/// is present and its CRC matches. Returns the header; the batch is `buf[..header.size()]`.
+pub fn verify(buf: &[u8]) -> Result<BatchHeader, BatchError> {
+    let header = decode_header(buf)?;
+    let size = header.size();
+    if buf.len() < size {
+        return Err(BatchError::Truncated {
+            needed: size,
+            available: buf.len(),
+        });
+    }
+    let computed = crc32c::crc32c(&buf[OFF_ATTRIBUTES..size]);
+    if computed != header.crc {
+        return Err(BatchError::CrcMismatch {
+            stored: header.crc,
+            computed,
+        });
+    }
+    Ok(header)
+}
+
+/// Full validation of a batch a producer sent: CRC, and records that parse and agree with
+/// the header's count and offset deltas. `buf` must hold exactly one batch.
+pub fn validate_produced(buf: &[u8]) -> Result<BatchHeader, BatchError> {
+    let header = verify(buf)?;
+    if header.size() != buf.len() {
+        return Err(BatchError::BadLength(header.batch_length));
+    }
+    if header.record_count <= 0 {
+        return Err(BatchError::MalformedRecords(
+            "a batch needs at least one record",
+        ));
+    }
+    if header.last_offset_delta != header.record_count - 1 {
+        return Err(BatchError::MalformedRecords(
+            "last_offset_delta disagrees with record_count",
+        ));
+    }
+    let records = records(buf)?;
+    for (i, record) in records.iter().enumerate() {
+        if record.offset != i as i64 {
+            return Err(BatchError::MalformedRecords(
+                "record offset deltas are not consecutive",
+            ));
+        }
+    }
+    Ok(header)
+}
+
+/// Sets the offset and leader epoch the broker assigned; the CRC stays valid.
+pub fn assign(buf: &mut [u8], base_offset: i64, partition_leader_epoch: i32) {
+    buf[OFF_BASE_OFFSET..OFF_BASE_OFFSET + 8].copy_from_slice(&base_offset.to_be_bytes());
+    buf[OFF_LEADER_EPOCH..OFF_LEADER_EPOCH + 4]
+        .copy_from_slice(&partition_leader_epoch.to_be_bytes());
+}
+
+/// The records of the single batch at the start of `buf`, with absolute offsets.
+/// Does not check the CRC (call [`verify`] first).
+pub fn records(buf: &[u8]) -> Result<Vec<StoredRecord>, BatchError> {
+    let header = decode_header(buf)?;
+    let size = header.size();
+    if buf.len() < size {
+        return Err(BatchError::Truncated {
+            needed: size,
+            available: buf.len(),
+        });
+    }
+    let body = &buf[HEADER_LEN..size];
+    let mut reader = Reader { buf: body, at: 0 };
+    let mut out = Vec::with_capacity(header.record_count.max(0) as usize);
+    while reader.at < body.len() {
+        let length = reader.i32()?;
+        if length < 0 || reader.remaining() < length as usize {
+            return Err(BatchError::MalformedRecords("record length out of bounds"));
+        }
+        let end = reader.at + length as usize;
+        let timestamp_delta = reader.i64()?;
+        let offset_delta = reader.i32()?;
+        let key = reader.nullable(body)?;
+        let value = reader.nullable(body)?;
+        let header_count = reader.i32()?;
+        if header_count < 0 {
+            return Err(BatchError::MalformedRecords("negative header count"));
+        }
+        let mut headers = Vec::new();
+        for _ in 0..header_count {
+            let k = reader
+                .nullable(body)?
+                .ok_or(BatchError::MalformedRecords("null header key"))?;
+            let k = String::from_utf8(k.to_vec())
+                .map_err(|_| BatchError::MalformedRecords("header key is not UTF-8"))?;
+            let v = reader.nullable(body)?.unwrap_or_default();
+            headers.push((k, v));
+        }
+        if reader.at != end {
+            return Err(BatchError::MalformedRecords(
+                "record length disagrees with its fields",
+            ));
+        }
+        out.push(StoredRecord {
+            offset: header.base_offset + i64::from(offset_delta),
+            timestamp_ms: header.base_timestamp + timestamp_delta,
+            key,
+            value,
+            headers,
+        });
+    }
+    if out.len() as i64 != i64::from(header.record_count) {
+        return Err(BatchError::RecordCountMismatch {
+            declared: header.record_count,
+            found: out.len() as i32,
+        });
+    }
+    Ok(out)
+}
+
+struct Reader<'a> {
+    buf: &'a [u8],
+    at: usize,
+}
+
+impl Reader<'_> {
+    fn remaining(&self) -> usize {
+        self.buf.len() - self.at
+    }
+    fn take(&mut self, n: usize) -> Result<usize, BatchError> {
+        if self.remaining() < n {
+            return Err(BatchError::MalformedRecords(
+                "record field runs past the batch",
+            ));
+        }
+        let at = self.at;
+        self.at += n;
+        Ok(at)
+    }
+    fn i32(&mut self) -> Result<i32, BatchError> {
+        let at = self.take(4)?;
+        Ok(be_i32(self.buf, at))
+    }
+    fn i64(&mut self) -> Result<i64, BatchError> {
+        let at = self.take(8)?;
+        Ok(be_i64(self.buf, at))
+    }
+    fn nullable(&mut self, body: &[u8]) -> Result<Option<Bytes>, BatchError> {
+        let len = self.i32()?;
+        if len == -1 {
+            return Ok(None);
+        }
+        if len < 0 {
+            return Err(BatchError::MalformedRecords("negative field length"));
+        }
+        let at = self.take(len as usize)?;
+        Ok(Some(Bytes::copy_from_slice(&body[at..at + len as usize])))
+    }
+}
+
+/// Iterates over the whole batches in a buffer of concatenated batches (a fetch
+/// response). Stops at the first batch that is incomplete or fails its CRC, yielding
+/// that error once.
+pub struct Batches<'a> {
+    buf: &'a [u8],
+    failed: bool,
+}
+
+impl<'a> Batches<'a> {
+    pub fn new(buf: &'a [u8]) -> Self {
+        Batches { buf, failed: false }
+    }
+}
+
+impl<'a> Iterator for Batches<'a> {
+    type Item = Result<(BatchHeader, &'a [u8]), BatchError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.buf.is_empty() || self.failed {
+            return None;
+        }
+        match verify(self.buf) {
+            Ok(header) => {
+                let (batch, rest) = self.buf.split_at(header.size());
+                self.buf = rest;
+                Some(Ok((header, batch)))
+            }
+            Err(e) => {
+                self.failed = true;
+                Some(Err(e))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(key: &str, value: &str, ts: i64) -> Record {
+        Record {
+            key: Some(Bytes::copy_from_slice(key.as_bytes())),
+            value: Some(Bytes::copy_from_slice(value.as_bytes())),
+            headers: vec![("h".into(), Bytes::from_static(b"v"))],
+            timestamp_ms: ts,
+        }
+    }
+
+    #[test]
+    fn encoded_batch_round_trips_with_assigned_offsets() {
+        let producer = ProducerInfo {
+            producer_id: 7,
+            producer_epoch: 2,
+            base_sequence: 40,
+        };
+        let mut buf = encode(producer, 0, &[rec("a", "1", 100), rec("b", "2", 105)]).to_vec();
+        assign(&mut buf, 1000, 3);
+        let header = validate_produced(&buf).expect("valid batch");
+        assert_eq!(header.base_offset, 1000);
+        assert_eq!(header.partition_leader_epoch, 3);
+        assert_eq!(header.record_count, 2);
+        assert_eq!(header.last_offset(), 1001);
+        assert_eq!(header.last_sequence(), 41);
+        assert_eq!(header.max_timestamp, 105);
+        let records = records(&buf).expect("records");
+        assert_eq!(records[1].offset, 1001);
+        assert_eq!(records[1].timestamp_ms, 105);
+        assert_eq!(records[1].value.as_deref(), Some(&b"2"[..]));
+        assert_eq!(
+            records[0].headers,
+            vec![("h".to_string(), Bytes::from_static(b"v"))]
+        );
+    }
+
+    #[test]
+    fn a_flipped_bit_fails_the_crc() {
+        let mut buf = encode(ProducerInfo::NONE, 0, &[rec("k", "value", 1)]).to_vec();
+        let last = buf.len() - 1;
+        buf[last] ^= 1;
+        assert!(matches!(verify(&buf), Err(BatchError::CrcMismatch { .. })));
+    }
+
+    #[test]
+    fn a_short_buffer_is_truncated() {
+        let buf = encode(ProducerInfo::NONE, 0, &[rec("k", "value", 1)]);
+        assert!(matches!(
+            verify(&buf[..buf.len() - 1]),
+            Err(BatchError::Truncated { .. })
+        ));
+        assert!(matches!(
+            verify(&buf[..10]),
+            Err(BatchError::Truncated { .. })
+        ));
+    }
+
+    #[test]
+    fn sequences_wrap_at_i32_max() {
+        assert_eq!(sequence_add(i32::MAX, 1), 0);
+        assert_eq!(sequence_add(i32::MAX - 1, 3), 1);
+        let producer = ProducerInfo {
+            producer_id: 1,
+            producer_epoch: 0,
+            base_sequence: i32::MAX,
+        };
+        let buf = encode(producer, 0, &[rec("a", "1", 0), rec("b", "2", 0)]);
+        assert_eq!(decode_header(&buf).expect("header").last_sequence(), 0);
+    }
+
+    #[test]
+    fn batches_iterator_stops_at_a_torn_batch() {
+        let one = encode(ProducerInfo::NONE, 0, &[rec("a", "1", 0)]);
+        let mut buf = one.to_vec();
+        buf.extend_from_slice(&one);
+        buf.extend_from_slice(&one[..20]);
+        let results: Vec<_> = Batches::new(&buf).collect();
+        assert_eq!(results.len(), 3);
+        assert!(results[0].is_ok() && results[1].is_ok());
+        assert!(results[2].is_err());
+    }
+}
