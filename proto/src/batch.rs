@@ -311,7 +311,7 @@ pub fn validate_produced(buf: &[u8]) -> Result<BatchHeader, BatchError> {
     }
     let records = records(buf)?;
     for (i, record) in records.iter().enumerate() {
-        if record.offset != i as i64 {
+        if record.offset - header.base_offset != i as i64 {
             return Err(BatchError::MalformedRecords(
                 "record offset deltas are not consecutive",
             ));
