@@ -1,1 +1,4 @@
-
+pub mod connection;
+pub mod error;
+pub mod partitioner;
+pub mod producer;

@@ -1,1 +1,22 @@
+//! Producer ids for idempotent producers, leased in blocks of [`BLOCK_SIZE`] from a store
+//! shared by every broker (etcd in a cluster, sled for `idem dev`), as Kafka's
+//! `ProducerIdManager` does. Invariant: no producer id is ever handed out twice, across
+//! brokers, concurrent allocators and crashes; ids lost in a crash are simply skipped.
+//!
+//! - [`PidBlockStore`]: the store contract (compare-and-swap on the latest block);
+//!   [`SledPidStore`] is the embedded backend.
+//! - [`ProducerIdManager`]: hands out single ids from the current block.
+//! - [`contract`]: the test suite every backend must pass.
 
+mod block;
+pub mod contract;
+mod error;
+mod manager;
+mod sled_store;
+mod store;
+
+pub use block::{ProducerIdBlock, BLOCK_SIZE};
+pub use error::PidStoreError;
+pub use manager::ProducerIdManager;
+pub use sled_store::{SledPidStore, BLOCK_KEY};
+pub use store::{BoxFuture, PidBlockStore};

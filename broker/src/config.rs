@@ -1,0 +1,77 @@
+//! Everything an `idem-broker` process is configured with: one typed struct filled
+//! from flags, `IDEM_*` environment variables and documented defaults.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use crate::log::FlushPolicy;
+
+/// Broker settings. Every field has a default that makes a single-node broker work.
+#[derive(Debug, Clone, clap::Args)]
+pub struct BrokerConfig {
+    /// Broker id, unique in the cluster; also the owner recorded in producer-id blocks.
+    #[arg(long = "id", env = "IDEM_BROKER_ID", default_value_t = 0)]
+    pub broker_id: i32,
+
+    /// Address the gRPC server binds.
+    #[arg(long, env = "IDEM_LISTEN", default_value = "127.0.0.1:9092")]
+    pub listen: SocketAddr,
+
+    /// Address clients dial (defaults to the bound address).
+    #[arg(long, env = "IDEM_ADVERTISE")]
+    pub advertise: Option<String>,
+
+    /// Directory holding partition logs, producer-state snapshots and the embedded store.
+    #[arg(long, env = "IDEM_DATA_DIR", default_value = "idem-data")]
+    pub data_dir: PathBuf,
+
+    /// Size at which a partition rolls to a new segment file.
+    #[arg(long, env = "IDEM_SEGMENT_BYTES", default_value_t = 64 * 1024 * 1024)]
+    pub segment_bytes: u64,
+
+    /// When appended batches reach the disk: `every-append` (group commit, the default:
+    /// an acknowledged batch survives power loss), `interval:<ms>` or `never` (leave it
+    /// to the OS).
+    #[arg(long, env = "IDEM_FLUSH", default_value = "every-append")]
+    pub flush: FlushPolicy,
+
+    /// Largest record batch accepted in one partition of a Produce request.
+    #[arg(long, env = "IDEM_MAX_BATCH_BYTES", default_value_t = 1024 * 1024)]
+    pub max_batch_bytes: usize,
+
+    /// Largest gRPC request accepted; larger ones are refused before they are decoded.
+    #[arg(long, env = "IDEM_MAX_REQUEST_BYTES", default_value_t = 8 * 1024 * 1024)]
+    pub max_request_bytes: usize,
+
+    /// Most bytes a Fetch response carries.
+    #[arg(long, env = "IDEM_MAX_FETCH_BYTES", default_value_t = 8 * 1024 * 1024)]
+    pub max_fetch_bytes: usize,
+
+    /// Idle time after which a producer id's state is forgotten (Kafka's
+    /// `transactional.id.expiration.ms` analogue for idempotent producers; server clock).
+    #[arg(long, env = "IDEM_PRODUCER_ID_EXPIRATION_MS", default_value_t = 7 * 24 * 3600 * 1000)]
+    pub producer_id_expiration_ms: i64,
+
+    /// Most partitions one topic may have.
+    #[arg(long, env = "IDEM_MAX_PARTITIONS", default_value_t = 1000)]
+    pub max_partitions_per_topic: i32,
+}
+
+impl BrokerConfig {
+    /// A config for tests and `idem dev`: everything default but the data dir and address.
+    pub fn single_node(data_dir: PathBuf, listen: SocketAddr) -> Self {
+        BrokerConfig {
+            broker_id: 0,
+            listen,
+            advertise: None,
+            data_dir,
+            segment_bytes: 64 * 1024 * 1024,
+            flush: FlushPolicy::EveryAppend,
+            max_batch_bytes: 1024 * 1024,
+            max_request_bytes: 8 * 1024 * 1024,
+            max_fetch_bytes: 8 * 1024 * 1024,
+            producer_id_expiration_ms: 7 * 24 * 3600 * 1000,
+            max_partitions_per_topic: 1000,
+        }
+    }
+}

@@ -1,0 +1,77 @@
+//! `BrokerError`: every way a broker request can be refused, each mapped to the stable
+//! wire `ErrorCode` a client acts on (docs/protocol.md says which are retriable).
+
+use idem_pidstore::PidStoreError;
+use idem_proto::batch::BatchError;
+use idem_proto::ErrorCode;
+
+use crate::log::LogError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum BrokerError {
+    #[error("unknown topic or partition {topic}-{partition}")]
+    UnknownTopicOrPartition { topic: String, partition: i32 },
+    #[error("invalid topic name {name:?}: {reason}")]
+    InvalidTopic { name: String, reason: &'static str },
+    #[error("topic {0:?} already exists")]
+    TopicAlreadyExists(String),
+    #[error("invalid partition count {count}: must be between 1 and {max}")]
+    InvalidPartitions { count: i32, max: i32 },
+    #[error("invalid replication factor {factor}: this cluster has {brokers} broker(s)")]
+    InvalidReplicationFactor { factor: i32, brokers: i32 },
+    #[error("corrupt record batch: {0}")]
+    CorruptBatch(#[from] BatchError),
+    #[error("record batch of {size} bytes exceeds max.batch.bytes = {limit}")]
+    MessageTooLarge { size: usize, limit: usize },
+    #[error("offset {offset} is out of range [{log_start}, {log_end}]")]
+    OffsetOutOfRange { offset: i64, log_start: i64, log_end: i64 },
+    #[error("producer {producer_id}: out of order sequence number: expected {expected}, got {got}")]
+    OutOfOrderSequence { producer_id: i64, expected: i32, got: i32 },
+    #[error("producer {producer_id}: epoch {got} is older than the current epoch {current}")]
+    InvalidProducerEpoch { producer_id: i64, current: i16, got: i16 },
+    #[error("producer {producer_id} is unknown to this partition and sent sequence {sequence}, not 0")]
+    UnknownProducerId { producer_id: i64, sequence: i32 },
+    #[error("invalid required acks {0}: use -1, 0 or 1")]
+    InvalidRequiredAcks(i32),
+    #[error("{0}")]
+    InvalidRequest(String),
+    #[error("{0}")]
+    InvalidTxnState(String),
+    #[error("{0}")]
+    NotCoordinator(String),
+    #[error("storage error: {0}")]
+    Storage(#[from] LogError),
+    #[error("producer id store: {0}")]
+    ProducerIds(#[from] PidStoreError),
+    #[error("i/o error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl BrokerError {
+    /// The wire code a client sees for this refusal.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            BrokerError::UnknownTopicOrPartition { .. } => ErrorCode::UnknownTopicOrPartition,
+            BrokerError::InvalidTopic { .. } => ErrorCode::InvalidTopicException,
+            BrokerError::TopicAlreadyExists(_) => ErrorCode::TopicAlreadyExists,
+            BrokerError::InvalidPartitions { .. } => ErrorCode::InvalidPartitions,
+            BrokerError::InvalidReplicationFactor { .. } => ErrorCode::InvalidReplicationFactor,
+            BrokerError::CorruptBatch(_) => ErrorCode::CorruptMessage,
+            BrokerError::MessageTooLarge { .. } => ErrorCode::MessageTooLarge,
+            BrokerError::OffsetOutOfRange { .. } => ErrorCode::OffsetOutOfRange,
+            BrokerError::OutOfOrderSequence { .. } => ErrorCode::OutOfOrderSequenceNumber,
+            BrokerError::InvalidProducerEpoch { .. } => ErrorCode::InvalidProducerEpoch,
+            BrokerError::UnknownProducerId { .. } => ErrorCode::UnknownProducerId,
+            BrokerError::InvalidRequiredAcks(_) => ErrorCode::InvalidRequiredAcks,
+            BrokerError::InvalidRequest(_) => ErrorCode::InvalidRequest,
+            BrokerError::InvalidTxnState(_) => ErrorCode::InvalidTxnState,
+            BrokerError::NotCoordinator(_) => ErrorCode::NotCoordinator,
+            BrokerError::Storage(LogError::OffsetOutOfRange { .. }) => ErrorCode::OffsetOutOfRange,
+            BrokerError::Storage(LogError::Corrupt { .. }) => ErrorCode::CorruptMessage,
+            BrokerError::Storage(_) | BrokerError::Io(_) => ErrorCode::UnknownServerError,
+            BrokerError::ProducerIds(e) if e.is_retriable() => ErrorCode::CoordinatorLoadInProgress,
+            BrokerError::ProducerIds(PidStoreError::Exhausted) => ErrorCode::ProducerIdsExhausted,
+            BrokerError::ProducerIds(_) => ErrorCode::UnknownServerError,
+        }
+    }
+}

@@ -1,0 +1,265 @@
+//! Per-partition producer state: the decider behind idempotent produce.
+//!
+//! For each producer id the table keeps the epoch and the metadata of the last
+//! [`MAX_CACHED_BATCHES`] appended batches. [`ProducerStateTable::check`] decides what to do
+//! with an incoming batch (append, answer a duplicate with its original offsets, or refuse);
+//! [`ProducerStateTable::apply`] records a batch that was appended. The table is derived
+//! from the log alone (snapshot + replay), so it is pure: no I/O, no clock, no tokio.
+
+mod encoding;
+pub mod snapshot;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{HashMap, VecDeque};
+
+use idem_proto::batch::{self, BatchHeader};
+
+pub use encoding::SnapshotError;
+pub use snapshot::{delete_snapshots_above, latest_snapshot, write_snapshot};
+
+/// How many batches per producer are remembered for duplicate detection; a producer keeps
+/// at most this many requests in flight (Kafka's `max.in.flight.requests.per.connection`).
+pub const MAX_CACHED_BATCHES: usize = 5;
+
+/// Where one appended batch of a producer sits: its sequence range and its offsets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchMetadata {
+    pub first_seq: i32,
+    pub last_seq: i32,
+    pub first_offset: i64,
+    pub last_offset: i64,
+    /// The batch's max timestamp (producer clock); informational only.
+    pub timestamp_ms: i64,
+}
+
+impl BatchMetadata {
+    /// The metadata of an appended batch, from its stored header.
+    pub fn from_header(header: &BatchHeader) -> Self {
+        BatchMetadata {
+            first_seq: header.base_sequence,
+            last_seq: header.last_sequence(),
+            first_offset: header.base_offset,
+            last_offset: header.last_offset(),
+            timestamp_ms: header.max_timestamp,
+        }
+    }
+}
+
+/// What the partition knows about one producer id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProducerEntry {
+    pub producer_epoch: i16,
+    /// The last appended batches of `producer_epoch`, oldest first, at most
+    /// [`MAX_CACHED_BATCHES`]. Empty after an epoch bump by a transaction marker.
+    pub batches: VecDeque<BatchMetadata>,
+    /// Broker clock (not the producer's timestamps) of the last update; drives expiry.
+    pub last_update_ms: i64,
+}
+
+impl ProducerEntry {
+    /// The last sequence appended in the current epoch, if any.
+    pub fn last_seq(&self) -> Option<i32> {
+        self.batches.back().map(|b| b.last_seq)
+    }
+
+    fn find_batch(&self, first_seq: i32, last_seq: i32) -> Option<BatchMetadata> {
+        self.batches
+            .iter()
+            .find(|b| b.first_seq == first_seq && b.last_seq == last_seq)
+            .copied()
+    }
+}
+
+/// What to do with an incoming batch of an idempotent producer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Append it, then [`ProducerStateTable::apply`] it.
+    Append,
+    /// Already appended: answer with these original offsets and append nothing.
+    Duplicate(BatchMetadata),
+    /// `OUT_OF_ORDER_SEQUENCE_NUMBER`: a gap, or a retry older than the cached batches.
+    OutOfOrder { expected: i32, got: i32 },
+    /// `INVALID_PRODUCER_EPOCH`: the producer was fenced by a newer epoch.
+    InvalidEpoch { current: i16, got: i16 },
+    /// `UNKNOWN_PRODUCER_ID`: no state for this producer (never seen, or expired) and the
+    /// batch does not start at sequence 0.
+    UnknownProducerId,
+}
+
+/// The producer state of one partition: producer id -> [`ProducerEntry`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProducerStateTable {
+    producers: HashMap<i64, ProducerEntry>,
+}
+
+impl ProducerStateTable {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Decides what to do with a batch carrying sequences `first_seq..=last_seq` from
+    /// `producer_id` (which must be >= 0: batches without a producer id bypass the table).
+    ///
+    /// Rules (Kafka's): an unknown producer must start at sequence 0; an older epoch is
+    /// fenced; a newer epoch must start at 0; in the same epoch, an exact match of a cached
+    /// batch is a duplicate, the sequence after the last cached one is appended, anything
+    /// else is out of order. Sequences wrap from `i32::MAX` to 0.
+    ///
+    /// Same epoch with an empty batch cache (after a marker bumped the epoch): only
+    /// sequence 0 is accepted, because the next sequence of that epoch is unknown and
+    /// accepting anything could hide a gap.
+    pub fn check(
+        &self,
+        producer_id: i64,
+        producer_epoch: i16,
+        first_seq: i32,
+        last_seq: i32,
+    ) -> Decision {
+        let Some(entry) = self.producers.get(&producer_id) else {
+            return if first_seq == 0 {
+                Decision::Append
+            } else {
+                Decision::UnknownProducerId
+            };
+        };
+        if producer_epoch < entry.producer_epoch {
+            return Decision::InvalidEpoch {
+                current: entry.producer_epoch,
+                got: producer_epoch,
+            };
+        }
+        if producer_epoch > entry.producer_epoch {
+            return if first_seq == 0 {
+                Decision::Append
+            } else {
+                Decision::OutOfOrder {
+                    expected: 0,
+                    got: first_seq,
+                }
+            };
+        }
+        if let Some(duplicate) = entry.find_batch(first_seq, last_seq) {
+            return Decision::Duplicate(duplicate);
+        }
+        let expected = entry
+            .last_seq()
+            .map_or(0, |last| batch::sequence_add(last, 1));
+        if first_seq == expected {
+            Decision::Append
+        } else {
+            Decision::OutOfOrder {
+                expected,
+                got: first_seq,
+            }
+        }
+    }
+
+    /// Records a batch that is in the log: after a leader's append, on a follower, and when
+    /// replaying the log. Never refuses: the log is the truth. A different epoch (newer, or
+    /// older, which only a broken leader could have written) resets the entry to that
+    /// epoch; otherwise the batch joins the cache, evicting the oldest beyond
+    /// [`MAX_CACHED_BATCHES`]. `now_ms` is the broker clock, used for expiry.
+    pub fn apply(
+        &mut self,
+        producer_id: i64,
+        producer_epoch: i16,
+        meta: BatchMetadata,
+        now_ms: i64,
+    ) {
+        let entry = self.entry_for_epoch(producer_id, producer_epoch, now_ms);
+        entry.batches.push_back(meta);
+        while entry.batches.len() > MAX_CACHED_BATCHES {
+            entry.batches.pop_front();
+        }
+    }
+
+    /// [`apply`](Self::apply) for a stored batch. Batches without a producer id are
+    /// ignored. A control batch (transaction marker) carries no sequences: it only moves
+    /// the producer to its epoch (clearing the cache if that epoch is new).
+    pub fn apply_batch(&mut self, header: &BatchHeader, now_ms: i64) {
+        if !header.has_producer_id() {
+            return;
+        }
+        if header.is_control() {
+            self.entry_for_epoch(header.producer_id, header.producer_epoch, now_ms);
+            return;
+        }
+        if header.base_sequence < 0 {
+            tracing::warn!(
+                producer_id = header.producer_id,
+                base_offset = header.base_offset,
+                "batch with a producer id but no sequence; not tracked"
+            );
+            return;
+        }
+        self.apply(
+            header.producer_id,
+            header.producer_epoch,
+            BatchMetadata::from_header(header),
+            now_ms,
+        );
+    }
+
+    /// Forgets producers idle for at least `idle_ms` of broker time (Kafka's
+    /// `producer.id.expiration.ms`). Returns how many were removed.
+    pub fn remove_expired(&mut self, now_ms: i64, idle_ms: i64) -> usize {
+        let before = self.producers.len();
+        self.producers
+            .retain(|_, entry| now_ms.saturating_sub(entry.last_update_ms) < idle_ms);
+        before - self.producers.len()
+    }
+
+    pub fn get(&self, producer_id: i64) -> Option<&ProducerEntry> {
+        self.producers.get(&producer_id)
+    }
+
+    pub fn len(&self) -> usize {
+        self.producers.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.producers.is_empty()
+    }
+
+    /// All entries, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (i64, &ProducerEntry)> {
+        self.producers.iter().map(|(id, entry)| (*id, entry))
+    }
+
+    /// The entry of `producer_id` moved to `producer_epoch` (reset if the epoch changed),
+    /// created if absent, touched at `now_ms`.
+    fn entry_for_epoch(
+        &mut self,
+        producer_id: i64,
+        producer_epoch: i16,
+        now_ms: i64,
+    ) -> &mut ProducerEntry {
+        let entry = self
+            .producers
+            .entry(producer_id)
+            .or_insert_with(|| ProducerEntry {
+                producer_epoch,
+                batches: VecDeque::with_capacity(MAX_CACHED_BATCHES),
+                last_update_ms: now_ms,
+            });
+        if entry.producer_epoch != producer_epoch {
+            if producer_epoch < entry.producer_epoch {
+                tracing::warn!(
+                    producer_id,
+                    epoch = producer_epoch,
+                    current_epoch = entry.producer_epoch,
+                    "log holds a batch of an older producer epoch; following the log"
+                );
+            }
+            entry.producer_epoch = producer_epoch;
+            entry.batches.clear();
+        }
+        entry.last_update_ms = now_ms;
+        entry
+    }
+
+    fn insert_entry(&mut self, producer_id: i64, entry: ProducerEntry) {
+        self.producers.insert(producer_id, entry);
+    }
+}

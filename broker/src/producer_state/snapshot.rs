@@ -1,0 +1,298 @@
+//! Producer state snapshot files of one partition: `{offset:020}.snapshot` holds the table
+//! as it stands once every batch below `offset` (the log end offset then) is applied.
+//! A file is written to a temporary name, fsynced and renamed, so a snapshot file is either
+//! absent or complete; a corrupt one (torn disk, bit rot) is skipped on load and the log
+//! replayed from an older one.
+
+use std::fs;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use super::{ProducerStateTable, SnapshotError};
+
+const SUFFIX: &str = ".snapshot";
+const TMP_SUFFIX: &str = ".snapshot.tmp";
+/// Snapshots kept after a write: the newest and one fallback in case the newest is corrupt.
+const RETAINED: usize = 2;
+
+/// The file name of the snapshot at `offset`.
+pub fn snapshot_file_name(offset: i64) -> String {
+    format!("{offset:020}{SUFFIX}")
+}
+
+/// Durably writes `table` as the snapshot at `offset` (>= 0), then deletes all but the
+/// newest two snapshots (by offset) and any leftover temporary files.
+pub fn write_snapshot(dir: &Path, offset: i64, table: &ProducerStateTable) -> io::Result<()> {
+    if offset < 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("snapshot offset {offset} is negative"),
+        ));
+    }
+    let name = snapshot_file_name(offset);
+    let tmp = dir.join(format!("{name}.tmp"));
+    let bytes = table.encode_snapshot();
+    {
+        let mut file = fs::File::create(&tmp)?;
+        file.write_all(&bytes)?;
+        file.sync_all()?;
+    }
+    fs::rename(&tmp, dir.join(&name))?;
+    sync_dir(dir)?;
+    tracing::debug!(dir = %dir.display(), offset, producers = table.len(), "wrote producer state snapshot");
+
+    let mut snapshots = list_snapshots(dir)?;
+    snapshots.sort_unstable_by_key(|(offset, _)| std::cmp::Reverse(*offset));
+    for (_, path) in snapshots.into_iter().skip(RETAINED) {
+        remove_if_present(&path)?;
+    }
+    for entry in fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.ends_with(TMP_SUFFIX))
+        {
+            remove_if_present(&path)?;
+        }
+    }
+    sync_dir(dir)
+}
+
+/// The newest snapshot with offset `<= at_most` that decodes, with its offset. Corrupt
+/// snapshots are skipped with a warning; a missing directory means no snapshot.
+pub fn latest_snapshot(
+    dir: &Path,
+    at_most: i64,
+) -> Result<Option<(i64, ProducerStateTable)>, SnapshotError> {
+    let mut snapshots = match list_snapshots(dir) {
+        Ok(s) => s,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    snapshots.retain(|(offset, _)| *offset <= at_most);
+    snapshots.sort_unstable_by_key(|(offset, _)| std::cmp::Reverse(*offset));
+    for (offset, path) in snapshots {
+        let bytes = match fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e.into()),
+        };
+        match ProducerStateTable::decode_snapshot(&bytes) {
+            Ok(table) => return Ok(Some((offset, table))),
+            Err(error) => {
+                tracing::warn!(path = %path.display(), offset, %error, "skipping corrupt producer state snapshot");
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// Deletes every snapshot with offset `> offset`: after the log is truncated to `offset`,
+/// they describe batches that are gone. A missing directory is fine.
+pub fn delete_snapshots_above(dir: &Path, offset: i64) -> io::Result<()> {
+    let snapshots = match list_snapshots(dir) {
+        Ok(s) => s,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let mut deleted = false;
+    for (_, path) in snapshots.into_iter().filter(|(o, _)| *o > offset) {
+        remove_if_present(&path)?;
+        deleted = true;
+    }
+    if deleted {
+        sync_dir(dir)?;
+    }
+    Ok(())
+}
+
+/// `(offset, path)` of every well-named snapshot file in `dir`, unordered.
+fn list_snapshots(dir: &Path) -> io::Result<Vec<(i64, PathBuf)>> {
+    let mut out = Vec::new();
+    for entry in fs::read_dir(dir)? {
+        let path = entry?.path();
+        let offset = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(parse_snapshot_name);
+        if let Some(offset) = offset {
+            out.push((offset, path));
+        }
+    }
+    Ok(out)
+}
+
+fn parse_snapshot_name(name: &str) -> Option<i64> {
+    let digits = name.strip_suffix(SUFFIX)?;
+    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+fn remove_if_present(path: &Path) -> io::Result<()> {
+    match fs::remove_file(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    }
+}
+
+/// Makes renames and deletions in `dir` durable.
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    fs::File::open(dir)?.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::producer_state::BatchMetadata;
+
+    fn table_with(producer_id: i64, last_offset: i64) -> ProducerStateTable {
+        let mut table = ProducerStateTable::new();
+        table.apply(
+            producer_id,
+            0,
+            BatchMetadata {
+                first_seq: 0,
+                last_seq: 0,
+                first_offset: last_offset,
+                last_offset,
+                timestamp_ms: 1,
+            },
+            10,
+        );
+        table
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = fs::read_dir(dir)
+            .expect("read dir")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn given_a_written_snapshot_when_loaded_then_the_table_is_equal() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let table = table_with(7, 41);
+        write_snapshot(dir.path(), 42, &table).expect("write");
+        assert_eq!(names(dir.path()), vec!["00000000000000000042.snapshot"]);
+        let (offset, loaded) = latest_snapshot(dir.path(), i64::MAX)
+            .expect("load")
+            .expect("some");
+        assert_eq!(offset, 42);
+        assert_eq!(loaded, table);
+    }
+
+    #[test]
+    fn given_three_writes_then_only_the_newest_two_remain() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for offset in [10, 20, 30] {
+            write_snapshot(dir.path(), offset, &table_with(1, offset - 1)).expect("write");
+        }
+        assert_eq!(
+            names(dir.path()),
+            vec![
+                "00000000000000000020.snapshot",
+                "00000000000000000030.snapshot"
+            ]
+        );
+    }
+
+    #[test]
+    fn given_snapshots_when_loading_at_most_an_offset_then_newer_ones_are_ignored() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        write_snapshot(dir.path(), 10, &table_with(1, 9)).expect("write");
+        write_snapshot(dir.path(), 20, &table_with(2, 19)).expect("write");
+        let (offset, table) = latest_snapshot(dir.path(), 19)
+            .expect("load")
+            .expect("some");
+        assert_eq!(offset, 10);
+        assert_eq!(table, table_with(1, 9));
+        let (offset, _) = latest_snapshot(dir.path(), 20)
+            .expect("load")
+            .expect("some");
+        assert_eq!(offset, 20);
+        assert!(latest_snapshot(dir.path(), 9).expect("load").is_none());
+    }
+
+    #[test]
+    fn given_the_newest_snapshot_is_corrupt_when_loading_then_the_older_one_is_used() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        write_snapshot(dir.path(), 10, &table_with(1, 9)).expect("write");
+        write_snapshot(dir.path(), 20, &table_with(2, 19)).expect("write");
+        let newest = dir.path().join(snapshot_file_name(20));
+        let mut bytes = fs::read(&newest).expect("read");
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0x40;
+        fs::write(&newest, bytes).expect("write corrupt");
+        let (offset, table) = latest_snapshot(dir.path(), i64::MAX)
+            .expect("load")
+            .expect("some");
+        assert_eq!(offset, 10);
+        assert_eq!(table, table_with(1, 9));
+    }
+
+    #[test]
+    fn given_only_truncated_snapshots_when_loading_then_none() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        write_snapshot(dir.path(), 10, &table_with(1, 9)).expect("write");
+        let path = dir.path().join(snapshot_file_name(10));
+        let bytes = fs::read(&path).expect("read");
+        fs::write(&path, &bytes[..bytes.len() - 3]).expect("truncate");
+        assert!(latest_snapshot(dir.path(), i64::MAX)
+            .expect("load")
+            .is_none());
+    }
+
+    #[test]
+    fn given_a_missing_directory_then_no_snapshot_and_nothing_to_delete() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let missing = dir.path().join("nope");
+        assert!(latest_snapshot(&missing, i64::MAX).expect("load").is_none());
+        delete_snapshots_above(&missing, 0).expect("delete");
+    }
+
+    #[test]
+    fn given_snapshots_when_deleting_above_an_offset_then_that_offset_is_kept() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        write_snapshot(dir.path(), 10, &table_with(1, 9)).expect("write");
+        write_snapshot(dir.path(), 20, &table_with(1, 19)).expect("write");
+        delete_snapshots_above(dir.path(), 10).expect("delete");
+        assert_eq!(names(dir.path()), vec!["00000000000000000010.snapshot"]);
+        delete_snapshots_above(dir.path(), 9).expect("delete");
+        assert!(names(dir.path()).is_empty());
+    }
+
+    #[test]
+    fn given_stray_files_then_they_are_not_taken_for_snapshots_and_tmp_files_are_cleaned() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        fs::write(dir.path().join("notes.txt"), b"x").expect("write");
+        fs::write(dir.path().join("12.snapshot"), b"x").expect("write");
+        fs::write(
+            dir.path().join("00000000000000000099.snapshot.tmp"),
+            b"torn",
+        )
+        .expect("write");
+        write_snapshot(dir.path(), 5, &table_with(1, 4)).expect("write");
+        assert_eq!(
+            names(dir.path()),
+            vec!["00000000000000000005.snapshot", "12.snapshot", "notes.txt"]
+        );
+        let (offset, _) = latest_snapshot(dir.path(), i64::MAX)
+            .expect("load")
+            .expect("some");
+        assert_eq!(offset, 5);
+    }
+
+    #[test]
+    fn given_a_negative_offset_then_write_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let err = write_snapshot(dir.path(), -1, &ProducerStateTable::new()).expect_err("refused");
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+        assert!(names(dir.path()).is_empty());
+    }
+}

@@ -1,0 +1,145 @@
+//! Assembles a running broker: opens the topics, the producer-id store, the gRPC
+//! service (with the standard health and reflection services), and the background
+//! tasks (producer expiry, timed flushes); shuts all of it down cleanly on request.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use idem_pidstore::{PidBlockStore, ProducerIdManager, SledPidStore};
+use idem_proto::v1::broker_server::BrokerServer;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+
+use crate::config::BrokerConfig;
+use crate::error::BrokerError;
+use crate::log::{FlushPolicy, LogConfig};
+use crate::partition::{now_ms, PartitionSettings};
+use crate::service::BrokerService;
+use crate::topics::TopicRegistry;
+
+/// Why a broker could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("cannot bind {addr}: {source}")]
+    Bind { addr: SocketAddr, source: std::io::Error },
+    #[error(transparent)]
+    Broker(#[from] BrokerError),
+    #[error("producer id store: {0}")]
+    PidStore(String),
+    #[error("gRPC server: {0}")]
+    Transport(#[from] tonic::transport::Error),
+    #[error("reflection service: {0}")]
+    Reflection(String),
+}
+
+/// A broker bound to its address, ready to serve.
+pub struct BoundBroker {
+    config: BrokerConfig,
+    listener: TcpListener,
+    local_addr: SocketAddr,
+    topics: Arc<TopicRegistry>,
+    producer_ids: Arc<ProducerIdManager>,
+}
+
+impl BoundBroker {
+    /// Opens storage and binds the listen address (port 0 picks a free port).
+    pub async fn bind(config: BrokerConfig) -> Result<Self, ServerError> {
+        let settings = PartitionSettings {
+            log: LogConfig { segment_bytes: config.segment_bytes, flush: config.flush, ..LogConfig::default() },
+            max_batch_bytes: config.max_batch_bytes,
+            producer_id_expiration_ms: config.producer_id_expiration_ms,
+        };
+        let topics = Arc::new(TopicRegistry::open(&config.data_dir, settings, config.max_partitions_per_topic)?);
+        let store_path = config.data_dir.join("pidstore");
+        let store: Arc<dyn PidBlockStore> =
+            Arc::new(SledPidStore::open(&store_path).map_err(|e| ServerError::PidStore(e.to_string()))?);
+        let producer_ids = Arc::new(ProducerIdManager::new(store, config.broker_id));
+        let listener =
+            TcpListener::bind(config.listen).await.map_err(|source| ServerError::Bind { addr: config.listen, source })?;
+        let local_addr = listener.local_addr().map_err(|source| ServerError::Bind { addr: config.listen, source })?;
+        Ok(BoundBroker { config, listener, local_addr, topics, producer_ids })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Serves until `shutdown` resolves, then flushes and snapshots every partition.
+    pub async fn serve(self, shutdown: impl Future<Output = ()> + Send) -> Result<(), ServerError> {
+        let BoundBroker { config, listener, local_addr, topics, producer_ids } = self;
+        let advertised = config.advertise.clone().unwrap_or_else(|| local_addr.to_string());
+        let service = BrokerService::new(
+            config.broker_id,
+            advertised.clone(),
+            topics.clone(),
+            producer_ids,
+            config.max_fetch_bytes,
+        );
+        let broker = BrokerServer::new(service)
+            .max_decoding_message_size(config.max_request_bytes)
+            .max_encoding_message_size(config.max_fetch_bytes + 1024 * 1024);
+
+        let (health_reporter, health) = tonic_health::server::health_reporter();
+        health_reporter.set_serving::<BrokerServer<BrokerService>>().await;
+        let reflection = tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(idem_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .build_v1()
+            .map_err(|e| ServerError::Reflection(e.to_string()))?;
+
+        let background = tokio::spawn(run_background(topics.clone(), config.clone()));
+        tracing::info!(broker_id = config.broker_id, address = %advertised, data_dir = %config.data_dir.display(), "broker serving");
+        let incoming = TcpListenerStream::new(listener);
+        let served = tonic::transport::Server::builder()
+            .tcp_nodelay(true)
+            .add_service(health)
+            .add_service(reflection)
+            .add_service(broker)
+            .serve_with_incoming_shutdown(incoming, shutdown)
+            .await;
+        background.abort();
+        for partition in topics.all_partitions() {
+            if let Err(e) = partition.shutdown() {
+                tracing::error!(topic = partition.topic(), partition = partition.index(), error = %e, "clean shutdown failed");
+            }
+        }
+        tracing::info!(broker_id = config.broker_id, "broker stopped");
+        Ok(served?)
+    }
+}
+
+/// Periodic work: forget idle producers; flush on a timer for `interval:<ms>`.
+async fn run_background(topics: Arc<TopicRegistry>, config: BrokerConfig) {
+    let expiry_every = Duration::from_millis((config.producer_id_expiration_ms / 10).clamp(100, 60_000) as u64);
+    let flush_every = match config.flush {
+        FlushPolicy::IntervalMs(ms) => Some(Duration::from_millis(ms.max(1))),
+        _ => None,
+    };
+    let mut expiry = tokio::time::interval(expiry_every);
+    let mut flush = tokio::time::interval(flush_every.unwrap_or(Duration::from_secs(3600)));
+    loop {
+        tokio::select! {
+            _ = expiry.tick() => {
+                let now = now_ms();
+                for partition in topics.all_partitions() {
+                    partition.expire_producers(now);
+                }
+            }
+            _ = flush.tick(), if flush_every.is_some() => {
+                let topics = topics.clone();
+                let flushed = tokio::task::spawn_blocking(move || {
+                    for partition in topics.all_partitions() {
+                        if let Err(e) = partition.flush() {
+                            tracing::error!(topic = partition.topic(), partition = partition.index(), error = %e, "timed flush failed");
+                        }
+                    }
+                });
+                if let Err(e) = flushed.await {
+                    tracing::error!(error = %e, "timed flush task failed");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,353 @@
+//! The `idem.v1.Broker` gRPC service: a thin translation from wire messages onto
+//! `TopicRegistry` / `Partition` calls and back. Refusals travel as per-partition
+//! `ErrorCode`s; gRPC statuses are left to transport-level failures.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use idem_pidstore::ProducerIdManager;
+use idem_proto::v1::broker_server::Broker;
+use idem_proto::v1::{
+    BrokerInfo, CreateTopicResult, CreateTopicsRequest, CreateTopicsResponse, FetchPartitionResponse, FetchRequest,
+    FetchResponse, FetchTopicResponse, InitProducerIdRequest, InitProducerIdResponse, IsolationLevel,
+    ListOffsetsPartitionResponse, ListOffsetsRequest, ListOffsetsResponse, ListOffsetsTopicResponse, MetadataRequest,
+    MetadataResponse, PartitionMetadata, PartitionProduceResponse, ProduceRequest, ProduceResponse, TopicMetadata,
+    TopicProduceResponse,
+};
+use idem_proto::ErrorCode;
+use tonic::{Request, Response, Status};
+
+use crate::error::BrokerError;
+use crate::partition::Partition;
+use crate::topics::TopicRegistry;
+
+/// `ListOffsets` timestamp asking for the log start offset.
+pub const EARLIEST_TIMESTAMP: i64 = -2;
+/// `ListOffsets` timestamp asking for the end of what the isolation level can read.
+pub const LATEST_TIMESTAMP: i64 = -1;
+/// Longest a Fetch may wait for data, whatever the client asks.
+const MAX_FETCH_WAIT: Duration = Duration::from_secs(30);
+
+pub struct BrokerService {
+    broker_id: i32,
+    advertised: String,
+    topics: Arc<TopicRegistry>,
+    producer_ids: Arc<ProducerIdManager>,
+    max_fetch_bytes: usize,
+}
+
+impl BrokerService {
+    pub fn new(
+        broker_id: i32,
+        advertised: String,
+        topics: Arc<TopicRegistry>,
+        producer_ids: Arc<ProducerIdManager>,
+        max_fetch_bytes: usize,
+    ) -> Self {
+        BrokerService { broker_id, advertised, topics, producer_ids, max_fetch_bytes }
+    }
+
+    fn partition_metadata(&self, partition: &Partition) -> PartitionMetadata {
+        let offsets = partition.offsets();
+        PartitionMetadata {
+            error_code: ErrorCode::None as i32,
+            partition: partition.index(),
+            leader_id: self.broker_id,
+            leader_epoch: 0,
+            replicas: vec![self.broker_id],
+            isr: vec![self.broker_id],
+            log_start_offset: offsets.log_start_offset,
+            high_watermark: offsets.high_watermark,
+            log_end_offset: offsets.log_end_offset,
+            last_stable_offset: offsets.high_watermark,
+        }
+    }
+
+    async fn produce_one(&self, topic: &str, partition: i32, records: &Bytes) -> PartitionProduceResponse {
+        let result = match self.topics.partition(topic, partition) {
+            Ok(p) => p.append(records).await,
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(outcome) => PartitionProduceResponse {
+                partition,
+                error_code: ErrorCode::None as i32,
+                error_message: String::new(),
+                base_offset: outcome.base_offset,
+                log_append_time_ms: -1,
+                log_start_offset: outcome.log_start_offset,
+            },
+            Err(e) => {
+                log_refusal(topic, partition, &e);
+                PartitionProduceResponse {
+                    partition,
+                    error_code: e.code() as i32,
+                    error_message: e.to_string(),
+                    base_offset: -1,
+                    log_append_time_ms: -1,
+                    log_start_offset: -1,
+                }
+            }
+        }
+    }
+
+    /// Reads every requested partition once; returns the responses and the bytes found.
+    fn fetch_once(&self, request: &FetchRequest) -> (Vec<FetchTopicResponse>, usize) {
+        let mut budget = clamp_len(request.max_bytes, self.max_fetch_bytes);
+        let mut total = 0usize;
+        let mut topics = Vec::with_capacity(request.topics.len());
+        for topic in &request.topics {
+            let mut partitions = Vec::with_capacity(topic.partitions.len());
+            for wanted in &topic.partitions {
+                let max_bytes = clamp_len(wanted.partition_max_bytes, budget);
+                let result = self
+                    .topics
+                    .partition(&topic.name, wanted.partition)
+                    .and_then(|p| Ok((p.read(wanted.fetch_offset, max_bytes)?, p.offsets())));
+                let response = match result {
+                    Ok((records, offsets)) => {
+                        total += records.len();
+                        budget = budget.saturating_sub(records.len());
+                        FetchPartitionResponse {
+                            partition: wanted.partition,
+                            error_code: ErrorCode::None as i32,
+                            error_message: String::new(),
+                            high_watermark: offsets.high_watermark,
+                            // No transactions yet: the last stable offset is the high watermark.
+                            last_stable_offset: offsets.high_watermark,
+                            log_start_offset: offsets.log_start_offset,
+                            aborted_transactions: Vec::new(),
+                            records: Bytes::from(records),
+                        }
+                    }
+                    Err(e) => {
+                        log_refusal(&topic.name, wanted.partition, &e);
+                        FetchPartitionResponse {
+                            partition: wanted.partition,
+                            error_code: e.code() as i32,
+                            error_message: e.to_string(),
+                            high_watermark: -1,
+                            last_stable_offset: -1,
+                            log_start_offset: -1,
+                            aborted_transactions: Vec::new(),
+                            records: Bytes::new(),
+                        }
+                    }
+                };
+                partitions.push(response);
+            }
+            topics.push(FetchTopicResponse { name: topic.name.clone(), partitions });
+        }
+        (topics, total)
+    }
+
+    fn watched_partitions(&self, request: &FetchRequest) -> Vec<tokio::sync::watch::Receiver<i64>> {
+        request
+            .topics
+            .iter()
+            .flat_map(|t| t.partitions.iter().map(move |p| (t.name.as_str(), p.partition)))
+            .filter_map(|(topic, partition)| self.topics.partition(topic, partition).ok())
+            .map(|p| p.watch_high_watermark())
+            .collect()
+    }
+}
+
+fn clamp_len(requested: i32, limit: usize) -> usize {
+    match usize::try_from(requested) {
+        Ok(n) if n > 0 => n.min(limit),
+        _ => limit,
+    }
+}
+
+fn log_refusal(topic: &str, partition: i32, error: &BrokerError) {
+    match error.code() {
+        ErrorCode::UnknownServerError => tracing::error!(topic, partition, error = %error, "request failed"),
+        code => tracing::debug!(topic, partition, code = code.as_str_name(), error = %error, "request refused"),
+    }
+}
+
+#[tonic::async_trait]
+impl Broker for BrokerService {
+    async fn metadata(&self, request: Request<MetadataRequest>) -> Result<Response<MetadataResponse>, Status> {
+        let request = request.into_inner();
+        let topics = self
+            .topics
+            .describe(&request.topics)
+            .into_iter()
+            .map(|(name, found)| match found {
+                Some((_, partitions)) => TopicMetadata {
+                    error_code: ErrorCode::None as i32,
+                    name,
+                    partitions: partitions.iter().map(|p| self.partition_metadata(p)).collect(),
+                },
+                None => TopicMetadata {
+                    error_code: ErrorCode::UnknownTopicOrPartition as i32,
+                    name,
+                    partitions: Vec::new(),
+                },
+            })
+            .collect();
+        Ok(Response::new(MetadataResponse {
+            brokers: vec![BrokerInfo { broker_id: self.broker_id, address: self.advertised.clone() }],
+            topics,
+            controller_id: self.broker_id,
+        }))
+    }
+
+    async fn create_topics(
+        &self,
+        request: Request<CreateTopicsRequest>,
+    ) -> Result<Response<CreateTopicsResponse>, Status> {
+        let mut results = Vec::new();
+        for topic in request.into_inner().topics {
+            let result = self.topics.create(&topic.name, topic.num_partitions, topic.replication_factor).await;
+            let (error_code, error_message) = match result {
+                Ok(()) => (ErrorCode::None, String::new()),
+                Err(e) => (e.code(), e.to_string()),
+            };
+            results.push(CreateTopicResult { name: topic.name, error_code: error_code as i32, error_message });
+        }
+        Ok(Response::new(CreateTopicsResponse { topics: results }))
+    }
+
+    async fn produce(&self, request: Request<ProduceRequest>) -> Result<Response<ProduceResponse>, Status> {
+        let request = request.into_inner();
+        let refused_acks = match request.acks {
+            -1..=1 => None,
+            acks => Some(BrokerError::InvalidRequiredAcks(acks)),
+        };
+        let mut topics = Vec::with_capacity(request.topics.len());
+        for topic in &request.topics {
+            let mut partitions = Vec::with_capacity(topic.partitions.len());
+            for data in &topic.partitions {
+                let response = match &refused_acks {
+                    None => self.produce_one(&topic.name, data.partition, &data.records).await,
+                    Some(e) => PartitionProduceResponse {
+                        partition: data.partition,
+                        error_code: e.code() as i32,
+                        error_message: e.to_string(),
+                        base_offset: -1,
+                        log_append_time_ms: -1,
+                        log_start_offset: -1,
+                    },
+                };
+                partitions.push(response);
+            }
+            topics.push(TopicProduceResponse { name: topic.name.clone(), partitions });
+        }
+        Ok(Response::new(ProduceResponse { topics }))
+    }
+
+    async fn fetch(&self, request: Request<FetchRequest>) -> Result<Response<FetchResponse>, Status> {
+        let request = request.into_inner();
+        let wait = Duration::from_millis(u64::try_from(request.max_wait_ms).unwrap_or(0)).min(MAX_FETCH_WAIT);
+        let deadline = tokio::time::Instant::now() + wait;
+        let min_bytes = usize::try_from(request.min_bytes).unwrap_or(0).max(1);
+        let mut watches = self.watched_partitions(&request);
+        loop {
+            // Subscribe before reading so an append between the read and the wait wakes us.
+            for w in &mut watches {
+                w.mark_unchanged();
+            }
+            let (topics, found) = self.fetch_once(&request);
+            let errors = topics.iter().flat_map(|t| &t.partitions).any(|p| p.error_code != ErrorCode::None as i32);
+            if found >= min_bytes || errors || watches.is_empty() || tokio::time::Instant::now() >= deadline {
+                return Ok(Response::new(FetchResponse { topics }));
+            }
+            let changed = futures_any_changed(&mut watches);
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                let (topics, _) = self.fetch_once(&request);
+                return Ok(Response::new(FetchResponse { topics }));
+            }
+        }
+    }
+
+    async fn list_offsets(
+        &self,
+        request: Request<ListOffsetsRequest>,
+    ) -> Result<Response<ListOffsetsResponse>, Status> {
+        let request = request.into_inner();
+        // Both isolation levels end at the high watermark until transactions exist.
+        let _ = IsolationLevel::try_from(request.isolation_level);
+        let topics = request
+            .topics
+            .iter()
+            .map(|topic| ListOffsetsTopicResponse {
+                name: topic.name.clone(),
+                partitions: topic
+                    .partitions
+                    .iter()
+                    .map(|wanted| {
+                        let result = self.topics.partition(&topic.name, wanted.partition).and_then(|p| {
+                            let offsets = p.offsets();
+                            match wanted.timestamp {
+                                EARLIEST_TIMESTAMP => Ok(offsets.log_start_offset),
+                                LATEST_TIMESTAMP => Ok(offsets.high_watermark),
+                                other => Err(BrokerError::InvalidRequest(format!(
+                                    "timestamp {other}: only -2 (earliest) and -1 (latest) are supported"
+                                ))),
+                            }
+                        });
+                        match result {
+                            Ok(offset) => ListOffsetsPartitionResponse {
+                                partition: wanted.partition,
+                                error_code: ErrorCode::None as i32,
+                                error_message: String::new(),
+                                offset,
+                            },
+                            Err(e) => ListOffsetsPartitionResponse {
+                                partition: wanted.partition,
+                                error_code: e.code() as i32,
+                                error_message: e.to_string(),
+                                offset: -1,
+                            },
+                        }
+                    })
+                    .collect(),
+            })
+            .collect();
+        Ok(Response::new(ListOffsetsResponse { topics }))
+    }
+
+    async fn init_producer_id(
+        &self,
+        request: Request<InitProducerIdRequest>,
+    ) -> Result<Response<InitProducerIdResponse>, Status> {
+        let request = request.into_inner();
+        let result = if request.transactional_id.is_empty() {
+            self.producer_ids.next_producer_id().await.map_err(BrokerError::from)
+        } else {
+            Err(BrokerError::NotCoordinator(
+                "transactional ids are served by the transaction coordinator, not by a broker".into(),
+            ))
+        };
+        let response = match result {
+            Ok(producer_id) => {
+                tracing::debug!(producer_id, "handed out producer id");
+                InitProducerIdResponse {
+                    error_code: ErrorCode::None as i32,
+                    error_message: String::new(),
+                    producer_id,
+                    producer_epoch: 0,
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "InitProducerId failed");
+                InitProducerIdResponse {
+                    error_code: e.code() as i32,
+                    error_message: e.to_string(),
+                    producer_id: -1,
+                    producer_epoch: -1,
+                }
+            }
+        };
+        Ok(Response::new(response))
+    }
+}
+
+/// Resolves when any of the high watermarks changes (or its partition goes away).
+async fn futures_any_changed(watches: &mut [tokio::sync::watch::Receiver<i64>]) {
+    let futures: Vec<_> = watches.iter_mut().map(|w| Box::pin(w.changed())).collect();
+    let _ = futures::future::select_all(futures).await;
+}

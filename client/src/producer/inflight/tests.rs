@@ -1,0 +1,864 @@
+//! The ordering core, case by case, then a randomized run against a model of an
+//! idempotent broker: whatever the interleaving, the log equals the send order.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use super::*;
+
+const PID: ProducerIdAndEpoch = ProducerIdAndEpoch {
+    producer_id: 7,
+    producer_epoch: 0,
+};
+const NEW_PID: ProducerIdAndEpoch = ProducerIdAndEpoch {
+    producer_id: 8,
+    producer_epoch: 0,
+};
+
+fn config(delivery: Delivery) -> InflightConfig {
+    InflightConfig {
+        delivery,
+        max_in_flight: 5,
+        delivery_timeout: Duration::from_secs(120),
+        retry_backoff: Duration::from_millis(100),
+    }
+}
+
+fn records(tag: u64, count: usize) -> Vec<Record> {
+    (0..count)
+        .map(|i| Record {
+            key: None,
+            value: Some(Bytes::from(format!("{tag}:{i}"))),
+            headers: Vec::new(),
+            timestamp_ms: 1_000,
+        })
+        .collect()
+}
+
+#[derive(Debug, Clone)]
+struct Sent {
+    batch: BatchId,
+    attempt: u32,
+    producer: ProducerInfo,
+    records: Bytes,
+}
+
+struct Harness {
+    m: PartitionInflight,
+    now: Instant,
+    sent: Vec<Sent>,
+    completed: BTreeMap<BatchId, Result<i64, ClientError>>,
+    init_requests: usize,
+    metadata_refreshes: usize,
+}
+
+impl Harness {
+    fn new(delivery: Delivery) -> Self {
+        Self::with(config(delivery), Some(PID))
+    }
+
+    fn with(config: InflightConfig, producer: Option<ProducerIdAndEpoch>) -> Self {
+        Harness {
+            m: PartitionInflight::new(config, producer),
+            now: Instant::now(),
+            sent: Vec::new(),
+            completed: BTreeMap::new(),
+            init_requests: 0,
+            metadata_refreshes: 0,
+        }
+    }
+
+    fn apply(&mut self, commands: Vec<Command>) {
+        for command in commands {
+            match command {
+                Command::Send {
+                    batch,
+                    attempt,
+                    producer,
+                    records,
+                } => self.sent.push(Sent {
+                    batch,
+                    attempt,
+                    producer,
+                    records,
+                }),
+                Command::Complete { batch, result } => {
+                    assert!(
+                        self.completed.insert(batch, result).is_none(),
+                        "{batch:?} completed twice"
+                    );
+                }
+                Command::InitProducerId => self.init_requests += 1,
+                Command::RefreshMetadata => self.metadata_refreshes += 1,
+            }
+        }
+    }
+
+    fn push(&mut self, tag: u64, count: usize) -> BatchId {
+        let records = records(tag, count);
+        let (id, commands) = self.m.push(records, 100, self.now, self.now);
+        self.apply(commands);
+        id
+    }
+
+    fn last_attempt(&self, batch: BatchId) -> Sent {
+        self.sent
+            .iter()
+            .rev()
+            .find(|s| s.batch == batch)
+            .cloned()
+            .expect("batch was sent")
+    }
+
+    fn respond(&mut self, batch: BatchId, outcome: Outcome) {
+        let attempt = self.last_attempt(batch).attempt;
+        let commands = self.m.on_outcome(batch, attempt, outcome, self.now);
+        self.apply(commands);
+    }
+
+    fn ok(&mut self, batch: BatchId, base_offset: i64) {
+        self.respond(batch, Outcome::Appended { base_offset });
+    }
+
+    fn reject(&mut self, batch: BatchId, code: ErrorCode) {
+        self.respond(
+            batch,
+            Outcome::Rejected {
+                code,
+                message: String::new(),
+            },
+        );
+    }
+
+    fn lose(&mut self, batch: BatchId) {
+        self.respond(
+            batch,
+            Outcome::Lost(ClientError::Transport(tonic::Status::unavailable(
+                "connection reset",
+            ))),
+        );
+    }
+
+    fn advance(&mut self, by: Duration) {
+        self.now += by;
+        let commands = self.m.tick(self.now);
+        self.apply(commands);
+    }
+
+    fn new_producer_id(&mut self, producer: ProducerIdAndEpoch) {
+        let commands = self.m.on_producer_id(producer, self.now);
+        self.apply(commands);
+    }
+
+    /// Batches sent from index `from` of the send log on.
+    fn sent_since(&self, from: usize) -> Vec<BatchId> {
+        self.sent[from..].iter().map(|s| s.batch).collect()
+    }
+
+    fn offset(&self, batch: BatchId) -> Option<i64> {
+        match self.completed.get(&batch) {
+            Some(Ok(offset)) => Some(*offset),
+            _ => None,
+        }
+    }
+
+    fn error(&self, batch: BatchId) -> &ClientError {
+        match self.completed.get(&batch) {
+            Some(Err(e)) => e,
+            other => panic!("{batch:?} did not fail: {other:?}"),
+        }
+    }
+}
+
+fn ids(range: std::ops::Range<u64>) -> Vec<BatchId> {
+    range.map(BatchId).collect()
+}
+
+// ---- exactly-once: the happy path ----
+
+#[test]
+fn given_in_order_acks_then_each_batch_completes_with_its_offset_and_sequences_are_consecutive() {
+    let mut h = Harness::new(Delivery::ExactlyOnce);
+    let a = h.push(0, 3);
+    let b = h.push(1, 2);
+    let c = h.push(2, 1);
+    assert_eq!(h.sent_since(0), vec![a, b, c]);
+    let seqs: Vec<i32> = h.sent.iter().map(|s| s.producer.base_sequence).collect();
+    assert_eq!(seqs, vec![0, 3, 5]);
+    assert!(h.sent.iter().all(|s| s.producer.producer_id == 7));
+    h.ok(a, 0);
+    h.ok(b, 3);
+    h.ok(c, 5);
+    assert_eq!(
+        (h.offset(a), h.offset(b), h.offset(c)),
+        (Some(0), Some(3), Some(5))
+    );
+    assert!(h.m.is_idle());
+    assert_eq!(h.m.buffered_bytes(), 0);
+}
+
+#[test]
+fn given_encoded_batch_then_header_carries_producer_id_epoch_and_sequence() {
+    let mut h = Harness::new(Delivery::ExactlyOnce);
+    h.push(0, 4);
+    let b = h.push(1, 1);
+    let header = batch::decode_header(&h.last_attempt(b).records).expect("header");
+    assert_eq!(
+        (header.producer_id, header.producer_epoch, header.base_sequence),
+        (7, 0, 4)
+    );
+    assert_eq!(header.record_count, 1);
+}
+
+#[test]
+fn given_five_in_flight_when_acks_arrive_out_of_order_then_each_completes_and_nothing_is_resent() {
+    let mut h = Harness::new(Delivery::ExactlyOnce);
+    let batches: Vec<_> = (0..5).map(|i| h.push(i, 1)).collect();
+    assert_eq!(h.m.in_flight(), 5);
+    for (i, b) in batches.iter().enumerate().rev() {
+        h.ok(*b, i as i64);
+    }
+    assert_eq!(h.sent.len(), 5);
+    for (i, b) in batches.iter().enumerate() {
+        assert_eq!(h.offset(*b), Some(i as i64));
+    }
+    assert_eq!(h.m.phase(), Phase::Sending);
+}
+
+#[test]
+fn given_window_full_when_a_sixth_batch_is_sealed_then_it_waits_for_an_ack() {
+    let mut h = Harness::new(Delivery::ExactlyOnce);
+    let batches: Vec<_> = (0..6).map(|i| h.push(i, 1)).collect();
+    assert_eq!(h.sent_since(0), batches[..5].to_vec());
+    h.ok(batches[2], 2);
+    assert_eq!(h.sent_since(5), vec![batches[5]]);
+    assert_eq!(h.last_attempt(batches[5]).producer.base_sequence, 5);
+}
+
+#[test]
+fn given_sequence_near_i32_max_then_it_wraps_to_zero() {
+    let mut h = Harness::new(Delivery::ExactlyOnce);
+    h.m = PartitionInflight::new(config(Delivery::ExactlyOnce), Some(PID))
+        .with_next_sequence(i32::MAX - 1);
+    let a = h.push(0, 3);
+    let b = h.push(1, 1);
+    assert_eq!(h.last_attempt(a).producer.base_sequence, i32::MAX - 1);
+    assert_eq!(h.last_attempt(b).producer.base_sequence, 1);
+}
+
+// ---- exactly-once: retries keep the send order ----
+
+#[test]
+fn given_first_fails_and_rest_out_of_order_then_all_are_resent_one_by_one_in_sequence_order() {
+    let mut h = Harness::new(Delivery::ExactlyOnce);
+    let batches: Vec<_> = (0..5).map(|i| h.push(i, 1)).collect();
+    let originals: Vec<Bytes> = batches
+        .iter()
+        .map(|b| h.last_attempt(*b).records)
+        .collect();
+    h.reject(batches[0], ErrorCode::NotLeaderOrFollower);
+    assert_eq!(h.metadata_refreshes, 1);
+    assert_eq!(h.m.phase(), Phase::Draining { new_producer_id: false });
+    // A batch sealed meanwhile is not sent while the partition drains.
+    let late = h.push(5, 1);
+    for b in &batches[1..] {
+        h.reject(*b, ErrorCode::OutOfOrderSequenceNumber);
+    }
+    assert_eq!(h.m.phase(), Phase::Retrying);
+    assert_eq!(h.sent.len(), 5, "nothing resent before the backoff");
+    h.advance(Duration::from_millis(99));
+    assert_eq!(h.sent.len(), 5);
+    h.advance(Duration::from_millis(1));
+    for (i, b) in batches.iter().enumerate() {
+        // Exactly one request in flight: the lowest unacknowledged sequence.
+        assert_eq!(h.sent_since(5 + i), vec![*b], "retry {i}");
+        assert_eq!(h.m.in_flight(), 1);
+        let resent = h.last_attempt(*b);
+        assert_eq!(resent.attempt, 2);
+        assert_eq!(resent.records, originals[i], "retries reuse the bytes");
+        h.ok(*b, i as i64);
+    }
+    // All retried batches acknowledged: pipelining resumes with the late batch.
+    assert_eq!(h.m.phase(), Phase::Sending);
+    assert_eq!(h.sent_since(10), vec![late]);
+    assert_eq!(h.last_attempt(late).producer.base_sequence, 5);
+    for (i, b) in batches.iter().enumerate() {
+        assert_eq!(h.offset(*b), Some(i as i64));
+    }
+}
+
+#[test]
+fn given_retried_head_fails_again_then_it_is_retried_again_before_anything_behind_it() {
+    let mut h = Harness::new(Delivery::ExactlyOnce);
+    let a = h.push(0, 1);
+    let b = h.push(1, 1);
+    h.reject(a, ErrorCode::NotEnoughReplicas);
+    h.reject(b, ErrorCode::OutOfOrderSequenceNumber);
+    h.advance(Duration::from_millis(100));
+    assert_eq!(h.sent_since(2), vec![a]);
+    h.reject(a, ErrorCode::NotEnoughReplicas);
+    h.advance(Duration::from_millis(100));
+    assert_eq!(h.sent_since(3), vec![a]);
+    h.ok(a, 0);
+    assert_eq!(h.sent_since(4), vec![b]);
+    h.ok(b, 1);
+    assert!(h.m.is_idle());
+}
+
+#[test]
+fn given_lost_response_when_retry_is_answered_as_duplicate_then_future_gets_original_offset() {
+    let mut h = Harness::new(Delivery::ExactlyOnce);
+    let a = h.push(0, 2);
+    let b = h.push(1, 2);
+    let c = h.push(2, 2);
+    let original = h.last_attempt(b).records;
+    h.ok(a, 10);
+    h.lose(b);
+    // c was appended after b (the broker had b), its answer completes it right away.
+    h.ok(c, 14);
+    assert_eq!(h.offset(c), Some(14));
+    h.advance(Duration::from_millis(100));
+    let retry = h.last_attempt(b);
+    assert_eq!((retry.attempt, retry.records), (2, original));
+    // The broker answers the duplicate with the offsets of the first append.
+    h.ok(b, 12);
+    assert_eq!(h.offset(b), Some(12));
+    assert_eq!(h.m.producer(), Some(PID), "no new producer id needed");
+    assert!(h.m.is_idle());
+}
+
+#[test]
+fn given_out_of_order_answer_overtaken_by_predecessors_ack_then_it_is_retried_not_reset() {
+    // b reached the broker before a: b was refused, a appended. a's ack arrives first,
+    // so b is now the head, but b was sent behind an unacknowledged a.
+    let mut h = Harness::new(Delivery::ExactlyOnce);
+    let a = h.push(0, 1);
+    let b = h.push(1, 1);
+    h.ok(a, 0);
+    h.reject(b, ErrorCode::OutOfOrderSequenceNumber);
+    assert_eq!(h.m.phase(), Phase::Retrying);
+    h.advance(Duration::from_millis(100));
+    assert_eq!(h.last_attempt(b).attempt, 2);
+    assert_eq!(h.last_attempt(b).producer.producer_id, 7);
+    h.ok(b, 1);
+    assert_eq!(h.init_requests, 0);
+}
+
+// ---- exactly-once: a sequence that cannot continue ----
+
+#[test]
+fn given_unknown_producer_id_then_partition_takes_new_id_and_resends_from_sequence_zero() {
+    let mut h = Harness::new(Delivery::ExactlyOnce);
+    let a = h.push(0, 2);
+    h.ok(a, 0);
+    let batches: Vec<_> = (1..4).map(|i| h.push(i, 2)).collect();
+    assert_eq!(h.last_attempt(batches[0]).producer.base_sequence, 2);
+    h.reject(batches[0], ErrorCode::UnknownProducerId);
+    // Nothing more is sent, nor an id requested, while requests are in flight.
+    assert_eq!(h.init_requests, 0);
+    h.lose(batches[1]);
+    h.reject(batches[2], ErrorCode::UnknownProducerId);
+    assert_eq!(h.init_requests, 1);
+    assert_eq!(h.m.phase(), Phase::AwaitingProducerId);
+    assert!(h.completed.len() == 1, "no batch failed: none was written");
+    let late = h.push(9, 1);
+    h.advance(Duration::from_secs(1));
+    assert_eq!(h.sent.len(), 4, "nothing sent without a producer id");
+    h.new_producer_id(NEW_PID);
+    let resent: Vec<_> = h.sent[4..].to_vec();
+    assert_eq!(
+        resent.iter().map(|s| s.batch).collect::<Vec<_>>(),
+        vec![batches[0], batches[1], batches[2], late]
+    );
+    let seqs: Vec<i32> = resent.iter().map(|s| s.producer.base_sequence).collect();
+    assert_eq!(seqs, vec![0, 2, 4, 6]);
+    for s in &resent {
+        assert_eq!(s.producer.producer_id, 8);
+        let header = batch::decode_header(&s.records).expect("header");
+        assert_eq!(
+            (header.producer_id, header.base_sequence),
+            (8, s.producer.base_sequence)
+        );
+        batch::validate_produced(&s.records).expect("re-encoded batch is valid");
+    }
+    // Re-encoding keeps the records.
+    let values: Vec<_> = batch::records(&resent[1].records)
+        .expect("records")
+        .into_iter()
+        .map(|r| r.value)
+        .collect();
+    assert_eq!(
+        values,
+        vec![Some(Bytes::from("2:0")), Some(Bytes::from("2:1"))]
+    );
+}
+
+#[test]
+fn given_out_of_order_for_head_sent_after_predecessor_acked_then_new_id_and_unwritten_head_is_resent()
+{
+    let mut h = Harness::new(Delivery::ExactlyOnce);
+    let a = h.push(0, 1);
+    h.ok(a, 0);
+    let b = h.push(1, 1);
+    let c = h.push(2, 1);
+    h.reject(b, ErrorCode::OutOfOrderSequenceNumber);
+    h.reject(c, ErrorCode::OutOfOrderSequenceNumber);
+    assert_eq!(h.init_requests, 1);
+    h.new_producer_id(NEW_PID);
+    let resent: Vec<_> = h.sent[3..].to_vec();
+    assert_eq!(
+        resent
+            .iter()
+            .map(|s| (s.batch, s.producer.base_sequence))
+            .collect::<Vec<_>>(),
+        vec![(b, 0), (c, 1)]
+    );
+    h.ok(b, 1);
+    h.ok(c, 2);
+    assert_eq!((h.offset(b), h.offset(c)), (Some(1), Some(2)));
+}
+
+#[test]
+fn given_possibly_written_head_answered_out_of_order_then_it_fails_outcome_unknown_and_is_never_resent(
+) {
+    let mut h = Harness::new(Delivery::ExactlyOnce);
+    let a = h.push(0, 1);
+    let b = h.push(1, 1);
+    h.lose(a);
+    h.reject(b, ErrorCode::OutOfOrderSequenceNumber);
+    h.advance(Duration::from_millis(100));
+    assert_eq!(h.sent_since(2), vec![a]);
+    // The broker lost the producer's state: it cannot say whether a's first attempt
+    // was appended.
+    h.reject(a, ErrorCode::OutOfOrderSequenceNumber);
+    assert!(matches!(
+        h.error(a),
+        ClientError::OutcomeUnknown { attempts: 2, .. }
+    ));
+    assert!(h.error(a).possibly_written());
+    assert_eq!(h.init_requests, 1);
+    h.new_producer_id(NEW_PID);
+    // b was refused on every attempt: resent under the new id. a never is.
+    let resent: Vec<_> = h.sent[3..].iter().map(|s| (s.batch, s.producer)).collect();
+    assert_eq!(resent.len(), 1);
+    assert_eq!(resent[0].0, b);
+    assert_eq!(
+        (resent[0].1.producer_id, resent[0].1.base_sequence),
+        (8, 0)
+    );
+}
+
+#[test]
+fn given_unknown_outcome_when_delivery_timeout_expires_then_possibly_written_and_new_id() {
+    let mut h = Harness::new(Delivery::ExactlyOnce);
+    let a = h.push(0, 1);
+    let b = h.push(1, 1);
+    h.lose(a);
+    h.lose(b);
+    // The broker stays unreachable.
+    for _ in 0..10 {
+        h.advance(Duration::from_secs(10));
+        let head = h.last_attempt(a);
+        let _ = h.m.on_outcome(
+            a,
+            head.attempt,
+            Outcome::Lost(ClientError::Transport(tonic::Status::unavailable("down"))),
+            h.now,
+        );
+    }
+    assert!(h.completed.is_empty());
+    h.advance(Duration::from_secs(21));
+    match h.error(a) {
+        ClientError::DeliveryTimeout {
+            possibly_written,
+            attempts,
+            last_error,
+        } => {
+            assert!(*possibly_written);
+            assert!(*attempts > 1);
+            assert!(last_error.is_some());
+        }
+        e => panic!("unexpected {e:?}"),
+    }
+    // b may have been written too: it is failed, not resent under a new id.
+    assert!(h.error(b).possibly_written());
+    assert_eq!(h.init_requests, 1);
+    let before = h.sent.len();
+    h.new_producer_id(NEW_PID);
+    let c = h.push(2, 1);
+    assert_eq!(h.sent_since(before), vec![c]);
+    assert_eq!(h.last_attempt(c).producer.base_sequence, 0);
+    assert_eq!(h.last_attempt(c).producer.producer_id, 8);
+}
+
+#[test]
+fn given_batch_refused_on_every_attempt_when_delivery_timeout_expires_then_not_possibly_written() {
+    let mut h = Harness::new(Delivery::ExactlyOnce);
+    let a = h.push(0, 1);
+    h.reject(a, ErrorCode::NotEnoughReplicas);
+    loop {
+        h.advance(Duration::from_secs(5));
+        if h.completed.contains_key(&a) {
+            break;
+        }
+        h.reject(a, ErrorCode::NotEnoughReplicas);
+    }
+    assert!(matches!(
+        h.error(a),
+        ClientError::DeliveryTimeout {
+            possibly_written: false,
+            ..
+        }
+    ));
+    // Its sequence is a hole: the partition switches id before sending anything else.
+    assert_eq!(h.init_requests, 1);
+}
+
+#[test]
+fn given_fatal_error_then_batch_fails_and_later_batches_continue_under_a_new_id() {
+    let mut h = Harness::new(Delivery::ExactlyOnce);
+    let a = h.push(0, 1);
+    let b = h.push(1, 1);
+    let c = h.push(2, 1);
+    h.ok(a, 0);
+    h.reject(b, ErrorCode::MessageTooLarge);
+    assert!(matches!(
+        h.error(b),
+        ClientError::Broker {
+            code: ErrorCode::MessageTooLarge,
+            retriable: false,
+            ..
+        }
+    ));
+    assert!(!h.error(b).possibly_written());
+    // c was in flight behind the hole; it cannot have been appended even if its
+    // answer is lost.
+    h.lose(c);
+    assert_eq!(h.init_requests, 1);
+    h.new_producer_id(NEW_PID);
+    assert_eq!(h.sent_since(3), vec![c]);
+    assert_eq!(h.last_attempt(c).producer.base_sequence, 0);
+}
+
+#[test]
+fn given_no_producer_id_yet_then_batches_wait_and_start_at_sequence_zero() {
+    let mut h = Harness::with(config(Delivery::ExactlyOnce), None);
+    let commands = h.m.tick(h.now);
+    h.apply(commands);
+    assert_eq!(h.init_requests, 1);
+    let a = h.push(0, 2);
+    assert!(h.sent.is_empty());
+    h.new_producer_id(PID);
+    assert_eq!(h.sent_since(0), vec![a]);
+    assert_eq!(h.last_attempt(a).producer.base_sequence, 0);
+}
+
+#[test]
+fn given_batch_waiting_for_producer_id_when_timeout_expires_then_it_fails_not_written() {
+    let mut h = Harness::with(config(Delivery::ExactlyOnce), None);
+    let a = h.push(0, 1);
+    h.advance(Duration::from_secs(121));
+    assert!(matches!(
+        h.error(a),
+        ClientError::DeliveryTimeout {
+            possibly_written: false,
+            attempts: 0,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn given_stale_or_unknown_outcome_then_it_is_ignored() {
+    let mut h = Harness::new(Delivery::ExactlyOnce);
+    let a = h.push(0, 1);
+    let commands = h.m.on_outcome(a, 9, Outcome::Appended { base_offset: 0 }, h.now);
+    assert!(commands.is_empty());
+    let commands = h
+        .m
+        .on_outcome(BatchId(99), 1, Outcome::Appended { base_offset: 0 }, h.now);
+    assert!(commands.is_empty());
+    assert_eq!(h.m.in_flight(), 1);
+    h.ok(a, 0);
+    let commands = h.m.on_outcome(a, 1, Outcome::Appended { base_offset: 5 }, h.now);
+    h.apply(commands);
+    assert_eq!(h.offset(a), Some(0));
+}
+
+#[test]
+fn given_request_timed_out_then_batch_counts_as_possibly_written() {
+    let mut h = Harness::new(Delivery::ExactlyOnce);
+    let a = h.push(0, 1);
+    h.reject(a, ErrorCode::RequestTimedOut);
+    h.advance(Duration::from_millis(100));
+    h.reject(a, ErrorCode::OutOfOrderSequenceNumber);
+    assert!(matches!(h.error(a), ClientError::OutcomeUnknown { .. }));
+}
+
+#[test]
+fn next_wakeup_is_the_retry_time_or_the_head_deadline() {
+    let mut h = Harness::new(Delivery::ExactlyOnce);
+    let t0 = h.now;
+    let a = h.push(0, 1);
+    assert_eq!(h.m.next_wakeup(), None, "in flight: nothing to wake for");
+    h.lose(a);
+    assert_eq!(h.m.next_wakeup(), Some(t0 + Duration::from_millis(100)));
+}
+
+// ---- the other delivery modes ----
+
+#[test]
+fn given_at_most_once_when_a_request_fails_then_the_error_is_handed_over_without_retry() {
+    let mut h = Harness::new(Delivery::AtMostOnce);
+    let a = h.push(0, 1);
+    let b = h.push(1, 1);
+    let c = h.push(2, 1);
+    assert_eq!(h.last_attempt(a).producer, ProducerInfo::NONE);
+    h.lose(a);
+    h.reject(b, ErrorCode::NotLeaderOrFollower);
+    h.ok(c, 0);
+    h.advance(Duration::from_secs(1));
+    assert_eq!(h.sent.len(), 3, "at-most-once never resends");
+    assert!(matches!(h.error(a), ClientError::Transport(_)));
+    assert!(matches!(
+        h.error(b),
+        ClientError::Broker {
+            retriable: true,
+            ..
+        }
+    ));
+    assert!(!h.error(b).retried());
+    assert_eq!(h.offset(c), Some(0));
+    assert_eq!(h.init_requests, 0);
+}
+
+#[test]
+fn given_at_least_once_when_response_is_lost_then_same_batch_is_resent_without_producer_id() {
+    let mut h = Harness::new(Delivery::AtLeastOnce);
+    let a = h.push(0, 1);
+    let header = batch::decode_header(&h.last_attempt(a).records).expect("header");
+    assert_eq!(
+        (header.producer_id, header.base_sequence),
+        (-1, -1),
+        "no idempotence: the broker cannot detect the duplicate"
+    );
+    h.lose(a);
+    h.advance(Duration::from_millis(100));
+    assert_eq!(h.sent_since(1), vec![a]);
+    h.ok(a, 1);
+    assert_eq!(h.offset(a), Some(1));
+    assert_eq!(h.init_requests, 0);
+}
+
+#[test]
+fn given_at_least_once_when_sequence_errors_arrive_then_they_are_fatal() {
+    let mut h = Harness::new(Delivery::AtLeastOnce);
+    let a = h.push(0, 1);
+    h.reject(a, ErrorCode::UnknownProducerId);
+    assert!(matches!(h.error(a), ClientError::Broker { .. }));
+    assert_eq!(h.init_requests, 0);
+}
+
+// ---- randomized: a model broker, any interleaving ----
+
+/// Deterministic xorshift so failures reproduce.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.next() % 100 < percent
+    }
+}
+
+/// The broker rules of issue 2: the last 5 batches per producer id, duplicates answered
+/// with their original offsets, gaps refused.
+#[derive(Default)]
+struct ModelBroker {
+    log: Vec<Bytes>,
+    producers: HashMap<i64, VecDeque<(i32, i32, i64)>>,
+}
+
+impl ModelBroker {
+    fn produce(&mut self, bytes: &Bytes) -> Outcome {
+        let header = batch::validate_produced(bytes).expect("valid batch");
+        let values: Vec<Bytes> = batch::records(bytes)
+            .expect("records")
+            .into_iter()
+            .filter_map(|r| r.value)
+            .collect();
+        let rejected = |code| Outcome::Rejected {
+            code,
+            message: String::new(),
+        };
+        if header.producer_id >= 0 {
+            let first = header.base_sequence;
+            let last = header.last_sequence();
+            match self.producers.get(&header.producer_id) {
+                None if first != 0 => return rejected(ErrorCode::UnknownProducerId),
+                None => {}
+                Some(cached) => {
+                    if let Some(&(_, _, offset)) =
+                        cached.iter().find(|(f, l, _)| *f == first && *l == last)
+                    {
+                        return Outcome::Appended {
+                            base_offset: offset,
+                        };
+                    }
+                    let expected = cached
+                        .back()
+                        .map_or(0, |(_, l, _)| batch::sequence_add(*l, 1));
+                    if first != expected {
+                        return rejected(ErrorCode::OutOfOrderSequenceNumber);
+                    }
+                }
+            }
+            let base_offset = self.log.len() as i64;
+            let cached = self.producers.entry(header.producer_id).or_default();
+            cached.push_back((first, last, base_offset));
+            if cached.len() > 5 {
+                cached.pop_front();
+            }
+            self.log.extend(values);
+            return Outcome::Appended { base_offset };
+        }
+        let base_offset = self.log.len() as i64;
+        self.log.extend(values);
+        Outcome::Appended { base_offset }
+    }
+}
+
+struct Run {
+    log: Vec<Bytes>,
+    acked: BTreeMap<BatchId, i64>,
+    failed: BTreeMap<BatchId, ClientError>,
+    pushed: Vec<(BatchId, Vec<Bytes>)>,
+}
+
+fn simulate(delivery: Delivery, seed: u64, batches: u64) -> Run {
+    let mut rng = Rng(seed);
+    let mut broker = ModelBroker::default();
+    let mut h = Harness::new(delivery);
+    let mut requests: Vec<Sent> = Vec::new(); // on the way to the broker
+    let mut responses: Vec<(BatchId, u32, Outcome)> = Vec::new(); // on the way back
+    let mut pushed = Vec::new();
+    let mut delivered_sends = 0;
+    let mut next_pid = 100;
+    for _step in 0..100_000 {
+        // Move newly sent requests onto the wire.
+        requests.extend(h.sent[delivered_sends..].iter().cloned());
+        delivered_sends = h.sent.len();
+        if h.init_requests > 0 && h.m.phase() == Phase::AwaitingProducerId && rng.chance(50) {
+            next_pid += 1;
+            h.new_producer_id(ProducerIdAndEpoch {
+                producer_id: next_pid,
+                producer_epoch: 0,
+            });
+            continue;
+        }
+        let idle = pushed.len() as u64 == batches && h.m.is_idle();
+        if idle {
+            break;
+        }
+        match rng.below(10) {
+            0 | 1 if (pushed.len() as u64) < batches => {
+                let tag = pushed.len() as u64;
+                let count = 1 + rng.below(3);
+                let id = h.push(tag, count);
+                let values = records(tag, count)
+                    .into_iter()
+                    .filter_map(|r| r.value)
+                    .collect();
+                pushed.push((id, values));
+            }
+            2..=4 if !requests.is_empty() => {
+                // The broker handles requests in any order (concurrent streams).
+                let request = requests.remove(rng.below(requests.len()));
+                let outcome = if rng.chance(10) {
+                    Outcome::Rejected {
+                        code: ErrorCode::NotLeaderOrFollower,
+                        message: String::new(),
+                    }
+                } else if rng.chance(5) {
+                    // The request never arrived.
+                    Outcome::Lost(ClientError::Transport(tonic::Status::unavailable("reset")))
+                } else {
+                    broker.produce(&request.records)
+                };
+                responses.push((request.batch, request.attempt, outcome));
+            }
+            5..=7 if !responses.is_empty() => {
+                let (batch, attempt, outcome) = responses.remove(rng.below(responses.len()));
+                // Responses get lost after the broker acted.
+                let outcome = if rng.chance(15) {
+                    Outcome::Lost(ClientError::Transport(tonic::Status::unavailable("reset")))
+                } else {
+                    outcome
+                };
+                let commands = h.m.on_outcome(batch, attempt, outcome, h.now);
+                h.apply(commands);
+            }
+            _ => h.advance(Duration::from_millis(50)),
+        }
+    }
+    assert!(h.m.is_idle(), "seed {seed}: run did not finish");
+    let mut acked = BTreeMap::new();
+    let mut failed = BTreeMap::new();
+    for (batch, result) in std::mem::take(&mut h.completed) {
+        match result {
+            Ok(offset) => {
+                acked.insert(batch, offset);
+            }
+            Err(e) => {
+                failed.insert(batch, e);
+            }
+        }
+    }
+    Run {
+        log: broker.log,
+        acked,
+        failed,
+        pushed,
+    }
+}
+
+#[test]
+fn given_any_interleaving_of_reordering_rejections_and_lost_responses_then_exactly_once_log_equals_send_order(
+) {
+    for seed in 1..=200u64 {
+        let run = simulate(Delivery::ExactlyOnce, seed * 0x9e37_79b9_7f4a_7c15, 40);
+        assert!(
+            run.failed.is_empty(),
+            "seed {seed}: nothing should fail without broker state loss: {:?}",
+            run.failed
+        );
+        let expected: Vec<Bytes> = run.pushed.iter().flat_map(|(_, v)| v.clone()).collect();
+        assert_eq!(run.log, expected, "seed {seed}: log differs from send order");
+        for (batch, values) in &run.pushed {
+            let offset = run.acked[batch];
+            let at = offset as usize;
+            assert_eq!(&run.log[at..at + values.len()], &values[..], "seed {seed}");
+        }
+    }
+}
+
+#[test]
+fn given_any_interleaving_then_at_least_once_loses_nothing_acknowledged() {
+    for seed in 1..=100u64 {
+        let run = simulate(Delivery::AtLeastOnce, seed * 0x2545_f491_4f6c_dd1d, 30);
+        for (batch, values) in &run.pushed {
+            if run.acked.contains_key(batch) {
+                for v in values {
+                    assert!(run.log.contains(v), "seed {seed}: acked record lost");
+                }
+            }
+        }
+        assert!(run.failed.is_empty(), "seed {seed}: {:?}", run.failed);
+    }
+}

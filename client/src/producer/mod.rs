@@ -1,0 +1,3 @@
+pub mod accumulator;
+pub mod config;
+pub mod inflight;
