@@ -24,12 +24,28 @@ pub enum BrokerError {
     #[error("record batch of {size} bytes exceeds max.batch.bytes = {limit}")]
     MessageTooLarge { size: usize, limit: usize },
     #[error("offset {offset} is out of range [{log_start}, {log_end}]")]
-    OffsetOutOfRange { offset: i64, log_start: i64, log_end: i64 },
-    #[error("producer {producer_id}: out of order sequence number: expected {expected}, got {got}")]
-    OutOfOrderSequence { producer_id: i64, expected: i32, got: i32 },
+    OffsetOutOfRange {
+        offset: i64,
+        log_start: i64,
+        log_end: i64,
+    },
+    #[error(
+        "producer {producer_id}: out of order sequence number: expected {expected}, got {got}"
+    )]
+    OutOfOrderSequence {
+        producer_id: i64,
+        expected: i32,
+        got: i32,
+    },
     #[error("producer {producer_id}: epoch {got} is older than the current epoch {current}")]
-    InvalidProducerEpoch { producer_id: i64, current: i16, got: i16 },
-    #[error("producer {producer_id} is unknown to this partition and sent sequence {sequence}, not 0")]
+    InvalidProducerEpoch {
+        producer_id: i64,
+        current: i16,
+        got: i16,
+    },
+    #[error(
+        "producer {producer_id} is unknown to this partition and sent sequence {sequence}, not 0"
+    )]
     UnknownProducerId { producer_id: i64, sequence: i32 },
     #[error("invalid required acks {0}: use -1, 0 or 1")]
     InvalidRequiredAcks(i32),

@@ -6,7 +6,11 @@ use idem_broker::config::BrokerConfig;
 use idem_broker::server::BoundBroker;
 
 #[derive(Debug, Parser)]
-#[command(name = "idem-broker", version, about = "idem broker: partition logs, idempotent produce, fetch")]
+#[command(
+    name = "idem-broker",
+    version,
+    about = "idem broker: partition logs, idempotent produce, fetch"
+)]
 struct Args {
     #[command(flatten)]
     broker: BrokerConfig,
@@ -16,14 +20,20 @@ struct Args {
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("IDEM_LOG").unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_env("IDEM_LOG")
+                .unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
-    let broker = BoundBroker::bind(args.broker).await.context("starting broker")?;
+    let broker = BoundBroker::bind(args.broker)
+        .await
+        .context("starting broker")?;
     // Tests and scripts read this line to learn the port when they pass port 0.
     println!("idem-broker listening on {}", broker.local_addr());
-    broker.serve(idem_broker::shutdown_signal()).await.context("serving")?;
+    broker
+        .serve(idem_broker::shutdown_signal())
+        .await
+        .context("serving")?;
     Ok(())
 }

@@ -59,17 +59,14 @@ pub struct Partition {
 impl Partition {
     /// Opens (or creates) the partition in `dir`: recovers the log, then rebuilds the
     /// producer state from the newest usable snapshot plus the batches after it.
-    pub fn open(topic: &str, index: i32, dir: &Path, settings: PartitionSettings) -> Result<Self, BrokerError> {
-        let (log, report) = PartitionLog::open(dir, settings.log.clone())?;
-        if report.truncated_bytes > 0 {
-            tracing::warn!(
-                topic,
-                partition = index,
-                truncated_bytes = report.truncated_bytes,
-                log_end_offset = report.log_end_offset,
-                "recovered partition log by truncating a torn or corrupt tail"
-            );
-        }
+    pub fn open(
+        topic: &str,
+        index: i32,
+        dir: &Path,
+        settings: PartitionSettings,
+    ) -> Result<Self, BrokerError> {
+        // The log reports any torn tail it cut (a warning with the reason).
+        let (log, _report) = PartitionLog::open(dir, settings.log.clone())?;
         let producers = rebuild_producer_state(dir, &log, now_ms())?;
         let log_end = log.log_end_offset();
         let (high_watermark, _) = watch::channel(log_end);
@@ -96,7 +93,10 @@ impl Partition {
     /// offsets it got the first time. Bad input changes nothing.
     pub async fn append(&self, records: &[u8]) -> Result<AppendOutcome, BrokerError> {
         if records.len() > self.settings.max_batch_bytes {
-            return Err(BrokerError::MessageTooLarge { size: records.len(), limit: self.settings.max_batch_bytes });
+            return Err(BrokerError::MessageTooLarge {
+                size: records.len(),
+                limit: self.settings.max_batch_bytes,
+            });
         }
         let header = batch::validate_produced(records)?;
         refuse_unsupported_batch(&header)?;
@@ -114,7 +114,9 @@ impl Partition {
                 let info = inner.log.append(&mut buf, 0)?;
                 if let Some(rolled_at) = info.rolled_at {
                     // The table holds exactly the state as of the new segment's base offset.
-                    if let Err(e) = producer_state::write_snapshot(&self.dir, rolled_at, &inner.producers) {
+                    if let Err(e) =
+                        producer_state::write_snapshot(&self.dir, rolled_at, &inner.producers)
+                    {
                         tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "producer state snapshot failed");
                     }
                 }
@@ -126,7 +128,12 @@ impl Partition {
                         last_offset: info.last_offset,
                         timestamp_ms: header.max_timestamp,
                     };
-                    inner.producers.apply(header.producer_id, header.producer_epoch, meta, now_ms());
+                    inner.producers.apply(
+                        header.producer_id,
+                        header.producer_epoch,
+                        meta,
+                        now_ms(),
+                    );
                 }
                 let outcome = AppendOutcome {
                     base_offset: info.base_offset,
@@ -163,9 +170,11 @@ impl Partition {
             return Ok(());
         }
         let sync_point = self.lock().log.sync_point();
-        let synced_to = tokio::task::spawn_blocking(move || sync_point.sync().map(|()| sync_point.end_offset()))
-            .await
-            .map_err(|e| BrokerError::Io(std::io::Error::other(e)))??;
+        let synced_to = tokio::task::spawn_blocking(move || {
+            sync_point.sync().map(|()| sync_point.end_offset())
+        })
+        .await
+        .map_err(|e| BrokerError::Io(std::io::Error::other(e)))??;
         *durable = synced_to;
         self.advance_high_watermark(synced_to);
         Ok(())
@@ -188,7 +197,11 @@ impl Partition {
         let high_watermark = *self.high_watermark.borrow();
         let (log_start, log_end) = (inner.log.log_start_offset(), inner.log.log_end_offset());
         if offset < log_start || offset > log_end {
-            return Err(BrokerError::OffsetOutOfRange { offset, log_start, log_end });
+            return Err(BrokerError::OffsetOutOfRange {
+                offset,
+                log_start,
+                log_end,
+            });
         }
         if offset >= high_watermark {
             return Ok(Vec::new());
@@ -212,7 +225,10 @@ impl Partition {
 
     /// Forgets producers idle longer than the configured expiration (server clock).
     pub fn expire_producers(&self, now_ms: i64) -> usize {
-        let expired = self.lock().producers.remove_expired(now_ms, self.settings.producer_id_expiration_ms);
+        let expired = self
+            .lock()
+            .producers
+            .remove_expired(now_ms, self.settings.producer_id_expiration_ms);
         if expired > 0 {
             tracing::info!(topic = %self.topic, partition = self.index, expired, "expired idle producer ids");
         }
@@ -263,23 +279,44 @@ fn refuse_unsupported_batch(header: &BatchHeader) -> Result<(), BrokerError> {
 }
 
 /// `Some(original)` for a duplicate; `None` when the batch is the next one to append.
-fn check_producer(producers: &ProducerStateTable, header: &BatchHeader) -> Result<Option<BatchMetadata>, BrokerError> {
+fn check_producer(
+    producers: &ProducerStateTable,
+    header: &BatchHeader,
+) -> Result<Option<BatchMetadata>, BrokerError> {
     if !header.has_producer_id() {
         return Ok(None);
     }
     let producer_id = header.producer_id;
-    match producers.check(producer_id, header.producer_epoch, header.base_sequence, header.last_sequence()) {
+    match producers.check(
+        producer_id,
+        header.producer_epoch,
+        header.base_sequence,
+        header.last_sequence(),
+    ) {
         Decision::Append => Ok(None),
         Decision::Duplicate(original) => Ok(Some(original)),
-        Decision::OutOfOrder { expected, got } => Err(BrokerError::OutOfOrderSequence { producer_id, expected, got }),
-        Decision::InvalidEpoch { current, got } => Err(BrokerError::InvalidProducerEpoch { producer_id, current, got }),
-        Decision::UnknownProducerId => {
-            Err(BrokerError::UnknownProducerId { producer_id, sequence: header.base_sequence })
-        }
+        Decision::OutOfOrder { expected, got } => Err(BrokerError::OutOfOrderSequence {
+            producer_id,
+            expected,
+            got,
+        }),
+        Decision::InvalidEpoch { current, got } => Err(BrokerError::InvalidProducerEpoch {
+            producer_id,
+            current,
+            got,
+        }),
+        Decision::UnknownProducerId => Err(BrokerError::UnknownProducerId {
+            producer_id,
+            sequence: header.base_sequence,
+        }),
     }
 }
 
-fn rebuild_producer_state(dir: &Path, log: &PartitionLog, now_ms: i64) -> Result<ProducerStateTable, BrokerError> {
+fn rebuild_producer_state(
+    dir: &Path,
+    log: &PartitionLog,
+    now_ms: i64,
+) -> Result<ProducerStateTable, BrokerError> {
     let log_end = log.log_end_offset();
     producer_state::delete_snapshots_above(dir, log_end)?;
     let (from, mut table) = match producer_state::latest_snapshot(dir, log_end) {

@@ -19,11 +19,17 @@ use crate::partition::{now_ms, PartitionSettings};
 use crate::service::BrokerService;
 use crate::topics::TopicRegistry;
 
+/// How long a stopping broker lets in-flight requests finish.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
 /// Why a broker could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
     #[error("cannot bind {addr}: {source}")]
-    Bind { addr: SocketAddr, source: std::io::Error },
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
     #[error(transparent)]
     Broker(#[from] BrokerError),
     #[error("producer id store: {0}")]
@@ -47,19 +53,42 @@ impl BoundBroker {
     /// Opens storage and binds the listen address (port 0 picks a free port).
     pub async fn bind(config: BrokerConfig) -> Result<Self, ServerError> {
         let settings = PartitionSettings {
-            log: LogConfig { segment_bytes: config.segment_bytes, flush: config.flush, ..LogConfig::default() },
+            log: LogConfig {
+                segment_bytes: config.segment_bytes,
+                flush: config.flush,
+                ..LogConfig::default()
+            },
             max_batch_bytes: config.max_batch_bytes,
             producer_id_expiration_ms: config.producer_id_expiration_ms,
         };
-        let topics = Arc::new(TopicRegistry::open(&config.data_dir, settings, config.max_partitions_per_topic)?);
+        let topics = Arc::new(TopicRegistry::open(
+            &config.data_dir,
+            settings,
+            config.max_partitions_per_topic,
+        )?);
         let store_path = config.data_dir.join("pidstore");
-        let store: Arc<dyn PidBlockStore> =
-            Arc::new(SledPidStore::open(&store_path).map_err(|e| ServerError::PidStore(e.to_string()))?);
+        let store: Arc<dyn PidBlockStore> = Arc::new(
+            SledPidStore::open(&store_path).map_err(|e| ServerError::PidStore(e.to_string()))?,
+        );
         let producer_ids = Arc::new(ProducerIdManager::new(store, config.broker_id));
         let listener =
-            TcpListener::bind(config.listen).await.map_err(|source| ServerError::Bind { addr: config.listen, source })?;
-        let local_addr = listener.local_addr().map_err(|source| ServerError::Bind { addr: config.listen, source })?;
-        Ok(BoundBroker { config, listener, local_addr, topics, producer_ids })
+            TcpListener::bind(config.listen)
+                .await
+                .map_err(|source| ServerError::Bind {
+                    addr: config.listen,
+                    source,
+                })?;
+        let local_addr = listener.local_addr().map_err(|source| ServerError::Bind {
+            addr: config.listen,
+            source,
+        })?;
+        Ok(BoundBroker {
+            config,
+            listener,
+            local_addr,
+            topics,
+            producer_ids,
+        })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -67,9 +96,21 @@ impl BoundBroker {
     }
 
     /// Serves until `shutdown` resolves, then flushes and snapshots every partition.
-    pub async fn serve(self, shutdown: impl Future<Output = ()> + Send) -> Result<(), ServerError> {
-        let BoundBroker { config, listener, local_addr, topics, producer_ids } = self;
-        let advertised = config.advertise.clone().unwrap_or_else(|| local_addr.to_string());
+    pub async fn serve(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), ServerError> {
+        let BoundBroker {
+            config,
+            listener,
+            local_addr,
+            topics,
+            producer_ids,
+        } = self;
+        let advertised = config
+            .advertise
+            .clone()
+            .unwrap_or_else(|| local_addr.to_string());
         let service = BrokerService::new(
             config.broker_id,
             advertised.clone(),
@@ -82,7 +123,9 @@ impl BoundBroker {
             .max_encoding_message_size(config.max_fetch_bytes + 1024 * 1024);
 
         let (health_reporter, health) = tonic_health::server::health_reporter();
-        health_reporter.set_serving::<BrokerServer<BrokerService>>().await;
+        health_reporter
+            .set_serving::<BrokerServer<BrokerService>>()
+            .await;
         let reflection = tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(idem_proto::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
@@ -92,13 +135,30 @@ impl BoundBroker {
         let background = tokio::spawn(run_background(topics.clone(), config.clone()));
         tracing::info!(broker_id = config.broker_id, address = %advertised, data_dir = %config.data_dir.display(), "broker serving");
         let incoming = TcpListenerStream::new(listener);
-        let served = tonic::transport::Server::builder()
+        let (stopping, mut stopping_rx) = tokio::sync::watch::channel(false);
+        let signalled = async move {
+            shutdown.await;
+            let _ = stopping.send(true);
+        };
+        let server = tonic::transport::Server::builder()
             .tcp_nodelay(true)
             .add_service(health)
             .add_service(reflection)
             .add_service(broker)
-            .serve_with_incoming_shutdown(incoming, shutdown)
-            .await;
+            .serve_with_incoming_shutdown(incoming, signalled);
+        // Graceful shutdown waits for clients to hang up; idle clients and long-polling
+        // fetches must not keep a stopping broker alive past the grace period.
+        let grace = async move {
+            let _ = stopping_rx.wait_for(|stopping| *stopping).await;
+            tokio::time::sleep(SHUTDOWN_GRACE).await;
+        };
+        let served = tokio::select! {
+            served = server => served,
+            () = grace => {
+                tracing::warn!(grace_ms = SHUTDOWN_GRACE.as_millis() as u64, "clients still connected after the grace period; stopping anyway");
+                Ok(())
+            }
+        };
         background.abort();
         for partition in topics.all_partitions() {
             if let Err(e) = partition.shutdown() {
@@ -112,7 +172,8 @@ impl BoundBroker {
 
 /// Periodic work: forget idle producers; flush on a timer for `interval:<ms>`.
 async fn run_background(topics: Arc<TopicRegistry>, config: BrokerConfig) {
-    let expiry_every = Duration::from_millis((config.producer_id_expiration_ms / 10).clamp(100, 60_000) as u64);
+    let expiry_every =
+        Duration::from_millis((config.producer_id_expiration_ms / 10).clamp(100, 60_000) as u64);
     let flush_every = match config.flush {
         FlushPolicy::IntervalMs(ms) => Some(Duration::from_millis(ms.max(1))),
         _ => None,

@@ -9,10 +9,11 @@ use bytes::Bytes;
 use idem_pidstore::ProducerIdManager;
 use idem_proto::v1::broker_server::Broker;
 use idem_proto::v1::{
-    BrokerInfo, CreateTopicResult, CreateTopicsRequest, CreateTopicsResponse, FetchPartitionResponse, FetchRequest,
-    FetchResponse, FetchTopicResponse, InitProducerIdRequest, InitProducerIdResponse, IsolationLevel,
-    ListOffsetsPartitionResponse, ListOffsetsRequest, ListOffsetsResponse, ListOffsetsTopicResponse, MetadataRequest,
-    MetadataResponse, PartitionMetadata, PartitionProduceResponse, ProduceRequest, ProduceResponse, TopicMetadata,
+    BrokerInfo, CreateTopicResult, CreateTopicsRequest, CreateTopicsResponse,
+    FetchPartitionResponse, FetchRequest, FetchResponse, FetchTopicResponse, InitProducerIdRequest,
+    InitProducerIdResponse, IsolationLevel, ListOffsetsPartitionResponse, ListOffsetsRequest,
+    ListOffsetsResponse, ListOffsetsTopicResponse, MetadataRequest, MetadataResponse,
+    PartitionMetadata, PartitionProduceResponse, ProduceRequest, ProduceResponse, TopicMetadata,
     TopicProduceResponse,
 };
 use idem_proto::ErrorCode;
@@ -45,7 +46,13 @@ impl BrokerService {
         producer_ids: Arc<ProducerIdManager>,
         max_fetch_bytes: usize,
     ) -> Self {
-        BrokerService { broker_id, advertised, topics, producer_ids, max_fetch_bytes }
+        BrokerService {
+            broker_id,
+            advertised,
+            topics,
+            producer_ids,
+            max_fetch_bytes,
+        }
     }
 
     fn partition_metadata(&self, partition: &Partition) -> PartitionMetadata {
@@ -64,7 +71,12 @@ impl BrokerService {
         }
     }
 
-    async fn produce_one(&self, topic: &str, partition: i32, records: &Bytes) -> PartitionProduceResponse {
+    async fn produce_one(
+        &self,
+        topic: &str,
+        partition: i32,
+        records: &Bytes,
+    ) -> PartitionProduceResponse {
         let result = match self.topics.partition(topic, partition) {
             Ok(p) => p.append(records).await,
             Err(e) => Err(e),
@@ -137,7 +149,10 @@ impl BrokerService {
                 };
                 partitions.push(response);
             }
-            topics.push(FetchTopicResponse { name: topic.name.clone(), partitions });
+            topics.push(FetchTopicResponse {
+                name: topic.name.clone(),
+                partitions,
+            });
         }
         (topics, total)
     }
@@ -146,7 +161,11 @@ impl BrokerService {
         request
             .topics
             .iter()
-            .flat_map(|t| t.partitions.iter().map(move |p| (t.name.as_str(), p.partition)))
+            .flat_map(|t| {
+                t.partitions
+                    .iter()
+                    .map(move |p| (t.name.as_str(), p.partition))
+            })
             .filter_map(|(topic, partition)| self.topics.partition(topic, partition).ok())
             .map(|p| p.watch_high_watermark())
             .collect()
@@ -162,14 +181,21 @@ fn clamp_len(requested: i32, limit: usize) -> usize {
 
 fn log_refusal(topic: &str, partition: i32, error: &BrokerError) {
     match error.code() {
-        ErrorCode::UnknownServerError => tracing::error!(topic, partition, error = %error, "request failed"),
-        code => tracing::debug!(topic, partition, code = code.as_str_name(), error = %error, "request refused"),
+        ErrorCode::UnknownServerError => {
+            tracing::error!(topic, partition, error = %error, "request failed")
+        }
+        code => {
+            tracing::debug!(topic, partition, code = code.as_str_name(), error = %error, "request refused")
+        }
     }
 }
 
 #[tonic::async_trait]
 impl Broker for BrokerService {
-    async fn metadata(&self, request: Request<MetadataRequest>) -> Result<Response<MetadataResponse>, Status> {
+    async fn metadata(
+        &self,
+        request: Request<MetadataRequest>,
+    ) -> Result<Response<MetadataResponse>, Status> {
         let request = request.into_inner();
         let topics = self
             .topics
@@ -179,7 +205,10 @@ impl Broker for BrokerService {
                 Some((_, partitions)) => TopicMetadata {
                     error_code: ErrorCode::None as i32,
                     name,
-                    partitions: partitions.iter().map(|p| self.partition_metadata(p)).collect(),
+                    partitions: partitions
+                        .iter()
+                        .map(|p| self.partition_metadata(p))
+                        .collect(),
                 },
                 None => TopicMetadata {
                     error_code: ErrorCode::UnknownTopicOrPartition as i32,
@@ -189,7 +218,10 @@ impl Broker for BrokerService {
             })
             .collect();
         Ok(Response::new(MetadataResponse {
-            brokers: vec![BrokerInfo { broker_id: self.broker_id, address: self.advertised.clone() }],
+            brokers: vec![BrokerInfo {
+                broker_id: self.broker_id,
+                address: self.advertised.clone(),
+            }],
             topics,
             controller_id: self.broker_id,
         }))
@@ -201,17 +233,27 @@ impl Broker for BrokerService {
     ) -> Result<Response<CreateTopicsResponse>, Status> {
         let mut results = Vec::new();
         for topic in request.into_inner().topics {
-            let result = self.topics.create(&topic.name, topic.num_partitions, topic.replication_factor).await;
+            let result = self
+                .topics
+                .create(&topic.name, topic.num_partitions, topic.replication_factor)
+                .await;
             let (error_code, error_message) = match result {
                 Ok(()) => (ErrorCode::None, String::new()),
                 Err(e) => (e.code(), e.to_string()),
             };
-            results.push(CreateTopicResult { name: topic.name, error_code: error_code as i32, error_message });
+            results.push(CreateTopicResult {
+                name: topic.name,
+                error_code: error_code as i32,
+                error_message,
+            });
         }
         Ok(Response::new(CreateTopicsResponse { topics: results }))
     }
 
-    async fn produce(&self, request: Request<ProduceRequest>) -> Result<Response<ProduceResponse>, Status> {
+    async fn produce(
+        &self,
+        request: Request<ProduceRequest>,
+    ) -> Result<Response<ProduceResponse>, Status> {
         let request = request.into_inner();
         let refused_acks = match request.acks {
             -1..=1 => None,
@@ -222,7 +264,10 @@ impl Broker for BrokerService {
             let mut partitions = Vec::with_capacity(topic.partitions.len());
             for data in &topic.partitions {
                 let response = match &refused_acks {
-                    None => self.produce_one(&topic.name, data.partition, &data.records).await,
+                    None => {
+                        self.produce_one(&topic.name, data.partition, &data.records)
+                            .await
+                    }
                     Some(e) => PartitionProduceResponse {
                         partition: data.partition,
                         error_code: e.code() as i32,
@@ -234,14 +279,21 @@ impl Broker for BrokerService {
                 };
                 partitions.push(response);
             }
-            topics.push(TopicProduceResponse { name: topic.name.clone(), partitions });
+            topics.push(TopicProduceResponse {
+                name: topic.name.clone(),
+                partitions,
+            });
         }
         Ok(Response::new(ProduceResponse { topics }))
     }
 
-    async fn fetch(&self, request: Request<FetchRequest>) -> Result<Response<FetchResponse>, Status> {
+    async fn fetch(
+        &self,
+        request: Request<FetchRequest>,
+    ) -> Result<Response<FetchResponse>, Status> {
         let request = request.into_inner();
-        let wait = Duration::from_millis(u64::try_from(request.max_wait_ms).unwrap_or(0)).min(MAX_FETCH_WAIT);
+        let wait = Duration::from_millis(u64::try_from(request.max_wait_ms).unwrap_or(0))
+            .min(MAX_FETCH_WAIT);
         let deadline = tokio::time::Instant::now() + wait;
         let min_bytes = usize::try_from(request.min_bytes).unwrap_or(0).max(1);
         let mut watches = self.watched_partitions(&request);
@@ -251,8 +303,15 @@ impl Broker for BrokerService {
                 w.mark_unchanged();
             }
             let (topics, found) = self.fetch_once(&request);
-            let errors = topics.iter().flat_map(|t| &t.partitions).any(|p| p.error_code != ErrorCode::None as i32);
-            if found >= min_bytes || errors || watches.is_empty() || tokio::time::Instant::now() >= deadline {
+            let errors = topics
+                .iter()
+                .flat_map(|t| &t.partitions)
+                .any(|p| p.error_code != ErrorCode::None as i32);
+            if found >= min_bytes
+                || errors
+                || watches.is_empty()
+                || tokio::time::Instant::now() >= deadline
+            {
                 return Ok(Response::new(FetchResponse { topics }));
             }
             let changed = futures_any_changed(&mut watches);
@@ -316,10 +375,14 @@ impl Broker for BrokerService {
     ) -> Result<Response<InitProducerIdResponse>, Status> {
         let request = request.into_inner();
         let result = if request.transactional_id.is_empty() {
-            self.producer_ids.next_producer_id().await.map_err(BrokerError::from)
+            self.producer_ids
+                .next_producer_id()
+                .await
+                .map_err(BrokerError::from)
         } else {
             Err(BrokerError::NotCoordinator(
-                "transactional ids are served by the transaction coordinator, not by a broker".into(),
+                "transactional ids are served by the transaction coordinator, not by a broker"
+                    .into(),
             ))
         };
         let response = match result {

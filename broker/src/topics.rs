@@ -30,7 +30,10 @@ struct TopicsFile {
 /// Checks a topic name the way Kafka does: 1 to 249 characters of `[a-zA-Z0-9._-]`,
 /// not `.` or `..`.
 pub fn validate_topic_name(name: &str) -> Result<(), BrokerError> {
-    let invalid = |reason| BrokerError::InvalidTopic { name: name.to_string(), reason };
+    let invalid = |reason| BrokerError::InvalidTopic {
+        name: name.to_string(),
+        reason,
+    };
     if name.is_empty() {
         return Err(invalid("the name is empty"));
     }
@@ -40,8 +43,13 @@ pub fn validate_topic_name(name: &str) -> Result<(), BrokerError> {
     if name == "." || name == ".." {
         return Err(invalid("'.' and '..' are not topic names"));
     }
-    if !name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')) {
-        return Err(invalid("only ASCII letters, digits, '.', '_' and '-' are allowed"));
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+    {
+        return Err(invalid(
+            "only ASCII letters, digits, '.', '_' and '-' are allowed",
+        ));
     }
     Ok(())
 }
@@ -64,7 +72,11 @@ pub struct TopicRegistry {
 impl TopicRegistry {
     /// Opens every topic recorded in `data_dir`, recovering each partition's log and
     /// producer state.
-    pub fn open(data_dir: &Path, settings: PartitionSettings, max_partitions: i32) -> Result<Self, BrokerError> {
+    pub fn open(
+        data_dir: &Path,
+        settings: PartitionSettings,
+        max_partitions: i32,
+    ) -> Result<Self, BrokerError> {
         std::fs::create_dir_all(data_dir)?;
         let file = read_topics_file(data_dir)?;
         let mut topics = BTreeMap::new();
@@ -72,7 +84,12 @@ impl TopicRegistry {
             let mut partitions = Vec::with_capacity(spec.partitions as usize);
             for p in 0..spec.partitions {
                 let dir = partition_dir(data_dir, &spec.name, p);
-                partitions.push(Arc::new(Partition::open(&spec.name, p, &dir, settings.clone())?));
+                partitions.push(Arc::new(Partition::open(
+                    &spec.name,
+                    p,
+                    &dir,
+                    settings.clone(),
+                )?));
             }
             topics.insert(spec.name.clone(), Topic { spec, partitions });
         }
@@ -86,61 +103,114 @@ impl TopicRegistry {
     }
 
     /// Creates a topic on this single node. Nothing is written unless every check passes.
-    pub async fn create(&self, name: &str, partitions: i32, replication_factor: i32) -> Result<(), BrokerError> {
+    pub async fn create(
+        &self,
+        name: &str,
+        partitions: i32,
+        replication_factor: i32,
+    ) -> Result<(), BrokerError> {
         validate_topic_name(name)?;
         if partitions < 1 || partitions > self.max_partitions {
-            return Err(BrokerError::InvalidPartitions { count: partitions, max: self.max_partitions });
+            return Err(BrokerError::InvalidPartitions {
+                count: partitions,
+                max: self.max_partitions,
+            });
         }
         // 0 or -1 means "the default", which on one node is 1.
-        let replication_factor = if replication_factor <= 0 { 1 } else { replication_factor };
+        let replication_factor = if replication_factor <= 0 {
+            1
+        } else {
+            replication_factor
+        };
         if replication_factor != 1 {
-            return Err(BrokerError::InvalidReplicationFactor { factor: replication_factor, brokers: 1 });
+            return Err(BrokerError::InvalidReplicationFactor {
+                factor: replication_factor,
+                brokers: 1,
+            });
         }
         let _guard = self.create_lock.lock().await;
         if self.read().contains_key(name) {
             return Err(BrokerError::TopicAlreadyExists(name.to_string()));
         }
-        let spec = TopicSpec { name: name.to_string(), partitions, replication_factor };
+        let spec = TopicSpec {
+            name: name.to_string(),
+            partitions,
+            replication_factor,
+        };
         let mut opened = Vec::with_capacity(partitions as usize);
         for p in 0..partitions {
             let dir = partition_dir(&self.data_dir, name, p);
-            opened.push(Arc::new(Partition::open(name, p, &dir, self.settings.clone())?));
+            opened.push(Arc::new(Partition::open(
+                name,
+                p,
+                &dir,
+                self.settings.clone(),
+            )?));
         }
         let mut specs: Vec<TopicSpec> = self.read().values().map(|t| t.spec.clone()).collect();
         specs.push(spec.clone());
         write_topics_file(&self.data_dir, &TopicsFile { topics: specs })?;
-        self.write().insert(name.to_string(), Topic { spec, partitions: opened });
+        self.write().insert(
+            name.to_string(),
+            Topic {
+                spec,
+                partitions: opened,
+            },
+        );
         tracing::info!(topic = name, partitions, "created topic");
         Ok(())
     }
 
     pub fn partition(&self, topic: &str, partition: i32) -> Result<Arc<Partition>, BrokerError> {
-        let unknown = || BrokerError::UnknownTopicOrPartition { topic: topic.to_string(), partition };
+        let unknown = || BrokerError::UnknownTopicOrPartition {
+            topic: topic.to_string(),
+            partition,
+        };
         let topics = self.read();
         let t = topics.get(topic).ok_or_else(unknown)?;
-        usize::try_from(partition).ok().and_then(|i| t.partitions.get(i)).cloned().ok_or_else(unknown)
+        usize::try_from(partition)
+            .ok()
+            .and_then(|i| t.partitions.get(i))
+            .cloned()
+            .ok_or_else(unknown)
     }
 
     /// Specs and partitions of the named topics (all topics when `names` is empty).
-    pub fn describe(&self, names: &[String]) -> Vec<(String, Option<(TopicSpec, Vec<Arc<Partition>>)>)> {
+    pub fn describe(
+        &self,
+        names: &[String],
+    ) -> Vec<(String, Option<(TopicSpec, Vec<Arc<Partition>>)>)> {
         let topics = self.read();
         let describe = |t: &Topic| (t.spec.clone(), t.partitions.clone());
         if names.is_empty() {
-            return topics.iter().map(|(n, t)| (n.clone(), Some(describe(t)))).collect();
+            return topics
+                .iter()
+                .map(|(n, t)| (n.clone(), Some(describe(t))))
+                .collect();
         }
-        names.iter().map(|n| (n.clone(), topics.get(n).map(describe))).collect()
+        names
+            .iter()
+            .map(|n| (n.clone(), topics.get(n).map(describe)))
+            .collect()
     }
 
     pub fn all_partitions(&self) -> Vec<Arc<Partition>> {
-        self.read().values().flat_map(|t| t.partitions.iter().cloned()).collect()
+        self.read()
+            .values()
+            .flat_map(|t| t.partitions.iter().cloned())
+            .collect()
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, Topic>> {
-        self.topics.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.topics
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<String, Topic>> {
-        self.topics.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.topics
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -152,7 +222,10 @@ fn read_topics_file(data_dir: &Path) -> Result<TopicsFile, BrokerError> {
     let path = data_dir.join(TOPICS_FILE);
     match std::fs::read(&path) {
         Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
-            BrokerError::InvalidRequest(format!("{} is not a valid topics file: {e}", path.display()))
+            BrokerError::InvalidRequest(format!(
+                "{} is not a valid topics file: {e}",
+                path.display()
+            ))
         }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(TopicsFile::default()),
         Err(e) => Err(e.into()),

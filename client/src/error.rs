@@ -20,8 +20,9 @@ pub enum ClientError {
         message: String,
         retriable: bool,
     },
-    /// The request got no answer (connection refused or reset, request timeout). A
-    /// produce request that failed this way may or may not have been written.
+    /// The request got no answer (connection refused or reset, request timeout): a
+    /// produce may or may not have been written. Or the transport refused it before the
+    /// broker acted (e.g. `RESOURCE_EXHAUSTED`, too large): nothing was written.
     #[error("transport error: {0}")]
     Transport(tonic::Status),
     /// The first connection to the bootstrap address failed.
@@ -112,7 +113,8 @@ impl ClientError {
     /// Whether the failed produce may nevertheless have been appended to the log.
     pub fn possibly_written(&self) -> bool {
         match self {
-            ClientError::Transport(_) | ClientError::OutcomeUnknown { .. } => true,
+            ClientError::Transport(status) => is_retriable_status(status.code()),
+            ClientError::OutcomeUnknown { .. } => true,
             ClientError::DeliveryTimeout {
                 possibly_written, ..
             } => *possibly_written,
@@ -148,8 +150,10 @@ pub enum ErrorClass {
     /// is unacknowledged; otherwise the broker lost the producer's state and the
     /// partition needs a new producer id.
     OutOfOrderSequence,
-    /// `UNKNOWN_PRODUCER_ID`: the broker holds no state for the producer id (it expired);
-    /// nothing unacknowledged was written. Take a new producer id, restart at sequence 0.
+    /// `UNKNOWN_PRODUCER_ID`: the broker holds no state for the producer id (it expired,
+    /// or sequence 0 of a fresh id has not arrived yet). Like an out-of-order answer:
+    /// retriable behind an unacknowledged batch, otherwise the partition continues under
+    /// a new producer id from sequence 0.
     NeedsNewProducerId,
     /// Sending the same request again cannot succeed.
     Fatal,
@@ -168,21 +172,22 @@ pub fn classify(code: ErrorCode) -> ErrorClass {
 }
 
 /// Codes after which the same request may succeed (leadership moves, replicas catch up,
-/// a coordinator finishes loading, a topic's metadata propagates).
+/// a coordinator or the producer-id store finishes loading, a broker-side fault the
+/// broker logged), as docs/protocol.md lists them. `UNKNOWN_TOPIC_OR_PARTITION` is
+/// fatal for a produce there: the producer checks the topic's metadata before sending.
 pub fn is_retriable(code: ErrorCode) -> bool {
     use ErrorCode as E;
     matches!(
         code,
-        E::NotLeaderOrFollower
+        E::UnknownServerError
+            | E::NotLeaderOrFollower
             | E::LeaderNotAvailable
             | E::RequestTimedOut
             | E::NotEnoughReplicas
             | E::CoordinatorLoadInProgress
             | E::NotCoordinator
-            | E::UnknownTopicOrPartition
             | E::FencedLeaderEpoch
             | E::ConcurrentTransactions
-            | E::ProducerIdsExhausted
     )
 }
 
@@ -218,18 +223,14 @@ pub fn needs_metadata_refresh(code: ErrorCode) -> bool {
     )
 }
 
-/// gRPC statuses that mean "no answer, try again" rather than "this request is wrong".
+/// gRPC statuses that mean "no answer, try again" (the request may or may not have been
+/// acted on). Every other status refuses the request before the broker acts on it, e.g.
+/// `RESOURCE_EXHAUSTED` for a request over the broker's size limit.
 pub fn is_retriable_status(code: tonic::Code) -> bool {
     use tonic::Code as C;
     matches!(
         code,
-        C::Unavailable
-            | C::DeadlineExceeded
-            | C::Cancelled
-            | C::Unknown
-            | C::Aborted
-            | C::Internal
-            | C::ResourceExhausted
+        C::Unavailable | C::DeadlineExceeded | C::Cancelled | C::Unknown | C::Aborted | C::Internal
     )
 }
 
@@ -245,7 +246,7 @@ mod tests {
             ErrorCode::RequestTimedOut,
             ErrorCode::NotEnoughReplicas,
             ErrorCode::CoordinatorLoadInProgress,
-            ErrorCode::UnknownTopicOrPartition,
+            ErrorCode::UnknownServerError,
         ] {
             assert_eq!(classify(code), ErrorClass::Retriable, "{code:?}");
         }
@@ -261,7 +262,8 @@ mod tests {
             ErrorCode::InvalidTopicException,
             ErrorCode::InvalidRequest,
             ErrorCode::InvalidRequiredAcks,
-            ErrorCode::UnknownServerError,
+            ErrorCode::UnknownTopicOrPartition,
+            ErrorCode::ProducerIdsExhausted,
         ] {
             assert!(is_fatal(code), "{code:?}");
         }
@@ -288,6 +290,13 @@ mod tests {
     fn unrecognised_codes_become_fatal_unknown_server_errors() {
         let e = ClientError::broker(4242, "what");
         assert_eq!(e.code(), Some(ErrorCode::UnknownServerError));
+        assert!(matches!(
+            e,
+            ClientError::Broker {
+                retriable: false,
+                ..
+            }
+        ));
         assert!(e.possibly_written());
         assert!(!e.retried());
     }
@@ -295,6 +304,10 @@ mod tests {
     #[test]
     fn errors_say_whether_data_may_be_in_the_log() {
         assert!(ClientError::Transport(tonic::Status::unavailable("x")).possibly_written());
+        assert!(
+            !ClientError::Transport(tonic::Status::resource_exhausted("too big"))
+                .possibly_written()
+        );
         assert!(!ClientError::broker(ErrorCode::MessageTooLarge as i32, "").possibly_written());
         let timeout = ClientError::DeliveryTimeout {
             attempts: 3,

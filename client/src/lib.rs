@@ -1,4 +1,41 @@
+//! idem's Rust SDK: a [`Producer`] with the three delivery modes (at-most-once,
+//! at-least-once, exactly-once per partition), a [`Consumer`] with read-committed and
+//! read-uncommitted isolation, and an [`Admin`] client. It knows only the wire
+//! (`idem-proto`), never the servers.
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), idem_client::ClientError> {
+//! use bytes::Bytes;
+//! use idem_client::{Admin, Delivery, Producer, ProducerConfig};
+//!
+//! Admin::connect("127.0.0.1:9092").await?.create_topic("orders", 3, 1).await?;
+//! let producer =
+//!     Producer::connect(ProducerConfig::new("127.0.0.1:9092").with_delivery(Delivery::ExactlyOnce))
+//!         .await?;
+//! let delivery = producer.send("orders", Some(Bytes::from("k")), Bytes::from("v")).await?;
+//! let written = delivery.await?; // partition and offset, written exactly once
+//! println!("{}/{} @ {}", written.topic, written.partition, written.offset);
+//! producer.close().await;
+//! # Ok(()) }
+//! ```
+//!
+//! Errors are [`ClientError`]: [`ClientError::retried`] says whether the SDK already
+//! retried, [`ClientError::possibly_written`] whether a failed record may be in the log.
+
+pub mod admin;
 pub mod connection;
+pub mod consumer;
 pub mod error;
+pub mod metadata;
 pub mod partitioner;
 pub mod producer;
+
+pub use admin::{Admin, OffsetSpec};
+pub use connection::Connection;
+pub use consumer::{Consumer, ConsumerConfig, ConsumerRecord, Isolation};
+pub use error::ClientError;
+pub use idem_proto::ErrorCode;
+pub use metadata::{BrokerMetadata, ClusterMetadata, PartitionMetadata, TopicMetadata};
+pub use producer::config::{Delivery, ProducerConfig};
+pub use producer::inflight::ProducerIdAndEpoch;
+pub use producer::{DeliveryFuture, Producer, ProducerRecord, RecordMetadata};

@@ -11,7 +11,10 @@ pub fn binary(name: &str) -> PathBuf {
         None => {
             let exe = std::env::current_exe().expect("test executable path");
             // target/<profile>/deps/<test-binary> -> target/<profile>
-            exe.parent().and_then(|deps| deps.parent()).expect("target dir").to_path_buf()
+            exe.parent()
+                .and_then(|deps| deps.parent())
+                .expect("target dir")
+                .to_path_buf()
         }
     };
     let path = dir.join(name);

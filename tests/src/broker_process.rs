@@ -30,7 +30,13 @@ impl BrokerProcess {
         let data_dir = tmp.path().join("data");
         let extra_args: Vec<String> = extra_args.iter().map(|s| s.to_string()).collect();
         let (child, addr) = spawn(&data_dir, "127.0.0.1:0", &extra_args);
-        BrokerProcess { child: Some(child), addr, data_dir, extra_args, _tmp: Some(tmp) }
+        BrokerProcess {
+            child: Some(child),
+            addr,
+            data_dir,
+            extra_args,
+            _tmp: Some(tmp),
+        }
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -58,7 +64,10 @@ impl BrokerProcess {
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
             let pid = child.id().to_string();
-            let status = Command::new("kill").args(["-TERM", &pid]).status().expect("run kill");
+            let status = Command::new("kill")
+                .args(["-TERM", &pid])
+                .status()
+                .expect("run kill");
             assert!(status.success(), "kill -TERM {pid} failed");
             let exit = child.wait().expect("wait for broker");
             assert!(exit.success(), "broker exited with {exit} after SIGTERM");
@@ -91,7 +100,10 @@ fn spawn(data_dir: &Path, listen: &str, extra_args: &[String]) -> (Child, Socket
         .arg("--data-dir")
         .arg(data_dir)
         .args(extra_args)
-        .env("IDEM_LOG", std::env::var("IDEM_LOG").unwrap_or_else(|_| "warn".into()))
+        .env(
+            "IDEM_LOG",
+            std::env::var("IDEM_LOG").unwrap_or_else(|_| "warn".into()),
+        )
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()

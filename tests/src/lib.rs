@@ -6,7 +6,7 @@
 pub mod binaries;
 pub mod broker_process;
 pub mod proxy;
-pub mod read_back;
+pub mod raw;
 
 pub use broker_process::BrokerProcess;
 pub use proxy::FaultyProxy;

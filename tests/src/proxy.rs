@@ -59,7 +59,9 @@ impl FaultyProxy {
                 let Ok((client, _)) = accepted else { return };
                 let faults = accept_faults.clone();
                 tokio::spawn(async move {
-                    let Ok(server) = TcpStream::connect(upstream).await else { return };
+                    let Ok(server) = TcpStream::connect(upstream).await else {
+                        return;
+                    };
                     let _ = client.set_nodelay(true);
                     let _ = server.set_nodelay(true);
                     relay(client, server, faults, stopped).await;
@@ -85,7 +87,9 @@ impl FaultyProxy {
     /// The next request body never reaches the broker; its connection is closed once
     /// `responses_before_close` later responses have been forwarded.
     pub fn swallow_next_request(&self, responses_before_close: usize) {
-        self.faults.close_after_responses.store(responses_before_close, Ordering::SeqCst);
+        self.faults
+            .close_after_responses
+            .store(responses_before_close, Ordering::SeqCst);
         self.faults.swallow_requests.store(1, Ordering::SeqCst);
     }
 
@@ -119,12 +123,31 @@ impl Drop for FaultyProxy {
     }
 }
 
-async fn relay(client: TcpStream, server: TcpStream, faults: Arc<Faults>, mut stopped: watch::Receiver<bool>) {
+async fn relay(
+    client: TcpStream,
+    server: TcpStream,
+    faults: Arc<Faults>,
+    mut stopped: watch::Receiver<bool>,
+) {
     let (client_read, client_write) = client.into_split();
     let (server_read, server_write) = server.into_split();
     let (close, closed) = watch::channel(false);
-    let upstream = pump(client_read, server_write, Direction::Request, faults.clone(), close.clone(), closed.clone());
-    let downstream = pump(server_read, client_write, Direction::Response, faults.clone(), close.clone(), closed);
+    let upstream = pump(
+        client_read,
+        server_write,
+        Direction::Request,
+        faults.clone(),
+        close.clone(),
+        closed.clone(),
+    );
+    let downstream = pump(
+        server_read,
+        client_write,
+        Direction::Response,
+        faults.clone(),
+        close.clone(),
+        closed,
+    );
     tokio::select! {
         _ = upstream => {}
         _ = downstream => {}
@@ -165,7 +188,8 @@ async fn pump(
         }
         let length = u32::from_be_bytes([0, header[0], header[1], header[2]]) as usize;
         let frame_type = header[3];
-        let stream_id = u32::from_be_bytes([header[5], header[6], header[7], header[8]]) & 0x7fff_ffff;
+        let stream_id =
+            u32::from_be_bytes([header[5], header[6], header[7], header[8]]) & 0x7fff_ffff;
         let mut payload = vec![0u8; length];
         if from.read_exact(&mut payload).await.is_err() {
             return;
@@ -194,7 +218,10 @@ async fn pump(
         if to.write_all(&header).await.is_err() || to.write_all(&payload).await.is_err() {
             return;
         }
-        if direction == Direction::Response && is_body && faults.swallowed_requests.load(Ordering::SeqCst) > 0 {
+        if direction == Direction::Response
+            && is_body
+            && faults.swallowed_requests.load(Ordering::SeqCst) > 0
+        {
             let remaining = faults.close_after_responses.load(Ordering::SeqCst);
             if remaining > 0 && faults.close_after_responses.fetch_sub(1, Ordering::SeqCst) == 1 {
                 let _ = to.flush().await;
@@ -206,7 +233,9 @@ async fn pump(
 }
 
 fn take_one(counter: &AtomicUsize) -> bool {
-    counter.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok()
+    counter
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok()
 }
 
 fn close_connection(faults: &Faults, close: &watch::Sender<bool>) {

@@ -144,8 +144,11 @@ mod tests {
             headers: vec![("h".into(), Bytes::from_static(b"vv"))],
             timestamp_ms: 7,
         };
-        let encoded =
-            idem_proto::batch::encode(idem_proto::batch::ProducerInfo::NONE, 0, &[r.clone()]);
+        let encoded = idem_proto::batch::encode(
+            idem_proto::batch::ProducerInfo::NONE,
+            0,
+            std::slice::from_ref(&r),
+        );
         assert_eq!(HEADER_LEN + record_size(&r), encoded.len());
     }
 
@@ -155,7 +158,9 @@ mod tests {
         let mut acc = Accumulator::new(1 << 20, Duration::from_millis(5));
         assert!(acc.deadline().is_none());
         assert!(acc.append(record(10), 1, t0).is_empty());
-        assert!(acc.append(record(10), 2, t0 + Duration::from_millis(3)).is_empty());
+        assert!(acc
+            .append(record(10), 2, t0 + Duration::from_millis(3))
+            .is_empty());
         assert_eq!(acc.deadline(), Some(t0 + Duration::from_millis(5)));
         assert!(acc.seal_if_due(t0 + Duration::from_millis(4)).is_none());
         let sealed = acc

@@ -173,10 +173,22 @@ mod tests {
 
     #[test]
     fn delivery_parses_the_cli_spellings() {
-        assert_eq!("exactly-once".parse::<Delivery>().ok(), Some(Delivery::ExactlyOnce));
-        assert_eq!("at-least-once".parse::<Delivery>().ok(), Some(Delivery::AtLeastOnce));
-        assert_eq!("at-most-once".parse::<Delivery>().ok(), Some(Delivery::AtMostOnce));
-        assert_eq!("AT_MOST_ONCE".parse::<Delivery>().ok(), Some(Delivery::AtMostOnce));
+        assert_eq!(
+            "exactly-once".parse::<Delivery>().ok(),
+            Some(Delivery::ExactlyOnce)
+        );
+        assert_eq!(
+            "at-least-once".parse::<Delivery>().ok(),
+            Some(Delivery::AtLeastOnce)
+        );
+        assert_eq!(
+            "at-most-once".parse::<Delivery>().ok(),
+            Some(Delivery::AtMostOnce)
+        );
+        assert_eq!(
+            "AT_MOST_ONCE".parse::<Delivery>().ok(),
+            Some(Delivery::AtMostOnce)
+        );
         assert!(matches!(
             "twice".parse::<Delivery>(),
             Err(ClientError::InvalidConfig(_))
@@ -185,7 +197,11 @@ mod tests {
 
     #[test]
     fn delivery_round_trips_through_display() {
-        for d in [Delivery::AtMostOnce, Delivery::AtLeastOnce, Delivery::ExactlyOnce] {
+        for d in [
+            Delivery::AtMostOnce,
+            Delivery::AtLeastOnce,
+            Delivery::ExactlyOnce,
+        ] {
             assert_eq!(d.to_string().parse::<Delivery>().ok(), Some(d));
         }
     }
@@ -194,7 +210,10 @@ mod tests {
     fn acks_follow_the_delivery_mode() {
         let config = ProducerConfig::new("127.0.0.1:1");
         assert_eq!(config.acks(), -1);
-        assert_eq!(config.clone().with_delivery(Delivery::AtLeastOnce).acks(), -1);
+        assert_eq!(
+            config.clone().with_delivery(Delivery::AtLeastOnce).acks(),
+            -1
+        );
         assert_eq!(config.with_delivery(Delivery::AtMostOnce).acks(), 1);
     }
 
@@ -215,7 +234,10 @@ mod tests {
     fn exactly_once_refuses_more_than_five_in_flight() {
         let mut config = ProducerConfig::new("127.0.0.1:9092");
         config.max_in_flight = 6;
-        assert!(matches!(config.validate(), Err(ClientError::InvalidConfig(_))));
+        assert!(matches!(
+            config.validate(),
+            Err(ClientError::InvalidConfig(_))
+        ));
         config.delivery = Delivery::AtLeastOnce;
         assert!(config.validate().is_ok());
     }
@@ -224,7 +246,10 @@ mod tests {
     fn delivery_timeout_must_cover_one_request() {
         let mut config = ProducerConfig::new("127.0.0.1:9092");
         config.delivery_timeout = Duration::from_secs(10);
-        assert!(matches!(config.validate(), Err(ClientError::InvalidConfig(_))));
+        assert!(matches!(
+            config.validate(),
+            Err(ClientError::InvalidConfig(_))
+        ));
     }
 
     #[test]

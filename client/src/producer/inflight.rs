@@ -7,19 +7,24 @@
 //! - A batch gets its `(producer_id, epoch, base_sequence)` when it is first sent, in
 //!   queue order, so sequences are consecutive in send order; every retry resends the
 //!   identical bytes.
-//! - Batches are pipelined (up to `max_in_flight`) only while nothing has failed. After
+//! - Batches are pipelined only while nothing has failed, and only within
+//!   `max_in_flight` batches of the oldest unacknowledged one (answers may arrive out of
+//!   order; the broker detects duplicates among a producer's last 5 batches). After
 //!   any failure nothing new is sent until every in-flight request has resolved; then
 //!   the batches that were already sent are resent **one at a time, lowest sequence
 //!   first**, each only after its predecessor was acknowledged; pipelining resumes when
 //!   no previously sent batch is left. So the log order equals the send order.
+//! - `OUT_OF_ORDER_SEQUENCE_NUMBER` and `UNKNOWN_PRODUCER_ID` for a batch sent while a
+//!   predecessor was unacknowledged are retriable: concurrent requests may reach the
+//!   partition out of order. For a batch sent after all its predecessors were
+//!   acknowledged they mean the broker lost or expired the producer's state.
 //! - A sequence that may have been written is never reused: when the partition cannot
-//!   continue its sequence (`UNKNOWN_PRODUCER_ID`, an out-of-order answer to a batch
-//!   sent after its predecessor was acknowledged, a batch given up with its sequence
+//!   continue its sequence (the case above, or a batch given up with its sequence
 //!   assigned), it waits for all in-flight requests, takes a new producer id and starts
-//!   again at sequence 0. Batches that were definitely not written are re-encoded under
-//!   the new id; batches that may have been written fail with
-//!   [`ClientError::OutcomeUnknown`] (or [`ClientError::DeliveryTimeout`] with
-//!   `possibly_written: true`) and are never resent.
+//!   again at sequence 0. Batches that were definitely not written (every attempt
+//!   refused, or behind such a batch) are re-encoded under the new id; batches that may
+//!   have been written fail with [`ClientError::OutcomeUnknown`] (or
+//!   [`ClientError::DeliveryTimeout`] with `possibly_written: true`) and are never resent.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -73,8 +78,11 @@ pub enum Outcome {
     /// No answer (connection lost, request timeout, malformed answer): the batch may or
     /// may not have been written. Retriable.
     Lost(ClientError),
-    /// A failure no retry can fix, outcome unknown (e.g. a request the transport refused).
-    Failed(ClientError),
+    /// A failure no retry can fix (e.g. a request the transport refused as too large).
+    Failed {
+        error: ClientError,
+        possibly_written: bool,
+    },
 }
 
 /// What the sender task must do.
@@ -263,9 +271,14 @@ impl PartitionInflight {
                 self.queue[idx].maybe_written = true;
                 self.retriable(idx, err);
             }
-            Outcome::Failed(err) => {
-                self.queue[idx].maybe_written = true;
-                self.give_up(idx, err);
+            Outcome::Failed {
+                error,
+                possibly_written,
+            } => {
+                if possibly_written {
+                    self.queue[idx].maybe_written = true;
+                }
+                self.give_up(idx, error);
             }
             Outcome::Rejected { code, message } => {
                 let err = ClientError::Broker {
@@ -282,23 +295,21 @@ impl PartitionInflight {
                 match error::classify(code) {
                     ErrorClass::Success => self.complete_ok(idx, -1),
                     ErrorClass::Retriable => self.retriable(idx, err),
-                    // Sent behind an unacknowledged predecessor: it may simply have
-                    // overtaken it. Retry in order.
-                    ErrorClass::OutOfOrderSequence if idempotent && !sent_as_head => {
+                    // Sent behind an unacknowledged predecessor, the batch may simply have
+                    // overtaken it (concurrent requests reach the partition in any order):
+                    // a gap, or no producer state yet because sequence 0 has not arrived.
+                    // Retry in order.
+                    ErrorClass::OutOfOrderSequence | ErrorClass::NeedsNewProducerId
+                        if idempotent && !sent_as_head =>
+                    {
                         self.retriable(idx, err);
                     }
-                    // Sent after its predecessor was acknowledged, yet out of order: the
-                    // broker lost this producer's state. The sequence cannot continue.
-                    ErrorClass::OutOfOrderSequence if idempotent => {
-                        self.queue[idx].last_error = Some(err);
-                        self.start_draining(true);
-                    }
-                    // The broker holds nothing of this producer id, so nothing
-                    // unacknowledged under it is in the log.
-                    ErrorClass::NeedsNewProducerId if idempotent => {
-                        for e in self.queue.iter_mut().filter(|e| e.assigned.is_some()) {
-                            e.cannot_be_written = true;
-                        }
+                    // Sent after every predecessor was acknowledged, yet refused: the
+                    // broker lost or expired this producer's state. The sequence cannot
+                    // continue; this attempt wrote nothing.
+                    ErrorClass::OutOfOrderSequence | ErrorClass::NeedsNewProducerId
+                        if idempotent =>
+                    {
                         self.queue[idx].last_error = Some(err);
                         self.start_draining(true);
                     }
@@ -545,8 +556,20 @@ impl PartitionInflight {
         loop {
             match self.phase {
                 Phase::Sending => {
+                    // The window is counted from the oldest unacknowledged batch, not in
+                    // requests: answers may arrive out of order, and the broker
+                    // recognises a duplicate only among a producer's last 5 batches, so
+                    // at most `max_in_flight - 1` batches may be written after any batch
+                    // whose answer is still pending.
+                    let Some(oldest) = self.queue.front().map(|e| e.id.0) else {
+                        return;
+                    };
+                    let window = self.config.max_in_flight as u64;
                     let mut idx = 0;
-                    while self.in_flight < self.config.max_in_flight && idx < self.queue.len() {
+                    while self.in_flight < self.config.max_in_flight
+                        && idx < self.queue.len()
+                        && self.queue[idx].id.0 - oldest < window
+                    {
                         if self.queue[idx].in_flight.is_none() {
                             self.send(idx);
                         }
@@ -590,7 +613,8 @@ impl PartitionInflight {
                         producer_epoch: p.producer_epoch,
                         base_sequence: self.next_sequence,
                     };
-                    self.next_sequence = batch::sequence_add(self.next_sequence, entry.record_count);
+                    self.next_sequence =
+                        batch::sequence_add(self.next_sequence, entry.record_count);
                     info
                 } else {
                     ProducerInfo::NONE

@@ -1,3 +1,330 @@
+//! The producer: `send` hands a record to its partition's task and returns at once with
+//! a [`DeliveryFuture`], so callers pipeline; the future resolves with the record's
+//! offset once the broker acknowledged it (after retries, in the retrying modes) or
+//! with the error that ended it. Each partition has its own task, batches, sequence
+//! numbers and producer id; see [`inflight`] for the ordering rules.
+
 pub mod accumulator;
 pub mod config;
 pub mod inflight;
+mod sender;
+
+use std::collections::hash_map::RandomState;
+use std::collections::HashMap;
+use std::future::Future;
+use std::hash::BuildHasher;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use idem_proto::batch::{Record, HEADER_LEN};
+use tokio::sync::{mpsc, oneshot};
+
+use self::accumulator::record_size;
+use self::config::ProducerConfig;
+use self::inflight::ProducerIdAndEpoch;
+use self::sender::{PartitionMsg, PartitionSender};
+use crate::connection::{Connection, MAX_MESSAGE_BYTES};
+use crate::error::ClientError;
+use crate::partitioner::Partitioner;
+
+/// Records a partition task may have queued in its channel before `send` waits (the
+/// task itself stops taking records at `buffer_memory`).
+const CHANNEL_CAPACITY: usize = 1024;
+
+/// Where an acknowledged record landed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordMetadata {
+    pub topic: Arc<str>,
+    pub partition: i32,
+    /// The record's offset; -1 if the broker answered a duplicate without offsets.
+    pub offset: i64,
+}
+
+/// A record with everything a caller may set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProducerRecord {
+    pub topic: String,
+    /// `None`: chosen by the partitioner from the key.
+    pub partition: Option<i32>,
+    pub key: Option<Bytes>,
+    pub value: Option<Bytes>,
+    pub headers: Vec<(String, Bytes)>,
+    /// `None`: the time of `send`.
+    pub timestamp_ms: Option<i64>,
+}
+
+impl ProducerRecord {
+    pub fn new(topic: impl Into<String>, value: impl Into<Bytes>) -> Self {
+        ProducerRecord {
+            topic: topic.into(),
+            partition: None,
+            key: None,
+            value: Some(value.into()),
+            headers: Vec::new(),
+            timestamp_ms: None,
+        }
+    }
+    pub fn key(mut self, key: impl Into<Bytes>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+    pub fn partition(mut self, partition: i32) -> Self {
+        self.partition = Some(partition);
+        self
+    }
+    pub fn header(mut self, key: impl Into<String>, value: impl Into<Bytes>) -> Self {
+        self.headers.push((key.into(), value.into()));
+        self
+    }
+}
+
+/// Resolves once the record is acknowledged or has failed for good.
+#[derive(Debug)]
+#[must_use = "a record's outcome is only known by awaiting its DeliveryFuture"]
+pub struct DeliveryFuture {
+    rx: oneshot::Receiver<Result<RecordMetadata, ClientError>>,
+}
+
+impl Future for DeliveryFuture {
+    type Output = Result<RecordMetadata, ClientError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.rx).poll(cx).map(|r| match r {
+            Ok(result) => result,
+            // The partition task ended without an answer: it can only have been
+            // aborted (runtime shut down).
+            Err(_) => Err(ClientError::Closed),
+        })
+    }
+}
+
+/// A producer; cheap to clone, all clones share the partitions' tasks.
+#[derive(Debug, Clone)]
+pub struct Producer {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    config: Arc<ProducerConfig>,
+    conn: Connection,
+    /// The id every partition starts with (exactly-once only).
+    producer: Option<ProducerIdAndEpoch>,
+    partitions: Mutex<HashMap<String, HashMap<i32, mpsc::Sender<PartitionMsg>>>>,
+    partitioners: Mutex<HashMap<String, Partitioner>>,
+    tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    closed: AtomicBool,
+    seed: RandomState,
+}
+
+impl Producer {
+    /// Validates `config`, connects, and in exactly-once mode obtains a producer id.
+    pub async fn connect(config: ProducerConfig) -> Result<Producer, ClientError> {
+        config.validate()?;
+        let conn = Connection::connect(&config.bootstrap, config.request_timeout).await?;
+        let producer = if config.delivery.idempotent() {
+            let p = conn.init_producer_id().await?;
+            tracing::info!(
+                producer_id = p.producer_id,
+                producer_epoch = p.producer_epoch,
+                "idempotent producer ready"
+            );
+            Some(p)
+        } else {
+            None
+        };
+        Ok(Producer {
+            inner: Arc::new(Inner {
+                config: Arc::new(config),
+                conn,
+                producer,
+                partitions: Mutex::new(HashMap::new()),
+                partitioners: Mutex::new(HashMap::new()),
+                tasks: Mutex::new(Vec::new()),
+                closed: AtomicBool::new(false),
+                seed: RandomState::new(),
+            }),
+        })
+    }
+
+    pub fn config(&self) -> &ProducerConfig {
+        &self.inner.config
+    }
+
+    /// The producer id partitions start with (exactly-once mode).
+    pub fn producer_id(&self) -> Option<ProducerIdAndEpoch> {
+        self.inner.producer
+    }
+
+    /// Sends `value` under `key` to the partition the key maps to (sticky round-robin
+    /// for `None`). Waits only for metadata and buffer space, not for the broker.
+    pub async fn send(
+        &self,
+        topic: &str,
+        key: Option<Bytes>,
+        value: Bytes,
+    ) -> Result<DeliveryFuture, ClientError> {
+        self.send_record(ProducerRecord {
+            key,
+            ..ProducerRecord::new(topic, value)
+        })
+        .await
+    }
+
+    /// Sends to an explicit partition.
+    pub async fn send_to(
+        &self,
+        topic: &str,
+        partition: i32,
+        key: Option<Bytes>,
+        value: Bytes,
+    ) -> Result<DeliveryFuture, ClientError> {
+        self.send_record(ProducerRecord {
+            key,
+            partition: Some(partition),
+            ..ProducerRecord::new(topic, value)
+        })
+        .await
+    }
+
+    /// Sends a record with headers, timestamp or partition set.
+    pub async fn send_record(&self, record: ProducerRecord) -> Result<DeliveryFuture, ClientError> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(ClientError::Closed);
+        }
+        let ProducerRecord {
+            topic,
+            partition,
+            key,
+            value,
+            headers,
+            timestamp_ms,
+        } = record;
+        let record = Record {
+            key,
+            value,
+            headers,
+            timestamp_ms: timestamp_ms.unwrap_or_else(now_ms),
+        };
+        let size = record_size(&record);
+        let max = MAX_MESSAGE_BYTES - HEADER_LEN - 4096;
+        if size > max {
+            return Err(ClientError::RecordTooLarge { size, max });
+        }
+        let count = self.inner.conn.partition_count(&topic).await?;
+        let partition = match partition {
+            Some(p) if (0..count).contains(&p) => p,
+            Some(p) => {
+                return Err(ClientError::UnknownTopic {
+                    topic,
+                    partition: Some(p),
+                })
+            }
+            None => self.choose_partition(&topic, record.key.as_deref(), size, count),
+        };
+        let sender = self.partition_sender(&topic, partition)?;
+        let (ticket, rx) = oneshot::channel();
+        sender
+            .send(PartitionMsg::Record { record, ticket })
+            .await
+            .map_err(|_| ClientError::Closed)?;
+        Ok(DeliveryFuture { rx })
+    }
+
+    /// Sends every buffered record now and waits until each record handed over before
+    /// this call is acknowledged or failed.
+    pub async fn flush(&self) {
+        let senders: Vec<mpsc::Sender<PartitionMsg>> = match self.inner.partitions.lock() {
+            Ok(partitions) => partitions
+                .values()
+                .flat_map(|p| p.values().cloned())
+                .collect(),
+            Err(_) => return,
+        };
+        let mut waits = Vec::with_capacity(senders.len());
+        for sender in senders {
+            let (tx, rx) = oneshot::channel();
+            if sender.send(PartitionMsg::Flush(tx)).await.is_ok() {
+                waits.push(rx);
+            }
+        }
+        for wait in waits {
+            let _ = wait.await;
+        }
+    }
+
+    /// Refuses new records, completes every record already handed over (retries
+    /// included), and stops the partition tasks.
+    pub async fn close(&self) {
+        self.inner.closed.store(true, Ordering::Release);
+        self.flush().await;
+        if let Ok(mut partitions) = self.inner.partitions.lock() {
+            partitions.clear();
+        }
+        let tasks: Vec<_> = match self.inner.tasks.lock() {
+            Ok(mut tasks) => tasks.drain(..).collect(),
+            Err(_) => Vec::new(),
+        };
+        for task in tasks {
+            let _ = task.await;
+        }
+    }
+
+    fn choose_partition(&self, topic: &str, key: Option<&[u8]>, size: usize, count: i32) -> i32 {
+        let Ok(mut partitioners) = self.inner.partitioners.lock() else {
+            return crate::partitioner::partition_for_key(key.unwrap_or_default(), count);
+        };
+        let partitioner = partitioners.entry(topic.to_string()).or_insert_with(|| {
+            let start = self.inner.seed.hash_one(topic) as u32;
+            Partitioner::new(self.inner.config.batch_size, start)
+        });
+        partitioner.partition(key, size, count)
+    }
+
+    /// The channel of a partition's task, starting the task on first use.
+    fn partition_sender(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Result<mpsc::Sender<PartitionMsg>, ClientError> {
+        let mut partitions = self
+            .inner
+            .partitions
+            .lock()
+            .map_err(|_| ClientError::Fatal("producer state poisoned".into()))?;
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(ClientError::Closed);
+        }
+        if let Some(sender) = partitions.get(topic).and_then(|p| p.get(&partition)) {
+            return Ok(sender.clone());
+        }
+        let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+        let task = PartitionSender::spawn(
+            Arc::from(topic),
+            partition,
+            self.inner.conn.clone(),
+            self.inner.config.clone(),
+            self.inner.producer,
+            rx,
+        );
+        if let Ok(mut tasks) = self.inner.tasks.lock() {
+            tasks.retain(|t| !t.is_finished());
+            tasks.push(task);
+        }
+        partitions
+            .entry(topic.to_string())
+            .or_default()
+            .insert(partition, tx.clone());
+        Ok(tx)
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}

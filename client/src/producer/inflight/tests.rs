@@ -169,10 +169,6 @@ impl Harness {
     }
 }
 
-fn ids(range: std::ops::Range<u64>) -> Vec<BatchId> {
-    range.map(BatchId).collect()
-}
-
 // ---- exactly-once: the happy path ----
 
 #[test]
@@ -203,7 +199,11 @@ fn given_encoded_batch_then_header_carries_producer_id_epoch_and_sequence() {
     let b = h.push(1, 1);
     let header = batch::decode_header(&h.last_attempt(b).records).expect("header");
     assert_eq!(
-        (header.producer_id, header.producer_epoch, header.base_sequence),
+        (
+            header.producer_id,
+            header.producer_epoch,
+            header.base_sequence
+        ),
         (7, 0, 4)
     );
     assert_eq!(header.record_count, 1);
@@ -225,11 +225,16 @@ fn given_five_in_flight_when_acks_arrive_out_of_order_then_each_completes_and_no
 }
 
 #[test]
-fn given_window_full_when_a_sixth_batch_is_sealed_then_it_waits_for_an_ack() {
+fn given_window_full_when_a_sixth_batch_is_sealed_then_it_waits_for_the_oldest_ack() {
     let mut h = Harness::new(Delivery::ExactlyOnce);
     let batches: Vec<_> = (0..6).map(|i| h.push(i, 1)).collect();
     assert_eq!(h.sent_since(0), batches[..5].to_vec());
+    // An ack behind the oldest pending batch does not slide the window: if batch 0 was
+    // appended but its answer is lost, the broker must still hold it among the
+    // producer's last 5 batches when the retry comes.
     h.ok(batches[2], 2);
+    assert_eq!(h.sent.len(), 5);
+    h.ok(batches[0], 0);
     assert_eq!(h.sent_since(5), vec![batches[5]]);
     assert_eq!(h.last_attempt(batches[5]).producer.base_sequence, 5);
 }
@@ -251,13 +256,15 @@ fn given_sequence_near_i32_max_then_it_wraps_to_zero() {
 fn given_first_fails_and_rest_out_of_order_then_all_are_resent_one_by_one_in_sequence_order() {
     let mut h = Harness::new(Delivery::ExactlyOnce);
     let batches: Vec<_> = (0..5).map(|i| h.push(i, 1)).collect();
-    let originals: Vec<Bytes> = batches
-        .iter()
-        .map(|b| h.last_attempt(*b).records)
-        .collect();
+    let originals: Vec<Bytes> = batches.iter().map(|b| h.last_attempt(*b).records).collect();
     h.reject(batches[0], ErrorCode::NotLeaderOrFollower);
     assert_eq!(h.metadata_refreshes, 1);
-    assert_eq!(h.m.phase(), Phase::Draining { new_producer_id: false });
+    assert_eq!(
+        h.m.phase(),
+        Phase::Draining {
+            new_producer_id: false
+        }
+    );
     // A batch sealed meanwhile is not sent while the partition drains.
     let late = h.push(5, 1);
     for b in &batches[1..] {
@@ -393,8 +400,8 @@ fn given_unknown_producer_id_then_partition_takes_new_id_and_resends_from_sequen
 }
 
 #[test]
-fn given_out_of_order_for_head_sent_after_predecessor_acked_then_new_id_and_unwritten_head_is_resent()
-{
+fn given_out_of_order_for_head_sent_after_predecessor_acked_then_new_id_and_unwritten_head_is_resent(
+) {
     let mut h = Harness::new(Delivery::ExactlyOnce);
     let a = h.push(0, 1);
     h.ok(a, 0);
@@ -441,10 +448,7 @@ fn given_possibly_written_head_answered_out_of_order_then_it_fails_outcome_unkno
     let resent: Vec<_> = h.sent[3..].iter().map(|s| (s.batch, s.producer)).collect();
     assert_eq!(resent.len(), 1);
     assert_eq!(resent[0].0, b);
-    assert_eq!(
-        (resent[0].1.producer_id, resent[0].1.base_sequence),
-        (8, 0)
-    );
+    assert_eq!((resent[0].1.producer_id, resent[0].1.base_sequence), (8, 0));
 }
 
 #[test]
@@ -571,15 +575,16 @@ fn given_batch_waiting_for_producer_id_when_timeout_expires_then_it_fails_not_wr
 fn given_stale_or_unknown_outcome_then_it_is_ignored() {
     let mut h = Harness::new(Delivery::ExactlyOnce);
     let a = h.push(0, 1);
-    let commands = h.m.on_outcome(a, 9, Outcome::Appended { base_offset: 0 }, h.now);
+    let commands =
+        h.m.on_outcome(a, 9, Outcome::Appended { base_offset: 0 }, h.now);
     assert!(commands.is_empty());
-    let commands = h
-        .m
-        .on_outcome(BatchId(99), 1, Outcome::Appended { base_offset: 0 }, h.now);
+    let commands =
+        h.m.on_outcome(BatchId(99), 1, Outcome::Appended { base_offset: 0 }, h.now);
     assert!(commands.is_empty());
     assert_eq!(h.m.in_flight(), 1);
     h.ok(a, 0);
-    let commands = h.m.on_outcome(a, 1, Outcome::Appended { base_offset: 5 }, h.now);
+    let commands =
+        h.m.on_outcome(a, 1, Outcome::Appended { base_offset: 5 }, h.now);
     h.apply(commands);
     assert_eq!(h.offset(a), Some(0));
 }
@@ -739,13 +744,24 @@ struct Run {
     acked: BTreeMap<BatchId, i64>,
     failed: BTreeMap<BatchId, ClientError>,
     pushed: Vec<(BatchId, Vec<Bytes>)>,
+    producer_ids_taken: usize,
 }
 
-fn simulate(delivery: Delivery, seed: u64, batches: u64) -> Run {
-    let mut rng = Rng(seed);
+/// Runs `batches` batches through the core and a model broker, with the network
+/// reordering requests and responses, refusing some (`NOT_LEADER_OR_FOLLOWER`) and
+/// losing some before or after the broker acted. With `expire_idle`, the broker also
+/// forgets producer state whenever the partition is idle (idle producer expiry).
+fn simulate(delivery: Delivery, seed: u64, batches: u64, expire_idle: bool) -> Run {
+    simulate_with(config(delivery), seed, batches, expire_idle)
+}
+
+fn simulate_with(config: InflightConfig, seed: u64, batches: u64, expire_idle: bool) -> Run {
+    let mut rng = Rng(seed.max(1));
     let mut broker = ModelBroker::default();
-    let mut h = Harness::new(delivery);
+    let mut h = Harness::with(config, Some(PID));
     let mut requests: Vec<Sent> = Vec::new(); // on the way to the broker
+                                              // Requests the client gave up on (timeout) that still reach the broker later.
+    let mut ghosts: Vec<Sent> = Vec::new();
     let mut responses: Vec<(BatchId, u32, Outcome)> = Vec::new(); // on the way back
     let mut pushed = Vec::new();
     let mut delivered_sends = 0;
@@ -754,7 +770,7 @@ fn simulate(delivery: Delivery, seed: u64, batches: u64) -> Run {
         // Move newly sent requests onto the wire.
         requests.extend(h.sent[delivered_sends..].iter().cloned());
         delivered_sends = h.sent.len();
-        if h.init_requests > 0 && h.m.phase() == Phase::AwaitingProducerId && rng.chance(50) {
+        if h.m.phase() == Phase::AwaitingProducerId && rng.chance(50) {
             next_pid += 1;
             h.new_producer_id(ProducerIdAndEpoch {
                 producer_id: next_pid,
@@ -762,9 +778,12 @@ fn simulate(delivery: Delivery, seed: u64, batches: u64) -> Run {
             });
             continue;
         }
-        let idle = pushed.len() as u64 == batches && h.m.is_idle();
-        if idle {
+        if pushed.len() as u64 == batches && h.m.is_idle() {
             break;
+        }
+        // Expiry is for idle producers: long after any request of theirs is gone.
+        if expire_idle && h.m.is_idle() && ghosts.is_empty() && rng.chance(30) {
+            broker.producers.clear();
         }
         match rng.below(10) {
             0 | 1 if (pushed.len() as u64) < batches => {
@@ -777,9 +796,31 @@ fn simulate(delivery: Delivery, seed: u64, batches: u64) -> Run {
                     .collect();
                 pushed.push((id, values));
             }
+            8 if !ghosts.is_empty() && rng.chance(50) => {
+                let ghost = ghosts.remove(rng.below(ghosts.len()));
+                let _ = broker.produce(&ghost.records);
+            }
             2..=4 if !requests.is_empty() => {
                 // The broker handles requests in any order (concurrent streams).
                 let request = requests.remove(rng.below(requests.len()));
+                if rng.chance(4) {
+                    // The client's request timeout fires; the request arrives later.
+                    responses.push((
+                        request.batch,
+                        request.attempt,
+                        Outcome::Lost(ClientError::Transport(tonic::Status::deadline_exceeded(
+                            "request timeout",
+                        ))),
+                    ));
+                    ghosts.push(request);
+                    continue;
+                }
+                if std::env::var("SIM_TRACE").is_ok() {
+                    eprintln!(
+                        "broker gets {:?} #{} seq {}",
+                        request.batch, request.attempt, request.producer.base_sequence
+                    );
+                }
                 let outcome = if rng.chance(10) {
                     Outcome::Rejected {
                         code: ErrorCode::NotLeaderOrFollower,
@@ -801,6 +842,12 @@ fn simulate(delivery: Delivery, seed: u64, batches: u64) -> Run {
                 } else {
                     outcome
                 };
+                if std::env::var("SIM_TRACE").is_ok() {
+                    eprintln!(
+                        "outcome {batch:?} #{attempt} {outcome:?} phase {:?}",
+                        h.m.phase()
+                    );
+                }
                 let commands = h.m.on_outcome(batch, attempt, outcome, h.now);
                 h.apply(commands);
             }
@@ -825,40 +872,133 @@ fn simulate(delivery: Delivery, seed: u64, batches: u64) -> Run {
         acked,
         failed,
         pushed,
+        producer_ids_taken: h.init_requests,
+    }
+}
+
+/// Exactly-once as a reader sees it: every acknowledged batch once, at its offset; a
+/// batch failed as not written absent; a possibly written one at most once; and the
+/// acknowledged batches in send order. (A batch given up as possibly written may still
+/// land later, after its successors, when its request outlived the producer id.)
+fn assert_exactly_once(run: &Run, seed: u64) {
+    let mut position: HashMap<&Bytes, usize> = HashMap::new();
+    for (i, v) in run.log.iter().enumerate() {
+        assert!(
+            position.insert(v, i).is_none(),
+            "seed {seed}: {v:?} duplicated"
+        );
+    }
+    let sent: Vec<&Bytes> = run
+        .pushed
+        .iter()
+        .filter(|(batch, _)| run.acked.contains_key(batch))
+        .flat_map(|(_, v)| v.iter())
+        .collect();
+    let order: Vec<usize> = sent
+        .iter()
+        .filter_map(|v| position.get(v).copied())
+        .collect();
+    assert!(
+        order.windows(2).all(|w| w[0] < w[1]),
+        "seed {seed}: log order differs from send order"
+    );
+    for (batch, values) in &run.pushed {
+        if let Some(offset) = run.acked.get(batch) {
+            let at = *offset as usize;
+            assert_eq!(&run.log[at..at + values.len()], &values[..], "seed {seed}");
+        } else {
+            let error = &run.failed[batch];
+            if !error.possibly_written() {
+                assert!(
+                    values.iter().all(|v| !position.contains_key(v)),
+                    "seed {seed}: {batch:?} failed as not written but is in the log"
+                );
+            }
+        }
     }
 }
 
 #[test]
 fn given_any_interleaving_of_reordering_rejections_and_lost_responses_then_exactly_once_log_equals_send_order(
 ) {
-    for seed in 1..=200u64 {
-        let run = simulate(Delivery::ExactlyOnce, seed * 0x9e37_79b9_7f4a_7c15, 40);
+    for seed in 1..=300u64 {
+        let run = simulate(
+            Delivery::ExactlyOnce,
+            seed.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+            40,
+            false,
+        );
         assert!(
             run.failed.is_empty(),
-            "seed {seed}: nothing should fail without broker state loss: {:?}",
+            "seed {seed}: nothing fails while the broker keeps its state: {:?}",
             run.failed
         );
+        assert_eq!(run.producer_ids_taken, 0, "seed {seed}");
         let expected: Vec<Bytes> = run.pushed.iter().flat_map(|(_, v)| v.clone()).collect();
-        assert_eq!(run.log, expected, "seed {seed}: log differs from send order");
-        for (batch, values) in &run.pushed {
-            let offset = run.acked[batch];
-            let at = offset as usize;
-            assert_eq!(&run.log[at..at + values.len()], &values[..], "seed {seed}");
+        assert_eq!(
+            run.log, expected,
+            "seed {seed}: log differs from send order"
+        );
+        assert_exactly_once(&run, seed);
+    }
+}
+
+#[test]
+fn given_broker_expires_idle_producers_then_partition_switches_ids_without_duplicates() {
+    let mut switched = 0;
+    for seed in 1..=300u64 {
+        let run = simulate(
+            Delivery::ExactlyOnce,
+            seed.wrapping_mul(0xd1b5_4a32_d192_ed03),
+            40,
+            true,
+        );
+        assert_exactly_once(&run, seed);
+        switched += run.producer_ids_taken;
+    }
+    assert!(switched > 0, "the runs exercised producer id switches");
+}
+
+#[test]
+fn given_short_delivery_timeout_and_late_requests_then_nothing_failed_as_unwritten_is_in_the_log() {
+    let mut timeouts = 0;
+    let mut unknown = 0;
+    for seed in 1..=300u64 {
+        let config = InflightConfig {
+            delivery_timeout: Duration::from_millis(400),
+            ..config(Delivery::ExactlyOnce)
+        };
+        let run = simulate_with(config, seed.wrapping_mul(0xa076_1d64_78bd_642f), 40, true);
+        assert_exactly_once(&run, seed);
+        for e in run.failed.values() {
+            match e {
+                ClientError::DeliveryTimeout { .. } => timeouts += 1,
+                ClientError::OutcomeUnknown { .. } => unknown += 1,
+                _ => {}
+            }
         }
     }
+    assert!(
+        timeouts > 0 && unknown > 0,
+        "{timeouts} timeouts, {unknown} unknown"
+    );
 }
 
 #[test]
 fn given_any_interleaving_then_at_least_once_loses_nothing_acknowledged() {
     for seed in 1..=100u64 {
-        let run = simulate(Delivery::AtLeastOnce, seed * 0x2545_f491_4f6c_dd1d, 30);
+        let run = simulate(
+            Delivery::AtLeastOnce,
+            seed.wrapping_mul(0x2545_f491_4f6c_dd1d),
+            30,
+            false,
+        );
+        assert!(run.failed.is_empty(), "seed {seed}: {:?}", run.failed);
         for (batch, values) in &run.pushed {
-            if run.acked.contains_key(batch) {
-                for v in values {
-                    assert!(run.log.contains(v), "seed {seed}: acked record lost");
-                }
+            assert!(run.acked.contains_key(batch));
+            for v in values {
+                assert!(run.log.contains(v), "seed {seed}: acked record lost");
             }
         }
-        assert!(run.failed.is_empty(), "seed {seed}: {:?}", run.failed);
     }
 }

@@ -1,0 +1,107 @@
+//! Cluster administration: create topics, describe topics and brokers, look up a
+//! partition's earliest or latest offset. Every call is one RPC; broker errors come back
+//! untouched (not retried) so the caller sees exactly what the broker decided.
+
+use crate::connection::{Connection, DEFAULT_REQUEST_TIMEOUT};
+use crate::consumer::Isolation;
+use crate::error::ClientError;
+use crate::metadata::ClusterMetadata;
+use idem_proto::v1::{CreatableTopic, CreateTopicsRequest};
+
+/// Which end of a partition to look up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OffsetSpec {
+    /// The log start offset.
+    Earliest,
+    /// The high watermark (read-uncommitted) or last stable offset (read-committed).
+    Latest,
+}
+
+impl OffsetSpec {
+    /// The protocol's encoding: -2 earliest, -1 latest.
+    pub fn timestamp(self) -> i64 {
+        match self {
+            OffsetSpec::Earliest => -2,
+            OffsetSpec::Latest => -1,
+        }
+    }
+}
+
+/// Administrative client.
+#[derive(Debug, Clone)]
+pub struct Admin {
+    conn: Connection,
+}
+
+impl Admin {
+    /// Connects to `bootstrap` (`host:port`).
+    pub async fn connect(bootstrap: &str) -> Result<Admin, ClientError> {
+        Ok(Admin {
+            conn: Connection::connect(bootstrap, DEFAULT_REQUEST_TIMEOUT).await?,
+        })
+    }
+
+    /// An admin client sharing an existing connection.
+    pub fn from_connection(conn: Connection) -> Admin {
+        Admin { conn }
+    }
+
+    /// Creates a topic. An existing topic is `Broker { code: TOPIC_ALREADY_EXISTS, .. }`;
+    /// invalid names and partition counts are the broker's `INVALID_*` codes.
+    pub async fn create_topic(
+        &self,
+        name: &str,
+        partitions: i32,
+        replication_factor: i32,
+    ) -> Result<(), ClientError> {
+        let mut client = self.conn.client();
+        let response = self
+            .conn
+            .call(client.create_topics(CreateTopicsRequest {
+                topics: vec![CreatableTopic {
+                    name: name.to_string(),
+                    num_partitions: partitions,
+                    replication_factor,
+                }],
+            }))
+            .await?;
+        let result = response
+            .topics
+            .into_iter()
+            .find(|t| t.name == name)
+            .ok_or_else(|| {
+                ClientError::Protocol(format!("create topics answer lacks topic {name:?}"))
+            })?;
+        self.conn.invalidate(name);
+        if result.error_code == 0 {
+            Ok(())
+        } else {
+            Err(ClientError::broker(result.error_code, result.error_message))
+        }
+    }
+
+    /// Metadata of `topics`, or of every topic when `topics` is empty. Unknown topics are
+    /// listed with `error: Some(UNKNOWN_TOPIC_OR_PARTITION)`.
+    pub async fn metadata(&self, topics: &[&str]) -> Result<ClusterMetadata, ClientError> {
+        self.conn
+            .fetch_metadata(topics.iter().map(|t| t.to_string()).collect())
+            .await
+    }
+
+    /// The earliest or latest offset of a partition.
+    pub async fn list_offsets(
+        &self,
+        topic: &str,
+        partition: i32,
+        spec: OffsetSpec,
+        isolation: Isolation,
+    ) -> Result<i64, ClientError> {
+        self.conn
+            .list_offset(topic, partition, spec, isolation)
+            .await
+    }
+
+    pub fn connection(&self) -> &Connection {
+        &self.conn
+    }
+}

@@ -1,0 +1,152 @@
+//! A bare gRPC client for tests that need exact control over what goes on the wire
+//! (hand-made batches, chosen sequences, corrupt bytes), bypassing the SDK.
+
+use bytes::Bytes;
+use idem_proto::batch::{self, ProducerInfo, Record, StoredRecord};
+use idem_proto::v1::broker_client::BrokerClient;
+use idem_proto::v1::{
+    CreatableTopic, CreateTopicsRequest, FetchPartition, FetchRequest, FetchTopic, IsolationLevel,
+    PartitionProduceData, PartitionProduceResponse, ProduceRequest, TopicProduceData,
+};
+use idem_proto::ErrorCode;
+use tonic::transport::Channel;
+
+pub type RawClient = BrokerClient<Channel>;
+
+pub async fn connect(bootstrap: &str) -> RawClient {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{bootstrap}"))
+        .expect("endpoint")
+        .tcp_nodelay(true)
+        .connect()
+        .await
+        .expect("connect to broker");
+    BrokerClient::new(channel)
+        .max_decoding_message_size(64 * 1024 * 1024)
+        .max_encoding_message_size(64 * 1024 * 1024)
+}
+
+/// Creates a topic and returns the error code the broker answered.
+pub async fn create_topic(client: &mut RawClient, name: &str, partitions: i32) -> ErrorCode {
+    let response = client
+        .create_topics(CreateTopicsRequest {
+            topics: vec![CreatableTopic {
+                name: name.into(),
+                num_partitions: partitions,
+                replication_factor: 1,
+            }],
+        })
+        .await
+        .expect("CreateTopics")
+        .into_inner();
+    response.topics[0].error_code()
+}
+
+/// Records with the given values, keyed by nothing.
+pub fn records(values: &[&str]) -> Vec<Record> {
+    values
+        .iter()
+        .map(|v| Record {
+            value: Some(Bytes::copy_from_slice(v.as_bytes())),
+            timestamp_ms: 1,
+            ..Record::default()
+        })
+        .collect()
+}
+
+/// An idempotent batch from `producer_id`/`epoch` starting at `base_sequence`.
+pub fn idempotent_batch(
+    producer_id: i64,
+    epoch: i16,
+    base_sequence: i32,
+    values: &[&str],
+) -> Bytes {
+    batch::encode(
+        ProducerInfo {
+            producer_id,
+            producer_epoch: epoch,
+            base_sequence,
+        },
+        0,
+        &records(values),
+    )
+}
+
+/// Produces one batch to one partition with acks=all and returns the partition's answer.
+pub async fn produce(
+    client: &mut RawClient,
+    topic: &str,
+    partition: i32,
+    records: Bytes,
+) -> PartitionProduceResponse {
+    let response = client
+        .produce(ProduceRequest {
+            acks: -1,
+            timeout_ms: 30_000,
+            transactional_id: String::new(),
+            topics: vec![TopicProduceData {
+                name: topic.into(),
+                partitions: vec![PartitionProduceData { partition, records }],
+            }],
+        })
+        .await
+        .expect("Produce")
+        .into_inner();
+    response.topics[0].partitions[0].clone()
+}
+
+/// Every record of a partition from offset 0 to the high watermark, CRC-checked.
+pub async fn read_partition(
+    client: &mut RawClient,
+    topic: &str,
+    partition: i32,
+) -> Vec<StoredRecord> {
+    let mut out = Vec::new();
+    let mut offset = 0;
+    loop {
+        let response = client
+            .fetch(FetchRequest {
+                max_wait_ms: 0,
+                min_bytes: 1,
+                max_bytes: 8 * 1024 * 1024,
+                isolation_level: IsolationLevel::ReadCommitted as i32,
+                topics: vec![FetchTopic {
+                    name: topic.into(),
+                    partitions: vec![FetchPartition {
+                        partition,
+                        fetch_offset: offset,
+                        partition_max_bytes: 1 << 20,
+                    }],
+                }],
+            })
+            .await
+            .expect("Fetch")
+            .into_inner();
+        let p = &response.topics[0].partitions[0];
+        assert_eq!(
+            p.error_code(),
+            ErrorCode::None,
+            "fetch at {offset}: {}",
+            p.error_message
+        );
+        if p.records.is_empty() {
+            return out;
+        }
+        for item in batch::Batches::new(&p.records) {
+            let (_, bytes) = item.expect("fetched batch passes its CRC");
+            for record in batch::records(bytes).expect("records decode") {
+                if record.offset >= offset {
+                    offset = record.offset + 1;
+                    out.push(record);
+                }
+            }
+        }
+    }
+}
+
+/// The values of records, as strings.
+pub fn values(records: &[StoredRecord]) -> Vec<String> {
+    records
+        .iter()
+        .map(|r| String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned())
+        .collect()
+}

@@ -1,0 +1,3 @@
+mod broker_restart;
+mod lost_ack;
+mod out_of_order;

@@ -1,0 +1,8 @@
+//! End-to-end tests against real `idem-broker` processes over gRPC. Modules are named
+//! by the guarantee they defend.
+
+mod bad_input;
+mod cli;
+mod delivery;
+mod idempotence;
+mod storage;
