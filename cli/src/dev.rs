@@ -24,12 +24,18 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("starting the dev broker in {}", args.data_dir.display()))?;
     let addr = broker.local_addr();
-    println!("idem dev: broker listening on {addr} (data in {})", args.data_dir.display());
+    println!(
+        "idem dev: broker listening on {addr} (data in {})",
+        args.data_dir.display()
+    );
     println!("  idem --bootstrap {addr} topic create demo --partitions 3");
     println!("  seq 1 5 | idem --bootstrap {addr} produce demo");
     println!("  idem --bootstrap {addr} consume demo --from-beginning --max-messages 5");
     println!("Ctrl-C stops it; the data stays for the next start.");
-    broker.serve(idem_broker::shutdown_signal()).await.context("serving")?;
+    broker
+        .serve(idem_broker::shutdown_signal())
+        .await
+        .context("serving")?;
     println!("idem dev: stopped cleanly");
     Ok(())
 }

@@ -1,1 +1,66 @@
-fn main() {}
+//! `idem`: the command line for idem. `dev` runs a whole single-node idem in this
+//! process; the other commands are clients of a running cluster (`--bootstrap`).
+
+mod consume;
+mod dev;
+mod produce;
+mod topic;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "idem",
+    version,
+    about = "idem: a Kafka-style broker built for exactly-once delivery"
+)]
+struct Cli {
+    /// Broker address to connect to (host:port).
+    #[arg(
+        long,
+        global = true,
+        env = "IDEM_BOOTSTRAP",
+        default_value = "127.0.0.1:9092"
+    )]
+    bootstrap: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run one broker with the embedded store in this process (Ctrl-C stops it).
+    Dev(dev::DevArgs),
+    /// Create, list and describe topics.
+    #[command(subcommand)]
+    Topic(topic::TopicCommand),
+    /// Produce one record per stdin line.
+    Produce(produce::ProduceArgs),
+    /// Print one record value per line.
+    Consume(consume::ConsumeArgs),
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("IDEM_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Dev(args) => dev::run(args).await,
+        Command::Topic(command) => topic::run(&cli.bootstrap, command).await,
+        Command::Produce(args) => produce::run(&cli.bootstrap, args).await,
+        Command::Consume(args) => consume::run(&cli.bootstrap, args).await,
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("idem: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,76 @@
+//! `idem produce TOPIC`: one record per stdin line, optionally `key<SEP>value`. Prints
+//! every acknowledged record as `partition@offset` on stdout and exits non-zero if any
+//! record was not acknowledged.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use bytes::Bytes;
+use idem_client::{Delivery, Producer, ProducerConfig};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+#[derive(Debug, clap::Args)]
+pub struct ProduceArgs {
+    topic: String,
+    /// exactly-once (idempotent, the default), at-least-once or at-most-once.
+    #[arg(long, default_value = "exactly-once")]
+    delivery: Delivery,
+    /// Split each line at the first SEP into key and value (no key without it).
+    #[arg(long)]
+    key_separator: Option<String>,
+    /// How long a record may be retried before it counts as failed (ms).
+    #[arg(long, default_value_t = 120_000)]
+    delivery_timeout_ms: u64,
+}
+
+pub async fn run(bootstrap: &str, args: ProduceArgs) -> anyhow::Result<()> {
+    let config = ProducerConfig {
+        delivery_timeout: Duration::from_millis(args.delivery_timeout_ms),
+        ..ProducerConfig::new(bootstrap).with_delivery(args.delivery)
+    };
+    let producer = Producer::connect(config)
+        .await
+        .with_context(|| format!("connecting to {bootstrap}"))?;
+    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    let mut pending = Vec::new();
+    while let Some(line) = lines.next_line().await.context("reading stdin")? {
+        let (key, value) = split(&line, args.key_separator.as_deref());
+        let delivery = producer.send(&args.topic, key, value).await;
+        pending.push((line, delivery));
+    }
+    producer.flush().await;
+    let mut failed = 0usize;
+    for (line, delivery) in pending {
+        let result = match delivery {
+            Ok(future) => future.await,
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(written) => println!("{}@{}", written.partition, written.offset),
+            Err(e) => {
+                failed += 1;
+                let written = if e.possibly_written() {
+                    " (it may have been written)"
+                } else {
+                    ""
+                };
+                eprintln!("not acknowledged: {line:?}: {e}{written}");
+            }
+        }
+    }
+    producer.close().await;
+    if failed > 0 {
+        anyhow::bail!("{failed} record(s) were not acknowledged");
+    }
+    Ok(())
+}
+
+fn split(line: &str, separator: Option<&str>) -> (Option<Bytes>, Bytes) {
+    match separator.and_then(|sep| line.split_once(sep)) {
+        Some((key, value)) => (
+            Some(Bytes::copy_from_slice(key.as_bytes())),
+            Bytes::copy_from_slice(value.as_bytes()),
+        ),
+        None => (None, Bytes::copy_from_slice(line.as_bytes())),
+    }
+}

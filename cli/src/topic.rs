@@ -1,0 +1,84 @@
+//! `idem topic create | list | describe`.
+
+use anyhow::Context;
+use idem_client::Admin;
+
+#[derive(Debug, clap::Subcommand)]
+pub enum TopicCommand {
+    /// Create a topic.
+    Create {
+        name: String,
+        #[arg(long, default_value_t = 1)]
+        partitions: i32,
+        /// Replicas per partition (0 = the cluster default).
+        #[arg(long, default_value_t = 0)]
+        replication_factor: i32,
+    },
+    /// List topic names.
+    List,
+    /// Partitions of a topic with leader, replicas, ISR and offsets.
+    Describe { name: String },
+}
+
+pub async fn run(bootstrap: &str, command: TopicCommand) -> anyhow::Result<()> {
+    let admin = Admin::connect(bootstrap)
+        .await
+        .with_context(|| format!("connecting to {bootstrap}"))?;
+    match command {
+        TopicCommand::Create {
+            name,
+            partitions,
+            replication_factor,
+        } => {
+            admin
+                .create_topic(&name, partitions, replication_factor)
+                .await
+                .with_context(|| format!("creating topic {name:?}"))?;
+            println!("created topic {name} with {partitions} partition(s)");
+        }
+        TopicCommand::List => {
+            for topic in admin.metadata(&[]).await?.topics {
+                println!("{}", topic.name);
+            }
+        }
+        TopicCommand::Describe { name } => {
+            let metadata = admin.metadata(&[name.as_str()]).await?;
+            let topic = metadata
+                .topic(&name)
+                .context("the broker did not describe the topic")?;
+            if let Some(code) = topic.error {
+                anyhow::bail!("topic {name:?}: {}", code.as_str_name());
+            }
+            println!("topic {name}: {} partition(s)", topic.partitions.len());
+            println!(
+                "{:>9} {:>6} {:>12} {:>10} {:>10} {:>10} {:>14} {:>10}",
+                "partition",
+                "leader",
+                "leader_epoch",
+                "replicas",
+                "isr",
+                "log_start",
+                "high_watermark",
+                "log_end"
+            );
+            for p in &topic.partitions {
+                println!(
+                    "{:>9} {:>6} {:>12} {:>10} {:>10} {:>10} {:>14} {:>10}",
+                    p.partition,
+                    p.leader_id,
+                    p.leader_epoch,
+                    join(&p.replicas),
+                    join(&p.isr),
+                    p.log_start_offset,
+                    p.high_watermark,
+                    p.log_end_offset
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+fn join(ids: &[i32]) -> String {
+    ids.iter().map(i32::to_string).collect::<Vec<_>>().join(",")
+}
