@@ -202,7 +202,7 @@ impl Broker for BrokerService {
             .describe(&request.topics)
             .into_iter()
             .map(|(name, found)| match found {
-                Some((_, partitions)) => TopicMetadata {
+                Some(partitions) => TopicMetadata {
                     error_code: ErrorCode::None as i32,
                     name,
                     partitions: partitions

@@ -175,13 +175,11 @@ impl TopicRegistry {
             .ok_or_else(unknown)
     }
 
-    /// Specs and partitions of the named topics (all topics when `names` is empty).
-    pub fn describe(
-        &self,
-        names: &[String],
-    ) -> Vec<(String, Option<(TopicSpec, Vec<Arc<Partition>>)>)> {
+    /// Partitions of the named topics (all topics when `names` is empty); `None` for a
+    /// topic that does not exist.
+    pub fn describe(&self, names: &[String]) -> Vec<(String, Option<Vec<Arc<Partition>>>)> {
         let topics = self.read();
-        let describe = |t: &Topic| (t.spec.clone(), t.partitions.clone());
+        let describe = |t: &Topic| t.partitions.clone();
         if names.is_empty() {
             return topics
                 .iter()

@@ -17,7 +17,7 @@ use tonic::transport::{Channel, Endpoint};
 
 use crate::admin::OffsetSpec;
 use crate::consumer::Isolation;
-use crate::error::ClientError;
+use crate::error::{is_retriable_status, ClientError};
 use crate::metadata::{ClusterMetadata, MetadataCache};
 use crate::producer::inflight::ProducerIdAndEpoch;
 
@@ -26,6 +26,8 @@ pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 /// Default time one RPC may take.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Attempts for requests that are safe to repeat (metadata, offsets, producer ids).
+const READ_RETRIES: u32 = 8;
 
 /// A cheap-to-clone handle on the channel and the metadata cache.
 #[derive(Debug, Clone)]
@@ -113,14 +115,42 @@ impl Connection {
         with_timeout(self.request_timeout, rpc).await
     }
 
+    /// Runs a read-only (or otherwise safe to repeat) RPC, retrying answers lost in
+    /// transport with a growing backoff for up to `READ_RETRIES` attempts.
+    pub async fn call_retrying<T, F, Fut>(&self, mut rpc: F) -> Result<T, ClientError>
+    where
+        F: FnMut(BrokerClient<Channel>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let mut backoff = Duration::from_millis(20);
+        let mut attempt = 1;
+        loop {
+            match self.call(rpc(self.client())).await {
+                Err(ClientError::Transport(status))
+                    if attempt < READ_RETRIES && is_retriable_status(status.code()) =>
+                {
+                    tracing::debug!(attempt, status = %status, "retrying a safe request");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
     /// Asks for metadata of `topics` (all topics when empty) and updates the cache.
     pub async fn fetch_metadata(
         &self,
         topics: Vec<String>,
     ) -> Result<ClusterMetadata, ClientError> {
-        let mut client = self.client();
         let response = self
-            .call(client.metadata(MetadataRequest { topics }))
+            .call_retrying(|mut client| {
+                let request = MetadataRequest {
+                    topics: topics.clone(),
+                };
+                async move { client.metadata(request).await }
+            })
             .await?;
         let metadata = ClusterMetadata::from(response);
         if let Ok(mut cache) = self.metadata.write() {
@@ -168,12 +198,16 @@ impl Connection {
 
     /// A fresh idempotent producer id (epoch 0).
     pub async fn init_producer_id(&self) -> Result<ProducerIdAndEpoch, ClientError> {
-        let mut client = self.client();
+        // A repeated InitProducerId only wastes an id, so a lost answer is retried.
         let response = self
-            .call(client.init_producer_id(InitProducerIdRequest {
-                transactional_id: String::new(),
-                transaction_timeout_ms: 0,
-            }))
+            .call_retrying(|mut client| async move {
+                client
+                    .init_producer_id(InitProducerIdRequest {
+                        transactional_id: String::new(),
+                        transaction_timeout_ms: 0,
+                    })
+                    .await
+            })
             .await?;
         if response.error_code != 0 {
             return Err(ClientError::broker(
@@ -207,18 +241,21 @@ impl Connection {
         spec: OffsetSpec,
         isolation: Isolation,
     ) -> Result<i64, ClientError> {
-        let mut client = self.client();
-        let response = self
-            .call(client.list_offsets(ListOffsetsRequest {
-                isolation_level: isolation.to_proto() as i32,
-                topics: vec![ListOffsetsTopic {
-                    name: topic.to_string(),
-                    partitions: vec![ListOffsetsPartition {
-                        partition,
-                        timestamp: spec.timestamp(),
-                    }],
+        let request = ListOffsetsRequest {
+            isolation_level: isolation.to_proto() as i32,
+            topics: vec![ListOffsetsTopic {
+                name: topic.to_string(),
+                partitions: vec![ListOffsetsPartition {
+                    partition,
+                    timestamp: spec.timestamp(),
                 }],
-            }))
+            }],
+        };
+        let response = self
+            .call_retrying(|mut client| {
+                let request = request.clone();
+                async move { client.list_offsets(request).await }
+            })
             .await?;
         let answer = response
             .topics

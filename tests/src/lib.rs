@@ -7,6 +7,7 @@ pub mod binaries;
 pub mod broker_process;
 pub mod proxy;
 pub mod raw;
+pub mod sdk;
 
 pub use broker_process::BrokerProcess;
 pub use proxy::FaultyProxy;

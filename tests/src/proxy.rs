@@ -6,6 +6,7 @@
 //! - lose a request body: drop the DATA frames of the next request stream, so the broker
 //!   never sees that request, then close the connection once `n` later responses have
 //!   been forwarded, failing the swallowed call.
+//!
 //! Counters say what happened, so a test can assert that the fault really occurred.
 
 use std::net::SocketAddr;

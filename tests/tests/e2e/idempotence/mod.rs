@@ -1,3 +1,4 @@
+mod broker_crash;
 mod broker_restart;
 mod lost_ack;
 mod out_of_order;

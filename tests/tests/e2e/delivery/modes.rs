@@ -1,0 +1,119 @@
+//! The delivery-semantics table of the README, checked by losing things on purpose:
+//! at-most-once may lose a record (never retries), at-least-once may duplicate it
+//! (retries without idempotence), exactly-once does neither.
+
+use idem_client::Delivery;
+use idem_proto::ErrorCode;
+use idem_tests::sdk::{self, bytes};
+use idem_tests::{raw, BrokerProcess, FaultyProxy};
+
+async fn setup(delivery: Delivery) -> (BrokerProcess, FaultyProxy, idem_client::Producer) {
+    let broker = BrokerProcess::start();
+    let mut admin = raw::connect(&broker.bootstrap()).await;
+    assert_eq!(raw::create_topic(&mut admin, "t", 1).await, ErrorCode::None);
+    let proxy = FaultyProxy::start(broker.addr()).await;
+    let producer = sdk::one_record_per_batch(&proxy.bootstrap(), delivery).await;
+    let first = producer
+        .send_to("t", 0, None, bytes("a"))
+        .await
+        .expect("send")
+        .await
+        .expect("acked");
+    assert_eq!(first.offset, 0);
+    (broker, proxy, producer)
+}
+
+async fn log_values(broker: &BrokerProcess) -> Vec<String> {
+    sdk::read_all(&broker.bootstrap(), "t", &[0])
+        .await
+        .iter()
+        .map(sdk::value)
+        .collect()
+}
+
+#[tokio::test]
+async fn given_at_most_once_when_a_request_is_lost_then_the_record_is_lost_and_reported() {
+    let (broker, proxy, producer) = setup(Delivery::AtMostOnce).await;
+    proxy.swallow_next_request(0);
+    let lost = producer
+        .send_to("t", 0, None, bytes("b"))
+        .await
+        .expect("send")
+        .await;
+    let error = lost.expect_err("at-most-once does not retry a lost request");
+    assert!(!error.retried(), "at-most-once never retries: {error}");
+    let next = producer
+        .send_to("t", 0, None, bytes("c"))
+        .await
+        .expect("send")
+        .await
+        .expect("acked");
+    producer.close().await;
+    assert_eq!(proxy.swallowed_requests(), 1);
+    assert_eq!(next.offset, 1);
+    assert_eq!(log_values(&broker).await, vec!["a", "c"], "b was lost");
+}
+
+#[tokio::test]
+async fn given_at_most_once_when_a_response_is_lost_then_it_is_not_retried_and_written_at_most_once(
+) {
+    let (broker, proxy, producer) = setup(Delivery::AtMostOnce).await;
+    proxy.lose_next_responses(1);
+    let unknown = producer
+        .send_to("t", 0, None, bytes("b"))
+        .await
+        .expect("send")
+        .await;
+    let error = unknown.expect_err("the answer was lost");
+    assert!(
+        error.possibly_written(),
+        "a lost response may mean written: {error}"
+    );
+    producer.close().await;
+    assert_eq!(proxy.lost_responses(), 1);
+    assert_eq!(
+        log_values(&broker).await,
+        vec!["a", "b"],
+        "written by the one attempt, never twice"
+    );
+}
+
+#[tokio::test]
+async fn given_at_least_once_when_a_response_is_lost_then_the_retry_duplicates_the_record() {
+    let (broker, proxy, producer) = setup(Delivery::AtLeastOnce).await;
+    proxy.lose_next_responses(1);
+    let written = producer
+        .send_to("t", 0, None, bytes("b"))
+        .await
+        .expect("send")
+        .await
+        .expect("acked");
+    producer.close().await;
+    assert_eq!(proxy.lost_responses(), 1);
+    assert_eq!(written.offset, 2, "the retry was appended as a second copy");
+    assert_eq!(log_values(&broker).await, vec!["a", "b", "b"]);
+}
+
+#[tokio::test]
+async fn given_exactly_once_when_a_response_and_a_request_are_lost_then_each_record_is_written_once(
+) {
+    let (broker, proxy, producer) = setup(Delivery::ExactlyOnce).await;
+    proxy.lose_next_responses(1);
+    let b = producer
+        .send_to("t", 0, None, bytes("b"))
+        .await
+        .expect("send")
+        .await
+        .expect("acked");
+    proxy.swallow_next_request(0);
+    let c = producer
+        .send_to("t", 0, None, bytes("c"))
+        .await
+        .expect("send")
+        .await
+        .expect("acked");
+    producer.close().await;
+    assert_eq!((proxy.lost_responses(), proxy.swallowed_requests()), (1, 1));
+    assert_eq!((b.offset, c.offset), (1, 2));
+    assert_eq!(log_values(&broker).await, vec!["a", "b", "c"]);
+}
