@@ -22,7 +22,7 @@ pub enum ClientError {
     },
     /// The request got no answer (connection refused or reset, request timeout): a
     /// produce may or may not have been written. Or the transport refused it before the
-    /// broker acted (e.g. `RESOURCE_EXHAUSTED`, too large): nothing was written.
+    /// broker acted (e.g. `OUT_OF_RANGE`, too large): nothing was written.
     #[error("transport error: {0}")]
     Transport(tonic::Status),
     /// The first connection to the bootstrap address failed.
@@ -225,7 +225,7 @@ pub fn needs_metadata_refresh(code: ErrorCode) -> bool {
 
 /// gRPC statuses that mean "no answer, try again" (the request may or may not have been
 /// acted on). Every other status refuses the request before the broker acts on it, e.g.
-/// `RESOURCE_EXHAUSTED` for a request over the broker's size limit.
+/// `OUT_OF_RANGE` for a request over the broker's size limit.
 pub fn is_retriable_status(code: tonic::Code) -> bool {
     use tonic::Code as C;
     matches!(

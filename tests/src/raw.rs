@@ -100,6 +100,27 @@ pub async fn read_partition(
     topic: &str,
     partition: i32,
 ) -> Vec<StoredRecord> {
+    read_batches(client, topic, partition)
+        .await
+        .into_iter()
+        .flat_map(|(_, records)| records)
+        .collect()
+}
+
+/// The values of records, as strings.
+pub fn values(records: &[StoredRecord]) -> Vec<String> {
+    records
+        .iter()
+        .map(|r| String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned())
+        .collect()
+}
+
+/// Every batch of a partition (header and records) from offset 0 to the high watermark.
+pub async fn read_batches(
+    client: &mut RawClient,
+    topic: &str,
+    partition: i32,
+) -> Vec<(batch::BatchHeader, Vec<StoredRecord>)> {
     let mut out = Vec::new();
     let mut offset = 0;
     loop {
@@ -132,21 +153,9 @@ pub async fn read_partition(
             return out;
         }
         for item in batch::Batches::new(&p.records) {
-            let (_, bytes) = item.expect("fetched batch passes its CRC");
-            for record in batch::records(bytes).expect("records decode") {
-                if record.offset >= offset {
-                    offset = record.offset + 1;
-                    out.push(record);
-                }
-            }
+            let (header, bytes) = item.expect("fetched batch passes its CRC");
+            offset = header.next_offset();
+            out.push((header, batch::records(bytes).expect("records decode")));
         }
     }
-}
-
-/// The values of records, as strings.
-pub fn values(records: &[StoredRecord]) -> Vec<String> {
-    records
-        .iter()
-        .map(|r| String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned())
-        .collect()
 }

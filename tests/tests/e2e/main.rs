@@ -4,5 +4,6 @@
 mod bad_input;
 mod cli;
 mod delivery;
+mod grpc_tooling;
 mod idempotence;
 mod storage;

@@ -1,0 +1,78 @@
+//! A batch whose retries run out while its outcome is unknown (every response lost
+//! until the delivery timeout) is reported as possibly written, and the SDK never
+//! reuses its sequence: the next record goes out under a new producer id from
+//! sequence 0, so nothing is duplicated and nothing later is taken for a duplicate.
+
+use std::time::Duration;
+
+use idem_client::{Delivery, Producer, ProducerConfig};
+use idem_proto::ErrorCode;
+use idem_tests::raw;
+use idem_tests::sdk::bytes;
+use idem_tests::{BrokerProcess, FaultyProxy};
+
+#[tokio::test]
+async fn given_a_batch_with_an_unknown_outcome_after_its_delivery_timeout_then_the_next_batch_uses_a_new_producer_id(
+) {
+    let broker = BrokerProcess::start();
+    let mut client = raw::connect(&broker.bootstrap()).await;
+    assert_eq!(
+        raw::create_topic(&mut client, "orders", 1).await,
+        ErrorCode::None
+    );
+    let proxy = FaultyProxy::start(broker.addr()).await;
+    let config = ProducerConfig {
+        linger: Duration::ZERO,
+        batch_size: 1,
+        request_timeout: Duration::from_millis(500),
+        retry_backoff: Duration::from_millis(50),
+        delivery_timeout: Duration::from_millis(1500),
+        ..ProducerConfig::new(proxy.bootstrap()).with_delivery(Delivery::ExactlyOnce)
+    };
+    let producer = Producer::connect(config).await.expect("producer");
+    let a = producer
+        .send_to("orders", 0, None, bytes("a"))
+        .await
+        .expect("send")
+        .await;
+    assert_eq!(a.expect("acked").offset, 0);
+
+    proxy.lose_next_responses(usize::MAX);
+    let b = producer
+        .send_to("orders", 0, None, bytes("b"))
+        .await
+        .expect("send")
+        .await;
+    let error = b.expect_err("every answer was lost until the delivery timeout");
+    assert!(error.possibly_written(), "the outcome is unknown: {error}");
+    assert!(error.retried(), "the SDK retried before giving up: {error}");
+    assert!(
+        proxy.lost_responses() >= 2,
+        "lost {} responses",
+        proxy.lost_responses()
+    );
+    proxy.lose_next_responses(0);
+
+    let c = producer
+        .send_to("orders", 0, None, bytes("c"))
+        .await
+        .expect("send")
+        .await;
+    assert_eq!(c.expect("acked").offset, 2, "after the one copy of b");
+    producer.close().await;
+
+    let batches = raw::read_batches(&mut client, "orders", 0).await;
+    let values: Vec<String> = batches.iter().flat_map(|(_, r)| raw::values(r)).collect();
+    assert_eq!(
+        values,
+        vec!["a", "b", "c"],
+        "b was written by its first attempt, once"
+    );
+    let (first, last) = (&batches[0].0, &batches[2].0);
+    assert_eq!(first.producer_id, batches[1].0.producer_id);
+    assert_ne!(
+        last.producer_id, first.producer_id,
+        "c went out under a new producer id"
+    );
+    assert_eq!(last.base_sequence, 0, "and its sequences restarted at 0");
+}
