@@ -5,8 +5,9 @@ use bytes::Bytes;
 use idem_proto::batch::{self, ProducerInfo, Record, StoredRecord};
 use idem_proto::v1::broker_client::BrokerClient;
 use idem_proto::v1::{
-    CreatableTopic, CreateTopicsRequest, FetchPartition, FetchRequest, FetchTopic, IsolationLevel,
-    PartitionProduceData, PartitionProduceResponse, ProduceRequest, TopicProduceData,
+    CreatableTopic, CreateTopicsRequest, FetchPartition, FetchPartitionResponse, FetchRequest,
+    FetchTopic, IsolationLevel, PartitionProduceData, PartitionProduceResponse, ProduceRequest,
+    TopicProduceData,
 };
 use idem_proto::ErrorCode;
 use tonic::transport::Channel;
@@ -124,25 +125,7 @@ pub async fn read_batches(
     let mut out = Vec::new();
     let mut offset = 0;
     loop {
-        let response = client
-            .fetch(FetchRequest {
-                max_wait_ms: 0,
-                min_bytes: 1,
-                max_bytes: 8 * 1024 * 1024,
-                isolation_level: IsolationLevel::ReadCommitted as i32,
-                topics: vec![FetchTopic {
-                    name: topic.into(),
-                    partitions: vec![FetchPartition {
-                        partition,
-                        fetch_offset: offset,
-                        partition_max_bytes: 1 << 20,
-                    }],
-                }],
-            })
-            .await
-            .expect("Fetch")
-            .into_inner();
-        let p = &response.topics[0].partitions[0];
+        let p = fetch(client, topic, partition, offset).await;
         assert_eq!(
             p.error_code(),
             ErrorCode::None,
@@ -158,4 +141,32 @@ pub async fn read_batches(
             out.push((header, batch::records(bytes).expect("records decode")));
         }
     }
+}
+
+/// One fetch of one partition at `offset`, read committed, without waiting.
+pub async fn fetch(
+    client: &mut RawClient,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+) -> FetchPartitionResponse {
+    let response = client
+        .fetch(FetchRequest {
+            max_wait_ms: 0,
+            min_bytes: 1,
+            max_bytes: 8 * 1024 * 1024,
+            isolation_level: IsolationLevel::ReadCommitted as i32,
+            topics: vec![FetchTopic {
+                name: topic.into(),
+                partitions: vec![FetchPartition {
+                    partition,
+                    fetch_offset: offset,
+                    partition_max_bytes: 1 << 20,
+                }],
+            }],
+        })
+        .await
+        .expect("Fetch")
+        .into_inner();
+    response.topics[0].partitions[0].clone()
 }

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::{raw, BrokerProcess, FaultyProxy};
 use bytes::Bytes;
 use idem_client::{
     Consumer, ConsumerConfig, ConsumerRecord, Delivery, Isolation, Producer, ProducerConfig,
@@ -80,4 +81,14 @@ pub fn value(record: &ConsumerRecord) -> String {
 
 pub fn bytes(s: &str) -> Bytes {
     Bytes::copy_from_slice(s.as_bytes())
+}
+
+/// A broker with `topic` (of `partitions` partitions) and a fault proxy in front of it.
+pub async fn broker_behind_proxy(topic: &str, partitions: i32) -> (BrokerProcess, FaultyProxy) {
+    let broker = BrokerProcess::start();
+    let mut admin = raw::connect(&broker.bootstrap()).await;
+    let created = raw::create_topic(&mut admin, topic, partitions).await;
+    assert_eq!(created, idem_proto::ErrorCode::None);
+    let proxy = FaultyProxy::start(broker.addr()).await;
+    (broker, proxy)
 }

@@ -4,8 +4,8 @@
 use bytes::Bytes;
 use idem_proto::batch::{self, ProducerInfo, ATTR_CONTROL, ATTR_TRANSACTIONAL};
 use idem_proto::v1::{
-    CreatableTopic, CreateTopicsRequest, FetchPartition, FetchRequest, FetchTopic, MetadataRequest,
-    PartitionProduceData, ProduceRequest, TopicProduceData,
+    CreatableTopic, CreateTopicsRequest, MetadataRequest, PartitionProduceData, ProduceRequest,
+    TopicProduceData,
 };
 use idem_proto::ErrorCode;
 use idem_tests::raw::{self, RawClient};
@@ -152,25 +152,9 @@ async fn given_unknown_topics_or_partitions_when_produced_or_fetched_then_unknow
 }
 
 async fn fetch_code(client: &mut RawClient, topic: &str, partition: i32, offset: i64) -> ErrorCode {
-    let response = client
-        .fetch(FetchRequest {
-            max_wait_ms: 0,
-            min_bytes: 1,
-            max_bytes: 1 << 20,
-            isolation_level: 0,
-            topics: vec![FetchTopic {
-                name: topic.into(),
-                partitions: vec![FetchPartition {
-                    partition,
-                    fetch_offset: offset,
-                    partition_max_bytes: 1 << 20,
-                }],
-            }],
-        })
+    raw::fetch(client, topic, partition, offset)
         .await
-        .expect("Fetch")
-        .into_inner();
-    response.topics[0].partitions[0].error_code()
+        .error_code()
 }
 
 #[tokio::test]

@@ -3,15 +3,11 @@
 //! (retries without idempotence), exactly-once does neither.
 
 use idem_client::Delivery;
-use idem_proto::ErrorCode;
 use idem_tests::sdk::{self, bytes};
-use idem_tests::{raw, BrokerProcess, FaultyProxy};
+use idem_tests::{BrokerProcess, FaultyProxy};
 
 async fn setup(delivery: Delivery) -> (BrokerProcess, FaultyProxy, idem_client::Producer) {
-    let broker = BrokerProcess::start();
-    let mut admin = raw::connect(&broker.bootstrap()).await;
-    assert_eq!(raw::create_topic(&mut admin, "t", 1).await, ErrorCode::None);
-    let proxy = FaultyProxy::start(broker.addr()).await;
+    let (broker, proxy) = sdk::broker_behind_proxy("t", 1).await;
     let producer = sdk::one_record_per_batch(&proxy.bootstrap(), delivery).await;
     let first = producer
         .send_to("t", 0, None, bytes("a"))

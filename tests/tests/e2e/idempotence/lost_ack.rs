@@ -3,20 +3,12 @@
 //! answers with the original offsets, and the log holds the batch exactly once.
 
 use idem_client::Delivery;
-use idem_proto::ErrorCode;
 use idem_tests::sdk::{self, bytes};
-use idem_tests::{raw, BrokerProcess, FaultyProxy};
 
 #[tokio::test]
 async fn given_a_persisted_batch_whose_response_is_lost_when_the_sdk_retries_then_it_is_written_once(
 ) {
-    let broker = BrokerProcess::start();
-    let mut admin = raw::connect(&broker.bootstrap()).await;
-    assert_eq!(
-        raw::create_topic(&mut admin, "orders", 1).await,
-        ErrorCode::None
-    );
-    let proxy = FaultyProxy::start(broker.addr()).await;
+    let (broker, proxy) = sdk::broker_behind_proxy("orders", 1).await;
     let producer = sdk::one_record_per_batch(&proxy.bootstrap(), Delivery::ExactlyOnce).await;
 
     let first = producer
@@ -56,13 +48,7 @@ async fn given_a_persisted_batch_whose_response_is_lost_when_the_sdk_retries_the
 #[tokio::test]
 async fn given_many_lost_responses_across_partitions_then_every_acked_record_is_in_the_log_once_at_its_offset(
 ) {
-    let broker = BrokerProcess::start();
-    let mut admin = raw::connect(&broker.bootstrap()).await;
-    assert_eq!(
-        raw::create_topic(&mut admin, "orders", 3).await,
-        ErrorCode::None
-    );
-    let proxy = FaultyProxy::start(broker.addr()).await;
+    let (broker, proxy) = sdk::broker_behind_proxy("orders", 3).await;
     let producer = sdk::one_record_per_batch(&proxy.bootstrap(), Delivery::ExactlyOnce).await;
 
     let mut acked = Vec::new();

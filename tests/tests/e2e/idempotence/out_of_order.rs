@@ -3,20 +3,12 @@
 //! the log order equals the send order and nothing is duplicated.
 
 use idem_client::Delivery;
-use idem_proto::ErrorCode;
 use idem_tests::sdk::{self, bytes};
-use idem_tests::{raw, BrokerProcess, FaultyProxy};
 
 #[tokio::test]
 async fn given_five_in_flight_when_the_first_is_lost_and_the_rest_are_out_of_order_then_log_order_is_send_order(
 ) {
-    let broker = BrokerProcess::start();
-    let mut admin = raw::connect(&broker.bootstrap()).await;
-    assert_eq!(
-        raw::create_topic(&mut admin, "orders", 1).await,
-        ErrorCode::None
-    );
-    let proxy = FaultyProxy::start(broker.addr()).await;
+    let (broker, proxy) = sdk::broker_behind_proxy("orders", 1).await;
     let producer = sdk::one_record_per_batch(&proxy.bootstrap(), Delivery::ExactlyOnce).await;
     let warmup = producer
         .send_to("orders", 0, None, bytes("v0"))
