@@ -52,6 +52,24 @@ pub struct BrokerConfig {
     #[arg(long, env = "IDEM_PRODUCER_ID_EXPIRATION_MS", default_value_t = 7 * 24 * 3600 * 1000)]
     pub producer_id_expiration_ms: i64,
 
+    /// Where producer-id blocks are leased: `embedded` (a sled store in the data dir;
+    /// single node only) or `etcd` (cluster-wide, needs `--etcd`).
+    #[arg(long, env = "IDEM_PID_STORE", default_value = "embedded")]
+    pub pid_store: PidStoreKind,
+
+    /// etcd endpoints, comma separated (`http://host:2379,http://host2:2379`).
+    #[arg(long = "etcd", env = "IDEM_ETCD", value_delimiter = ',')]
+    pub etcd_endpoints: Vec<String>,
+
+    /// Lease the next producer-id block in the background once 90% of the current one
+    /// is handed out, so InitProducerId rarely waits on the store.
+    #[arg(long, env = "IDEM_PID_PREFETCH", default_value_t = true, action = clap::ArgAction::Set)]
+    pub pid_prefetch: bool,
+
+    /// Prefix of every etcd key idem writes.
+    #[arg(long, env = "IDEM_ETCD_PREFIX", default_value = "/idem")]
+    pub etcd_prefix: String,
+
     /// Most partitions one topic may have.
     #[arg(long, env = "IDEM_MAX_PARTITIONS", default_value_t = 1000)]
     pub max_partitions_per_topic: i32,
@@ -72,6 +90,19 @@ impl BrokerConfig {
             max_fetch_bytes: 8 * 1024 * 1024,
             producer_id_expiration_ms: 7 * 24 * 3600 * 1000,
             max_partitions_per_topic: 1000,
+            pid_store: PidStoreKind::Embedded,
+            pid_prefetch: true,
+            etcd_endpoints: Vec::new(),
+            etcd_prefix: "/idem".into(),
         }
     }
+}
+
+/// Which store producer-id blocks are leased from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PidStoreKind {
+    /// sled in the data dir: `idem dev` and single-node brokers.
+    Embedded,
+    /// etcd, shared by every broker and coordinator of a cluster.
+    Etcd,
 }

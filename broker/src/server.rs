@@ -7,12 +7,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_pidstore::{PidBlockStore, ProducerIdManager, SledPidStore};
+use idem_pidstore::{EtcdPidStore, PidBlockStore, ProducerIdManager, SledPidStore};
 use idem_proto::v1::broker_server::BrokerServer;
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 
-use crate::config::BrokerConfig;
+use crate::config::{BrokerConfig, PidStoreKind};
 use crate::error::BrokerError;
 use crate::log::{FlushPolicy, LogConfig};
 use crate::partition::{now_ms, PartitionSettings};
@@ -66,11 +66,10 @@ impl BoundBroker {
             settings,
             config.max_partitions_per_topic,
         )?);
-        let store_path = config.data_dir.join("pidstore");
-        let store: Arc<dyn PidBlockStore> = Arc::new(
-            SledPidStore::open(&store_path).map_err(|e| ServerError::PidStore(e.to_string()))?,
+        let store = open_pid_store(&config).await?;
+        let producer_ids = Arc::new(
+            ProducerIdManager::new(store, config.broker_id).with_prefetch(config.pid_prefetch),
         );
-        let producer_ids = Arc::new(ProducerIdManager::new(store, config.broker_id));
         let listener =
             TcpListener::bind(config.listen)
                 .await
@@ -167,6 +166,29 @@ impl BoundBroker {
         }
         tracing::info!(broker_id = config.broker_id, "broker stopped");
         Ok(served?)
+    }
+}
+
+/// The producer-id block store the config names. A broker must never fall back from
+/// etcd to its embedded store: two stores would hand out the same ids.
+async fn open_pid_store(config: &BrokerConfig) -> Result<Arc<dyn PidBlockStore>, ServerError> {
+    match config.pid_store {
+        PidStoreKind::Embedded => {
+            let store = SledPidStore::open(config.data_dir.join("pidstore"))
+                .map_err(|e| ServerError::PidStore(e.to_string()))?;
+            Ok(Arc::new(store))
+        }
+        PidStoreKind::Etcd => {
+            if config.etcd_endpoints.is_empty() {
+                return Err(ServerError::PidStore(
+                    "--pid-store etcd needs --etcd http://host:2379[,...]".into(),
+                ));
+            }
+            let store = EtcdPidStore::connect(&config.etcd_endpoints, &config.etcd_prefix)
+                .await
+                .map_err(|e| ServerError::PidStore(e.to_string()))?;
+            Ok(Arc::new(store))
+        }
     }
 }
 

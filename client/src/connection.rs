@@ -197,7 +197,30 @@ impl Connection {
     }
 
     /// A fresh idempotent producer id (epoch 0).
+    ///
+    /// Retriable refusals (the broker's producer-id store is unreachable:
+    /// `COORDINATOR_LOAD_IN_PROGRESS`) are retried with a growing backoff for up to the
+    /// request timeout; the last refusal is returned after that.
     pub async fn init_producer_id(&self) -> Result<ProducerIdAndEpoch, ClientError> {
+        let deadline = tokio::time::Instant::now() + self.request_timeout;
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            match self.init_producer_id_once().await {
+                Err(
+                    e @ ClientError::Broker {
+                        retriable: true, ..
+                    },
+                ) if tokio::time::Instant::now() + backoff < deadline => {
+                    tracing::debug!(error = %e, "InitProducerId refused; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn init_producer_id_once(&self) -> Result<ProducerIdAndEpoch, ClientError> {
         // A repeated InitProducerId only wastes an id, so a lost answer is retried.
         let response = self
             .call_retrying(|mut client| async move {

@@ -4,19 +4,21 @@
 //! brokers, concurrent allocators and crashes; ids lost in a crash are simply skipped.
 //!
 //! - [`PidBlockStore`]: the store contract (compare-and-swap on the latest block);
-//!   [`SledPidStore`] is the embedded backend.
+//!   [`EtcdPidStore`] is the cluster backend, [`SledPidStore`] the embedded one.
 //! - [`ProducerIdManager`]: hands out single ids from the current block.
 //! - [`contract`]: the test suite every backend must pass.
 
 mod block;
 pub mod contract;
 mod error;
+mod etcd_store;
 mod manager;
 mod sled_store;
 mod store;
 
 pub use block::{ProducerIdBlock, BLOCK_SIZE};
 pub use error::PidStoreError;
+pub use etcd_store::{EtcdPidStore, Observed};
 pub use manager::ProducerIdManager;
 pub use sled_store::{SledPidStore, BLOCK_KEY};
 pub use store::{BoxFuture, PidBlockStore};

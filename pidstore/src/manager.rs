@@ -17,6 +17,8 @@ const PREFETCH_AT_TENTHS: i128 = 9;
 pub struct ProducerIdManager {
     store: Arc<dyn PidBlockStore>,
     owner: i32,
+    /// Lease the next block in the background at 90% of the current one.
+    prefetch: bool,
     state: Mutex<State>,
 }
 
@@ -80,8 +82,16 @@ impl ProducerIdManager {
         ProducerIdManager {
             store,
             owner,
+            prefetch: true,
             state: Mutex::new(State::default()),
         }
+    }
+
+    /// The same manager with background prefetch on or off. Off, the caller that finds
+    /// the block used up waits for the store (measured in docs/benchmarks.md).
+    pub fn with_prefetch(mut self, prefetch: bool) -> Self {
+        self.prefetch = prefetch;
+        self
     }
 
     pub fn owner(&self) -> i32 {
@@ -102,7 +112,7 @@ impl ProducerIdManager {
                     .ok_or_else(|| PidStoreError::Corrupt(format!("empty block {block}")))?
             }
         };
-        if state.wants_prefetch() {
+        if self.prefetch && state.wants_prefetch() {
             let store = Arc::clone(&self.store);
             let owner = self.owner;
             tracing::debug!(owner, "prefetching the next producer id block");

@@ -11,3 +11,4 @@ pub mod sdk;
 
 pub use broker_process::BrokerProcess;
 pub use proxy::FaultyProxy;
+pub mod etcd;

@@ -106,11 +106,27 @@ impl FaultyProxy {
         self.faults.closed_connections.load(Ordering::SeqCst)
     }
 
+    /// Responses (gRPC message bodies) forwarded to the client.
+    pub fn forwarded_responses(&self) -> usize {
+        self.faults.forwarded_responses.load(Ordering::SeqCst)
+    }
+
     /// Waits until the proxy has closed at least `n` connections on purpose.
     pub async fn wait_closed_connections(&self, n: usize) {
+        self.wait_until(|proxy| proxy.closed_connections() >= n)
+            .await;
+    }
+
+    /// Waits until at least `n` responses have been forwarded.
+    pub async fn wait_forwarded_responses(&self, n: usize) {
+        self.wait_until(|proxy| proxy.forwarded_responses() >= n)
+            .await;
+    }
+
+    async fn wait_until(&self, done: impl Fn(&Self) -> bool) {
         loop {
             let changed = self.faults.changed.notified();
-            if self.closed_connections() >= n {
+            if done(self) {
                 return;
             }
             changed.await;
@@ -204,6 +220,7 @@ async fn pump(
                     return;
                 }
                 faults.forwarded_responses.fetch_add(1, Ordering::SeqCst);
+                faults.changed.notify_waiters();
             }
             Direction::Request if is_body => {
                 if swallowed_stream.is_none() && take_one(&faults.swallow_requests) {

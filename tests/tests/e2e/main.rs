@@ -6,4 +6,5 @@ mod cli;
 mod delivery;
 mod grpc_tooling;
 mod idempotence;
+mod producer_ids;
 mod storage;

@@ -1,0 +1,251 @@
+//! A real single-member etcd server (the `etcd` binary of Debian's `etcd-server`, 3.4 or
+//! newer, from `IDEM_ETCD_BIN` or `PATH`) on free 127.0.0.1 client and peer ports with its
+//! own temporary data dir: started and waited for until it answers a real request, killed
+//! with SIGKILL, restarted on the same ports and data dir, and killed and reaped on drop.
+
+use std::fs::File;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long etcd may take to serve after being started.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(20);
+const MEMBER_NAME: &str = "idem-test";
+
+pub struct EtcdServer {
+    child: Option<Child>,
+    client_port: u16,
+    peer_port: u16,
+    data_dir: PathBuf,
+    log_path: PathBuf,
+    // Keeps the data dir and the log alive as long as the server.
+    _tmp: tempfile::TempDir,
+}
+
+impl EtcdServer {
+    /// Starts etcd on free ports in a fresh data dir and returns once it serves requests.
+    pub fn start() -> Self {
+        let tmp = tempfile::tempdir().expect("temp dir for etcd");
+        let mut server = EtcdServer {
+            child: None,
+            client_port: 0,
+            peer_port: 0,
+            data_dir: tmp.path().join("data"),
+            log_path: tmp.path().join("etcd.log"),
+            _tmp: tmp,
+        };
+        // Another process may take a port between probing and etcd binding it: try anew.
+        let mut last_failure = String::new();
+        for _attempt in 0..3 {
+            (server.client_port, server.peer_port) = free_ports();
+            match server.spawn_and_wait() {
+                Ok(()) => return server,
+                Err(failure) => {
+                    server.kill();
+                    last_failure = failure;
+                    let _ = std::fs::remove_dir_all(&server.data_dir);
+                }
+            }
+        }
+        panic!("etcd did not start: {last_failure}");
+    }
+
+    /// `http://127.0.0.1:PORT`, the client URL.
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.client_port)
+    }
+
+    /// The endpoint as the one-element list `EtcdPidStore::connect` takes.
+    pub fn endpoints(&self) -> Vec<String> {
+        vec![self.endpoint()]
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    /// SIGKILL: no goodbye; what etcd acknowledged is on disk.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts etcd again on the same ports and data dir, returning once it serves.
+    pub fn restart(&mut self) {
+        self.kill();
+        if let Err(failure) = self.spawn_and_wait() {
+            self.kill();
+            panic!("etcd did not restart: {failure}");
+        }
+    }
+
+    /// SIGSTOP: etcd keeps its connections open but answers nothing, like a hung or
+    /// partitioned member. Undone by [`resume`](Self::resume) (or by drop, which kills it).
+    pub fn pause(&mut self) {
+        self.signal("-STOP");
+    }
+
+    /// SIGCONT after [`pause`](Self::pause).
+    pub fn resume(&mut self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let child = self.child.as_ref().expect("etcd is not running");
+        let pid = child.id().to_string();
+        let status = Command::new("kill")
+            .args([signal, &pid])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill {signal} {pid} failed");
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    fn spawn_and_wait(&mut self) -> Result<(), String> {
+        let client_url = self.endpoint();
+        let peer_url = format!("http://127.0.0.1:{}", self.peer_port);
+        let log = File::options()
+            .create(true)
+            .append(true)
+            .open(&self.log_path)
+            .map_err(|e| format!("open {}: {e}", self.log_path.display()))?;
+        let log_err = log
+            .try_clone()
+            .map_err(|e| format!("clone log file handle: {e}"))?;
+        let child = Command::new(etcd_binary())
+            .arg("--name")
+            .arg(MEMBER_NAME)
+            .arg("--data-dir")
+            .arg(&self.data_dir)
+            .arg("--listen-client-urls")
+            .arg(&client_url)
+            .arg("--advertise-client-urls")
+            .arg(&client_url)
+            .arg("--listen-peer-urls")
+            .arg(&peer_url)
+            .arg("--initial-advertise-peer-urls")
+            .arg(&peer_url)
+            .arg("--initial-cluster")
+            .arg(format!("{MEMBER_NAME}={peer_url}"))
+            .arg("--initial-cluster-state")
+            .arg("new")
+            // zap is the default of 3.5 and the only logger of 3.6; 3.4 needs it named for
+            // --log-level to apply.
+            .args(["--logger", "zap", "--log-level", "error"])
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log_err)
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "cannot run etcd ({e}): install it with `apt-get install etcd-server` \
+                     or point IDEM_ETCD_BIN at an etcd 3.4+ binary"
+                )
+            });
+        self.child = Some(child);
+        self.wait_until_serving()
+    }
+
+    /// Polls a real read through the etcd client until it answers.
+    fn wait_until_serving(&mut self) -> Result<(), String> {
+        let endpoint = self.endpoint();
+        let started = Instant::now();
+        loop {
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    self.child = None;
+                    return Err(format!("etcd exited with {status}; {}", self.log_tail()));
+                }
+            }
+            match probe(&endpoint) {
+                Ok(()) => return Ok(()),
+                Err(e) if started.elapsed() > STARTUP_TIMEOUT => {
+                    return Err(format!(
+                        "etcd at {endpoint} did not serve within {STARTUP_TIMEOUT:?} \
+                         (last error: {e}); {}",
+                        self.log_tail()
+                    ));
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(25)),
+            }
+        }
+    }
+
+    fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(&self.log_path).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(20).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        format!("etcd log tail:\n{}", tail.join("\n"))
+    }
+}
+
+impl Drop for EtcdServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// `IDEM_ETCD_BIN`, or `etcd` on `PATH`.
+pub fn etcd_binary() -> PathBuf {
+    if let Ok(bin) = std::env::var("IDEM_ETCD_BIN") {
+        return PathBuf::from(bin);
+    }
+    let on_path = std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|dir| dir.join("etcd"))
+            .find(|candidate| candidate.is_file())
+    });
+    on_path.unwrap_or_else(|| {
+        panic!(
+            "no etcd binary: install it with `apt-get install etcd-server` \
+             or set IDEM_ETCD_BIN to an etcd 3.4+ binary"
+        )
+    })
+}
+
+/// Two distinct free 127.0.0.1 ports (client, peer), probed by binding port 0.
+fn free_ports() -> (u16, u16) {
+    let client = TcpListener::bind("127.0.0.1:0").expect("probe a free port");
+    let peer = TcpListener::bind("127.0.0.1:0").expect("probe a free port");
+    let ports = (
+        client.local_addr().expect("port").port(),
+        peer.local_addr().expect("port").port(),
+    );
+    drop((client, peer));
+    ports
+}
+
+/// One linearizable read through the etcd client, on a thread of its own so that it works
+/// from sync code and from inside an async test alike.
+fn probe(endpoint: &str) -> Result<(), String> {
+    let endpoint = endpoint.to_string();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("runtime: {e}"))?;
+        runtime.block_on(async {
+            let options = etcd_client::ConnectOptions::new()
+                .with_connect_timeout(Duration::from_millis(500))
+                .with_timeout(Duration::from_secs(1));
+            let probe = async {
+                let mut client = etcd_client::Client::connect([endpoint], Some(options)).await?;
+                client.get("/idem-test-probe", None).await?;
+                Ok::<(), etcd_client::Error>(())
+            };
+            match tokio::time::timeout(Duration::from_secs(2), probe).await {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(_) => Err("timed out".to_string()),
+            }
+        })
+    })
+    .join()
+    .map_err(|_| "probe thread panicked".to_string())?
+}
