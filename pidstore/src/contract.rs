@@ -1,5 +1,6 @@
 //! The contract every [`PidBlockStore`] backend must pass, written once and run against
-//! each backend (sled in `pidstore/tests/sled_contract.rs`, etcd in `tests/tests/pidstore_etcd.rs` against a real etcd). Each function panics on a
+//! each backend: sled in `pidstore/tests/sled_contract.rs`, etcd in
+//! `tests/tests/pidstore_etcd.rs` against a real etcd. Each function panics on a
 //! violation and expects a fresh store: one whose block key was never written.
 //!
 //! Tests that need to plant a value under the block key (ids near `i64::MAX`, a corrupt
