@@ -157,6 +157,30 @@ impl BrokerService {
         (topics, total)
     }
 
+    /// KIP-360 for idempotent producers: the same producer id with the next epoch, which
+    /// fences every late batch of the old one on every partition. An exhausted epoch
+    /// (i16::MAX) moves to a fresh producer id at epoch 0 instead.
+    async fn bump_epoch(&self, producer_id: i64, epoch: i32) -> Result<(i64, i16), BrokerError> {
+        let epoch = i16::try_from(epoch)
+            .ok()
+            .filter(|e| *e >= 0)
+            .ok_or_else(|| {
+                BrokerError::InvalidRequest(format!(
+                    "producer epoch {epoch} to bump is not between 0 and {}",
+                    i16::MAX
+                ))
+            })?;
+        if producer_id < 0 {
+            return Err(BrokerError::InvalidRequest(format!(
+                "producer id {producer_id} to bump is negative"
+            )));
+        }
+        match epoch.checked_add(1) {
+            Some(next) => Ok((producer_id, next)),
+            None => Ok((self.producer_ids.next_producer_id().await?, 0)),
+        }
+    }
+
     fn watched_partitions(&self, request: &FetchRequest) -> Vec<tokio::sync::watch::Receiver<i64>> {
         request
             .topics
@@ -374,25 +398,28 @@ impl Broker for BrokerService {
         request: Request<InitProducerIdRequest>,
     ) -> Result<Response<InitProducerIdResponse>, Status> {
         let request = request.into_inner();
-        let result = if request.transactional_id.is_empty() {
-            self.producer_ids
-                .next_producer_id()
-                .await
-                .map_err(BrokerError::from)
-        } else {
+        let result = if !request.transactional_id.is_empty() {
             Err(BrokerError::NotCoordinator(
                 "transactional ids are served by the transaction coordinator, not by a broker"
                     .into(),
             ))
+        } else if let Some(producer_id) = request.producer_id {
+            self.bump_epoch(producer_id, request.producer_epoch).await
+        } else {
+            self.producer_ids
+                .next_producer_id()
+                .await
+                .map(|id| (id, 0))
+                .map_err(BrokerError::from)
         };
         let response = match result {
-            Ok(producer_id) => {
-                tracing::debug!(producer_id, "handed out producer id");
+            Ok((producer_id, producer_epoch)) => {
+                tracing::debug!(producer_id, producer_epoch, "handed out producer id");
                 InitProducerIdResponse {
                     error_code: ErrorCode::None as i32,
                     error_message: String::new(),
                     producer_id,
-                    producer_epoch: 0,
+                    producer_epoch: i32::from(producer_epoch),
                 }
             }
             Err(e) => {

@@ -225,10 +225,7 @@ impl Connection {
         let response = self
             .call_retrying(|mut client| async move {
                 client
-                    .init_producer_id(InitProducerIdRequest {
-                        transactional_id: String::new(),
-                        transaction_timeout_ms: 0,
-                    })
+                    .init_producer_id(InitProducerIdRequest::default())
                     .await
             })
             .await?;

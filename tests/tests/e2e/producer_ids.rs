@@ -26,10 +26,7 @@ fn etcd_broker(etcd: &EtcdServer, id: i32) -> BrokerProcess {
 
 async fn init_producer_id(client: &mut RawClient) -> (ErrorCode, i64) {
     let answer = client
-        .init_producer_id(InitProducerIdRequest {
-            transactional_id: String::new(),
-            transaction_timeout_ms: 0,
-        })
+        .init_producer_id(InitProducerIdRequest::default())
         .await
         .expect("InitProducerId")
         .into_inner();
