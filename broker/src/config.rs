@@ -57,7 +57,8 @@ pub struct BrokerConfig {
     #[arg(long, env = "IDEM_PID_STORE", default_value = "embedded")]
     pub pid_store: PidStoreKind,
 
-    /// etcd endpoints, comma separated (`http://host:2379,http://host2:2379`).
+    /// etcd endpoints, comma separated (`http://host:2379,http://host2:2379`). With
+    /// them the broker registers itself in the cluster (`{prefix}/brokers/{id}`).
     #[arg(long = "etcd", env = "IDEM_ETCD", value_delimiter = ',')]
     pub etcd_endpoints: Vec<String>,
 
@@ -65,6 +66,10 @@ pub struct BrokerConfig {
     /// is handed out, so InitProducerId rarely waits on the store.
     #[arg(long, env = "IDEM_PID_PREFETCH", default_value_t = true, action = clap::ArgAction::Set)]
     pub pid_prefetch: bool,
+
+    /// How long a broker's registration in etcd outlives the broker going silent.
+    #[arg(long, env = "IDEM_LEASE_TTL_MS", default_value_t = 5000)]
+    pub lease_ttl_ms: u64,
 
     /// Prefix of every etcd key idem writes.
     #[arg(long, env = "IDEM_ETCD_PREFIX", default_value = "/idem")]
@@ -92,6 +97,7 @@ impl BrokerConfig {
             max_partitions_per_topic: 1000,
             pid_store: PidStoreKind::Embedded,
             pid_prefetch: true,
+            lease_ttl_ms: 5000,
             etcd_endpoints: Vec::new(),
             etcd_prefix: "/idem".into(),
         }

@@ -1,5 +1,6 @@
 //! idem broker: partition logs, producer state, and the gRPC services over them.
 
+pub mod cluster;
 pub mod config;
 pub mod error;
 pub mod fsutil;

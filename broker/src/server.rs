@@ -12,6 +12,8 @@ use idem_proto::v1::broker_server::BrokerServer;
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 
+use crate::cluster::data_dir_id;
+use crate::cluster::membership::{Membership, MembershipConfig, MembershipError, Registration};
 use crate::config::{BrokerConfig, PidStoreKind};
 use crate::error::BrokerError;
 use crate::log::{FlushPolicy, LogConfig};
@@ -36,6 +38,8 @@ pub enum ServerError {
     PidStore(String),
     #[error("gRPC server: {0}")]
     Transport(#[from] tonic::transport::Error),
+    #[error("joining the cluster: {0}")]
+    Membership(#[from] MembershipError),
     #[error("reflection service: {0}")]
     Reflection(String),
 }
@@ -47,6 +51,7 @@ pub struct BoundBroker {
     local_addr: SocketAddr,
     topics: Arc<TopicRegistry>,
     producer_ids: Arc<ProducerIdManager>,
+    membership: Option<Arc<Membership>>,
 }
 
 impl BoundBroker {
@@ -81,12 +86,14 @@ impl BoundBroker {
             addr: config.listen,
             source,
         })?;
+        let membership = join_cluster(&config, local_addr).await?;
         Ok(BoundBroker {
             config,
             listener,
             local_addr,
             topics,
             producer_ids,
+            membership,
         })
     }
 
@@ -105,18 +112,17 @@ impl BoundBroker {
             local_addr,
             topics,
             producer_ids,
+            membership,
         } = self;
-        let advertised = config
-            .advertise
-            .clone()
-            .unwrap_or_else(|| local_addr.to_string());
+        let advertised = advertised_address(&config, local_addr);
         let service = BrokerService::new(
             config.broker_id,
             advertised.clone(),
             topics.clone(),
             producer_ids,
             config.max_fetch_bytes,
-        );
+        )
+        .with_membership(membership.clone());
         let broker = BrokerServer::new(service)
             .max_decoding_message_size(config.max_request_bytes)
             .max_encoding_message_size(config.max_fetch_bytes + 1024 * 1024);
@@ -164,9 +170,42 @@ impl BoundBroker {
                 tracing::error!(topic = partition.topic(), partition = partition.index(), error = %e, "clean shutdown failed");
             }
         }
+        if let Some(membership) = membership.and_then(Arc::into_inner) {
+            membership.leave().await;
+        }
         tracing::info!(broker_id = config.broker_id, "broker stopped");
         Ok(served?)
     }
+}
+
+fn advertised_address(config: &BrokerConfig, local_addr: SocketAddr) -> String {
+    config
+        .advertise
+        .clone()
+        .unwrap_or_else(|| local_addr.to_string())
+}
+
+/// Registers the broker in etcd when it runs in a cluster (`--etcd` given).
+async fn join_cluster(
+    config: &BrokerConfig,
+    local_addr: SocketAddr,
+) -> Result<Option<Arc<Membership>>, ServerError> {
+    if config.etcd_endpoints.is_empty() {
+        return Ok(None);
+    }
+    let data_dir_id = data_dir_id::load_or_create(&config.data_dir).map_err(BrokerError::from)?;
+    let me = Registration {
+        broker_id: config.broker_id,
+        address: advertised_address(config, local_addr),
+        data_dir_id,
+    };
+    let membership_config = MembershipConfig {
+        endpoints: config.etcd_endpoints.clone(),
+        prefix: config.etcd_prefix.clone(),
+        lease_ttl: Duration::from_millis(config.lease_ttl_ms),
+    };
+    let membership = Membership::join(&membership_config, me).await?;
+    Ok(Some(Arc::new(membership)))
 }
 
 /// The producer-id block store the config names. A broker must never fall back from

@@ -19,6 +19,7 @@ use idem_proto::v1::{
 use idem_proto::ErrorCode;
 use tonic::{Request, Response, Status};
 
+use crate::cluster::membership::Membership;
 use crate::error::BrokerError;
 use crate::partition::Partition;
 use crate::topics::TopicRegistry;
@@ -36,6 +37,7 @@ pub struct BrokerService {
     topics: Arc<TopicRegistry>,
     producer_ids: Arc<ProducerIdManager>,
     max_fetch_bytes: usize,
+    membership: Option<Arc<Membership>>,
 }
 
 impl BrokerService {
@@ -52,6 +54,37 @@ impl BrokerService {
             topics,
             producer_ids,
             max_fetch_bytes,
+            membership: None,
+        }
+    }
+
+    /// Answers `Metadata` with the brokers registered in the cluster.
+    pub fn with_membership(mut self, membership: Option<Arc<Membership>>) -> Self {
+        self.membership = membership;
+        self
+    }
+
+    /// Brokers to list in `Metadata`: the cluster's registrations, or just this broker.
+    async fn brokers(&self) -> Vec<BrokerInfo> {
+        let me = BrokerInfo {
+            broker_id: self.broker_id,
+            address: self.advertised.clone(),
+        };
+        let Some(membership) = &self.membership else {
+            return vec![me];
+        };
+        match membership.live_brokers().await {
+            Ok(registered) => registered
+                .into_iter()
+                .map(|r| BrokerInfo {
+                    broker_id: r.broker_id,
+                    address: r.address,
+                })
+                .collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot list the cluster's brokers; answering with this broker only");
+                vec![me]
+            }
         }
     }
 
@@ -242,10 +275,7 @@ impl Broker for BrokerService {
             })
             .collect();
         Ok(Response::new(MetadataResponse {
-            brokers: vec![BrokerInfo {
-                broker_id: self.broker_id,
-                address: self.advertised.clone(),
-            }],
+            brokers: self.brokers().await,
             topics,
             controller_id: self.broker_id,
         }))

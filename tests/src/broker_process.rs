@@ -6,6 +6,7 @@ use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::binaries::binary;
 
@@ -26,17 +27,23 @@ impl BrokerProcess {
 
     /// Starts a broker with extra command-line flags (e.g. `--segment-bytes 4096`).
     pub fn start_with(extra_args: &[&str]) -> Self {
-        let tmp = tempfile::tempdir().expect("temp data dir");
+        Self::try_start_with(extra_args).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Like [`BrokerProcess::start_with`], but a broker that refuses to start is an
+    /// `Err` with its exit status and log.
+    pub fn try_start_with(extra_args: &[&str]) -> Result<Self, String> {
+        let tmp = tempfile::tempdir().map_err(|e| format!("temp data dir: {e}"))?;
         let data_dir = tmp.path().join("data");
         let extra_args: Vec<String> = extra_args.iter().map(|s| s.to_string()).collect();
-        let (child, addr) = spawn(&data_dir, "127.0.0.1:0", &extra_args);
-        BrokerProcess {
+        let (child, addr) = try_spawn(&data_dir, "127.0.0.1:0", &extra_args)?;
+        Ok(BrokerProcess {
             child: Some(child),
             addr,
             data_dir,
             extra_args,
             _tmp: Some(tmp),
-        }
+        })
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -94,6 +101,16 @@ impl Drop for BrokerProcess {
 }
 
 fn spawn(data_dir: &Path, listen: &str, extra_args: &[String]) -> (Child, SocketAddr) {
+    try_spawn(data_dir, listen, extra_args).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Starts the broker and waits for its "listening" line; if it exits first, the error
+/// holds its exit status and everything it wrote to stderr.
+fn try_spawn(
+    data_dir: &Path,
+    listen: &str,
+    extra_args: &[String],
+) -> Result<(Child, SocketAddr), String> {
     let mut child = Command::new(binary("idem-broker"))
         .arg("--listen")
         .arg(listen)
@@ -105,27 +122,48 @@ fn spawn(data_dir: &Path, listen: &str, extra_args: &[String]) -> (Child, Socket
             std::env::var("IDEM_LOG").unwrap_or_else(|_| "warn".into()),
         )
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(Stdio::piped())
         .spawn()
-        .expect("spawn idem-broker");
-    let stdout = child.stdout.take().expect("broker stdout");
+        .map_err(|e| format!("spawn idem-broker: {e}"))?;
+    // Echo the broker's log into the test's output and keep it for error reports.
+    let stderr = child.stderr.take().ok_or("broker stderr")?;
+    let log = Arc::new(Mutex::new(String::new()));
+    let echo = {
+        let log = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                eprintln!("{line}");
+                let mut log = log.lock().unwrap_or_else(PoisonError::into_inner);
+                log.push_str(&line);
+                log.push('\n');
+            }
+        })
+    };
+    let stdout = child.stdout.take().ok_or("broker stdout")?;
     let mut lines = BufReader::new(stdout).lines();
     // The broker prints its address once it is bound; until then it accepts nothing.
     let addr = loop {
         match lines.next() {
             Some(Ok(line)) => {
                 if let Some(addr) = line.strip_prefix("idem-broker listening on ") {
-                    break addr.trim().parse().expect("broker address");
+                    break addr
+                        .trim()
+                        .parse()
+                        .map_err(|e| format!("broker address {addr:?}: {e}"))?;
                 }
             }
-            Some(Err(e)) => panic!("reading broker stdout: {e}"),
+            Some(Err(e)) => return Err(format!("reading broker stdout: {e}")),
             None => {
                 let status = child.wait();
-                panic!("idem-broker exited before listening: {status:?}");
+                let _ = echo.join();
+                let log = log.lock().unwrap_or_else(PoisonError::into_inner).clone();
+                return Err(format!(
+                    "idem-broker exited before listening ({status:?}):\n{log}"
+                ));
             }
         }
     };
     // Keep draining stdout so the broker never blocks on a full pipe.
     std::thread::spawn(move || for _ in lines {});
-    (child, addr)
+    Ok((child, addr))
 }

@@ -6,5 +6,6 @@ mod cli;
 mod delivery;
 mod grpc_tooling;
 mod idempotence;
+mod membership;
 mod producer_ids;
 mod storage;

@@ -1,0 +1,136 @@
+//! Brokers register in etcd under a lease: every broker of the cluster shows up in
+//! `Metadata`, a broker that stops cleanly leaves at once, one that dies leaves when its
+//! lease lapses, a broker id can be held by one live broker only, and a broker restarted
+//! on its own data dir takes its id back at once.
+
+use std::time::{Duration, Instant};
+
+use idem_proto::v1::MetadataRequest;
+use idem_tests::etcd::EtcdServer;
+use idem_tests::raw;
+use idem_tests::BrokerProcess;
+
+const TTL_MS: &str = "2000";
+
+fn cluster_broker(etcd: &EtcdServer, id: i32) -> BrokerProcess {
+    let id = id.to_string();
+    BrokerProcess::start_with(&[
+        "--id",
+        &id,
+        "--etcd",
+        &etcd.endpoint(),
+        "--lease-ttl-ms",
+        TTL_MS,
+    ])
+}
+
+async fn registered(bootstrap: &str) -> Vec<(i32, String)> {
+    let mut client = raw::connect(bootstrap).await;
+    let metadata = client
+        .metadata(MetadataRequest { topics: vec![] })
+        .await
+        .expect("Metadata")
+        .into_inner();
+    metadata
+        .brokers
+        .into_iter()
+        .map(|b| (b.broker_id, b.address))
+        .collect()
+}
+
+#[tokio::test]
+async fn given_two_brokers_when_either_is_asked_then_metadata_lists_both() {
+    let etcd = EtcdServer::start();
+    let (one, two) = (cluster_broker(&etcd, 1), cluster_broker(&etcd, 2));
+    let expected = vec![(1, one.bootstrap()), (2, two.bootstrap())];
+    assert_eq!(registered(&one.bootstrap()).await, expected);
+    assert_eq!(registered(&two.bootstrap()).await, expected);
+}
+
+#[tokio::test]
+async fn given_a_broker_stopped_cleanly_then_it_leaves_the_cluster_at_once() {
+    let etcd = EtcdServer::start();
+    let (mut one, two) = (cluster_broker(&etcd, 1), cluster_broker(&etcd, 2));
+    one.stop();
+    assert_eq!(
+        registered(&two.bootstrap()).await,
+        vec![(2, two.bootstrap())]
+    );
+}
+
+#[tokio::test]
+async fn given_a_broker_killed_then_it_leaves_the_cluster_when_its_lease_lapses() {
+    let etcd = EtcdServer::start();
+    let (mut one, two) = (cluster_broker(&etcd, 1), cluster_broker(&etcd, 2));
+    one.kill();
+    let killed = Instant::now();
+    // The lease lapses on etcd's clock; only polling shows when.
+    while registered(&two.bootstrap()).await.len() == 2 {
+        assert!(
+            killed.elapsed() < Duration::from_secs(10),
+            "the dead broker is still registered"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        killed.elapsed() >= Duration::from_millis(1000),
+        "gone after {:?}, before its lease TTL",
+        killed.elapsed()
+    );
+    assert_eq!(
+        registered(&two.bootstrap()).await,
+        vec![(2, two.bootstrap())]
+    );
+}
+
+#[tokio::test]
+async fn given_a_live_broker_holding_an_id_when_another_claims_it_then_the_second_refuses_to_start()
+{
+    let etcd = EtcdServer::start();
+    let holder = cluster_broker(&etcd, 7);
+    let started = Instant::now();
+    let endpoint = etcd.endpoint();
+    let refused = BrokerProcess::try_start_with(&[
+        "--id",
+        "7",
+        "--etcd",
+        &endpoint,
+        "--lease-ttl-ms",
+        TTL_MS,
+    ]);
+    let error = refused.err().expect("a second broker 7 must not start");
+    assert!(
+        error.contains("broker id 7 is registered by another live broker"),
+        "{error}"
+    );
+    assert!(
+        error.contains(&holder.bootstrap()),
+        "the error names the holder: {error}"
+    );
+    assert!(
+        started.elapsed() >= Duration::from_secs(4),
+        "it waited two lease TTLs for the holder to lapse"
+    );
+    assert_eq!(
+        registered(&holder.bootstrap()).await,
+        vec![(7, holder.bootstrap())]
+    );
+}
+
+#[tokio::test]
+async fn given_a_broker_killed_when_restarted_on_its_data_dir_then_it_takes_its_id_back_at_once() {
+    let etcd = EtcdServer::start();
+    let mut one = cluster_broker(&etcd, 1);
+    one.kill();
+    let restarting = Instant::now();
+    one.restart();
+    assert!(
+        restarting.elapsed() < Duration::from_millis(1500),
+        "restart took {:?}: it waited for its own old lease",
+        restarting.elapsed()
+    );
+    assert_eq!(
+        registered(&one.bootstrap()).await,
+        vec![(1, one.bootstrap())]
+    );
+}
