@@ -200,12 +200,55 @@ impl Connection {
     ///
     /// Retriable refusals (the broker's producer-id store is unreachable:
     /// `COORDINATOR_LOAD_IN_PROGRESS`) are retried with a growing backoff for up to the
-    /// request timeout; the last refusal is returned after that.
+    /// request timeout; the last refusal is returned after that. Lost answers are
+    /// retried too: a repeated request only wastes an id.
     pub async fn init_producer_id(&self) -> Result<ProducerIdAndEpoch, ClientError> {
+        self.request_producer_id(None).await
+    }
+
+    /// The next epoch of `current`'s producer id (KIP-360): what an idempotent partition
+    /// takes when it must abandon sequences it cannot resolve. Every batch of the older
+    /// epoch that still reaches a partition after the new epoch did is refused with
+    /// `INVALID_PRODUCER_EPOCH`, so a late request cannot land behind newer batches. When
+    /// the epoch is exhausted (`i16::MAX`) the broker hands out a fresh producer id at
+    /// epoch 0 instead.
+    ///
+    /// Retried like [`Connection::init_producer_id`]; repeating it is harmless (the
+    /// broker answers the same bump for the same `current`).
+    pub async fn bump_producer_epoch(
+        &self,
+        current: ProducerIdAndEpoch,
+    ) -> Result<ProducerIdAndEpoch, ClientError> {
+        let next = self.request_producer_id(Some(current)).await?;
+        let newer = if next.producer_id == current.producer_id {
+            next.producer_epoch > current.producer_epoch
+        } else {
+            next.producer_epoch == 0
+        };
+        if !newer {
+            return Err(ClientError::Protocol(format!(
+                "asked to bump producer {} epoch {}, got producer {} epoch {}",
+                current.producer_id, current.producer_epoch, next.producer_id, next.producer_epoch
+            )));
+        }
+        Ok(next)
+    }
+
+    /// InitProducerId for an idempotent producer: a fresh id, or the epoch after `bump`.
+    /// Retriable refusals are retried with a growing backoff within the request timeout.
+    async fn request_producer_id(
+        &self,
+        bump: Option<ProducerIdAndEpoch>,
+    ) -> Result<ProducerIdAndEpoch, ClientError> {
+        let request = InitProducerIdRequest {
+            producer_id: bump.map(|p| p.producer_id),
+            producer_epoch: bump.map_or(0, |p| i32::from(p.producer_epoch)),
+            ..InitProducerIdRequest::default()
+        };
         let deadline = tokio::time::Instant::now() + self.request_timeout;
         let mut backoff = Duration::from_millis(50);
         loop {
-            match self.init_producer_id_once().await {
+            match self.init_producer_id_once(&request).await {
                 Err(
                     e @ ClientError::Broker {
                         retriable: true, ..
@@ -220,13 +263,16 @@ impl Connection {
         }
     }
 
-    async fn init_producer_id_once(&self) -> Result<ProducerIdAndEpoch, ClientError> {
-        // A repeated InitProducerId only wastes an id, so a lost answer is retried.
+    async fn init_producer_id_once(
+        &self,
+        request: &InitProducerIdRequest,
+    ) -> Result<ProducerIdAndEpoch, ClientError> {
+        // Safe to repeat (a fresh id only wastes one; a bump of the same epoch gets the
+        // same answer), so a lost answer is retried.
         let response = self
-            .call_retrying(|mut client| async move {
-                client
-                    .init_producer_id(InitProducerIdRequest::default())
-                    .await
+            .call_retrying(|mut client| {
+                let request = request.clone();
+                async move { client.init_producer_id(request).await }
             })
             .await?;
         if response.error_code != 0 {
@@ -235,12 +281,15 @@ impl Connection {
                 response.error_message,
             ));
         }
-        let producer_epoch = i16::try_from(response.producer_epoch).map_err(|_| {
-            ClientError::Protocol(format!(
-                "producer epoch {} out of range",
-                response.producer_epoch
-            ))
-        })?;
+        let producer_epoch = i16::try_from(response.producer_epoch)
+            .ok()
+            .filter(|e| *e >= 0)
+            .ok_or_else(|| {
+                ClientError::Protocol(format!(
+                    "producer epoch {} out of range",
+                    response.producer_epoch
+                ))
+            })?;
         if response.producer_id < 0 {
             return Err(ClientError::Protocol(format!(
                 "broker handed out producer id {}",

@@ -42,9 +42,10 @@ pub enum ClientError {
         possibly_written: bool,
     },
     /// An exactly-once batch whose earlier attempt may have been written, and whose
-    /// producer id had to be replaced before the broker confirmed or denied that write.
-    /// Resending it under the new id could duplicate it, so the SDK gave up; the batch is
-    /// in the log at most once.
+    /// producer identity had to be replaced (the partition bumped its producer epoch)
+    /// before the broker confirmed or denied that write. Resending it under the new epoch
+    /// could duplicate it, so the SDK gave up; the batch is in the log at most once (a copy
+    /// still in transit is refused once the partition has seen the new epoch).
     #[error("batch outcome unknown after {attempts} attempts (it may have been written once): {last_error}")]
     OutcomeUnknown {
         attempts: u32,
@@ -148,12 +149,12 @@ pub enum ErrorClass {
     Retriable,
     /// `OUT_OF_ORDER_SEQUENCE_NUMBER`: retriable while an earlier batch of the partition
     /// is unacknowledged; otherwise the broker lost the producer's state and the
-    /// partition needs a new producer id.
+    /// partition moves to the next epoch of its producer id.
     OutOfOrderSequence,
     /// `UNKNOWN_PRODUCER_ID`: the broker holds no state for the producer id (it expired,
     /// or sequence 0 of a fresh id has not arrived yet). Like an out-of-order answer:
     /// retriable behind an unacknowledged batch, otherwise the partition continues under
-    /// a new producer id from sequence 0.
+    /// the next epoch of its producer id from sequence 0.
     NeedsNewProducerId,
     /// Sending the same request again cannot succeed.
     Fatal,
@@ -191,7 +192,8 @@ pub fn is_retriable(code: ErrorCode) -> bool {
     )
 }
 
-/// `UNKNOWN_PRODUCER_ID`: the partition must continue under a new producer id.
+/// `UNKNOWN_PRODUCER_ID`: the partition must continue under a new producer identity
+/// (the next epoch of its producer id).
 pub fn needs_new_producer_id(code: ErrorCode) -> bool {
     code == ErrorCode::UnknownProducerId
 }

@@ -5,23 +5,37 @@
 //!   a response, after the broker has fully processed the request;
 //! - lose a request body: drop the DATA frames of the next request stream, so the broker
 //!   never sees that request, then close the connection once `n` later responses have
-//!   been forwarded, failing the swallowed call.
+//!   been forwarded, failing the swallowed call;
+//! - hold a request: keep back the DATA frames of the next request stream (its HEADERS
+//!   went through: header compression forbids holding or reordering HEADERS frames) and
+//!   every later frame of that stream, such as the client's RST_STREAM when it gives up,
+//!   while other streams flow; [`FaultyProxy::release_held`] then delivers them in their
+//!   original order, as a request that arrives late. The frames from the stream's first
+//!   RST_STREAM on are delivered only once the broker has answered the released request
+//!   (or reset it): a reset arriving right behind the body would let the broker drop the
+//!   request unprocessed, and the point is to have it processed late. The body of that
+//!   answer is kept ([`FaultyProxy::released_response_bodies`]).
 //!
 //! Counters say what happened, so a test can assert that the fault really occurred.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Notify};
 
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 const FRAME_HEADER_LEN: usize = 9;
 const FRAME_DATA: u8 = 0;
+const FRAME_HEADERS: u8 = 1;
+const FRAME_RST_STREAM: u8 = 3;
+const FRAME_CONTINUATION: u8 = 9;
+const FLAG_END_STREAM: u8 = 0x1;
+const FLAG_PADDED: u8 = 0x8;
 
-#[derive(Default)]
 struct Faults {
     /// Responses still to lose.
     lose_responses: AtomicUsize,
@@ -33,6 +47,18 @@ struct Faults {
     swallowed_requests: AtomicUsize,
     forwarded_responses: AtomicUsize,
     closed_connections: AtomicUsize,
+    /// Request streams still to hold.
+    hold_requests: AtomicUsize,
+    /// Request streams held so far.
+    held_requests: AtomicUsize,
+    /// Held request streams delivered to the broker.
+    released_requests: AtomicUsize,
+    /// Answers (end of stream or reset) of released requests forwarded to the client.
+    released_responses: AtomicUsize,
+    /// The DATA payloads of each released request's answer, concatenated.
+    released_response_bodies: Mutex<Vec<Vec<u8>>>,
+    /// Bumped by [`FaultyProxy::release_held`]; every connection watches it.
+    release: watch::Sender<u64>,
     changed: Notify,
 }
 
@@ -47,7 +73,22 @@ impl FaultyProxy {
     pub async fn start(upstream: SocketAddr) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
         let addr = listener.local_addr().expect("proxy addr");
-        let faults = Arc::new(Faults::default());
+        let faults = Arc::new(Faults {
+            lose_responses: AtomicUsize::new(0),
+            swallow_requests: AtomicUsize::new(0),
+            close_after_responses: AtomicUsize::new(0),
+            lost_responses: AtomicUsize::new(0),
+            swallowed_requests: AtomicUsize::new(0),
+            forwarded_responses: AtomicUsize::new(0),
+            closed_connections: AtomicUsize::new(0),
+            hold_requests: AtomicUsize::new(0),
+            held_requests: AtomicUsize::new(0),
+            released_requests: AtomicUsize::new(0),
+            released_responses: AtomicUsize::new(0),
+            released_response_bodies: Mutex::new(Vec::new()),
+            release: watch::channel(0).0,
+            changed: Notify::new(),
+        });
         let (stop, stopped) = watch::channel(false);
         let accept_faults = faults.clone();
         tokio::spawn(async move {
@@ -92,6 +133,57 @@ impl FaultyProxy {
             .close_after_responses
             .store(responses_before_close, Ordering::SeqCst);
         self.faults.swallow_requests.store(1, Ordering::SeqCst);
+    }
+
+    /// Holds the next request stream (the first one to send a DATA frame from now on):
+    /// its body and every later frame of it stay in the proxy until
+    /// [`FaultyProxy::release_held`].
+    pub fn hold_next_request(&self) {
+        self.faults.hold_requests.store(1, Ordering::SeqCst);
+    }
+
+    /// Delivers every held request to the broker, its frames in their original order
+    /// (from its first RST_STREAM on, only after the broker answered it).
+    pub fn release_held(&self) {
+        self.faults
+            .release
+            .send_modify(|generation| *generation += 1);
+    }
+
+    /// Request streams held so far.
+    pub fn held_requests(&self) -> usize {
+        self.faults.held_requests.load(Ordering::SeqCst)
+    }
+
+    /// Held requests delivered to the broker.
+    pub fn released_requests(&self) -> usize {
+        self.faults.released_requests.load(Ordering::SeqCst)
+    }
+
+    /// Answers to released requests forwarded to the client.
+    pub fn released_responses(&self) -> usize {
+        self.faults.released_responses.load(Ordering::SeqCst)
+    }
+
+    /// The gRPC body (DATA payloads, length-prefixed messages) of each answer to a
+    /// released request, in the order they completed.
+    pub fn released_response_bodies(&self) -> Vec<Vec<u8>> {
+        self.faults
+            .released_response_bodies
+            .lock()
+            .map(|bodies| bodies.clone())
+            .unwrap_or_default()
+    }
+
+    /// Waits until at least `n` requests are held.
+    pub async fn wait_held_requests(&self, n: usize) {
+        self.wait_until(|proxy| proxy.held_requests() >= n).await;
+    }
+
+    /// Waits until at least `n` answers to released requests have been forwarded.
+    pub async fn wait_released_responses(&self, n: usize) {
+        self.wait_until(|proxy| proxy.released_responses() >= n)
+            .await;
     }
 
     pub fn lost_responses(&self) -> usize {
@@ -140,6 +232,188 @@ impl Drop for FaultyProxy {
     }
 }
 
+/// One frame as read: the 9-byte header followed by the payload.
+struct Frame {
+    bytes: Vec<u8>,
+}
+
+impl Frame {
+    fn kind(&self) -> u8 {
+        self.bytes[3]
+    }
+
+    fn flags(&self) -> u8 {
+        self.bytes[4]
+    }
+
+    fn stream_id(&self) -> u32 {
+        u32::from_be_bytes([self.bytes[5], self.bytes[6], self.bytes[7], self.bytes[8]])
+            & 0x7fff_ffff
+    }
+
+    fn payload(&self) -> &[u8] {
+        &self.bytes[FRAME_HEADER_LEN..]
+    }
+
+    fn ends_stream(&self) -> bool {
+        matches!(self.kind(), FRAME_DATA | FRAME_HEADERS) && self.flags() & FLAG_END_STREAM != 0
+    }
+
+    /// A DATA frame's data, without padding.
+    fn data(&self) -> &[u8] {
+        let payload = self.payload();
+        if self.flags() & FLAG_PADDED == 0 {
+            return payload;
+        }
+        let Some((&pad, rest)) = payload.split_first() else {
+            return &[];
+        };
+        &rest[..rest.len().saturating_sub(pad as usize)]
+    }
+}
+
+/// A held request stream of one connection.
+enum Hold {
+    Idle,
+    /// Frames of `stream` kept back, in arrival order.
+    Holding {
+        stream: u32,
+        frames: Vec<Frame>,
+    },
+    /// The body went to the broker; `deferred` (the stream's RST_STREAM and anything
+    /// after it) follows once the broker answered. `body` collects the answer.
+    Released {
+        stream: u32,
+        deferred: Vec<Frame>,
+        body: Vec<u8>,
+    },
+}
+
+/// One proxied connection: both writers (so a release or a deferred reset can write
+/// to the broker from outside the request pump) and the held stream.
+struct Conn {
+    upstream: tokio::sync::Mutex<OwnedWriteHalf>,
+    downstream: tokio::sync::Mutex<OwnedWriteHalf>,
+    hold: Mutex<Hold>,
+}
+
+impl Conn {
+    fn hold(&self) -> std::sync::MutexGuard<'_, Hold> {
+        // A panic while holding the lock leaves a usable state: recover it.
+        self.hold.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Decides what to write to the broker for one client frame: nothing (held), the
+    /// frame, or held frames followed by it. Called with the upstream writer locked, so
+    /// decisions and writes happen in one order.
+    fn route_request(&self, frame: Frame, faults: &Faults) -> Vec<Frame> {
+        let stream = frame.stream_id();
+        let mut hold = self.hold();
+        match &mut *hold {
+            Hold::Idle => {
+                if frame.kind() == FRAME_DATA && stream != 0 && take_one(&faults.hold_requests) {
+                    *hold = Hold::Holding {
+                        stream,
+                        frames: vec![frame],
+                    };
+                    faults.held_requests.fetch_add(1, Ordering::SeqCst);
+                    faults.changed.notify_waiters();
+                    return Vec::new();
+                }
+                vec![frame]
+            }
+            Hold::Holding {
+                stream: held,
+                frames,
+            }
+            | Hold::Released {
+                stream: held,
+                deferred: frames,
+                ..
+            } if *held == stream => {
+                if matches!(frame.kind(), FRAME_HEADERS | FRAME_CONTINUATION) {
+                    // Header blocks must reach the broker in order across all streams
+                    // (HPACK): give up the hold rather than reorder.
+                    let mut out = std::mem::take(frames);
+                    out.push(frame);
+                    *hold = Hold::Idle;
+                    return out;
+                }
+                frames.push(frame);
+                Vec::new()
+            }
+            _ => vec![frame],
+        }
+    }
+
+    /// Delivers a held request: its frames up to its first RST_STREAM now, the rest once
+    /// the broker answered.
+    async fn release(&self, faults: &Faults) -> std::io::Result<()> {
+        let mut to = self.upstream.lock().await;
+        let now = {
+            let mut hold = self.hold();
+            let Hold::Holding { stream, frames } = &mut *hold else {
+                return Ok(());
+            };
+            let stream = *stream;
+            let mut frames = std::mem::take(frames);
+            let split = frames
+                .iter()
+                .position(|f| f.kind() == FRAME_RST_STREAM)
+                .unwrap_or(frames.len());
+            let deferred = frames.split_off(split);
+            *hold = Hold::Released {
+                stream,
+                deferred,
+                body: Vec::new(),
+            };
+            frames
+        };
+        for frame in &now {
+            to.write_all(&frame.bytes).await?;
+        }
+        to.flush().await?;
+        faults.released_requests.fetch_add(1, Ordering::SeqCst);
+        faults.changed.notify_waiters();
+        Ok(())
+    }
+
+    /// Whether `stream` is a released request whose answer is still awaited.
+    fn awaits_answer(&self, stream: u32) -> bool {
+        matches!(&*self.hold(), Hold::Released { stream: s, .. } if *s == stream)
+    }
+
+    /// Watches a frame the broker sends: if it answers a released request, keeps the
+    /// body and, at the end of the answer, returns the deferred frames to deliver.
+    fn observe_response(&self, frame: &Frame, faults: &Faults) -> Option<Vec<Frame>> {
+        let mut hold = self.hold();
+        let Hold::Released {
+            stream,
+            deferred,
+            body,
+        } = &mut *hold
+        else {
+            return None;
+        };
+        if frame.stream_id() != *stream {
+            return None;
+        }
+        if frame.kind() == FRAME_DATA {
+            body.extend_from_slice(frame.data());
+        }
+        if !frame.ends_stream() && frame.kind() != FRAME_RST_STREAM {
+            return None;
+        }
+        let deferred = std::mem::take(deferred);
+        let body = std::mem::take(body);
+        *hold = Hold::Idle;
+        if let Ok(mut bodies) = faults.released_response_bodies.lock() {
+            bodies.push(body);
+        }
+        Some(deferred)
+    }
+}
+
 async fn relay(
     client: TcpStream,
     server: TcpStream,
@@ -148,26 +422,41 @@ async fn relay(
 ) {
     let (client_read, client_write) = client.into_split();
     let (server_read, server_write) = server.into_split();
+    let conn = Conn {
+        upstream: tokio::sync::Mutex::new(server_write),
+        downstream: tokio::sync::Mutex::new(client_write),
+        hold: Mutex::new(Hold::Idle),
+    };
+    let mut release = faults.release.subscribe();
     let (close, closed) = watch::channel(false);
     let upstream = pump(
         client_read,
-        server_write,
         Direction::Request,
-        faults.clone(),
+        &conn,
+        &faults,
         close.clone(),
         closed.clone(),
     );
     let downstream = pump(
         server_read,
-        client_write,
         Direction::Response,
-        faults.clone(),
+        &conn,
+        &faults,
         close.clone(),
         closed,
     );
+    let releaser = async {
+        while release.changed().await.is_ok() {
+            if conn.release(&faults).await.is_err() {
+                return;
+            }
+        }
+        std::future::pending::<()>().await
+    };
     tokio::select! {
         _ = upstream => {}
         _ = downstream => {}
+        _ = releaser => {}
         _ = stopped.changed() => {}
     }
 }
@@ -180,16 +469,22 @@ enum Direction {
 
 /// Copies frames one way; returns when either side closes or a fault closes the pair.
 async fn pump(
-    mut from: impl AsyncRead + Unpin,
-    mut to: impl AsyncWrite + Unpin,
+    mut from: OwnedReadHalf,
     direction: Direction,
-    faults: Arc<Faults>,
+    conn: &Conn,
+    faults: &Faults,
     close: watch::Sender<bool>,
     mut closed: watch::Receiver<bool>,
 ) {
+    let to = match direction {
+        Direction::Request => &conn.upstream,
+        Direction::Response => &conn.downstream,
+    };
     if direction == Direction::Request {
         let mut preface = [0u8; PREFACE.len()];
-        if from.read_exact(&mut preface).await.is_err() || to.write_all(&preface).await.is_err() {
+        if from.read_exact(&mut preface).await.is_err()
+            || to.lock().await.write_all(&preface).await.is_err()
+        {
             return;
         }
     }
@@ -204,19 +499,23 @@ async fn pump(
             return;
         }
         let length = u32::from_be_bytes([0, header[0], header[1], header[2]]) as usize;
-        let frame_type = header[3];
-        let stream_id =
-            u32::from_be_bytes([header[5], header[6], header[7], header[8]]) & 0x7fff_ffff;
-        let mut payload = vec![0u8; length];
-        if from.read_exact(&mut payload).await.is_err() {
+        let mut bytes = vec![0u8; FRAME_HEADER_LEN + length];
+        bytes[..FRAME_HEADER_LEN].copy_from_slice(&header);
+        if from
+            .read_exact(&mut bytes[FRAME_HEADER_LEN..])
+            .await
+            .is_err()
+        {
             return;
         }
-        let is_body = frame_type == FRAME_DATA && length > 0;
+        let frame = Frame { bytes };
+        let stream_id = frame.stream_id();
+        let is_body = frame.kind() == FRAME_DATA && length > 0;
         match direction {
             Direction::Response if is_body => {
                 if take_one(&faults.lose_responses) {
                     faults.lost_responses.fetch_add(1, Ordering::SeqCst);
-                    close_connection(&faults, &close);
+                    close_connection(faults, &close);
                     return;
                 }
                 faults.forwarded_responses.fetch_add(1, Ordering::SeqCst);
@@ -233,8 +532,41 @@ async fn pump(
             }
             _ => {}
         }
-        if to.write_all(&header).await.is_err() || to.write_all(&payload).await.is_err() {
-            return;
+        match direction {
+            Direction::Request => {
+                let mut to = to.lock().await;
+                for frame in conn.route_request(frame, faults) {
+                    if to.write_all(&frame.bytes).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            Direction::Response => {
+                // Lock the way to the broker before the end of a released request's
+                // answer hands over its deferred frames, so no later frame of that
+                // stream can overtake them.
+                let mut upstream = match conn.awaits_answer(stream_id) {
+                    true => Some(conn.upstream.lock().await),
+                    false => None,
+                };
+                let deferred = conn.observe_response(&frame, faults);
+                if to.lock().await.write_all(&frame.bytes).await.is_err() {
+                    return;
+                }
+                if let Some(deferred) = deferred {
+                    faults.released_responses.fetch_add(1, Ordering::SeqCst);
+                    faults.changed.notify_waiters();
+                    let upstream = match upstream.as_mut() {
+                        Some(locked) => locked,
+                        None => upstream.insert(conn.upstream.lock().await),
+                    };
+                    for frame in &deferred {
+                        if upstream.write_all(&frame.bytes).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
         }
         if direction == Direction::Response
             && is_body
@@ -242,8 +574,8 @@ async fn pump(
         {
             let remaining = faults.close_after_responses.load(Ordering::SeqCst);
             if remaining > 0 && faults.close_after_responses.fetch_sub(1, Ordering::SeqCst) == 1 {
-                let _ = to.flush().await;
-                close_connection(&faults, &close);
+                let _ = to.lock().await.flush().await;
+                close_connection(faults, &close);
                 return;
             }
         }

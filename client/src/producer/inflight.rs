@@ -1,7 +1,8 @@
 //! The ordering core of one partition's produce path, sans I/O: it takes events (a batch
-//! sealed, a response, a new producer id, time passing) and returns [`Command`]s (send
-//! these bytes, complete that batch, fetch a producer id). The partition's sender task
-//! performs the commands; this module never sees a socket or a clock.
+//! sealed, a response, a new producer identity, time passing) and returns [`Command`]s
+//! (send these bytes, complete that batch, fetch a producer id or bump its epoch). The
+//! partition's sender task performs the commands; this module never sees a socket or a
+//! clock.
 //!
 //! Invariants (exactly-once mode):
 //! - A batch gets its `(producer_id, epoch, base_sequence)` when it is first sent, in
@@ -20,11 +21,19 @@
 //!   acknowledged they mean the broker lost or expired the producer's state.
 //! - A sequence that may have been written is never reused: when the partition cannot
 //!   continue its sequence (the case above, or a batch given up with its sequence
-//!   assigned), it waits for all in-flight requests, takes a new producer id and starts
-//!   again at sequence 0. Batches that were definitely not written (every attempt
-//!   refused, or behind such a batch) are re-encoded under the new id; batches that may
-//!   have been written fail with [`ClientError::OutcomeUnknown`] (or
-//!   [`ClientError::DeliveryTimeout`] with `possibly_written: true`) and are never resent.
+//!   assigned), it waits for all in-flight requests, bumps the epoch of the producer id
+//!   it was using (KIP-360) and starts again at sequence 0. Batches that were definitely
+//!   not written (every attempt refused, or behind such a batch) are re-encoded under
+//!   the new epoch; batches that may have been written fail with
+//!   [`ClientError::OutcomeUnknown`] (or [`ClientError::DeliveryTimeout`] with
+//!   `possibly_written: true`) and are never resent.
+//! - The new epoch is what keeps the log in send order across the reset: a request of
+//!   the old epoch the client gave up on may still be in transit, and once the partition
+//!   has seen the new epoch it refuses it (`INVALID_PRODUCER_EPOCH`) instead of
+//!   appending it behind newer batches (a fresh producer id could not do that). Such a
+//!   late refusal never reaches this core as a current attempt: the batch was already
+//!   completed, and its answers are ignored as stale. `INVALID_PRODUCER_EPOCH` for a
+//!   batch of the current epoch is fatal for that batch (something fenced this epoch).
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -102,8 +111,13 @@ pub enum Command {
         result: Result<i64, ClientError>,
     },
     /// Obtain a fresh producer id (epoch 0) and report it with
-    /// [`PartitionInflight::on_producer_id`]; keep trying until one arrives.
+    /// [`PartitionInflight::on_producer_id`]; keep trying until one arrives. Only for a
+    /// partition that has no producer id yet.
     InitProducerId,
+    /// Abandon the sequences of `current`: obtain the next epoch of its producer id
+    /// (KIP-360; a fresh id at epoch 0 once the epoch is exhausted) and report it with
+    /// [`PartitionInflight::on_producer_id`]; keep trying until one arrives.
+    BumpProducerEpoch { current: ProducerIdAndEpoch },
     /// Leaders or topics changed; refresh the metadata cache.
     RefreshMetadata,
 }
@@ -114,11 +128,12 @@ pub enum Phase {
     /// Pipelining new batches, up to `max_in_flight`.
     Sending,
     /// A batch failed: nothing is sent until every in-flight request has resolved; then
-    /// either retry (`new_producer_id: false`) or switch producer id.
+    /// either retry (`new_producer_id: false`) or move to a new producer identity (the
+    /// next epoch of the producer id).
     Draining { new_producer_id: bool },
     /// Resending already-sent batches one at a time, lowest sequence first.
     Retrying,
-    /// Waiting for a new producer id; nothing is sent.
+    /// Waiting for a producer id or a new epoch of it; nothing is sent.
     AwaitingProducerId,
 }
 
@@ -321,13 +336,14 @@ impl PartitionInflight {
         self.take()
     }
 
-    /// A new producer id arrived (after [`Command::InitProducerId`]).
+    /// A new producer identity arrived (after [`Command::InitProducerId`] or
+    /// [`Command::BumpProducerEpoch`]); sequences start at 0 under it.
     pub fn on_producer_id(&mut self, producer: ProducerIdAndEpoch, now: Instant) -> Vec<Command> {
         if self.phase == Phase::AwaitingProducerId {
             tracing::debug!(
                 producer_id = producer.producer_id,
                 producer_epoch = producer.producer_epoch,
-                "partition continues under a new producer id"
+                "partition continues under a new producer identity"
             );
             self.producer = Some(producer);
             self.next_sequence = 0;
@@ -491,7 +507,8 @@ impl PartitionInflight {
     }
 
     /// Nothing is in flight. Keep every batch that was definitely not written (to be
-    /// re-encoded under the new id); fail those that may have been; ask for a new id.
+    /// re-encoded under the new epoch); fail those that may have been; ask for the next
+    /// epoch of the producer id.
     fn switch_producer_id(&mut self) {
         // Once one batch is known unwritten, no later sequence of the old id can be in
         // the log either.
@@ -532,14 +549,18 @@ impl PartitionInflight {
             }
         }
         tracing::info!(
-            old_producer_id = self.producer.map(|p| p.producer_id),
-            "partition takes a new producer id; sequences restart at 0"
+            producer_id = self.producer.map(|p| p.producer_id),
+            old_producer_epoch = self.producer.map(|p| p.producer_epoch),
+            "partition bumps its producer epoch; sequences restart at 0"
         );
-        self.producer = None;
+        let command = match self.producer.take() {
+            Some(current) => Command::BumpProducerEpoch { current },
+            None => Command::InitProducerId,
+        };
         self.next_sequence = 0;
         self.retry_at = None;
         self.phase = Phase::AwaitingProducerId;
-        self.out.push(Command::InitProducerId);
+        self.out.push(command);
     }
 
     fn fail_removed(&mut self, idx: usize, err: ClientError) {

@@ -1,8 +1,8 @@
 //! The task that owns one partition's produce path: it batches the partition's records
 //! ([`Accumulator`]), feeds sealed batches, answers and time to the ordering core
 //! ([`PartitionInflight`]), and performs the commands that come back: send one batch
-//! per produce request, complete record futures, fetch a producer id. It decides
-//! nothing about ordering itself.
+//! per produce request, complete record futures, fetch a producer id or bump its epoch.
+//! It decides nothing about ordering itself.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -227,6 +227,7 @@ impl PartitionSender {
                         batch = batch.0,
                         attempt,
                         producer_id = producer.producer_id,
+                        producer_epoch = producer.producer_epoch,
                         base_sequence = producer.base_sequence,
                         bytes = records.len(),
                         "send batch"
@@ -234,7 +235,8 @@ impl PartitionSender {
                     self.send(batch, attempt, records);
                 }
                 Command::Complete { batch, result } => self.complete(batch, result),
-                Command::InitProducerId => self.request_producer_id(),
+                Command::InitProducerId => self.request_producer_id(None),
+                Command::BumpProducerEpoch { current } => self.request_producer_id(Some(current)),
                 Command::RefreshMetadata => self.refresh_metadata(),
             }
         }
@@ -307,7 +309,8 @@ impl PartitionSender {
         }
     }
 
-    fn request_producer_id(&mut self) {
+    /// Asks for a fresh producer id, or for the next epoch of `bump`, until one arrives.
+    fn request_producer_id(&mut self, bump: Option<ProducerIdAndEpoch>) {
         if self.producer_id_request.is_some() {
             return;
         }
@@ -316,10 +319,14 @@ impl PartitionSender {
         self.producer_id_request = Some(Box::pin(async move {
             let mut delay = backoff;
             loop {
-                match conn.init_producer_id().await {
+                let result = match bump {
+                    Some(current) => conn.bump_producer_epoch(current).await,
+                    None => conn.init_producer_id().await,
+                };
+                match result {
                     Ok(producer) => return producer,
                     Err(e) => {
-                        tracing::warn!(error = %e, "cannot get a producer id; retrying");
+                        tracing::warn!(error = %e, "cannot get a producer identity; retrying");
                         tokio::time::sleep(delay).await;
                         delay = (delay * 2).min(Duration::from_secs(1).max(backoff));
                     }

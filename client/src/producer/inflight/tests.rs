@@ -9,9 +9,10 @@ const PID: ProducerIdAndEpoch = ProducerIdAndEpoch {
     producer_id: 7,
     producer_epoch: 0,
 };
-const NEW_PID: ProducerIdAndEpoch = ProducerIdAndEpoch {
-    producer_id: 8,
-    producer_epoch: 0,
+/// What the broker answers to a bump of `PID`: the same id, the next epoch (KIP-360).
+const BUMPED: ProducerIdAndEpoch = ProducerIdAndEpoch {
+    producer_id: 7,
+    producer_epoch: 1,
 };
 
 fn config(delivery: Delivery) -> InflightConfig {
@@ -47,7 +48,10 @@ struct Harness {
     now: Instant,
     sent: Vec<Sent>,
     completed: BTreeMap<BatchId, Result<i64, ClientError>>,
+    /// Producer identities asked for: fresh ids and epoch bumps.
     init_requests: usize,
+    /// The identity each epoch bump was asked for.
+    bumped_from: Vec<ProducerIdAndEpoch>,
     metadata_refreshes: usize,
 }
 
@@ -63,6 +67,7 @@ impl Harness {
             sent: Vec::new(),
             completed: BTreeMap::new(),
             init_requests: 0,
+            bumped_from: Vec::new(),
             metadata_refreshes: 0,
         }
     }
@@ -88,6 +93,10 @@ impl Harness {
                     );
                 }
                 Command::InitProducerId => self.init_requests += 1,
+                Command::BumpProducerEpoch { current } => {
+                    self.init_requests += 1;
+                    self.bumped_from.push(current);
+                }
                 Command::RefreshMetadata => self.metadata_refreshes += 1,
             }
         }
@@ -353,7 +362,7 @@ fn given_out_of_order_answer_overtaken_by_predecessors_ack_then_it_is_retried_no
 // ---- exactly-once: a sequence that cannot continue ----
 
 #[test]
-fn given_unknown_producer_id_then_partition_takes_new_id_and_resends_from_sequence_zero() {
+fn given_unknown_producer_id_then_partition_bumps_its_epoch_and_resends_from_sequence_zero() {
     let mut h = Harness::new(Delivery::ExactlyOnce);
     let a = h.push(0, 2);
     h.ok(a, 0);
@@ -365,12 +374,18 @@ fn given_unknown_producer_id_then_partition_takes_new_id_and_resends_from_sequen
     h.lose(batches[1]);
     h.reject(batches[2], ErrorCode::UnknownProducerId);
     assert_eq!(h.init_requests, 1);
+    assert_eq!(
+        h.bumped_from,
+        vec![PID],
+        "the epoch of the id in use is bumped"
+    );
     assert_eq!(h.m.phase(), Phase::AwaitingProducerId);
+    assert_eq!(h.m.producer(), None);
     assert!(h.completed.len() == 1, "no batch failed: none was written");
     let late = h.push(9, 1);
     h.advance(Duration::from_secs(1));
     assert_eq!(h.sent.len(), 4, "nothing sent without a producer id");
-    h.new_producer_id(NEW_PID);
+    h.new_producer_id(BUMPED);
     let resent: Vec<_> = h.sent[4..].to_vec();
     assert_eq!(
         resent.iter().map(|s| s.batch).collect::<Vec<_>>(),
@@ -378,12 +393,17 @@ fn given_unknown_producer_id_then_partition_takes_new_id_and_resends_from_sequen
     );
     let seqs: Vec<i32> = resent.iter().map(|s| s.producer.base_sequence).collect();
     assert_eq!(seqs, vec![0, 2, 4, 6]);
+    assert_eq!(h.m.producer(), Some(BUMPED));
     for s in &resent {
-        assert_eq!(s.producer.producer_id, 8);
+        assert_eq!((s.producer.producer_id, s.producer.producer_epoch), (7, 1));
         let header = batch::decode_header(&s.records).expect("header");
         assert_eq!(
-            (header.producer_id, header.base_sequence),
-            (8, s.producer.base_sequence)
+            (
+                header.producer_id,
+                header.producer_epoch,
+                header.base_sequence
+            ),
+            (7, 1, s.producer.base_sequence)
         );
         batch::validate_produced(&s.records).expect("re-encoded batch is valid");
     }
@@ -400,7 +420,7 @@ fn given_unknown_producer_id_then_partition_takes_new_id_and_resends_from_sequen
 }
 
 #[test]
-fn given_out_of_order_for_head_sent_after_predecessor_acked_then_new_id_and_unwritten_head_is_resent(
+fn given_out_of_order_for_head_sent_after_predecessor_acked_then_epoch_bump_and_unwritten_head_is_resent(
 ) {
     let mut h = Harness::new(Delivery::ExactlyOnce);
     let a = h.push(0, 1);
@@ -410,7 +430,7 @@ fn given_out_of_order_for_head_sent_after_predecessor_acked_then_new_id_and_unwr
     h.reject(b, ErrorCode::OutOfOrderSequenceNumber);
     h.reject(c, ErrorCode::OutOfOrderSequenceNumber);
     assert_eq!(h.init_requests, 1);
-    h.new_producer_id(NEW_PID);
+    h.new_producer_id(BUMPED);
     let resent: Vec<_> = h.sent[3..].to_vec();
     assert_eq!(
         resent
@@ -443,16 +463,23 @@ fn given_possibly_written_head_answered_out_of_order_then_it_fails_outcome_unkno
     ));
     assert!(h.error(a).possibly_written());
     assert_eq!(h.init_requests, 1);
-    h.new_producer_id(NEW_PID);
-    // b was refused on every attempt: resent under the new id. a never is.
+    h.new_producer_id(BUMPED);
+    // b was refused on every attempt: resent under the new epoch. a never is.
     let resent: Vec<_> = h.sent[3..].iter().map(|s| (s.batch, s.producer)).collect();
     assert_eq!(resent.len(), 1);
     assert_eq!(resent[0].0, b);
-    assert_eq!((resent[0].1.producer_id, resent[0].1.base_sequence), (8, 0));
+    assert_eq!(
+        (
+            resent[0].1.producer_id,
+            resent[0].1.producer_epoch,
+            resent[0].1.base_sequence
+        ),
+        (7, 1, 0)
+    );
 }
 
 #[test]
-fn given_unknown_outcome_when_delivery_timeout_expires_then_possibly_written_and_new_id() {
+fn given_unknown_outcome_when_delivery_timeout_expires_then_possibly_written_and_epoch_bump() {
     let mut h = Harness::new(Delivery::ExactlyOnce);
     let a = h.push(0, 1);
     let b = h.push(1, 1);
@@ -483,15 +510,22 @@ fn given_unknown_outcome_when_delivery_timeout_expires_then_possibly_written_and
         }
         e => panic!("unexpected {e:?}"),
     }
-    // b may have been written too: it is failed, not resent under a new id.
+    // b may have been written too: it is failed, not resent under the new epoch.
     assert!(h.error(b).possibly_written());
     assert_eq!(h.init_requests, 1);
+    assert_eq!(h.bumped_from, vec![PID]);
     let before = h.sent.len();
-    h.new_producer_id(NEW_PID);
+    h.new_producer_id(BUMPED);
     let c = h.push(2, 1);
     assert_eq!(h.sent_since(before), vec![c]);
     assert_eq!(h.last_attempt(c).producer.base_sequence, 0);
-    assert_eq!(h.last_attempt(c).producer.producer_id, 8);
+    assert_eq!(
+        (
+            h.last_attempt(c).producer.producer_id,
+            h.last_attempt(c).producer.producer_epoch
+        ),
+        (7, 1)
+    );
 }
 
 #[test]
@@ -513,12 +547,12 @@ fn given_batch_refused_on_every_attempt_when_delivery_timeout_expires_then_not_p
             ..
         }
     ));
-    // Its sequence is a hole: the partition switches id before sending anything else.
+    // Its sequence is a hole: the partition bumps its epoch before sending anything else.
     assert_eq!(h.init_requests, 1);
 }
 
 #[test]
-fn given_fatal_error_then_batch_fails_and_later_batches_continue_under_a_new_id() {
+fn given_fatal_error_then_batch_fails_and_later_batches_continue_under_a_new_epoch() {
     let mut h = Harness::new(Delivery::ExactlyOnce);
     let a = h.push(0, 1);
     let b = h.push(1, 1);
@@ -538,9 +572,144 @@ fn given_fatal_error_then_batch_fails_and_later_batches_continue_under_a_new_id(
     // answer is lost.
     h.lose(c);
     assert_eq!(h.init_requests, 1);
-    h.new_producer_id(NEW_PID);
+    h.new_producer_id(BUMPED);
     assert_eq!(h.sent_since(3), vec![c]);
     assert_eq!(h.last_attempt(c).producer.base_sequence, 0);
+}
+
+#[test]
+fn given_reset_when_old_epoch_batch_is_refused_invalid_epoch_late_then_it_is_ignored_and_new_batches_continue(
+) {
+    // a's answers are all lost until its delivery timeout: it fails as possibly written
+    // and the partition bumps its epoch. a's request of the old epoch is still in
+    // transit; it reaches the partition after c of the new epoch and is fenced. Nothing
+    // about that refusal may fail c, fail a a second time, or start another reset.
+    let config = InflightConfig {
+        delivery_timeout: Duration::from_secs(1),
+        ..config(Delivery::ExactlyOnce)
+    };
+    let mut h = Harness::with(config, Some(PID));
+    let a = h.push(0, 1);
+    let old = h.last_attempt(a);
+    h.lose(a);
+    h.advance(Duration::from_secs(2));
+    assert!(matches!(
+        h.error(a),
+        ClientError::DeliveryTimeout {
+            possibly_written: true,
+            ..
+        }
+    ));
+    assert_eq!(h.bumped_from, vec![PID]);
+    h.new_producer_id(BUMPED);
+    let c = h.push(1, 1);
+    let sent = h.last_attempt(c);
+    assert_eq!(
+        sent.producer,
+        ProducerInfo {
+            producer_id: 7,
+            producer_epoch: 1,
+            base_sequence: 0
+        }
+    );
+    // The late refusal of a's old attempt, and any other stale report of it.
+    for outcome in [
+        Outcome::Rejected {
+            code: ErrorCode::InvalidProducerEpoch,
+            message: "producer epoch 0 is older than 1".into(),
+        },
+        Outcome::Appended { base_offset: 1 },
+        Outcome::Lost(ClientError::Transport(tonic::Status::unavailable("reset"))),
+    ] {
+        let commands = h.m.on_outcome(a, old.attempt, outcome, h.now);
+        assert!(commands.is_empty(), "{commands:?}");
+    }
+    assert_eq!(h.m.phase(), Phase::Sending);
+    assert_eq!(h.m.producer(), Some(BUMPED));
+    assert_eq!(h.m.in_flight(), 1, "c is still in flight");
+    assert_eq!(h.init_requests, 1, "no second reset");
+    assert!(h.error(a).possibly_written(), "a keeps its first result");
+    h.ok(c, 1);
+    assert_eq!(h.offset(c), Some(1));
+    let d = h.push(2, 1);
+    assert_eq!(h.last_attempt(d).producer.base_sequence, 1);
+    assert_eq!(h.last_attempt(d).producer.producer_epoch, 1);
+}
+
+#[test]
+fn given_batch_resent_under_new_epoch_when_stale_invalid_epoch_answer_of_its_old_attempt_arrives_then_it_is_ignored(
+) {
+    let mut h = Harness::new(Delivery::ExactlyOnce);
+    let a = h.push(0, 1);
+    let b = h.push(1, 1);
+    let old_b = h.last_attempt(b);
+    h.reject(a, ErrorCode::UnknownProducerId);
+    h.reject(b, ErrorCode::OutOfOrderSequenceNumber);
+    assert_eq!(h.bumped_from, vec![PID]);
+    h.new_producer_id(BUMPED);
+    assert_eq!(h.sent_since(2), vec![a, b]);
+    assert_eq!(h.last_attempt(b).producer.producer_epoch, 1);
+    let commands = h.m.on_outcome(
+        b,
+        old_b.attempt,
+        Outcome::Rejected {
+            code: ErrorCode::InvalidProducerEpoch,
+            message: String::new(),
+        },
+        h.now,
+    );
+    assert!(commands.is_empty(), "{commands:?}");
+    assert_eq!(h.m.in_flight(), 2);
+    h.ok(a, 0);
+    h.ok(b, 1);
+    assert_eq!((h.offset(a), h.offset(b)), (Some(0), Some(1)));
+    assert_eq!(h.init_requests, 1);
+}
+
+#[test]
+fn given_invalid_producer_epoch_for_a_batch_of_the_current_epoch_then_it_fails_fatally() {
+    // Something fenced the epoch this partition is using: resending cannot help.
+    let mut h = Harness::new(Delivery::ExactlyOnce);
+    let a = h.push(0, 1);
+    h.reject(a, ErrorCode::UnknownProducerId);
+    h.new_producer_id(BUMPED);
+    assert_eq!(h.last_attempt(a).producer.producer_epoch, 1);
+    h.reject(a, ErrorCode::InvalidProducerEpoch);
+    assert!(matches!(
+        h.error(a),
+        ClientError::Broker {
+            code: ErrorCode::InvalidProducerEpoch,
+            retriable: false,
+            ..
+        }
+    ));
+    assert!(!h.error(a).possibly_written());
+    assert_eq!(h.sent.len(), 2, "never resent");
+}
+
+#[test]
+fn given_exhausted_epoch_when_the_bump_answers_a_fresh_producer_id_then_sequences_restart_under_it()
+{
+    let exhausted = ProducerIdAndEpoch {
+        producer_id: 7,
+        producer_epoch: i16::MAX,
+    };
+    let mut h = Harness::with(config(Delivery::ExactlyOnce), Some(exhausted));
+    let a = h.push(0, 1);
+    h.reject(a, ErrorCode::UnknownProducerId);
+    assert_eq!(h.bumped_from, vec![exhausted]);
+    h.new_producer_id(ProducerIdAndEpoch {
+        producer_id: 9,
+        producer_epoch: 0,
+    });
+    assert_eq!(
+        h.last_attempt(a).producer,
+        ProducerInfo {
+            producer_id: 9,
+            producer_epoch: 0,
+            base_sequence: 0
+        }
+    );
 }
 
 #[test]
@@ -549,6 +718,7 @@ fn given_no_producer_id_yet_then_batches_wait_and_start_at_sequence_zero() {
     let commands = h.m.tick(h.now);
     h.apply(commands);
     assert_eq!(h.init_requests, 1);
+    assert!(h.bumped_from.is_empty(), "a fresh id, not a bump");
     let a = h.push(0, 2);
     assert!(h.sent.is_empty());
     h.new_producer_id(PID);
@@ -682,12 +852,20 @@ impl Rng {
     }
 }
 
-/// The broker rules of issue 2: the last 5 batches per producer id, duplicates answered
-/// with their original offsets, gaps refused.
+/// The broker rules of issue 2 and KIP-360: per producer id the epoch and the last 5
+/// batches, duplicates answered with their original offsets, gaps refused, an older
+/// epoch fenced, a newer epoch accepted only at sequence 0.
 #[derive(Default)]
 struct ModelBroker {
     log: Vec<Bytes>,
-    producers: HashMap<i64, VecDeque<(i32, i32, i64)>>,
+    producers: HashMap<i64, ModelProducer>,
+    /// Batches refused with `INVALID_PRODUCER_EPOCH`.
+    fenced: usize,
+}
+
+struct ModelProducer {
+    epoch: i16,
+    batches: VecDeque<(i32, i32, i64)>,
 }
 
 impl ModelBroker {
@@ -705,10 +883,22 @@ impl ModelBroker {
         if header.producer_id >= 0 {
             let first = header.base_sequence;
             let last = header.last_sequence();
+            let epoch = header.producer_epoch;
             match self.producers.get(&header.producer_id) {
                 None if first != 0 => return rejected(ErrorCode::UnknownProducerId),
                 None => {}
-                Some(cached) => {
+                Some(p) if epoch < p.epoch => {
+                    self.fenced += 1;
+                    return rejected(ErrorCode::InvalidProducerEpoch);
+                }
+                // A newer epoch starts at sequence 0.
+                Some(p) if epoch > p.epoch && first != 0 => {
+                    return rejected(ErrorCode::OutOfOrderSequenceNumber);
+                }
+                Some(p) if epoch > p.epoch => {}
+                Some(ModelProducer {
+                    batches: cached, ..
+                }) => {
                     if let Some(&(_, _, offset)) =
                         cached.iter().find(|(f, l, _)| *f == first && *l == last)
                     {
@@ -725,7 +915,18 @@ impl ModelBroker {
                 }
             }
             let base_offset = self.log.len() as i64;
-            let cached = self.producers.entry(header.producer_id).or_default();
+            let producer = self
+                .producers
+                .entry(header.producer_id)
+                .or_insert(ModelProducer {
+                    epoch,
+                    batches: VecDeque::new(),
+                });
+            if producer.epoch != epoch {
+                producer.epoch = epoch;
+                producer.batches.clear();
+            }
+            let cached = &mut producer.batches;
             cached.push_back((first, last, base_offset));
             if cached.len() > 5 {
                 cached.pop_front();
@@ -745,6 +946,8 @@ struct Run {
     failed: BTreeMap<BatchId, ClientError>,
     pushed: Vec<(BatchId, Vec<Bytes>)>,
     producer_ids_taken: usize,
+    /// Late requests of an old epoch the broker refused.
+    fenced: usize,
 }
 
 /// Runs `batches` batches through the core and a model broker, with the network
@@ -765,16 +968,19 @@ fn simulate_with(config: InflightConfig, seed: u64, batches: u64, expire_idle: b
     let mut responses: Vec<(BatchId, u32, Outcome)> = Vec::new(); // on the way back
     let mut pushed = Vec::new();
     let mut delivered_sends = 0;
-    let mut next_pid = 100;
     for _step in 0..100_000 {
         // Move newly sent requests onto the wire.
         requests.extend(h.sent[delivered_sends..].iter().cloned());
         delivered_sends = h.sent.len();
         if h.m.phase() == Phase::AwaitingProducerId && rng.chance(50) {
-            next_pid += 1;
+            // The broker's answer to the bump (KIP-360): the same id, the next epoch.
+            let current = *h
+                .bumped_from
+                .last()
+                .expect("a reset asks for an epoch bump");
             h.new_producer_id(ProducerIdAndEpoch {
-                producer_id: next_pid,
-                producer_epoch: 0,
+                producer_id: current.producer_id,
+                producer_epoch: current.producer_epoch + 1,
             });
             continue;
         }
@@ -873,13 +1079,15 @@ fn simulate_with(config: InflightConfig, seed: u64, batches: u64, expire_idle: b
         failed,
         pushed,
         producer_ids_taken: h.init_requests,
+        fenced: broker.fenced,
     }
 }
 
 /// Exactly-once as a reader sees it: every acknowledged batch once, at its offset; a
-/// batch failed as not written absent; a possibly written one at most once; and the
-/// acknowledged batches in send order. (A batch given up as possibly written may still
-/// land later, after its successors, when its request outlived the producer id.)
+/// batch failed as not written absent; a possibly written one at most once; and
+/// everything in the log in send order, including a batch given up as possibly written
+/// whose request outlived the client's patience: once the partition bumped its epoch, a
+/// late copy of such a batch is fenced rather than appended behind its successors.
 fn assert_exactly_once(run: &Run, seed: u64) {
     let mut position: HashMap<&Bytes, usize> = HashMap::new();
     for (i, v) in run.log.iter().enumerate() {
@@ -888,12 +1096,7 @@ fn assert_exactly_once(run: &Run, seed: u64) {
             "seed {seed}: {v:?} duplicated"
         );
     }
-    let sent: Vec<&Bytes> = run
-        .pushed
-        .iter()
-        .filter(|(batch, _)| run.acked.contains_key(batch))
-        .flat_map(|(_, v)| v.iter())
-        .collect();
+    let sent: Vec<&Bytes> = run.pushed.iter().flat_map(|(_, v)| v.iter()).collect();
     let order: Vec<usize> = sent
         .iter()
         .filter_map(|v| position.get(v).copied())
@@ -944,7 +1147,7 @@ fn given_any_interleaving_of_reordering_rejections_and_lost_responses_then_exact
 }
 
 #[test]
-fn given_broker_expires_idle_producers_then_partition_switches_ids_without_duplicates() {
+fn given_broker_expires_idle_producers_then_partition_bumps_epochs_without_duplicates() {
     let mut switched = 0;
     for seed in 1..=300u64 {
         let run = simulate(
@@ -956,13 +1159,15 @@ fn given_broker_expires_idle_producers_then_partition_switches_ids_without_dupli
         assert_exactly_once(&run, seed);
         switched += run.producer_ids_taken;
     }
-    assert!(switched > 0, "the runs exercised producer id switches");
+    assert!(switched > 0, "the runs exercised epoch bumps");
 }
 
 #[test]
-fn given_short_delivery_timeout_and_late_requests_then_nothing_failed_as_unwritten_is_in_the_log() {
+fn given_short_delivery_timeout_and_late_requests_then_nothing_failed_as_unwritten_is_in_the_log_and_late_old_epoch_requests_are_fenced(
+) {
     let mut timeouts = 0;
     let mut unknown = 0;
+    let mut fenced = 0;
     for seed in 1..=300u64 {
         let config = InflightConfig {
             delivery_timeout: Duration::from_millis(400),
@@ -970,6 +1175,7 @@ fn given_short_delivery_timeout_and_late_requests_then_nothing_failed_as_unwritt
         };
         let run = simulate_with(config, seed.wrapping_mul(0xa076_1d64_78bd_642f), 40, true);
         assert_exactly_once(&run, seed);
+        fenced += run.fenced;
         for e in run.failed.values() {
             match e {
                 ClientError::DeliveryTimeout { .. } => timeouts += 1,
@@ -979,8 +1185,8 @@ fn given_short_delivery_timeout_and_late_requests_then_nothing_failed_as_unwritt
         }
     }
     assert!(
-        timeouts > 0 && unknown > 0,
-        "{timeouts} timeouts, {unknown} unknown"
+        timeouts > 0 && unknown > 0 && fenced > 0,
+        "{timeouts} timeouts, {unknown} unknown, {fenced} late requests fenced"
     );
 }
 

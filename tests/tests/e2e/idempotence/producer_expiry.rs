@@ -1,6 +1,6 @@
 //! A broker forgets producer ids idle longer than `--producer-id-expiration-ms` (server
-//! clock). A producer that comes back gets UNKNOWN_PRODUCER_ID; the SDK takes a new
-//! producer id, restarts its sequences at 0 and writes every record exactly once.
+//! clock). A producer that comes back gets UNKNOWN_PRODUCER_ID; the SDK bumps the epoch
+//! of its producer id, restarts its sequences at 0 and writes every record exactly once.
 
 use std::time::{Duration, Instant};
 
@@ -37,7 +37,7 @@ async fn wait_until_forgotten(client: &mut RawClient, producer_id: i64) -> Durat
 }
 
 #[tokio::test]
-async fn given_an_idle_producer_when_it_expires_and_sends_again_then_the_sdk_recovers_with_a_new_producer_id(
+async fn given_an_idle_producer_when_it_expires_and_sends_again_then_the_sdk_recovers_with_the_next_epoch(
 ) {
     let broker = BrokerProcess::start_with(&["--producer-id-expiration-ms", "400"]);
     let mut client = raw::connect(&broker.bootstrap()).await;
@@ -72,7 +72,7 @@ async fn given_an_idle_producer_when_it_expires_and_sends_again_then_the_sdk_rec
             .await;
         assert_eq!(
             written
-                .expect("acked after taking a new producer id")
+                .expect("acked after bumping the producer epoch")
                 .offset,
             i
         );
@@ -82,4 +82,15 @@ async fn given_an_idle_producer_when_it_expires_and_sends_again_then_the_sdk_rec
     let values: Vec<String> = log.iter().map(sdk::value).collect();
     let expected: Vec<String> = (0..10).map(|i| format!("v{i}")).collect();
     assert_eq!(values, expected);
+    let batches = raw::read_batches(&mut client, "orders", 0).await;
+    let resumed = &batches[5].0;
+    assert_eq!(
+        (
+            resumed.producer_id,
+            resumed.producer_epoch,
+            resumed.base_sequence
+        ),
+        (first_id, 1, 0),
+        "v5 went out under the next epoch of the same producer id"
+    );
 }

@@ -1,7 +1,8 @@
 //! A batch whose retries run out while its outcome is unknown (every response lost
 //! until the delivery timeout) is reported as possibly written, and the SDK never
-//! reuses its sequence: the next record goes out under a new producer id from
-//! sequence 0, so nothing is duplicated and nothing later is taken for a duplicate.
+//! reuses its sequence: the next record goes out under the next epoch of the same
+//! producer id (KIP-360) from sequence 0, so nothing is duplicated, nothing later is
+//! taken for a duplicate, and any late copy of the old epoch would be fenced.
 
 use std::time::Duration;
 
@@ -12,7 +13,7 @@ use idem_tests::sdk::bytes;
 use idem_tests::{BrokerProcess, FaultyProxy};
 
 #[tokio::test]
-async fn given_a_batch_with_an_unknown_outcome_after_its_delivery_timeout_then_the_next_batch_uses_a_new_producer_id(
+async fn given_a_batch_with_an_unknown_outcome_after_its_delivery_timeout_then_the_next_batch_uses_the_next_epoch_of_the_producer_id(
 ) {
     let broker = BrokerProcess::start();
     let mut client = raw::connect(&broker.bootstrap()).await;
@@ -69,10 +70,14 @@ async fn given_a_batch_with_an_unknown_outcome_after_its_delivery_timeout_then_t
         "b was written by its first attempt, once"
     );
     let (first, last) = (&batches[0].0, &batches[2].0);
-    assert_eq!(first.producer_id, batches[1].0.producer_id);
-    assert_ne!(
-        last.producer_id, first.producer_id,
-        "c went out under a new producer id"
+    assert_eq!(
+        (batches[1].0.producer_id, batches[1].0.producer_epoch),
+        (first.producer_id, first.producer_epoch)
+    );
+    assert_eq!(
+        (last.producer_id, last.producer_epoch),
+        (first.producer_id, first.producer_epoch + 1),
+        "c went out under the same producer id with the next epoch"
     );
     assert_eq!(last.base_sequence, 0, "and its sequences restarted at 0");
 }
