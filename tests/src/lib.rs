@@ -1,7 +1,8 @@
 //! Test harness that runs the real thing: `idem-broker` processes on 127.0.0.1 ports
 //! with their own data dirs, killed with SIGKILL, stopped with SIGTERM, restarted;
-//! and a TCP proxy that loses responses or request bodies on purpose. Every spawned
-//! process is reaped on drop, even when a test panics.
+//! and a TCP proxy that loses responses or request bodies, or holds a request back
+//! to deliver it late, on purpose. Every spawned process is reaped on drop, even when a
+//! test panics.
 
 pub mod binaries;
 pub mod broker_process;
