@@ -12,6 +12,7 @@ use idem_proto::v1::broker_server::BrokerServer;
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 
+use crate::cluster::catalog::EtcdCatalog;
 use crate::cluster::data_dir_id;
 use crate::cluster::membership::{Membership, MembershipConfig, MembershipError, Registration};
 use crate::config::{BrokerConfig, PidStoreKind};
@@ -19,7 +20,7 @@ use crate::error::BrokerError;
 use crate::log::{FlushPolicy, LogConfig};
 use crate::partition::{now_ms, PartitionSettings};
 use crate::service::BrokerService;
-use crate::topics::TopicRegistry;
+use crate::topics::{ClusterCatalog, TopicRegistry};
 
 /// How long a stopping broker lets in-flight requests finish.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
@@ -66,11 +67,6 @@ impl BoundBroker {
             max_batch_bytes: config.max_batch_bytes,
             producer_id_expiration_ms: config.producer_id_expiration_ms,
         };
-        let topics = Arc::new(TopicRegistry::open(
-            &config.data_dir,
-            settings,
-            config.max_partitions_per_topic,
-        )?);
         let store = open_pid_store(&config).await?;
         let producer_ids = Arc::new(
             ProducerIdManager::new(store, config.broker_id).with_prefetch(config.pid_prefetch),
@@ -87,6 +83,33 @@ impl BoundBroker {
             source,
         })?;
         let membership = join_cluster(&config, local_addr).await?;
+        let topics = match &membership {
+            None => TopicRegistry::open(
+                &config.data_dir,
+                config.broker_id,
+                settings,
+                config.max_partitions_per_topic,
+            )?,
+            Some(membership) => {
+                let catalog = EtcdCatalog::connect(&config.etcd_endpoints, &config.etcd_prefix)
+                    .await
+                    .map_err(|e| ServerError::Broker(BrokerError::Cluster(e.to_string())))?;
+                let cluster = ClusterCatalog {
+                    broker_id: config.broker_id,
+                    catalog,
+                    membership: membership.clone(),
+                };
+                let registry = TopicRegistry::clustered(
+                    &config.data_dir,
+                    settings,
+                    config.max_partitions_per_topic,
+                    cluster,
+                )?;
+                registry.sync().await?;
+                registry
+            }
+        };
+        let topics = Arc::new(topics);
         Ok(BoundBroker {
             config,
             listener,
@@ -138,6 +161,10 @@ impl BoundBroker {
             .map_err(|e| ServerError::Reflection(e.to_string()))?;
 
         let background = tokio::spawn(run_background(topics.clone(), config.clone()));
+        let catalog_watch = topics
+            .catalog()
+            .is_some()
+            .then(|| tokio::spawn(follow_catalog(topics.clone())));
         tracing::info!(broker_id = config.broker_id, address = %advertised, data_dir = %config.data_dir.display(), "broker serving");
         let incoming = TcpListenerStream::new(listener);
         let (stopping, mut stopping_rx) = tokio::sync::watch::channel(false);
@@ -165,12 +192,15 @@ impl BoundBroker {
             }
         };
         background.abort();
+        if let Some(watch) = catalog_watch {
+            watch.abort();
+        }
         for partition in topics.all_partitions() {
             if let Err(e) = partition.shutdown() {
                 tracing::error!(topic = partition.topic(), partition = partition.index(), error = %e, "clean shutdown failed");
             }
         }
-        if let Some(membership) = membership.and_then(Arc::into_inner) {
+        if let Some(membership) = membership {
             membership.leave().await;
         }
         tracing::info!(broker_id = config.broker_id, "broker stopped");
@@ -228,6 +258,36 @@ async fn open_pid_store(config: &BrokerConfig) -> Result<Arc<dyn PidBlockStore>,
                 .map_err(|e| ServerError::PidStore(e.to_string()))?;
             Ok(Arc::new(store))
         }
+    }
+}
+
+/// Keeps the registry in step with the etcd catalog: reload, then watch everything under
+/// the prefix from the revision read and reload on every change. A broken watch
+/// starts over after a pause.
+async fn follow_catalog(topics: Arc<TopicRegistry>) {
+    loop {
+        let followed = async {
+            let revision = topics.sync_at().await?;
+            let Some(catalog) = topics.catalog() else {
+                return Ok(());
+            };
+            let mut changes = catalog
+                .watch_from(revision + 1)
+                .await
+                .map_err(|e| BrokerError::Cluster(e.to_string()))?;
+            while let Some(()) = changes
+                .next_change()
+                .await
+                .map_err(|e| BrokerError::Cluster(e.to_string()))?
+            {
+                topics.sync().await?;
+            }
+            Ok::<(), BrokerError>(())
+        };
+        if let Err(e) = followed.await {
+            tracing::warn!(error = %e, "following the topic catalog failed; starting over");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
 

@@ -21,8 +21,7 @@ use tonic::{Request, Response, Status};
 
 use crate::cluster::membership::Membership;
 use crate::error::BrokerError;
-use crate::partition::Partition;
-use crate::topics::TopicRegistry;
+use crate::topics::{PartitionView, TopicRegistry};
 
 /// `ListOffsets` timestamp asking for the log start offset.
 pub const EARLIEST_TIMESTAMP: i64 = -2;
@@ -88,19 +87,24 @@ impl BrokerService {
         }
     }
 
-    fn partition_metadata(&self, partition: &Partition) -> PartitionMetadata {
-        let offsets = partition.offsets();
+    /// A partition's place in the cluster; offsets only where this broker leads it.
+    fn partition_metadata(&self, view: &PartitionView) -> PartitionMetadata {
+        let offsets = view
+            .local
+            .as_ref()
+            .filter(|_| view.leader == self.broker_id)
+            .map(|p| p.offsets());
         PartitionMetadata {
             error_code: ErrorCode::None as i32,
-            partition: partition.index(),
-            leader_id: self.broker_id,
-            leader_epoch: 0,
-            replicas: vec![self.broker_id],
-            isr: vec![self.broker_id],
-            log_start_offset: offsets.log_start_offset,
-            high_watermark: offsets.high_watermark,
-            log_end_offset: offsets.log_end_offset,
-            last_stable_offset: offsets.high_watermark,
+            partition: view.index,
+            leader_id: view.leader,
+            leader_epoch: view.leader_epoch,
+            replicas: view.replicas.clone(),
+            isr: view.isr.clone(),
+            log_start_offset: offsets.map_or(-1, |o| o.log_start_offset),
+            high_watermark: offsets.map_or(-1, |o| o.high_watermark),
+            log_end_offset: offsets.map_or(-1, |o| o.log_end_offset),
+            last_stable_offset: offsets.map_or(-1, |o| o.high_watermark),
         }
     }
 

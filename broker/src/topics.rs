@@ -1,6 +1,9 @@
-//! The topics this broker hosts and the rules a new topic must pass. On a single node
-//! the topic list is `topics.json` in the data dir (written atomically); each partition
-//! lives in `<data_dir>/<topic>-<partition>/`.
+//! The topics this broker knows, the partitions it hosts, and the rules a new topic must
+//! pass. On a single node the topic list is `topics.json` in the data dir (written
+//! atomically) and this broker leads every partition. In a cluster the list and every
+//! partition's replicas, leader and epoch come from the etcd catalog; this broker opens
+//! the partitions it is a replica of and serves produce and fetch only where it leads.
+//! Each hosted partition lives in `<data_dir>/<topic>-<partition>/`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -8,6 +11,8 @@ use std::sync::{Arc, RwLock};
 
 use serde::{Deserialize, Serialize};
 
+use crate::cluster::catalog::{CatalogError, CatalogSnapshot, EtcdCatalog, PartitionState};
+use crate::cluster::membership::Membership;
 use crate::error::BrokerError;
 use crate::partition::{Partition, PartitionSettings};
 
@@ -54,26 +59,48 @@ pub fn validate_topic_name(name: &str) -> Result<(), BrokerError> {
     Ok(())
 }
 
-struct Topic {
-    spec: TopicSpec,
-    partitions: Vec<Arc<Partition>>,
+/// One partition as this broker sees it: where it lives in the cluster, and the local
+/// log when this broker is one of its replicas.
+#[derive(Clone)]
+pub struct PartitionView {
+    pub index: i32,
+    pub leader: i32,
+    pub leader_epoch: i32,
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
+    pub local: Option<Arc<Partition>>,
 }
 
-/// Topics and their open partitions.
+struct Topic {
+    spec: TopicSpec,
+    partitions: Vec<PartitionView>,
+}
+
+/// The etcd side of a clustered broker.
+pub struct ClusterCatalog {
+    pub broker_id: i32,
+    pub catalog: EtcdCatalog,
+    pub membership: Arc<Membership>,
+}
+
+/// Topics and their partitions.
 pub struct TopicRegistry {
     data_dir: PathBuf,
+    broker_id: i32,
     settings: PartitionSettings,
     max_partitions: i32,
     topics: RwLock<BTreeMap<String, Topic>>,
-    // Serialises creations so two concurrent creates of one name cannot both succeed.
+    cluster: Option<ClusterCatalog>,
+    // Serialises creations (single node) and catalog syncs (cluster).
     create_lock: tokio::sync::Mutex<()>,
 }
 
 impl TopicRegistry {
     /// Opens every topic recorded in `data_dir`, recovering each partition's log and
-    /// producer state.
+    /// producer state. This broker (`broker_id`) leads them all.
     pub fn open(
         data_dir: &Path,
+        broker_id: i32,
         settings: PartitionSettings,
         max_partitions: i32,
     ) -> Result<Self, BrokerError> {
@@ -84,25 +111,48 @@ impl TopicRegistry {
             let mut partitions = Vec::with_capacity(spec.partitions as usize);
             for p in 0..spec.partitions {
                 let dir = partition_dir(data_dir, &spec.name, p);
-                partitions.push(Arc::new(Partition::open(
-                    &spec.name,
-                    p,
-                    &dir,
-                    settings.clone(),
-                )?));
+                let local = Arc::new(Partition::open(&spec.name, p, &dir, settings.clone())?);
+                partitions.push(sole_replica(broker_id, p, local));
             }
             topics.insert(spec.name.clone(), Topic { spec, partitions });
         }
         Ok(TopicRegistry {
             data_dir: data_dir.to_path_buf(),
+            broker_id,
             settings,
             max_partitions,
             topics: RwLock::new(topics),
+            cluster: None,
             create_lock: tokio::sync::Mutex::new(()),
         })
     }
 
-    /// Creates a topic on this single node. Nothing is written unless every check passes.
+    /// A registry whose topics come from the etcd catalog; call [`TopicRegistry::sync`]
+    /// to load them and again whenever the catalog changes.
+    pub fn clustered(
+        data_dir: &Path,
+        settings: PartitionSettings,
+        max_partitions: i32,
+        cluster: ClusterCatalog,
+    ) -> Result<Self, BrokerError> {
+        std::fs::create_dir_all(data_dir)?;
+        Ok(TopicRegistry {
+            data_dir: data_dir.to_path_buf(),
+            broker_id: cluster.broker_id,
+            settings,
+            max_partitions,
+            topics: RwLock::new(BTreeMap::new()),
+            cluster: Some(cluster),
+            create_lock: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    /// The etcd catalog, in a cluster.
+    pub fn catalog(&self) -> Option<&EtcdCatalog> {
+        self.cluster.as_ref().map(|c| &c.catalog)
+    }
+
+    /// Creates a topic. Nothing is written unless every check passes.
     pub async fn create(
         &self,
         name: &str,
@@ -116,68 +166,178 @@ impl TopicRegistry {
                 max: self.max_partitions,
             });
         }
-        // 0 or -1 means "the default", which on one node is 1.
+        // 0 or -1 means "the default": 1 until partitions are replicated.
         let replication_factor = if replication_factor <= 0 {
             1
         } else {
             replication_factor
         };
-        if replication_factor != 1 {
-            return Err(BrokerError::InvalidReplicationFactor {
-                factor: replication_factor,
-                brokers: 1,
-            });
-        }
-        let _guard = self.create_lock.lock().await;
-        if self.read().contains_key(name) {
-            return Err(BrokerError::TopicAlreadyExists(name.to_string()));
-        }
         let spec = TopicSpec {
             name: name.to_string(),
             partitions,
             replication_factor,
         };
-        let mut opened = Vec::with_capacity(partitions as usize);
-        for p in 0..partitions {
-            let dir = partition_dir(&self.data_dir, name, p);
-            opened.push(Arc::new(Partition::open(
-                name,
-                p,
-                &dir,
-                self.settings.clone(),
-            )?));
+        match &self.cluster {
+            Some(cluster) => self.create_in_cluster(cluster, spec).await,
+            None => self.create_locally(spec).await,
+        }
+    }
+
+    async fn create_in_cluster(
+        &self,
+        cluster: &ClusterCatalog,
+        spec: TopicSpec,
+    ) -> Result<(), BrokerError> {
+        if spec.replication_factor != 1 {
+            // Followers do not replicate yet: claiming more replicas would be a lie.
+            return Err(BrokerError::ReplicationNotAvailable(
+                spec.replication_factor,
+            ));
+        }
+        let live: Vec<i32> = cluster
+            .membership
+            .live_brokers()
+            .await
+            .map_err(|e| BrokerError::Cluster(e.to_string()))?
+            .into_iter()
+            .map(|b| b.broker_id)
+            .collect();
+        match cluster.catalog.create_topic(&spec, &live).await {
+            Ok(()) => {}
+            Err(CatalogError::TopicAlreadyExists(name)) => {
+                return Err(BrokerError::TopicAlreadyExists(name))
+            }
+            Err(CatalogError::NotEnoughBrokers { factor, live }) => {
+                return Err(BrokerError::InvalidReplicationFactor {
+                    factor,
+                    brokers: live as i32,
+                })
+            }
+            Err(e) => return Err(BrokerError::Cluster(e.to_string())),
+        }
+        tracing::info!(topic = %spec.name, partitions = spec.partitions, "created topic in the cluster");
+        // See it at once rather than when the catalog watch catches up.
+        self.sync().await
+    }
+
+    async fn create_locally(&self, spec: TopicSpec) -> Result<(), BrokerError> {
+        if spec.replication_factor != 1 {
+            return Err(BrokerError::InvalidReplicationFactor {
+                factor: spec.replication_factor,
+                brokers: 1,
+            });
+        }
+        let _guard = self.create_lock.lock().await;
+        if self.read().contains_key(&spec.name) {
+            return Err(BrokerError::TopicAlreadyExists(spec.name));
+        }
+        let mut opened = Vec::with_capacity(spec.partitions as usize);
+        for p in 0..spec.partitions {
+            let dir = partition_dir(&self.data_dir, &spec.name, p);
+            let local = Arc::new(Partition::open(&spec.name, p, &dir, self.settings.clone())?);
+            opened.push(sole_replica(self.broker_id, p, local));
         }
         let mut specs: Vec<TopicSpec> = self.read().values().map(|t| t.spec.clone()).collect();
         specs.push(spec.clone());
         write_topics_file(&self.data_dir, &TopicsFile { topics: specs })?;
+        tracing::info!(topic = %spec.name, partitions = spec.partitions, "created topic");
         self.write().insert(
-            name.to_string(),
+            spec.name.clone(),
             Topic {
                 spec,
                 partitions: opened,
             },
         );
-        tracing::info!(topic = name, partitions, "created topic");
         Ok(())
     }
 
+    /// Reloads the catalog from etcd and opens the partitions this broker is a replica
+    /// of. Returns the revision read, for the watch that follows.
+    pub async fn sync(&self) -> Result<(), BrokerError> {
+        self.sync_at().await.map(|_| ())
+    }
+
+    pub async fn sync_at(&self) -> Result<i64, BrokerError> {
+        let Some(cluster) = &self.cluster else {
+            return Ok(0);
+        };
+        let _guard = self.create_lock.lock().await;
+        let snapshot = cluster
+            .catalog
+            .snapshot()
+            .await
+            .map_err(|e| BrokerError::Cluster(e.to_string()))?;
+        let revision = snapshot.revision;
+        let topics = self.apply_snapshot(snapshot)?;
+        *self.write() = topics;
+        Ok(revision)
+    }
+
+    fn apply_snapshot(
+        &self,
+        snapshot: CatalogSnapshot,
+    ) -> Result<BTreeMap<String, Topic>, BrokerError> {
+        let mut topics = BTreeMap::new();
+        for (name, (spec, states)) in snapshot.topics {
+            let mut partitions = Vec::with_capacity(states.len());
+            for (p, state) in states.into_iter().enumerate() {
+                let p = p as i32;
+                let Some(state) = state else { continue };
+                let local = if state.replicas.contains(&self.broker_id) {
+                    Some(self.open_hosted(&name, p)?)
+                } else {
+                    None
+                };
+                partitions.push(view_of(p, state, local));
+            }
+            topics.insert(name, Topic { spec, partitions });
+        }
+        Ok(topics)
+    }
+
+    /// The already open partition, or opens (recovers) it.
+    fn open_hosted(&self, topic: &str, partition: i32) -> Result<Arc<Partition>, BrokerError> {
+        let open = self
+            .read()
+            .get(topic)
+            .and_then(|t| t.partitions.iter().find(|v| v.index == partition))
+            .and_then(|v| v.local.clone());
+        if let Some(local) = open {
+            return Ok(local);
+        }
+        let dir = partition_dir(&self.data_dir, topic, partition);
+        Ok(Arc::new(Partition::open(
+            topic,
+            partition,
+            &dir,
+            self.settings.clone(),
+        )?))
+    }
+
+    /// The local partition to produce to or fetch from: this broker must lead it.
     pub fn partition(&self, topic: &str, partition: i32) -> Result<Arc<Partition>, BrokerError> {
         let unknown = || BrokerError::UnknownTopicOrPartition {
             topic: topic.to_string(),
             partition,
         };
         let topics = self.read();
-        let t = topics.get(topic).ok_or_else(unknown)?;
-        usize::try_from(partition)
-            .ok()
-            .and_then(|i| t.partitions.get(i))
-            .cloned()
-            .ok_or_else(unknown)
+        let view = topics
+            .get(topic)
+            .and_then(|t| t.partitions.iter().find(|v| v.index == partition))
+            .ok_or_else(unknown)?;
+        match &view.local {
+            Some(local) if view.leader == self.broker_id => Ok(local.clone()),
+            _ => Err(BrokerError::NotLeaderOrFollower {
+                topic: topic.to_string(),
+                partition,
+                leader: view.leader,
+            }),
+        }
     }
 
     /// Partitions of the named topics (all topics when `names` is empty); `None` for a
     /// topic that does not exist.
-    pub fn describe(&self, names: &[String]) -> Vec<(String, Option<Vec<Arc<Partition>>>)> {
+    pub fn describe(&self, names: &[String]) -> Vec<(String, Option<Vec<PartitionView>>)> {
         let topics = self.read();
         let describe = |t: &Topic| t.partitions.clone();
         if names.is_empty() {
@@ -192,10 +352,11 @@ impl TopicRegistry {
             .collect()
     }
 
+    /// Every partition hosted here, led or not.
     pub fn all_partitions(&self) -> Vec<Arc<Partition>> {
         self.read()
             .values()
-            .flat_map(|t| t.partitions.iter().cloned())
+            .flat_map(|t| t.partitions.iter().filter_map(|v| v.local.clone()))
             .collect()
     }
 
@@ -209,6 +370,28 @@ impl TopicRegistry {
         self.topics
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+fn sole_replica(broker_id: i32, index: i32, local: Arc<Partition>) -> PartitionView {
+    PartitionView {
+        index,
+        leader: broker_id,
+        leader_epoch: 0,
+        replicas: vec![broker_id],
+        isr: vec![broker_id],
+        local: Some(local),
+    }
+}
+
+fn view_of(index: i32, state: PartitionState, local: Option<Arc<Partition>>) -> PartitionView {
+    PartitionView {
+        index,
+        leader: state.leader,
+        leader_epoch: state.leader_epoch,
+        replicas: state.replicas,
+        isr: state.isr,
+        local,
     }
 }
 

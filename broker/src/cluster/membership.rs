@@ -8,24 +8,18 @@
 use std::time::Duration;
 
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, PutOptions, Txn, TxnOp,
-    WatchOptions,
+    Client, Compare, CompareOp, EventType, GetOptions, PutOptions, Txn, TxnOp, WatchOptions,
 };
 use serde::{Deserialize, Serialize};
-use tokio::task::JoinHandle;
 
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
+use crate::cluster::etcd_call::{bounded, connect, EtcdCallError, REQUEST_TIMEOUT};
+use tokio::task::JoinHandle;
 
 /// Why a broker could not join or read the cluster.
 #[derive(Debug, thiserror::Error)]
 pub enum MembershipError {
-    #[error("etcd {what} failed: {source}")]
-    Etcd {
-        what: &'static str,
-        source: etcd_client::Error,
-    },
-    #[error("etcd {0} did not answer within 3 s")]
-    Timeout(&'static str),
+    #[error(transparent)]
+    Etcd(#[from] EtcdCallError),
     #[error(
         "broker id {broker_id} is registered by another live broker at {holder} (data dir {holder_data_dir_id}); \
          it did not go away within {waited:?}"
@@ -75,14 +69,7 @@ impl Membership {
         config: &MembershipConfig,
         me: Registration,
     ) -> Result<Membership, MembershipError> {
-        let options = ConnectOptions::new()
-            .with_connect_timeout(REQUEST_TIMEOUT)
-            .with_timeout(REQUEST_TIMEOUT);
-        let mut client = bounded(
-            "connect",
-            Client::connect(config.endpoints.clone(), Some(options)),
-        )
-        .await?;
+        let mut client = connect(&config.endpoints).await?;
         let prefix = config.prefix.trim_end_matches('/').to_string();
         let key = broker_key(&prefix, me.broker_id);
         let ttl_secs = config.lease_ttl.as_secs().max(1) as i64;
@@ -164,7 +151,7 @@ impl Membership {
     }
 
     /// Deregisters at once (clean shutdown) by revoking the lease.
-    pub async fn leave(self) {
+    pub async fn leave(&self) {
         self.keep_alive.abort();
         let mut client = self.client.clone();
         if let Err(e) = bounded("lease revoke", client.lease_revoke(self.lease_id)).await {
@@ -289,16 +276,5 @@ async fn keep_lease_alive(mut client: Client, lease_id: i64, ttl: Duration, brok
                 }
             }
         }
-    }
-}
-
-async fn bounded<T>(
-    what: &'static str,
-    call: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
-) -> Result<T, MembershipError> {
-    match tokio::time::timeout(REQUEST_TIMEOUT, call).await {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(source)) => Err(MembershipError::Etcd { what, source }),
-        Err(_) => Err(MembershipError::Timeout(what)),
     }
 }

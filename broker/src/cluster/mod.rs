@@ -1,4 +1,8 @@
-//! The broker's place in a cluster: its registration in etcd, bound to a lease.
+//! The broker's place in a cluster: its registration in etcd bound to a lease, and the
+//! catalog of topics and partition states every broker reads from etcd.
 
+pub mod assignment;
+pub mod catalog;
 pub mod data_dir_id;
+pub mod etcd_call;
 pub mod membership;

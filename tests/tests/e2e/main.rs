@@ -3,6 +3,7 @@
 
 mod bad_input;
 mod cli;
+mod cluster_topics;
 mod delivery;
 mod grpc_tooling;
 mod idempotence;

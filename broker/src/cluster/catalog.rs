@@ -1,0 +1,307 @@
+//! Topics and per-partition state in etcd, the cluster's only source of truth.
+//!
+//! ```text
+//! {prefix}/topics/{name}              {"spec": {...}, "status": "creating" | "ready"}
+//! {prefix}/partitions/{name}/{p}      {"replicas": [..], "leader": id, "leader_epoch": n,
+//!                                      "isr": [..], "partition_epoch": n}
+//! ```
+//! Creation claims the name (`create_revision == 0`), writes the partition keys in
+//! chunks guarded by the topic key's `mod_revision` (etcd caps operations per
+//! transaction), then flips the topic to `ready` by compare-and-swap: readers see a topic
+//! only once it is ready, so never half of one. Every later change of a partition key is
+//! a compare-and-swap on its own `mod_revision`.
+
+use std::collections::BTreeMap;
+
+use etcd_client::{Client, Compare, CompareOp, GetOptions, Txn, TxnOp, TxnOpResponse};
+use serde::{Deserialize, Serialize};
+
+use crate::cluster::etcd_call::{bounded, connect, EtcdCallError};
+
+use crate::cluster::assignment::assign_replicas;
+use crate::topics::TopicSpec;
+
+/// Partition keys written per transaction (etcd's default limit is 128 operations).
+const PARTITIONS_PER_TXN: usize = 100;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogError {
+    #[error(transparent)]
+    Etcd(#[from] EtcdCallError),
+    #[error("topic {0:?} already exists")]
+    TopicAlreadyExists(String),
+    #[error("replication factor {factor} needs that many live brokers; {live} are registered")]
+    NotEnoughBrokers { factor: i32, live: usize },
+    #[error("{key} holds invalid JSON: {reason}")]
+    Corrupt { key: String, reason: String },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TopicStatus {
+    Creating,
+    Ready,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicRecord {
+    pub spec: TopicSpec,
+    pub status: TopicStatus,
+}
+
+/// The replicated state of one partition, as etcd holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionState {
+    pub replicas: Vec<i32>,
+    pub leader: i32,
+    pub leader_epoch: i32,
+    pub isr: Vec<i32>,
+    pub partition_epoch: i32,
+}
+
+/// Every ready topic with its partition states, read at one etcd revision.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CatalogSnapshot {
+    pub revision: i64,
+    pub topics: BTreeMap<String, (TopicSpec, Vec<Option<PartitionState>>)>,
+}
+
+#[derive(Clone)]
+pub struct EtcdCatalog {
+    client: Client,
+    prefix: String,
+}
+
+impl EtcdCatalog {
+    pub async fn connect(endpoints: &[String], prefix: &str) -> Result<Self, CatalogError> {
+        let client = connect(endpoints).await?;
+        Ok(EtcdCatalog {
+            client,
+            prefix: prefix.trim_end_matches('/').to_string(),
+        })
+    }
+
+    fn topic_key(&self, name: &str) -> String {
+        format!("{}/topics/{name}", self.prefix)
+    }
+
+    fn partition_key(&self, name: &str, partition: i32) -> String {
+        format!("{}/partitions/{name}/{partition}", self.prefix)
+    }
+
+    /// Creates a topic with its replicas spread over `live_brokers`; the first replica of
+    /// each partition starts as its leader at epoch 0 with the full replica set in sync.
+    pub async fn create_topic(
+        &self,
+        spec: &TopicSpec,
+        live_brokers: &[i32],
+    ) -> Result<(), CatalogError> {
+        let factor = spec.replication_factor;
+        if factor < 1 || factor as usize > live_brokers.len() {
+            return Err(CatalogError::NotEnoughBrokers {
+                factor,
+                live: live_brokers.len(),
+            });
+        }
+        let mut client = self.client.clone();
+        let topic_key = self.topic_key(&spec.name);
+        let creating = encode(
+            &topic_key,
+            &TopicRecord {
+                spec: spec.clone(),
+                status: TopicStatus::Creating,
+            },
+        )?;
+        let claim = Txn::new()
+            .when([Compare::create_revision(
+                topic_key.as_str(),
+                CompareOp::Equal,
+                0,
+            )])
+            .and_then([TxnOp::put(topic_key.as_str(), creating.as_str(), None)])
+            .or_else([TxnOp::get(topic_key.as_str(), None)]);
+        let answer = bounded("claim topic", client.txn(claim)).await?;
+        let claimed_at = if answer.succeeded() {
+            answer.header().map_or(0, |h| h.revision())
+        } else {
+            // Resume a creation that stopped half way, if it is for the same topic.
+            match existing_topic(&topic_key, &answer)? {
+                Some((record, mod_revision))
+                    if record.status == TopicStatus::Creating && record.spec == *spec =>
+                {
+                    mod_revision
+                }
+                _ => return Err(CatalogError::TopicAlreadyExists(spec.name.clone())),
+            }
+        };
+        let start = start_offset(&spec.name, live_brokers.len());
+        let layout = assign_replicas(spec.partitions, factor, live_brokers, start);
+        let states: Vec<(String, String)> = layout
+            .into_iter()
+            .enumerate()
+            .map(|(p, replicas)| {
+                let key = self.partition_key(&spec.name, p as i32);
+                let state = PartitionState {
+                    leader: replicas[0],
+                    isr: replicas.clone(),
+                    replicas,
+                    leader_epoch: 0,
+                    partition_epoch: 0,
+                };
+                encode(&key, &state).map(|value| (key, value))
+            })
+            .collect::<Result<_, _>>()?;
+        for chunk in states.chunks(PARTITIONS_PER_TXN) {
+            let puts: Vec<TxnOp> = chunk
+                .iter()
+                .map(|(k, v)| TxnOp::put(k.as_str(), v.as_str(), None))
+                .collect();
+            let write = Txn::new()
+                .when([Compare::mod_revision(
+                    topic_key.as_str(),
+                    CompareOp::Equal,
+                    claimed_at,
+                )])
+                .and_then(puts);
+            if !bounded("write partitions", client.txn(write))
+                .await?
+                .succeeded()
+            {
+                return Err(CatalogError::TopicAlreadyExists(spec.name.clone()));
+            }
+        }
+        let ready = encode(
+            &topic_key,
+            &TopicRecord {
+                spec: spec.clone(),
+                status: TopicStatus::Ready,
+            },
+        )?;
+        let publish = Txn::new()
+            .when([Compare::mod_revision(
+                topic_key.as_str(),
+                CompareOp::Equal,
+                claimed_at,
+            )])
+            .and_then([TxnOp::put(topic_key.as_str(), ready.as_str(), None)]);
+        if !bounded("publish topic", client.txn(publish))
+            .await?
+            .succeeded()
+        {
+            return Err(CatalogError::TopicAlreadyExists(spec.name.clone()));
+        }
+        Ok(())
+    }
+
+    /// Every ready topic and its partitions, read at one revision.
+    pub async fn snapshot(&self) -> Result<CatalogSnapshot, CatalogError> {
+        let mut client = self.client.clone();
+        let all = bounded(
+            "read catalog",
+            client.get(
+                format!("{}/", self.prefix),
+                Some(GetOptions::new().with_prefix()),
+            ),
+        )
+        .await?;
+        let revision = all.header().map_or(0, |h| h.revision());
+        let topics_dir = format!("{}/topics/", self.prefix);
+        let partitions_dir = format!("{}/partitions/", self.prefix);
+        let mut topics = BTreeMap::new();
+        let mut states: Vec<(String, i32, PartitionState)> = Vec::new();
+        for kv in all.kvs() {
+            let key = String::from_utf8_lossy(kv.key()).into_owned();
+            if let Some(name) = key.strip_prefix(&topics_dir) {
+                let record: TopicRecord = decode(&key, kv.value())?;
+                if record.status == TopicStatus::Ready {
+                    let count = record.spec.partitions.max(0) as usize;
+                    topics.insert(name.to_string(), (record.spec, vec![None; count]));
+                }
+            } else if let Some(rest) = key.strip_prefix(&partitions_dir) {
+                let Some((name, p)) = rest.rsplit_once('/') else {
+                    continue;
+                };
+                let Ok(p) = p.parse::<i32>() else { continue };
+                states.push((name.to_string(), p, decode(&key, kv.value())?));
+            }
+        }
+        for (name, p, state) in states {
+            if let Some((_, partitions)) = topics.get_mut(&name) {
+                if let Some(slot) = usize::try_from(p).ok().and_then(|i| partitions.get_mut(i)) {
+                    *slot = Some(state);
+                }
+            }
+        }
+        Ok(CatalogSnapshot { revision, topics })
+    }
+}
+
+/// A watch on everything under the catalog prefix.
+pub struct CatalogChanges {
+    stream: etcd_client::WatchStream,
+}
+
+impl CatalogChanges {
+    /// Resolves at the next change; `None` when the watch ended.
+    pub async fn next_change(&mut self) -> Result<Option<()>, CatalogError> {
+        match self.stream.message().await {
+            Ok(Some(_)) => Ok(Some(())),
+            Ok(None) => Ok(None),
+            Err(source) => Err(CatalogError::Etcd(EtcdCallError::Failed {
+                what: "watch catalog",
+                source,
+            })),
+        }
+    }
+}
+
+impl EtcdCatalog {
+    /// Changes to topics and partition states from `revision` on.
+    pub async fn watch_from(&self, revision: i64) -> Result<CatalogChanges, CatalogError> {
+        let mut client = self.client.clone();
+        // [{prefix}/partitions/, {prefix}/topics0) holds exactly the partition and topic
+        // keys: broker registrations and the producer-id block sort outside it.
+        let options = etcd_client::WatchOptions::new()
+            .with_range(format!("{}/topics0", self.prefix))
+            .with_start_revision(revision);
+        let start = format!("{}/partitions/", self.prefix);
+        let stream = bounded("watch catalog", client.watch(start, Some(options))).await?;
+        Ok(CatalogChanges { stream })
+    }
+}
+
+/// Rotates where a topic's first partition leads, so topics spread their leaders.
+fn start_offset(name: &str, brokers: usize) -> usize {
+    let hash = name
+        .bytes()
+        .fold(0usize, |h, b| h.wrapping_mul(31).wrapping_add(b as usize));
+    hash % brokers.max(1)
+}
+
+fn existing_topic(
+    key: &str,
+    answer: &etcd_client::TxnResponse,
+) -> Result<Option<(TopicRecord, i64)>, CatalogError> {
+    for response in answer.op_responses() {
+        if let TxnOpResponse::Get(get) = response {
+            if let Some(kv) = get.kvs().first() {
+                return Ok(Some((decode(key, kv.value())?, kv.mod_revision())));
+            }
+        }
+    }
+    Ok(None)
+}
+
+fn encode<T: Serialize>(key: &str, value: &T) -> Result<String, CatalogError> {
+    serde_json::to_string(value).map_err(|e| CatalogError::Corrupt {
+        key: key.to_string(),
+        reason: e.to_string(),
+    })
+}
+
+fn decode<T: for<'de> Deserialize<'de>>(key: &str, bytes: &[u8]) -> Result<T, CatalogError> {
+    serde_json::from_slice(bytes).map_err(|e| CatalogError::Corrupt {
+        key: key.to_string(),
+        reason: e.to_string(),
+    })
+}
