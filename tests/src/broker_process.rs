@@ -67,6 +67,26 @@ impl BrokerProcess {
         }
     }
 
+    /// SIGSTOP: the broker freezes with its sockets open, as in a long GC pause.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// SIGCONT after [`BrokerProcess::pause`].
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let child = self.child.as_ref().expect("broker is running");
+        let pid = child.id().to_string();
+        let status = Command::new("kill")
+            .args([signal, &pid])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill {signal} {pid} failed");
+    }
+
     /// SIGTERM and wait for the clean shutdown to finish.
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {

@@ -5,6 +5,8 @@
 //! over its own stale registration at once; any other claimant waits for the holder's
 //! lease to lapse and gives up with a clear error if it never does.
 
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{
@@ -58,7 +60,8 @@ pub struct Membership {
     client: Client,
     prefix: String,
     key: String,
-    lease_id: i64,
+    /// The lease the registration is bound to; replaced when it had to re-register.
+    lease: Arc<AtomicI64>,
     keep_alive: JoinHandle<()>,
 }
 
@@ -81,62 +84,25 @@ impl Membership {
             reason: e.to_string(),
         })?;
         let patience = config.lease_ttl * 2;
-        let deadline = tokio::time::Instant::now() + patience;
-        loop {
-            let created = Txn::new()
-                .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
-                .and_then([TxnOp::put(
-                    key.as_str(),
-                    value.as_str(),
-                    Some(PutOptions::new().with_lease(lease_id)),
-                )])
-                .or_else([TxnOp::get(key.as_str(), None)]);
-            let answer = bounded("register", client.txn(created)).await?;
-            if answer.succeeded() {
-                break;
-            }
-            let Some((holder, mod_revision)) = holder_of(&key, &answer)? else {
-                continue; // it vanished between the compare and the read: try again
-            };
-            if holder.data_dir_id == me.data_dir_id {
-                // Our own previous incarnation crashed; its lease has not lapsed yet.
-                tracing::info!(
-                    broker_id = me.broker_id,
-                    "taking over the registration of this data dir's previous run"
-                );
-                let takeover = Txn::new()
-                    .when([Compare::mod_revision(
-                        key.as_str(),
-                        CompareOp::Equal,
-                        mod_revision,
-                    )])
-                    .and_then([TxnOp::delete(key.as_str(), None)]);
-                bounded("take over registration", client.txn(takeover)).await?;
-                continue;
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Err(MembershipError::IdTaken {
-                    broker_id: me.broker_id,
-                    holder: holder.address,
-                    holder_data_dir_id: holder.data_dir_id,
-                    waited: patience,
-                });
-            }
-            tracing::warn!(broker_id = me.broker_id, holder = %holder.address, "broker id is registered; waiting for its lease to lapse");
-            wait_for_delete(&mut client, &key, mod_revision, deadline).await?;
-        }
+        register(&mut client, &key, &value, lease_id, &me, patience).await?;
+        let lease = Arc::new(AtomicI64::new(lease_id));
+        let registration = Registered {
+            key: key.clone(),
+            value,
+            me: me.clone(),
+            ttl: config.lease_ttl,
+        };
         let keep_alive = tokio::spawn(keep_lease_alive(
             client.clone(),
-            lease_id,
-            config.lease_ttl,
-            me.broker_id,
+            lease.clone(),
+            registration,
         ));
         tracing::info!(broker_id = me.broker_id, key = %key, lease_id, "registered in etcd");
         Ok(Membership {
             client,
             prefix,
             key,
-            lease_id,
+            lease,
             keep_alive,
         })
     }
@@ -154,7 +120,8 @@ impl Membership {
     pub async fn leave(&self) {
         self.keep_alive.abort();
         let mut client = self.client.clone();
-        if let Err(e) = bounded("lease revoke", client.lease_revoke(self.lease_id)).await {
+        let lease_id = self.lease.load(Ordering::SeqCst);
+        if let Err(e) = bounded("lease revoke", client.lease_revoke(lease_id)).await {
             tracing::warn!(error = %e, "could not revoke the broker lease; it lapses by itself");
         }
     }
@@ -164,6 +131,67 @@ impl Drop for Membership {
     fn drop(&mut self) {
         self.keep_alive.abort();
     }
+}
+
+/// Creates the registration key bound to `lease_id`: at once if it is free, after
+/// deleting it if it is this data dir's own stale registration, after its holder's lease
+/// lapsed otherwise; gives up after `patience`.
+async fn register(
+    client: &mut Client,
+    key: &str,
+    value: &str,
+    lease_id: i64,
+    me: &Registration,
+    patience: Duration,
+) -> Result<(), MembershipError> {
+    let deadline = tokio::time::Instant::now() + patience;
+    loop {
+        let created = Txn::new()
+            .when([Compare::create_revision(key, CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(
+                key,
+                value,
+                Some(PutOptions::new().with_lease(lease_id)),
+            )])
+            .or_else([TxnOp::get(key, None)]);
+        let answer = bounded("register", client.txn(created)).await?;
+        if answer.succeeded() {
+            return Ok(());
+        }
+        let Some((holder, mod_revision)) = holder_of(key, &answer)? else {
+            continue; // it vanished between the compare and the read: try again
+        };
+        if holder.data_dir_id == me.data_dir_id {
+            // This data dir's previous run (or lease) left it behind; it is ours.
+            tracing::info!(
+                broker_id = me.broker_id,
+                "taking over this data dir's stale registration"
+            );
+            let takeover = Txn::new()
+                .when([Compare::mod_revision(key, CompareOp::Equal, mod_revision)])
+                .and_then([TxnOp::delete(key, None)]);
+            bounded("take over registration", client.txn(takeover)).await?;
+            continue;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(MembershipError::IdTaken {
+                broker_id: me.broker_id,
+                holder: holder.address,
+                holder_data_dir_id: holder.data_dir_id,
+                waited: patience,
+            });
+        }
+        tracing::warn!(broker_id = me.broker_id, holder = %holder.address, "broker id is registered; waiting for its lease to lapse");
+        wait_for_delete(client, key, mod_revision, deadline).await?;
+    }
+}
+
+/// What the keep-alive needs to register again after losing its lease.
+struct Registered {
+    key: String,
+    value: String,
+    me: Registration,
+    ttl: Duration,
 }
 
 pub fn broker_key(prefix: &str, broker_id: i32) -> String {
@@ -237,43 +265,93 @@ async fn wait_for_delete(
     Ok(())
 }
 
-/// Refreshes the lease three times per TTL. If the lease is lost (the broker was paused
-/// or cut off longer than the TTL) the registration is gone; that is logged loudly and
-/// the keep-alive stops: leadership fencing (a later issue) keys off the same lease.
-async fn keep_lease_alive(mut client: Client, lease_id: i64, ttl: Duration, broker_id: i32) {
-    let every = (ttl / 3).max(Duration::from_millis(100));
-    let (mut keeper, mut responses) = match client.lease_keep_alive(lease_id).await {
-        Ok(pair) => pair,
-        Err(e) => {
-            tracing::error!(broker_id, error = %e, "cannot keep the broker lease alive");
-            return;
-        }
-    };
+/// Refreshes the lease three times per TTL. A lost lease (the broker was paused or cut
+/// off longer than the TTL) means the registration is gone: the broker registers again
+/// under a new lease as soon as etcd answers, and keeps trying until it does.
+async fn keep_lease_alive(mut client: Client, lease: Arc<AtomicI64>, registration: Registered) {
+    let broker_id = registration.me.broker_id;
+    let every = (registration.ttl / 3).max(Duration::from_millis(100));
     let mut tick = tokio::time::interval(every);
     loop {
+        let lease_id = lease.load(Ordering::SeqCst);
+        if keep_alive_until_lost(&mut client, lease_id, &mut tick, broker_id).await {
+            tracing::error!(
+                broker_id,
+                lease_id,
+                "broker lease expired: registering again"
+            );
+            loop {
+                match register_again(&mut client, &registration).await {
+                    Ok(new_lease) => {
+                        lease.store(new_lease, Ordering::SeqCst);
+                        tracing::info!(broker_id, lease_id = new_lease, "registered again in etcd");
+                        break;
+                    }
+                    Err(e) => {
+                        tracing::warn!(broker_id, error = %e, "registering again failed; retrying");
+                        tick.tick().await;
+                    }
+                }
+            }
+        }
+    }
+}
+
+async fn register_again(
+    client: &mut Client,
+    registration: &Registered,
+) -> Result<i64, MembershipError> {
+    let ttl_secs = registration.ttl.as_secs().max(1) as i64;
+    let lease_id = bounded("lease grant", client.lease_grant(ttl_secs, None))
+        .await?
+        .id();
+    let patience = registration.ttl * 2;
+    register(
+        client,
+        &registration.key,
+        &registration.value,
+        lease_id,
+        &registration.me,
+        patience,
+    )
+    .await?;
+    Ok(lease_id)
+}
+
+/// Keeps `lease_id` alive; returns `true` once etcd says it expired. Transport trouble
+/// is retried (the lease may still be alive when etcd answers again).
+async fn keep_alive_until_lost(
+    client: &mut Client,
+    lease_id: i64,
+    tick: &mut tokio::time::Interval,
+    broker_id: i32,
+) -> bool {
+    let mut stream = None;
+    loop {
         tick.tick().await;
+        if stream.is_none() {
+            match bounded("lease keep-alive", client.lease_keep_alive(lease_id)).await {
+                Ok(pair) => stream = Some(pair),
+                Err(e) => {
+                    tracing::warn!(broker_id, error = %e, "cannot open the lease keep-alive; retrying");
+                    continue;
+                }
+            }
+        }
+        let Some((keeper, responses)) = stream.as_mut() else {
+            continue;
+        };
         if let Err(e) = keeper.keep_alive().await {
             tracing::warn!(broker_id, error = %e, "lease keep-alive failed; retrying");
+            stream = None;
             continue;
         }
         match tokio::time::timeout(REQUEST_TIMEOUT, responses.message()).await {
             Ok(Ok(Some(answer))) if answer.ttl() > 0 => {}
-            Ok(Ok(Some(_))) => {
-                tracing::error!(
-                    broker_id,
-                    lease_id,
-                    "broker lease expired: this broker is no longer registered"
-                );
-                return;
-            }
+            Ok(Ok(Some(_))) => return true,
             Ok(Ok(None)) | Ok(Err(_)) | Err(_) => {
                 tracing::warn!(broker_id, "no keep-alive answer from etcd; retrying");
-                match client.lease_keep_alive(lease_id).await {
-                    Ok(pair) => (keeper, responses) = pair,
-                    Err(e) => {
-                        tracing::warn!(broker_id, error = %e, "reopening the keep-alive stream failed")
-                    }
-                }
+                stream = None;
             }
         }
     }

@@ -1,7 +1,8 @@
 //! Brokers register in etcd under a lease: every broker of the cluster shows up in
 //! `Metadata`, a broker that stops cleanly leaves at once, one that dies leaves when its
 //! lease lapses, a broker id can be held by one live broker only, and a broker restarted
-//! on its own data dir takes its id back at once.
+//! on its own data dir takes its id back at once; one paused past its lease registers
+//! again when it resumes.
 
 use std::time::{Duration, Instant};
 
@@ -133,4 +134,31 @@ async fn given_a_broker_killed_when_restarted_on_its_data_dir_then_it_takes_its_
         registered(&one.bootstrap()).await,
         vec![(1, one.bootstrap())]
     );
+}
+
+#[tokio::test]
+async fn given_a_broker_paused_past_its_lease_when_resumed_then_it_registers_again() {
+    let etcd = EtcdServer::start();
+    let (one, two) = (cluster_broker(&etcd, 1), cluster_broker(&etcd, 2));
+    one.pause();
+    let paused = Instant::now();
+    // Lease expiry and re-registration happen on etcd's and the broker's clocks: poll.
+    while registered(&two.bootstrap()).await.len() == 2 {
+        assert!(
+            paused.elapsed() < Duration::from_secs(10),
+            "the paused broker never lost its lease"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    one.resume();
+    let resumed = Instant::now();
+    while registered(&two.bootstrap()).await.len() == 1 {
+        assert!(
+            resumed.elapsed() < Duration::from_secs(10),
+            "the resumed broker never registered again"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let expected = vec![(1, one.bootstrap()), (2, two.bootstrap())];
+    assert_eq!(registered(&two.bootstrap()).await, expected);
 }
