@@ -71,6 +71,10 @@ pub struct BrokerConfig {
     #[arg(long, env = "IDEM_LEASE_TTL_MS", default_value_t = 5000)]
     pub lease_ttl_ms: u64,
 
+    /// A follower that has not caught up with its leader for this long leaves the ISR.
+    #[arg(long, env = "IDEM_REPLICA_LAG_TIME_MAX_MS", default_value_t = 10_000)]
+    pub replica_lag_time_max_ms: i64,
+
     /// Prefix of every etcd key idem writes.
     #[arg(long, env = "IDEM_ETCD_PREFIX", default_value = "/idem")]
     pub etcd_prefix: String,
@@ -98,6 +102,7 @@ impl BrokerConfig {
             pid_store: PidStoreKind::Embedded,
             pid_prefetch: true,
             lease_ttl_ms: 5000,
+            replica_lag_time_max_ms: 10_000,
             etcd_endpoints: Vec::new(),
             etcd_prefix: "/idem".into(),
         }

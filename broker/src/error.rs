@@ -27,6 +27,15 @@ pub enum BrokerError {
         partition: i32,
         leader: i32,
     },
+    #[error("only {isr} in-sync replica(s); min.insync.replicas is {min}")]
+    NotEnoughReplicas { isr: i32, min: i32 },
+    #[error("the in-sync replicas did not confirm offsets below {end} within {timeout:?}; the batch may have been written")]
+    ReplicationTimedOut {
+        end: i64,
+        timeout: std::time::Duration,
+    },
+    #[error("leader epoch {asked} is older than the current epoch {current}")]
+    FencedLeaderEpoch { asked: i32, current: i32 },
     #[error("cluster metadata: {0}")]
     Cluster(String),
     #[error("corrupt record batch: {0}")]
@@ -86,6 +95,9 @@ impl BrokerError {
             BrokerError::NotLeaderOrFollower { .. } => ErrorCode::NotLeaderOrFollower,
             // etcd unreachable or slow: the client may retry.
             BrokerError::Cluster(_) => ErrorCode::RequestTimedOut,
+            BrokerError::NotEnoughReplicas { .. } => ErrorCode::NotEnoughReplicas,
+            BrokerError::ReplicationTimedOut { .. } => ErrorCode::RequestTimedOut,
+            BrokerError::FencedLeaderEpoch { .. } => ErrorCode::FencedLeaderEpoch,
             BrokerError::CorruptBatch(_) => ErrorCode::CorruptMessage,
             BrokerError::MessageTooLarge { .. } => ErrorCode::MessageTooLarge,
             BrokerError::OffsetOutOfRange { .. } => ErrorCode::OffsetOutOfRange,

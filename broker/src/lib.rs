@@ -7,6 +7,7 @@ pub mod fsutil;
 pub mod log;
 pub mod partition;
 pub mod producer_state;
+pub mod replication;
 pub mod server;
 pub mod service;
 pub mod topics;

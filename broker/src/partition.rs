@@ -5,7 +5,9 @@
 //! covers what is on disk, so a consumer never sees a record a crash could take back.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use idem_proto::batch::{self, BatchHeader};
 use tokio::sync::watch;
@@ -13,6 +15,10 @@ use tokio::sync::watch;
 use crate::error::BrokerError;
 use crate::log::{FlushPolicy, LogConfig, PartitionLog};
 use crate::producer_state::{self, BatchMetadata, Decision, ProducerStateTable};
+use crate::replication::replica_set::{ReplicaSet, Role};
+
+/// `acks` value asking for every in-sync replica.
+pub const ACKS_ALL: i32 = -1;
 
 /// Settings every partition of a broker shares.
 #[derive(Debug, Clone)]
@@ -54,6 +60,11 @@ pub struct Partition {
     durable: tokio::sync::Mutex<i64>,
     /// The high watermark; fetches wait on it for new data.
     high_watermark: watch::Sender<i64>,
+    /// The log end (everything appended, durable or not); followers wait on it.
+    log_end: watch::Sender<i64>,
+    /// What this broker has made durable itself: the leader's own bound on the HW.
+    local_end: AtomicI64,
+    replicas: Mutex<ReplicaSet>,
 }
 
 impl Partition {
@@ -64,12 +75,14 @@ impl Partition {
         index: i32,
         dir: &Path,
         settings: PartitionSettings,
+        broker_id: i32,
     ) -> Result<Self, BrokerError> {
         // The log reports any torn tail it cut (a warning with the reason).
         let (log, _report) = PartitionLog::open(dir, settings.log.clone())?;
         let producers = rebuild_producer_state(dir, &log, now_ms())?;
         let log_end = log.log_end_offset();
         let (high_watermark, _) = watch::channel(log_end);
+        let (log_end_watch, _) = watch::channel(log_end);
         Ok(Partition {
             topic: topic.to_string(),
             index,
@@ -78,6 +91,9 @@ impl Partition {
             inner: Mutex::new(PartitionInner { log, producers }),
             durable: tokio::sync::Mutex::new(log_end),
             high_watermark,
+            log_end: log_end_watch,
+            local_end: AtomicI64::new(log_end),
+            replicas: Mutex::new(ReplicaSet::sole(broker_id)),
         })
     }
 
@@ -91,7 +107,21 @@ impl Partition {
 
     /// Validates and appends one produced batch, or answers a duplicate with the
     /// offsets it got the first time. Bad input changes nothing.
-    pub async fn append(&self, records: &[u8]) -> Result<AppendOutcome, BrokerError> {
+    pub async fn append(
+        &self,
+        records: &[u8],
+        acks: i32,
+        timeout: Duration,
+    ) -> Result<AppendOutcome, BrokerError> {
+        if acks == ACKS_ALL {
+            let (isr, min) = {
+                let replicas = self.replica_set();
+                (replicas.isr.len() as i32, replicas.min_insync_replicas)
+            };
+            if isr < min {
+                return Err(BrokerError::NotEnoughReplicas { isr, min });
+            }
+        }
         if records.len() > self.settings.max_batch_bytes {
             return Err(BrokerError::MessageTooLarge {
                 size: records.len(),
@@ -101,6 +131,9 @@ impl Partition {
         let header = batch::validate_produced(records)?;
         refuse_unsupported_batch(&header)?;
         let mut buf = records.to_vec();
+        // Every batch records the leader epoch it was written in (followers' truncation
+        // after a failover compares epochs).
+        let leader_epoch = self.replica_set().leader_epoch;
         let (outcome, durable_end) = {
             let mut inner = self.lock();
             if let Some(original) = check_producer(&inner.producers, &header)? {
@@ -111,7 +144,7 @@ impl Partition {
                 };
                 (outcome, original.last_offset + 1)
             } else {
-                let info = inner.log.append(&mut buf, 0)?;
+                let info = inner.log.append(&mut buf, leader_epoch)?;
                 if let Some(rolled_at) = info.rolled_at {
                     // The table holds exactly the state as of the new segment's base offset.
                     if let Err(e) =
@@ -154,13 +187,193 @@ impl Partition {
             );
         }
         self.make_visible(durable_end).await?;
+        if acks == ACKS_ALL {
+            self.await_high_watermark(durable_end, timeout).await?;
+        }
         Ok(outcome)
     }
 
-    /// Makes every offset below `end` durable (per the flush policy) and visible.
+    /// acks=all: waits until every in-sync replica has the batch.
+    async fn await_high_watermark(&self, end: i64, timeout: Duration) -> Result<(), BrokerError> {
+        let mut hw = self.high_watermark.subscribe();
+        let replicated = tokio::time::timeout(timeout, hw.wait_for(|hw| *hw >= end))
+            .await
+            .is_ok_and(|waited| waited.is_ok());
+        if replicated {
+            Ok(())
+        } else {
+            Err(BrokerError::ReplicationTimedOut { end, timeout })
+        }
+    }
+
+    fn replica_set(&self) -> MutexGuard<'_, ReplicaSet> {
+        self.replicas.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Applies the catalog's view of this partition to this replica.
+    pub fn set_replication(
+        &self,
+        role: Role,
+        leader_epoch: i32,
+        replicas: Vec<i32>,
+        isr: Vec<i32>,
+        min_isr: i32,
+    ) {
+        self.replica_set()
+            .update(role, leader_epoch, replicas, isr, min_isr, now_ms());
+        if role == Role::Leader {
+            self.update_high_watermark();
+        }
+    }
+
+    pub fn replication(&self) -> ReplicaSet {
+        self.replica_set().clone()
+    }
+
+    /// Leader: recomputes the high watermark from its own durable end and the ISR.
+    fn update_high_watermark(&self) {
+        let local_end = self.local_end.load(Ordering::SeqCst);
+        let current = *self.high_watermark.borrow();
+        let hw = self.replica_set().high_watermark(local_end, current);
+        self.advance_high_watermark(hw);
+    }
+
+    /// Leader side of a follower fetch: records how far `follower` has come and returns
+    /// the batches from `offset` up to the log end, with the high watermark.
+    pub fn read_for_follower(
+        &self,
+        follower: i32,
+        offset: i64,
+        max_bytes: usize,
+        leader_epoch: Option<i32>,
+    ) -> Result<(Vec<u8>, PartitionOffsets), BrokerError> {
+        self.check_epoch(leader_epoch)?;
+        let (records, log_end) = {
+            let inner = self.lock();
+            let (log_start, log_end) = (inner.log.log_start_offset(), inner.log.log_end_offset());
+            if offset < log_start || offset > log_end {
+                return Err(BrokerError::OffsetOutOfRange {
+                    offset,
+                    log_start,
+                    log_end,
+                });
+            }
+            let records = if offset == log_end {
+                Vec::new()
+            } else {
+                inner.log.read(offset, max_bytes, log_end)?
+            };
+            (records, log_end)
+        };
+        self.replica_set()
+            .record_fetch(follower, offset, log_end, now_ms());
+        self.update_high_watermark();
+        Ok((records, self.offsets()))
+    }
+
+    /// A fetcher that names an epoch must name this replica's current one.
+    pub fn check_epoch(&self, leader_epoch: Option<i32>) -> Result<(), BrokerError> {
+        let Some(asked) = leader_epoch else {
+            return Ok(());
+        };
+        let current = self.replica_set().leader_epoch;
+        match asked.cmp(&current) {
+            std::cmp::Ordering::Equal => Ok(()),
+            std::cmp::Ordering::Less => Err(BrokerError::FencedLeaderEpoch { asked, current }),
+            std::cmp::Ordering::Greater => Err(BrokerError::NotLeaderOrFollower {
+                topic: self.topic.clone(),
+                partition: self.index,
+                leader: -1,
+            }),
+        }
+    }
+
+    /// Follower side: appends batches fetched from the leader at the offsets the leader
+    /// gave them, makes them durable, and rebuilds producer state from them exactly as
+    /// the leader did. Returns the new log end.
+    pub async fn append_replicated(&self, records: &[u8]) -> Result<i64, BrokerError> {
+        {
+            let mut inner = self.lock();
+            for item in batch::Batches::new(records) {
+                let (header, bytes) = item?;
+                let log_end = inner.log.log_end_offset();
+                if header.last_offset() < log_end {
+                    continue; // the leader answered from the start of a batch we have
+                }
+                if header.base_offset != log_end {
+                    return Err(BrokerError::InvalidRequest(format!(
+                        "replicated batch starts at {} but the log ends at {log_end}",
+                        header.base_offset
+                    )));
+                }
+                let mut buf = bytes.to_vec();
+                let info = inner.log.append(&mut buf, header.partition_leader_epoch)?;
+                if let Some(rolled_at) = info.rolled_at {
+                    if let Err(e) =
+                        producer_state::write_snapshot(&self.dir, rolled_at, &inner.producers)
+                    {
+                        tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "producer state snapshot failed");
+                    }
+                }
+                inner.producers.apply_batch(&header, now_ms());
+            }
+        }
+        let log_end = self.lock().log.log_end_offset();
+        self.sync_to(log_end).await?;
+        self.log_end.send_replace(log_end);
+        Ok(log_end)
+    }
+
+    /// Follower: the leader's high watermark, bounded by what this replica holds.
+    pub fn follow_high_watermark(&self, leader_high_watermark: i64) {
+        let local = self.local_end.load(Ordering::SeqCst);
+        self.advance_high_watermark(leader_high_watermark.min(local));
+    }
+
+    /// Follower: drops everything from `offset` on (the leader does not have it) and
+    /// rebuilds producer state from what remains.
+    pub fn truncate_to(&self, offset: i64) -> Result<(), BrokerError> {
+        let mut inner = self.lock();
+        inner.log.truncate_to(offset)?;
+        inner.producers = rebuild_producer_state(&self.dir, &inner.log, now_ms())?;
+        let end = inner.log.log_end_offset();
+        self.local_end.fetch_min(end, Ordering::SeqCst);
+        self.log_end.send_replace(end);
+        self.high_watermark.send_if_modified(|hw| {
+            let lowered = *hw > end;
+            if lowered {
+                *hw = end;
+            }
+            lowered
+        });
+        tracing::warn!(topic = %self.topic, partition = self.index, offset, "truncated the log to match the leader");
+        Ok(())
+    }
+
+    /// A receiver that changes whenever the log end moves (followers long-poll on it).
+    pub fn watch_log_end(&self) -> watch::Receiver<i64> {
+        self.log_end.subscribe()
+    }
+
+    /// Makes every offset below `end` durable (per the flush policy) and, as far as the
+    /// in-sync replicas allow, visible.
     async fn make_visible(&self, end: i64) -> Result<(), BrokerError> {
+        self.log_end.send_if_modified(|log_end| {
+            let moved = end > *log_end;
+            if moved {
+                *log_end = end;
+            }
+            moved
+        });
+        self.sync_to(end).await?;
+        self.update_high_watermark();
+        Ok(())
+    }
+
+    /// Makes every offset below `end` durable per the flush policy (group commit).
+    async fn sync_to(&self, end: i64) -> Result<(), BrokerError> {
         if self.settings.log.flush != FlushPolicy::EveryAppend {
-            self.advance_high_watermark(end);
+            self.local_end.fetch_max(end, Ordering::SeqCst);
             return Ok(());
         }
         // Group commit: whoever holds the lock fsyncs everything appended so far; the
@@ -176,7 +389,7 @@ impl Partition {
         .await
         .map_err(|e| BrokerError::Io(std::io::Error::other(e)))??;
         *durable = synced_to;
-        self.advance_high_watermark(synced_to);
+        self.local_end.fetch_max(synced_to, Ordering::SeqCst);
         Ok(())
     }
 

@@ -165,6 +165,10 @@ impl BoundBroker {
             .catalog()
             .is_some()
             .then(|| tokio::spawn(follow_catalog(topics.clone())));
+        let isr_duty = topics
+            .catalog()
+            .is_some()
+            .then(|| tokio::spawn(maintain_isr(topics.clone(), config.replica_lag_time_max_ms)));
         tracing::info!(broker_id = config.broker_id, address = %advertised, data_dir = %config.data_dir.display(), "broker serving");
         let incoming = TcpListenerStream::new(listener);
         let (stopping, mut stopping_rx) = tokio::sync::watch::channel(false);
@@ -192,8 +196,8 @@ impl BoundBroker {
             }
         };
         background.abort();
-        if let Some(watch) = catalog_watch {
-            watch.abort();
+        for task in [catalog_watch, isr_duty].into_iter().flatten() {
+            task.abort();
         }
         for partition in topics.all_partitions() {
             if let Err(e) = partition.shutdown() {
@@ -288,6 +292,16 @@ async fn follow_catalog(topics: Arc<TopicRegistry>) {
             tracing::warn!(error = %e, "following the topic catalog failed; starting over");
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Checks the ISR of every led partition four times per lag limit.
+async fn maintain_isr(topics: Arc<TopicRegistry>, lag_limit_ms: i64) {
+    let every = Duration::from_millis((lag_limit_ms / 4).max(100) as u64);
+    let mut tick = tokio::time::interval(every);
+    loop {
+        tick.tick().await;
+        topics.maintain_isr(lag_limit_ms).await;
     }
 }
 

@@ -113,9 +113,11 @@ impl BrokerService {
         topic: &str,
         partition: i32,
         records: &Bytes,
+        acks: i32,
+        timeout: Duration,
     ) -> PartitionProduceResponse {
         let result = match self.topics.partition(topic, partition) {
-            Ok(p) => p.append(records).await,
+            Ok(p) => p.append(records, acks, timeout).await,
             Err(e) => Err(e),
         };
         match result {
@@ -153,7 +155,18 @@ impl BrokerService {
                 let result = self
                     .topics
                     .partition(&topic.name, wanted.partition)
-                    .and_then(|p| Ok((p.read(wanted.fetch_offset, max_bytes)?, p.offsets())));
+                    .and_then(|p| match request.replica_id {
+                        Some(follower) => p.read_for_follower(
+                            follower,
+                            wanted.fetch_offset,
+                            max_bytes,
+                            wanted.current_leader_epoch,
+                        ),
+                        None => {
+                            p.check_epoch(wanted.current_leader_epoch)?;
+                            Ok((p.read(wanted.fetch_offset, max_bytes)?, p.offsets()))
+                        }
+                    });
                 let response = match result {
                     Ok((records, offsets)) => {
                         total += records.len();
@@ -172,13 +185,20 @@ impl BrokerService {
                     }
                     Err(e) => {
                         log_refusal(&topic.name, wanted.partition, &e);
+                        // The partition's offsets, where known, let a follower whose
+                        // fetch offset is past the leader's log cut its tail.
+                        let offsets = self
+                            .topics
+                            .partition(&topic.name, wanted.partition)
+                            .ok()
+                            .map(|p| p.offsets());
                         FetchPartitionResponse {
                             partition: wanted.partition,
                             error_code: e.code() as i32,
                             error_message: e.to_string(),
-                            high_watermark: -1,
-                            last_stable_offset: -1,
-                            log_start_offset: -1,
+                            high_watermark: offsets.map_or(-1, |o| o.high_watermark),
+                            last_stable_offset: offsets.map_or(-1, |o| o.high_watermark),
+                            log_start_offset: offsets.map_or(-1, |o| o.log_start_offset),
                             aborted_transactions: Vec::new(),
                             records: Bytes::new(),
                         }
@@ -228,8 +248,21 @@ impl BrokerService {
                     .map(move |p| (t.name.as_str(), p.partition))
             })
             .filter_map(|(topic, partition)| self.topics.partition(topic, partition).ok())
-            .map(|p| p.watch_high_watermark())
+            // Followers read up to the log end, consumers up to the high watermark.
+            .map(|p| match request.replica_id {
+                Some(_) => p.watch_log_end(),
+                None => p.watch_high_watermark(),
+            })
             .collect()
+    }
+}
+
+/// How long acks=all waits for the in-sync replicas: the request's timeout, 30 s when
+/// unset.
+fn replication_timeout(timeout_ms: i32) -> Duration {
+    match u64::try_from(timeout_ms) {
+        Ok(ms) if ms > 0 => Duration::from_millis(ms),
+        _ => Duration::from_secs(30),
     }
 }
 
@@ -323,8 +356,14 @@ impl Broker for BrokerService {
             for data in &topic.partitions {
                 let response = match &refused_acks {
                     None => {
-                        self.produce_one(&topic.name, data.partition, &data.records)
-                            .await
+                        self.produce_one(
+                            &topic.name,
+                            data.partition,
+                            &data.records,
+                            request.acks,
+                            replication_timeout(request.timeout_ms),
+                        )
+                        .await
                     }
                     Some(e) => PartitionProduceResponse {
                         partition: data.partition,

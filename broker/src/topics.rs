@@ -5,16 +5,19 @@
 //! the partitions it is a replica of and serves produce and fetch only where it leads.
 //! Each hosted partition lives in `<data_dir>/<topic>-<partition>/`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
 use serde::{Deserialize, Serialize};
+use tokio::task::JoinHandle;
 
 use crate::cluster::catalog::{CatalogError, CatalogSnapshot, EtcdCatalog, PartitionState};
 use crate::cluster::membership::Membership;
 use crate::error::BrokerError;
-use crate::partition::{Partition, PartitionSettings};
+use crate::partition::{now_ms, Partition, PartitionSettings};
+use crate::replication::follower::{self, Following};
+use crate::replication::replica_set::Role;
 
 const TOPICS_FILE: &str = "topics.json";
 const MAX_TOPIC_NAME_LEN: usize = 249;
@@ -25,6 +28,29 @@ pub struct TopicSpec {
     pub name: String,
     pub partitions: i32,
     pub replication_factor: i32,
+    /// acks=all needs this many in-sync replicas (0 in files written before it existed:
+    /// read as the default).
+    #[serde(default)]
+    pub min_insync_replicas: i32,
+}
+
+impl TopicSpec {
+    /// 2 when there are at least 3 replicas (one may fail without losing acks=all), else 1.
+    pub fn default_min_insync_replicas(replication_factor: i32) -> i32 {
+        if replication_factor >= 3 {
+            2
+        } else {
+            1
+        }
+    }
+
+    pub fn min_insync_replicas(&self) -> i32 {
+        if self.min_insync_replicas > 0 {
+            self.min_insync_replicas
+        } else {
+            Self::default_min_insync_replicas(self.replication_factor)
+        }
+    }
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -68,6 +94,9 @@ pub struct PartitionView {
     pub leader_epoch: i32,
     pub replicas: Vec<i32>,
     pub isr: Vec<i32>,
+    /// `mod_revision` of the partition's catalog key (0 on a single node).
+    pub catalog_revision: i64,
+    pub partition_epoch: i32,
     pub local: Option<Arc<Partition>>,
 }
 
@@ -75,6 +104,9 @@ struct Topic {
     spec: TopicSpec,
     partitions: Vec<PartitionView>,
 }
+
+/// A partition by topic name and index.
+type PartitionKey = (String, i32);
 
 /// The etcd side of a clustered broker.
 pub struct ClusterCatalog {
@@ -93,6 +125,8 @@ pub struct TopicRegistry {
     cluster: Option<ClusterCatalog>,
     // Serialises creations (single node) and catalog syncs (cluster).
     create_lock: tokio::sync::Mutex<()>,
+    /// The fetch loop of every partition this broker follows.
+    followers: std::sync::Mutex<HashMap<PartitionKey, (Following, JoinHandle<()>)>>,
 }
 
 impl TopicRegistry {
@@ -111,7 +145,13 @@ impl TopicRegistry {
             let mut partitions = Vec::with_capacity(spec.partitions as usize);
             for p in 0..spec.partitions {
                 let dir = partition_dir(data_dir, &spec.name, p);
-                let local = Arc::new(Partition::open(&spec.name, p, &dir, settings.clone())?);
+                let local = Arc::new(Partition::open(
+                    &spec.name,
+                    p,
+                    &dir,
+                    settings.clone(),
+                    broker_id,
+                )?);
                 partitions.push(sole_replica(broker_id, p, local));
             }
             topics.insert(spec.name.clone(), Topic { spec, partitions });
@@ -124,6 +164,7 @@ impl TopicRegistry {
             topics: RwLock::new(topics),
             cluster: None,
             create_lock: tokio::sync::Mutex::new(()),
+            followers: std::sync::Mutex::new(HashMap::new()),
         })
     }
 
@@ -144,6 +185,7 @@ impl TopicRegistry {
             topics: RwLock::new(BTreeMap::new()),
             cluster: Some(cluster),
             create_lock: tokio::sync::Mutex::new(()),
+            followers: std::sync::Mutex::new(HashMap::new()),
         })
     }
 
@@ -176,6 +218,7 @@ impl TopicRegistry {
             name: name.to_string(),
             partitions,
             replication_factor,
+            min_insync_replicas: TopicSpec::default_min_insync_replicas(replication_factor),
         };
         match &self.cluster {
             Some(cluster) => self.create_in_cluster(cluster, spec).await,
@@ -188,12 +231,6 @@ impl TopicRegistry {
         cluster: &ClusterCatalog,
         spec: TopicSpec,
     ) -> Result<(), BrokerError> {
-        if spec.replication_factor != 1 {
-            // Followers do not replicate yet: claiming more replicas would be a lie.
-            return Err(BrokerError::ReplicationNotAvailable(
-                spec.replication_factor,
-            ));
-        }
         let live: Vec<i32> = cluster
             .membership
             .live_brokers()
@@ -234,7 +271,13 @@ impl TopicRegistry {
         let mut opened = Vec::with_capacity(spec.partitions as usize);
         for p in 0..spec.partitions {
             let dir = partition_dir(&self.data_dir, &spec.name, p);
-            let local = Arc::new(Partition::open(&spec.name, p, &dir, self.settings.clone())?);
+            let local = Arc::new(Partition::open(
+                &spec.name,
+                p,
+                &dir,
+                self.settings.clone(),
+                self.broker_id,
+            )?);
             opened.push(sole_replica(self.broker_id, p, local));
         }
         let mut specs: Vec<TopicSpec> = self.read().values().map(|t| t.spec.clone()).collect();
@@ -270,7 +313,101 @@ impl TopicRegistry {
         let revision = snapshot.revision;
         let topics = self.apply_snapshot(snapshot)?;
         *self.write() = topics;
+        self.reconcile_followers(cluster);
         Ok(revision)
+    }
+
+    /// One fetch loop per followed partition, restarted when its leader or epoch changes.
+    fn reconcile_followers(&self, cluster: &ClusterCatalog) {
+        let mut wanted: HashMap<(String, i32), (Following, Arc<Partition>)> = HashMap::new();
+        for (name, topic) in self.read().iter() {
+            for view in &topic.partitions {
+                let Some(local) = &view.local else { continue };
+                if view.leader == self.broker_id {
+                    continue;
+                }
+                let following = Following {
+                    me: self.broker_id,
+                    leader: view.leader,
+                    leader_epoch: view.leader_epoch,
+                };
+                wanted.insert((name.clone(), view.index), (following, local.clone()));
+            }
+        }
+        let mut followers = self
+            .followers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        followers.retain(|key, (following, task)| {
+            let keep = wanted.get(key).is_some_and(|(w, _)| w == following);
+            if !keep {
+                task.abort();
+            }
+            keep
+        });
+        for (key, (following, partition)) in wanted {
+            if followers.contains_key(&key) {
+                continue;
+            }
+            tracing::info!(topic = %key.0, partition = key.1, leader = following.leader, leader_epoch = following.leader_epoch, "following");
+            let task = tokio::spawn(follower::follow(
+                partition,
+                following,
+                cluster.membership.clone(),
+            ));
+            followers.insert(key, (following, task));
+        }
+    }
+
+    /// Leader duty: publishes ISR shrinks (a follower lagging past `lag_limit_ms`) and
+    /// expansions (a follower back at the high watermark) by compare-and-swap in etcd.
+    pub async fn maintain_isr(&self, lag_limit_ms: i64) {
+        let Some(cluster) = &self.cluster else { return };
+        let led: Vec<(String, PartitionView)> = self
+            .read()
+            .iter()
+            .flat_map(|(name, topic)| {
+                topic
+                    .partitions
+                    .iter()
+                    .filter(|v| v.leader == self.broker_id && v.local.is_some())
+                    .map(move |v| (name.clone(), v.clone()))
+            })
+            .collect();
+        for (topic, view) in led {
+            let Some(local) = &view.local else { continue };
+            let high_watermark = local.offsets().high_watermark;
+            let Some(isr) = local
+                .replication()
+                .isr_change(high_watermark, now_ms(), lag_limit_ms)
+            else {
+                continue;
+            };
+            let state = PartitionState {
+                replicas: view.replicas.clone(),
+                leader: view.leader,
+                leader_epoch: view.leader_epoch,
+                isr: isr.clone(),
+                partition_epoch: view.partition_epoch + 1,
+            };
+            match cluster
+                .catalog
+                .compare_and_set_partition(&topic, view.index, view.catalog_revision, &state)
+                .await
+            {
+                Ok(true) => {
+                    tracing::info!(topic, partition = view.index, from = ?view.isr, to = ?isr, "changed the ISR")
+                }
+                Ok(false) => tracing::debug!(
+                    topic,
+                    partition = view.index,
+                    "ISR change lost a race; will retry"
+                ),
+                Err(e) => {
+                    tracing::warn!(topic, partition = view.index, error = %e, "ISR change failed")
+                }
+            }
+        }
     }
 
     fn apply_snapshot(
@@ -282,13 +419,30 @@ impl TopicRegistry {
             let mut partitions = Vec::with_capacity(states.len());
             for (p, state) in states.into_iter().enumerate() {
                 let p = p as i32;
-                let Some(state) = state else { continue };
+                let Some((state, catalog_revision)) = state else {
+                    continue;
+                };
                 let local = if state.replicas.contains(&self.broker_id) {
-                    Some(self.open_hosted(&name, p)?)
+                    let local = self.open_hosted(&name, p)?;
+                    let role = if state.leader == self.broker_id {
+                        Role::Leader
+                    } else {
+                        Role::Follower {
+                            leader: state.leader,
+                        }
+                    };
+                    local.set_replication(
+                        role,
+                        state.leader_epoch,
+                        state.replicas.clone(),
+                        state.isr.clone(),
+                        spec.min_insync_replicas(),
+                    );
+                    Some(local)
                 } else {
                     None
                 };
-                partitions.push(view_of(p, state, local));
+                partitions.push(view_of(p, state, catalog_revision, local));
             }
             topics.insert(name, Topic { spec, partitions });
         }
@@ -311,6 +465,7 @@ impl TopicRegistry {
             partition,
             &dir,
             self.settings.clone(),
+            self.broker_id,
         )?))
     }
 
@@ -380,17 +535,26 @@ fn sole_replica(broker_id: i32, index: i32, local: Arc<Partition>) -> PartitionV
         leader_epoch: 0,
         replicas: vec![broker_id],
         isr: vec![broker_id],
+        catalog_revision: 0,
+        partition_epoch: 0,
         local: Some(local),
     }
 }
 
-fn view_of(index: i32, state: PartitionState, local: Option<Arc<Partition>>) -> PartitionView {
+fn view_of(
+    index: i32,
+    state: PartitionState,
+    catalog_revision: i64,
+    local: Option<Arc<Partition>>,
+) -> PartitionView {
     PartitionView {
         index,
         leader: state.leader,
         leader_epoch: state.leader_epoch,
         replicas: state.replicas,
         isr: state.isr,
+        catalog_revision,
+        partition_epoch: state.partition_epoch,
         local,
     }
 }

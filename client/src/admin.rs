@@ -1,6 +1,9 @@
 //! Cluster administration: create topics, describe topics and brokers, look up a
-//! partition's earliest or latest offset. Every call is one RPC; broker errors come back
-//! untouched (not retried) so the caller sees exactly what the broker decided.
+//! partition's earliest or latest offset. `create_topic` is one RPC to the bootstrap
+//! broker and its broker errors come back untouched (not retried), so the caller sees
+//! exactly what the broker decided; `metadata` asks any broker; `list_offsets` asks the
+//! partition's leader and retries only answers that were lost or came from a broker
+//! that no longer leads (after refreshing the metadata).
 
 use crate::connection::{Connection, DEFAULT_REQUEST_TIMEOUT};
 use crate::consumer::Isolation;
@@ -88,7 +91,7 @@ impl Admin {
             .await
     }
 
-    /// The earliest or latest offset of a partition.
+    /// The earliest or latest offset of a partition, asked of its leader.
     pub async fn list_offsets(
         &self,
         topic: &str,

@@ -1,25 +1,35 @@
-//! The client's link to the cluster: one gRPC channel to the bootstrap broker (HTTP/2,
-//! `TCP_NODELAY`, 64 MiB messages), a per-call timeout, and the metadata cache. Every
-//! RPC the SDK makes outside the produce path goes through here and comes back as a
-//! plain value or a [`ClientError`]. Single-node for now: all requests go to the
-//! bootstrap broker; the cache already records leaders for when partitions move.
+//! The client's link to the cluster: a gRPC channel to the bootstrap broker, a pool of
+//! lazily dialled channels to the brokers the metadata lists (one per address; HTTP/2,
+//! `TCP_NODELAY`, 64 MiB messages each), a per-call timeout, and the metadata cache.
+//!
+//! Routing: requests any broker may serve (Metadata, InitProducerId) go to the node
+//! that last answered one (the bootstrap at first) and fail over to the other known
+//! brokers when a node does not answer; CreateTopics goes to the bootstrap; requests
+//! for a partition's leader (Produce, Fetch, ListOffsets) go where
+//! [`MetadataCache::route`] says. A broker that does not answer or says it does not
+//! lead the partition makes the caller refresh the metadata: refreshes are coalesced
+//! and rate-limited ([`RefreshGate`]) and ask any broker for every topic.
 
+use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use futures::future::{BoxFuture, FutureExt, Shared};
 use idem_proto::v1::broker_client::BrokerClient;
 use idem_proto::v1::{
     InitProducerIdRequest, ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic,
     MetadataRequest,
 };
+use idem_proto::ErrorCode;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::admin::OffsetSpec;
 use crate::consumer::Isolation;
 use crate::error::{is_retriable_status, ClientError};
-use crate::metadata::{ClusterMetadata, MetadataCache};
+use crate::metadata::{ClusterMetadata, MetadataCache, Route};
 use crate::producer::inflight::ProducerIdAndEpoch;
+use crate::refresh::{RefreshGate, RefreshPlan};
 
 /// Largest gRPC message sent or accepted.
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
@@ -28,14 +38,74 @@ pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Attempts for requests that are safe to repeat (metadata, offsets, producer ids).
 const READ_RETRIES: u32 = 8;
+/// Longest one attempt of a request any broker may serve waits before the next broker
+/// is tried (a paused broker accepts connections but never answers).
+const ANY_BROKER_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// A cheap-to-clone handle on the channel and the metadata cache.
+/// A broker the client can send to.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) enum Node {
+    /// Through the bootstrap connection.
+    Bootstrap,
+    /// A pooled channel to this advertised `host:port`.
+    Broker(String),
+}
+
+impl Node {
+    fn from_route(route: Route) -> Option<Node> {
+        match route {
+            Route::Bootstrap => Some(Node::Bootstrap),
+            Route::Broker { address, .. } => Some(Node::Broker(address)),
+            Route::Unknown => None,
+        }
+    }
+}
+
+/// A cheap-to-clone handle on the channels and the metadata cache.
 #[derive(Debug, Clone)]
 pub struct Connection {
     bootstrap: String,
     client: BrokerClient<Channel>,
-    metadata: Arc<RwLock<MetadataCache>>,
+    shared: Arc<SharedState>,
     request_timeout: Duration,
+}
+
+type RefreshFuture = Shared<BoxFuture<'static, ()>>;
+
+struct RefreshSlot {
+    gate: RefreshGate,
+    current: Option<RefreshFuture>,
+}
+
+impl std::fmt::Debug for RefreshSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RefreshSlot")
+            .field("gate", &self.gate)
+            .field("in_flight", &self.current.is_some())
+            .finish()
+    }
+}
+
+#[derive(Debug)]
+struct SharedState {
+    metadata: RwLock<MetadataCache>,
+    /// One channel per broker address, dialled on first use.
+    pool: Mutex<HashMap<String, BrokerClient<Channel>>>,
+    refresh: Mutex<RefreshSlot>,
+    /// The node that last answered a request any broker may serve.
+    preferred: Mutex<Node>,
+}
+
+/// Marks the running refresh finished however its future ends (even dropped).
+struct RefreshDone(Arc<SharedState>);
+
+impl Drop for RefreshDone {
+    fn drop(&mut self) {
+        if let Ok(mut slot) = self.0.refresh.lock() {
+            slot.gate.finished();
+            slot.current = None;
+        }
+    }
 }
 
 /// `host:port` or a full URI as an endpoint URI.
@@ -46,6 +116,22 @@ fn endpoint_uri(bootstrap: &str) -> String {
     } else {
         format!("http://{bootstrap}")
     }
+}
+
+/// The endpoint settings every channel uses.
+fn endpoint(address: &str) -> Result<Endpoint, String> {
+    Ok(Endpoint::from_shared(endpoint_uri(address))
+        .map_err(|e| error_chain(&e))?
+        .tcp_nodelay(true)
+        .connect_timeout(CONNECT_TIMEOUT)
+        .http2_keep_alive_interval(Duration::from_secs(10))
+        .keep_alive_timeout(Duration::from_secs(20)))
+}
+
+fn broker_client(channel: Channel) -> BrokerClient<Channel> {
+    BrokerClient::new(channel)
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES)
 }
 
 /// An error and its sources on one line (tonic's own message is just "transport error").
@@ -60,6 +146,17 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     message
 }
 
+/// Codes of a leader-only request that mean "ask the metadata who leads now, then
+/// retry": nothing was done.
+pub(crate) fn is_leadership_error(code: ErrorCode) -> bool {
+    matches!(
+        code,
+        ErrorCode::NotLeaderOrFollower
+            | ErrorCode::LeaderNotAvailable
+            | ErrorCode::FencedLeaderEpoch
+    )
+}
+
 impl Connection {
     /// Connects to `bootstrap` (`host:port`); fails if the broker cannot be reached.
     pub async fn connect(bootstrap: &str, request_timeout: Duration) -> Result<Self, ClientError> {
@@ -68,28 +165,25 @@ impl Connection {
                 "bootstrap address is empty".into(),
             ));
         }
-        let endpoint = Endpoint::from_shared(endpoint_uri(bootstrap))
-            .map_err(|e| {
-                ClientError::InvalidConfig(format!(
-                    "bad bootstrap address {bootstrap:?}: {}",
-                    error_chain(&e)
-                ))
-            })?
-            .tcp_nodelay(true)
-            .connect_timeout(CONNECT_TIMEOUT)
-            .http2_keep_alive_interval(Duration::from_secs(10))
-            .keep_alive_timeout(Duration::from_secs(20));
+        let endpoint = endpoint(bootstrap).map_err(|e| {
+            ClientError::InvalidConfig(format!("bad bootstrap address {bootstrap:?}: {e}"))
+        })?;
         let channel = endpoint.connect().await.map_err(|e| ClientError::Connect {
             address: bootstrap.to_string(),
             message: error_chain(&e),
         })?;
-        let client = BrokerClient::new(channel)
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES);
         Ok(Connection {
             bootstrap: bootstrap.to_string(),
-            client,
-            metadata: Arc::new(RwLock::new(MetadataCache::default())),
+            client: broker_client(channel),
+            shared: Arc::new(SharedState {
+                metadata: RwLock::new(MetadataCache::default()),
+                pool: Mutex::new(HashMap::new()),
+                refresh: Mutex::new(RefreshSlot {
+                    gate: RefreshGate::default(),
+                    current: None,
+                }),
+                preferred: Mutex::new(Node::Bootstrap),
+            }),
             request_timeout,
         })
     }
@@ -102,9 +196,210 @@ impl Connection {
         self.request_timeout
     }
 
-    /// A client on the shared channel (cheap: the channel multiplexes).
+    /// A client on the bootstrap channel (cheap: the channel multiplexes).
     pub fn client(&self) -> BrokerClient<Channel> {
         self.client.clone()
+    }
+
+    /// A client for `node`: the bootstrap channel, or the pooled channel of a broker
+    /// address (dialled lazily on first use, redialled by the channel when it breaks).
+    pub(crate) fn client_for(&self, node: &Node) -> Result<BrokerClient<Channel>, ClientError> {
+        let address = match node {
+            Node::Bootstrap => return Ok(self.client()),
+            Node::Broker(address) => address,
+        };
+        let mut pool = self
+            .shared
+            .pool
+            .lock()
+            .map_err(|_| ClientError::Fatal("connection pool poisoned".into()))?;
+        if let Some(client) = pool.get(address) {
+            return Ok(client.clone());
+        }
+        let endpoint = endpoint(address).map_err(|e| {
+            ClientError::Protocol(format!(
+                "a broker advertises a bad address {address:?}: {e}"
+            ))
+        })?;
+        let client = broker_client(endpoint.connect_lazy());
+        pool.insert(address.clone(), client.clone());
+        Ok(client)
+    }
+
+    /// Where the leader of `topic`/`partition` is, by the cache alone.
+    pub(crate) fn leader_node(&self, topic: &str, partition: i32) -> Option<Node> {
+        let route = self
+            .shared
+            .metadata
+            .read()
+            .ok()?
+            .route(topic, partition, &self.bootstrap);
+        Node::from_route(route)
+    }
+
+    /// The leader epoch the cache holds for this partition.
+    pub(crate) fn leader_epoch(&self, topic: &str, partition: i32) -> Option<i32> {
+        self.shared
+            .metadata
+            .read()
+            .ok()?
+            .leader_epoch(topic, partition)
+    }
+
+    /// Whether the cache lists this partition.
+    pub(crate) fn knows_partition(&self, topic: &str, partition: i32) -> bool {
+        self.shared
+            .metadata
+            .read()
+            .is_ok_and(|m| m.knows_partition(topic, partition))
+    }
+
+    /// A client for the current leader of `topic`/`partition`. Waits for a refresh
+    /// already under way; when the cache knows no leader, refreshes once. Fails with
+    /// `LEADER_NOT_AVAILABLE` (retriable; nothing was sent) when no live leader is known
+    /// even then, or [`ClientError::UnknownTopic`] when no broker lists the partition.
+    pub(crate) async fn leader(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Result<(Node, BrokerClient<Channel>), ClientError> {
+        self.wait_for_refresh().await;
+        for refreshed in [false, true] {
+            if let Some(node) = self.leader_node(topic, partition) {
+                let client = self.client_for(&node)?;
+                return Ok((node, client));
+            }
+            if !refreshed {
+                self.refresh_metadata().await;
+            }
+        }
+        if self.knows_partition(topic, partition) {
+            Err(ClientError::Broker {
+                code: ErrorCode::LeaderNotAvailable,
+                message: format!("no live leader known for {topic}/{partition}"),
+                retriable: true,
+            })
+        } else {
+            Err(ClientError::UnknownTopic {
+                topic: topic.to_string(),
+                partition: Some(partition),
+            })
+        }
+    }
+
+    /// Refreshes the metadata of every topic and waits for it: joins a refresh already
+    /// under way, else starts one (no sooner than the minimum interval after the
+    /// previous one). Failures are logged; the cache keeps what it knew.
+    pub async fn refresh_metadata(&self) {
+        if let Some(refresh) = self.start_refresh() {
+            refresh.await;
+        }
+    }
+
+    /// Like [`Connection::refresh_metadata`] without waiting for it.
+    pub fn request_refresh(&self) {
+        let _ = self.start_refresh();
+    }
+
+    /// Waits for the refresh under way, if any; starts none.
+    pub(crate) async fn wait_for_refresh(&self) {
+        let current = self
+            .shared
+            .refresh
+            .lock()
+            .ok()
+            .and_then(|slot| slot.current.clone());
+        if let Some(refresh) = current {
+            refresh.await;
+        }
+    }
+
+    /// The refresh to wait for: the one under way, or a new one (driven by its own
+    /// task, so it completes even if nobody waits).
+    fn start_refresh(&self) -> Option<RefreshFuture> {
+        let mut slot = self.shared.refresh.lock().ok()?;
+        let now = tokio::time::Instant::now();
+        match slot.gate.plan(now.into_std()) {
+            RefreshPlan::Join => slot.current.clone(),
+            RefreshPlan::Start { at } => {
+                let conn = self.clone();
+                let done = RefreshDone(self.shared.clone());
+                let refresh: RefreshFuture = async move {
+                    let _done = done;
+                    tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await;
+                    if let Err(e) = conn.fetch_metadata(Vec::new()).await {
+                        tracing::warn!(error = %e, "metadata refresh failed");
+                    }
+                }
+                .boxed()
+                .shared();
+                slot.current = Some(refresh.clone());
+                drop(slot);
+                tokio::spawn(refresh.clone());
+                Some(refresh)
+            }
+        }
+    }
+
+    /// Nodes for a request any broker may serve: the one that answered last, the
+    /// bootstrap, then every other live broker.
+    fn any_nodes(&self) -> Vec<Node> {
+        let mut nodes = Vec::new();
+        if let Ok(preferred) = self.shared.preferred.lock() {
+            nodes.push(preferred.clone());
+        }
+        if !nodes.contains(&Node::Bootstrap) {
+            nodes.push(Node::Bootstrap);
+        }
+        if let Ok(cache) = self.shared.metadata.read() {
+            for (broker_id, address) in cache.broker_addresses() {
+                let behind_bootstrap = address.trim() == self.bootstrap.trim()
+                    || cache.bootstrap_broker() == Some(broker_id);
+                let node = Node::Broker(address);
+                if !behind_bootstrap && !nodes.contains(&node) {
+                    nodes.push(node);
+                }
+            }
+        }
+        nodes
+    }
+
+    /// Runs a request any broker may serve and that is safe to repeat, moving on to the
+    /// next broker after an attempt that got no answer, for up to `READ_RETRIES`
+    /// attempts with a growing backoff.
+    async fn call_any<T, F, Fut>(&self, mut rpc: F) -> Result<(T, Node), ClientError>
+    where
+        F: FnMut(BrokerClient<Channel>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let nodes = self.any_nodes();
+        let attempt_timeout = self.request_timeout.min(ANY_BROKER_ATTEMPT_TIMEOUT);
+        let mut backoff = Duration::from_millis(20);
+        let mut attempt = 1;
+        loop {
+            let node = &nodes[(attempt as usize - 1) % nodes.len()];
+            let result = match self.client_for(node) {
+                Ok(client) => with_timeout(attempt_timeout, rpc(client)).await,
+                Err(e) => Err(e),
+            };
+            match result {
+                Ok(value) => {
+                    if let Ok(mut preferred) = self.shared.preferred.lock() {
+                        *preferred = node.clone();
+                    }
+                    return Ok((value, node.clone()));
+                }
+                Err(ClientError::Transport(status))
+                    if attempt < READ_RETRIES && is_retriable_status(status.code()) =>
+                {
+                    tracing::debug!(attempt, ?node, status = %status, "no answer; trying the next broker");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                    attempt += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// Runs one RPC with the request timeout.
@@ -115,8 +410,10 @@ impl Connection {
         with_timeout(self.request_timeout, rpc).await
     }
 
-    /// Runs a read-only (or otherwise safe to repeat) RPC, retrying answers lost in
-    /// transport with a growing backoff for up to `READ_RETRIES` attempts.
+    /// Runs a read-only (or otherwise safe to repeat) RPC on the bootstrap connection,
+    /// retrying answers lost in transport with a growing backoff for up to
+    /// `READ_RETRIES` attempts. (The SDK itself sends such requests to any broker, with
+    /// failover; this stays for callers that want the bootstrap broker's answer.)
     pub async fn call_retrying<T, F, Fut>(&self, mut rpc: F) -> Result<T, ClientError>
     where
         F: FnMut(BrokerClient<Channel>) -> Fut,
@@ -139,13 +436,14 @@ impl Connection {
         }
     }
 
-    /// Asks for metadata of `topics` (all topics when empty) and updates the cache.
+    /// Asks any broker for metadata of `topics` (all topics when empty) and updates the
+    /// cache.
     pub async fn fetch_metadata(
         &self,
         topics: Vec<String>,
     ) -> Result<ClusterMetadata, ClientError> {
-        let response = self
-            .call_retrying(|mut client| {
+        let (response, node) = self
+            .call_any(|mut client| {
                 let request = MetadataRequest {
                     topics: topics.clone(),
                 };
@@ -153,8 +451,16 @@ impl Connection {
             })
             .await?;
         let metadata = ClusterMetadata::from(response);
-        if let Ok(mut cache) = self.metadata.write() {
+        if let Ok(mut cache) = self.shared.metadata.write() {
             cache.update(&metadata);
+            if node == Node::Bootstrap {
+                cache.learn_bootstrap_broker(&metadata);
+            }
+        }
+        if !metadata.brokers.is_empty() {
+            if let Ok(mut pool) = self.shared.pool.lock() {
+                pool.retain(|address, _| metadata.brokers.iter().any(|b| &b.address == address));
+            }
         }
         Ok(metadata)
     }
@@ -186,12 +492,12 @@ impl Connection {
     }
 
     pub fn cached_partition_count(&self, topic: &str) -> Option<i32> {
-        self.metadata.read().ok()?.partition_count(topic)
+        self.shared.metadata.read().ok()?.partition_count(topic)
     }
 
     /// Forgets what the cache knows about `topic`.
     pub fn invalidate(&self, topic: &str) {
-        if let Ok(mut cache) = self.metadata.write() {
+        if let Ok(mut cache) = self.shared.metadata.write() {
             cache.invalidate(topic);
         }
     }
@@ -268,9 +574,9 @@ impl Connection {
         request: &InitProducerIdRequest,
     ) -> Result<ProducerIdAndEpoch, ClientError> {
         // Safe to repeat (a fresh id only wastes one; a bump of the same epoch gets the
-        // same answer), so a lost answer is retried.
-        let response = self
-            .call_retrying(|mut client| {
+        // same answer), so a lost answer is retried, on another broker if need be.
+        let (response, _) = self
+            .call_any(|mut client| {
                 let request = request.clone();
                 async move { client.init_producer_id(request).await }
             })
@@ -302,7 +608,10 @@ impl Connection {
         })
     }
 
-    /// The earliest or latest offset of one partition.
+    /// The earliest or latest offset of one partition, asked of its leader (only the
+    /// leader knows the high watermark and last stable offset). A leader that does not
+    /// answer or no longer leads makes it refresh the metadata and ask again, for up to
+    /// `READ_RETRIES` attempts.
     pub async fn list_offset(
         &self,
         topic: &str,
@@ -320,12 +629,40 @@ impl Connection {
                 }],
             }],
         };
-        let response = self
-            .call_retrying(|mut client| {
-                let request = request.clone();
-                async move { client.list_offsets(request).await }
-            })
-            .await?;
+        let mut backoff = Duration::from_millis(20);
+        let mut attempt = 1;
+        loop {
+            let error = match self.list_offset_once(topic, partition, &request).await {
+                Ok(offset) => return Ok(offset),
+                Err(e) => e,
+            };
+            let retry = match &error {
+                ClientError::Transport(status) => is_retriable_status(status.code()),
+                ClientError::Broker { code, .. } => is_leadership_error(*code),
+                // The leader does not know the topic the metadata lists yet (just
+                // created): ask again.
+                ClientError::UnknownTopic { .. } => self.knows_partition(topic, partition),
+                _ => false,
+            };
+            if !retry || attempt >= READ_RETRIES {
+                return Err(error);
+            }
+            tracing::debug!(attempt, %error, topic, partition, "list offsets will retry");
+            self.request_refresh();
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(1));
+            attempt += 1;
+        }
+    }
+
+    async fn list_offset_once(
+        &self,
+        topic: &str,
+        partition: i32,
+        request: &ListOffsetsRequest,
+    ) -> Result<i64, ClientError> {
+        let (_, mut client) = self.leader(topic, partition).await?;
+        let response = self.call(client.list_offsets(request.clone())).await?;
         let answer = response
             .topics
             .into_iter()
@@ -337,12 +674,10 @@ impl Connection {
             })?;
         match crate::metadata::error_code(answer.error_code) {
             None => Ok(answer.offset),
-            Some(idem_proto::ErrorCode::UnknownTopicOrPartition) => {
-                Err(ClientError::UnknownTopic {
-                    topic: topic.to_string(),
-                    partition: Some(partition),
-                })
-            }
+            Some(ErrorCode::UnknownTopicOrPartition) => Err(ClientError::UnknownTopic {
+                topic: topic.to_string(),
+                partition: Some(partition),
+            }),
             Some(_) => Err(ClientError::broker(answer.error_code, answer.error_message)),
         }
     }

@@ -1,9 +1,16 @@
 //! Reads assigned partitions from a position the caller controls. `poll` fetches every
-//! assigned partition in one request, verifies each batch's CRC, drops control batches
-//! and the records of a batch that lie before the fetch position, and advances each
-//! position past what it returns. Data that fails its CRC or does not parse is an error
-//! and the position stays before it: nothing is ever silently skipped.
+//! assigned partition from its leader (one request per leader, sent concurrently),
+//! verifies each batch's CRC, drops control batches and the records of a batch that lie
+//! before the fetch position, and advances each position past what it returns — and
+//! only then. Data that fails its CRC or does not parse is an error and the position
+//! stays before it: nothing is ever silently skipped.
+//!
+//! A leader that does not answer, or a broker that says it does not lead a partition,
+//! makes the consumer refresh its metadata and fetch again (a fetch is safe to repeat;
+//! positions did not move), without failing `poll`, unless no fetch has been answered
+//! for a whole `request_timeout`.
 
+use std::collections::HashMap;
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
@@ -13,7 +20,7 @@ use idem_proto::v1::{FetchPartition, FetchRequest, FetchResponse, FetchTopic, Is
 use idem_proto::ErrorCode;
 
 use crate::admin::OffsetSpec;
-use crate::connection::{with_timeout, Connection};
+use crate::connection::{is_leadership_error, with_timeout, Connection, Node};
 use crate::error::{self, ClientError};
 use crate::metadata::error_code;
 
@@ -117,6 +124,21 @@ pub struct Consumer {
     assignments: Vec<Assignment>,
     /// An error met while returning records; reported by the next `poll`.
     pending_error: Option<ClientError>,
+    /// Since when no fetch has been answered (every leader tried was unreachable).
+    unanswered_since: Option<Instant>,
+}
+
+/// What one round of fetches (one request per leader) brought.
+#[derive(Debug, Default)]
+struct Round {
+    records: Vec<ConsumerRecord>,
+    /// An error to report (records read in the same round are returned first).
+    error: Option<ClientError>,
+    /// Some fetch was answered.
+    answered: bool,
+    /// The last failure worth a metadata refresh and another try: a leader that did not
+    /// answer, a partition without a known leader, a broker that no longer leads.
+    transient: Option<ClientError>,
 }
 
 impl Consumer {
@@ -132,6 +154,7 @@ impl Consumer {
             config,
             assignments: Vec::new(),
             pending_error: None,
+            unanswered_since: None,
         })
     }
 
@@ -189,7 +212,9 @@ impl Consumer {
     }
 
     /// Waits up to `timeout` for records of the assigned partitions; returns as soon as
-    /// there are some, or empty at the timeout.
+    /// there are some, or empty at the timeout. Leaders that moved or do not answer are
+    /// looked up again and fetched from again within the same call; only when no fetch
+    /// has been answered for `request_timeout` does `poll` fail with the last such error.
     pub async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumerRecord>, ClientError> {
         if let Some(e) = self.pending_error.take() {
             return Err(e);
@@ -199,28 +224,55 @@ impl Consumer {
             if self.assignments.is_empty() {
                 return Ok(Vec::new());
             }
+            let mut transient = None;
             for idx in 0..self.assignments.len() {
-                self.resolve(idx).await?;
+                match self.resolve(idx).await {
+                    Ok(_) => {}
+                    Err(e) if is_transient(&e) => transient = Some(e),
+                    Err(e) => return Err(e),
+                }
             }
             let started = Instant::now();
             let max_wait = self
                 .config
                 .max_wait
                 .min(deadline.saturating_duration_since(started));
-            let response = self.fetch(max_wait).await?;
-            let records = self.absorb(response)?;
-            if !records.is_empty() {
-                return Ok(records);
+            let mut round = self.fetch_round(max_wait).await;
+            if round.transient.is_none() {
+                round.transient = transient;
             }
-            if let Some(e) = self.pending_error.take() {
-                return Err(e);
+            if round.answered {
+                self.unanswered_since = None;
+            } else if let Some(e) = &round.transient {
+                let since = *self.unanswered_since.get_or_insert(started);
+                if since.elapsed() >= self.config.request_timeout && round.records.is_empty() {
+                    self.unanswered_since = None;
+                    return Err(e.clone());
+                }
+            }
+            if let Some(e) = round.error {
+                if round.records.is_empty() {
+                    return Err(e);
+                }
+                self.pending_error = Some(e);
+            }
+            if !round.records.is_empty() {
+                return Ok(round.records);
             }
             let now = Instant::now();
             if now >= deadline {
                 return Ok(Vec::new());
             }
-            // A broker that answers an empty fetch at once must not make this spin.
-            if now - started < max_wait {
+            if round.transient.is_some() {
+                // Wait for the metadata refresh that was asked for (refreshes are
+                // rate-limited, which also paces these retries).
+                let _ = tokio::time::timeout(deadline - now, self.conn.wait_for_refresh()).await;
+                let now = Instant::now();
+                if now < deadline {
+                    tokio::time::sleep(RETRY_PAUSE.min(deadline - now)).await;
+                }
+            } else if now - started < max_wait {
+                // A broker that answers an empty fetch at once must not make this spin.
                 tokio::time::sleep(Duration::from_millis(5).min(deadline - now)).await;
             }
         }
@@ -268,9 +320,61 @@ impl Consumer {
         }
     }
 
-    async fn fetch(&self, max_wait: Duration) -> Result<FetchResponse, ClientError> {
+    /// One fetch per leader of the partitions with a known position, concurrently.
+    async fn fetch_round(&mut self, max_wait: Duration) -> Round {
+        let mut round = Round::default();
+        let conn = self.conn.clone();
+        let plan = plan_fetches(&self.assignments, |topic, partition| {
+            conn.leader_node(topic, partition)
+        });
+        if !plan.unroutable.is_empty() {
+            self.conn.request_refresh();
+            let (topic, partition) = &plan.unroutable[0];
+            round.transient = Some(ClientError::Broker {
+                code: ErrorCode::LeaderNotAvailable,
+                message: format!("no live leader known for {topic}/{partition}"),
+                retriable: true,
+            });
+        }
+        let timeout = self.config.request_timeout + max_wait;
+        let mut requests = Vec::with_capacity(plan.fetches.len());
+        for (node, indexes) in plan.fetches {
+            let request = self.fetch_request(&indexes, max_wait);
+            match self.conn.client_for(&node) {
+                Ok(mut client) => requests.push(async move {
+                    let answer = with_timeout(timeout, client.fetch(request)).await;
+                    (node, answer)
+                }),
+                Err(e) => {
+                    round.error.get_or_insert(e);
+                }
+            }
+        }
+        for (node, answer) in futures::future::join_all(requests).await {
+            match answer {
+                Ok(response) => {
+                    round.answered = true;
+                    self.absorb(response, &mut round);
+                }
+                Err(ClientError::Transport(status))
+                    if error::is_retriable_status(status.code()) =>
+                {
+                    tracing::debug!(?node, %status, "fetch unanswered; refreshing metadata");
+                    self.conn.request_refresh();
+                    round.transient = Some(ClientError::Transport(status));
+                }
+                Err(e) => {
+                    round.error.get_or_insert(e);
+                }
+            }
+        }
+        round
+    }
+
+    fn fetch_request(&self, indexes: &[usize], max_wait: Duration) -> FetchRequest {
         let mut topics: Vec<FetchTopic> = Vec::new();
-        for a in &self.assignments {
+        for &idx in indexes {
+            let a = &self.assignments[idx];
             let Position::At(fetch_offset) = a.position else {
                 continue;
             };
@@ -278,6 +382,10 @@ impl Consumer {
                 partition: a.partition,
                 fetch_offset,
                 partition_max_bytes: self.config.partition_max_bytes,
+                // The epoch of the leader the metadata named: a broker with an older or
+                // newer view refuses (FENCED_LEADER_EPOCH / NOT_LEADER_OR_FOLLOWER, both
+                // followed by a refresh) instead of serving a log that may diverge.
+                current_leader_epoch: self.conn.leader_epoch(&a.topic, a.partition),
             };
             match topics.iter_mut().find(|t| t.name == a.topic) {
                 Some(t) => t.partitions.push(partition),
@@ -287,27 +395,19 @@ impl Consumer {
                 }),
             }
         }
-        let request = FetchRequest {
+        FetchRequest {
             max_wait_ms: max_wait.as_millis().min(i32::MAX as u128) as i32,
             min_bytes: 1,
             max_bytes: self.config.max_bytes,
             isolation_level: self.config.isolation.to_proto() as i32,
             topics,
-        };
-        let mut client = self.conn.client();
-        with_timeout(
-            self.config.request_timeout + max_wait,
-            client.fetch(request),
-        )
-        .await
+            replica_id: None,
+        }
     }
 
-    /// Applies a fetch answer: returns its records and advances positions past them.
-    /// The first error is returned at once if nothing was read, else kept for the next
-    /// poll, so records already read are never dropped.
-    fn absorb(&mut self, response: FetchResponse) -> Result<Vec<ConsumerRecord>, ClientError> {
-        let mut records = Vec::new();
-        let mut first_error = None;
+    /// Applies a fetch answer: collects its records and advances positions past them;
+    /// errors go to `round` (the first one to report, leadership ones as transient).
+    fn absorb(&mut self, response: FetchResponse, round: &mut Round) {
         for topic in response.topics {
             for p in topic.partitions {
                 let Ok(idx) = self.index(&topic.name, p.partition) else {
@@ -320,9 +420,21 @@ impl Consumer {
                     None => {
                         let decoded =
                             decode_fetched(&topic.name, p.partition, fetch_offset, &p.records);
-                        records.extend(decoded.records);
+                        round.records.extend(decoded.records);
                         self.assignments[idx].position = Position::At(decoded.next_offset);
                         decoded.error.map_or(Ok(()), Err)
+                    }
+                    // A leader that moved, or one that does not know a partition the
+                    // metadata lists (just created): look the leader up again.
+                    Some(code)
+                        if is_leadership_error(code)
+                            || (code == ErrorCode::UnknownTopicOrPartition
+                                && self.conn.knows_partition(&topic.name, p.partition)) =>
+                    {
+                        tracing::debug!(topic = %topic.name, partition = p.partition, ?code, "fetch will retry after a metadata refresh");
+                        self.conn.request_refresh();
+                        round.transient = Some(ClientError::broker(p.error_code, p.error_message));
+                        Ok(())
                     }
                     Some(ErrorCode::UnknownTopicOrPartition) => {
                         self.conn.invalidate(&topic.name);
@@ -331,7 +443,7 @@ impl Consumer {
                             partition: Some(p.partition),
                         })
                     }
-                    // Leadership moves and the like: try again on the next fetch.
+                    // Replicas catching up and the like: try again on the next fetch.
                     Some(code) if error::is_retriable(code) => {
                         tracing::debug!(topic = %topic.name, partition = p.partition, ?code, "fetch will retry");
                         Ok(())
@@ -339,19 +451,59 @@ impl Consumer {
                     Some(_) => Err(ClientError::broker(p.error_code, p.error_message)),
                 };
                 if let Err(e) = result {
-                    first_error.get_or_insert(e);
+                    round.error.get_or_insert(e);
                 }
             }
         }
-        match first_error {
-            Some(e) if records.is_empty() => Err(e),
-            Some(e) => {
-                self.pending_error = Some(e);
-                Ok(records)
-            }
-            None => Ok(records),
+    }
+}
+
+/// Pause between fetch rounds that met a leadership problem or an unanswered fetch.
+const RETRY_PAUSE: Duration = Duration::from_millis(20);
+
+/// Errors after which the consumer refreshes its metadata and tries again.
+fn is_transient(e: &ClientError) -> bool {
+    match e {
+        ClientError::Transport(status) => error::is_retriable_status(status.code()),
+        ClientError::Broker { code, .. } => is_leadership_error(*code),
+        _ => false,
+    }
+}
+
+/// Which leader each assigned partition is fetched from.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct FetchPlan {
+    /// One fetch per leader, with the indexes of its partitions in assignment order;
+    /// leaders in order of their first partition.
+    fetches: Vec<(Node, Vec<usize>)>,
+    /// Partitions with a position but no known leader.
+    unroutable: Vec<(String, i32)>,
+}
+
+/// Groups the partitions that have a position by leader; `leader` looks a partition's
+/// leader up in the metadata cache.
+fn plan_fetches(
+    assignments: &[Assignment],
+    leader: impl Fn(&str, i32) -> Option<Node>,
+) -> FetchPlan {
+    let mut plan = FetchPlan::default();
+    let mut slot: HashMap<Node, usize> = HashMap::new();
+    for (idx, a) in assignments.iter().enumerate() {
+        if !matches!(a.position, Position::At(_)) {
+            continue;
+        }
+        match leader(&a.topic, a.partition) {
+            Some(node) => match slot.get(&node) {
+                Some(&i) => plan.fetches[i].1.push(idx),
+                None => {
+                    slot.insert(node.clone(), plan.fetches.len());
+                    plan.fetches.push((node, vec![idx]));
+                }
+            },
+            None => plan.unroutable.push((a.topic.clone(), a.partition)),
         }
     }
+    plan
 }
 
 /// What one partition's fetched bytes hold.
@@ -420,6 +572,7 @@ fn decode_fetched(topic: &str, partition: i32, fetch_offset: i64, bytes: &[u8]) 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::metadata::ClusterMetadata;
     use idem_proto::batch::{ProducerInfo, Record, ATTR_CONTROL};
 
     fn batch_at(base_offset: i64, attributes: u16, values: &[&str]) -> Vec<u8> {
@@ -515,6 +668,93 @@ mod tests {
         let d = decode_fetched("t", 0, 7, &[]);
         assert!(d.records.is_empty() && d.error.is_none());
         assert_eq!(d.next_offset, 7);
+    }
+
+    fn assigned(topic: &str, partition: i32, position: Position) -> Assignment {
+        Assignment {
+            topic: topic.into(),
+            partition,
+            position,
+        }
+    }
+
+    #[test]
+    fn given_partitions_on_several_leaders_then_one_fetch_per_leader_and_unknown_leaders_are_listed(
+    ) {
+        let mut cache = crate::metadata::MetadataCache::default();
+        cache.update(&ClusterMetadata::from(idem_proto::v1::MetadataResponse {
+            brokers: vec![
+                idem_proto::v1::BrokerInfo {
+                    broker_id: 1,
+                    address: "b1:1".into(),
+                },
+                idem_proto::v1::BrokerInfo {
+                    broker_id: 2,
+                    address: "b2:2".into(),
+                },
+            ],
+            topics: vec![idem_proto::v1::TopicMetadata {
+                error_code: 0,
+                name: "t".into(),
+                partitions: [1, 2, 1, -1, 9]
+                    .iter()
+                    .enumerate()
+                    .map(|(p, leader)| idem_proto::v1::PartitionMetadata {
+                        partition: p as i32,
+                        leader_id: *leader,
+                        ..Default::default()
+                    })
+                    .collect(),
+            }],
+            controller_id: 1,
+        }));
+        let assignments = vec![
+            assigned("t", 0, Position::At(5)),
+            assigned("t", 1, Position::At(0)),
+            assigned("t", 2, Position::At(7)),
+            assigned("t", 3, Position::At(0)),
+            assigned("t", 4, Position::At(0)),
+            // Not resolved yet: not fetched.
+            assigned("t", 5, Position::Reset(OffsetSpec::Latest)),
+            assigned("gone", 0, Position::At(0)),
+        ];
+        let plan = plan_fetches(&assignments, |topic, partition| {
+            match cache.route(topic, partition, "bootstrap:1") {
+                crate::metadata::Route::Bootstrap => Some(Node::Bootstrap),
+                crate::metadata::Route::Broker { address, .. } => Some(Node::Broker(address)),
+                crate::metadata::Route::Unknown => None,
+            }
+        });
+        assert_eq!(
+            plan.fetches,
+            vec![
+                (Node::Broker("b1:1".into()), vec![0, 2]),
+                (Node::Broker("b2:2".into()), vec![1]),
+            ]
+        );
+        assert_eq!(
+            plan.unroutable,
+            vec![("t".into(), 3), ("t".into(), 4), ("gone".into(), 0)]
+        );
+    }
+
+    #[test]
+    fn leadership_and_unanswered_errors_are_transient_others_are_not() {
+        assert!(is_transient(&ClientError::Transport(
+            tonic::Status::unavailable("refused")
+        )));
+        assert!(is_transient(&ClientError::broker(
+            ErrorCode::NotLeaderOrFollower as i32,
+            ""
+        )));
+        assert!(!is_transient(&ClientError::broker(
+            ErrorCode::OffsetOutOfRange as i32,
+            ""
+        )));
+        assert!(!is_transient(&ClientError::UnknownTopic {
+            topic: "t".into(),
+            partition: Some(0)
+        }));
     }
 
     #[test]

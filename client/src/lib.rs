@@ -29,13 +29,14 @@ pub mod error;
 pub mod metadata;
 pub mod partitioner;
 pub mod producer;
+pub mod refresh;
 
 pub use admin::{Admin, OffsetSpec};
 pub use connection::Connection;
 pub use consumer::{Consumer, ConsumerConfig, ConsumerRecord, Isolation};
 pub use error::ClientError;
 pub use idem_proto::ErrorCode;
-pub use metadata::{BrokerMetadata, ClusterMetadata, PartitionMetadata, TopicMetadata};
+pub use metadata::{BrokerMetadata, ClusterMetadata, PartitionMetadata, Route, TopicMetadata};
 pub use producer::config::{Delivery, ProducerConfig};
 pub use producer::inflight::ProducerIdAndEpoch;
 pub use producer::{DeliveryFuture, Producer, ProducerRecord, RecordMetadata};

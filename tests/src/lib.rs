@@ -8,6 +8,7 @@ pub mod binaries;
 pub mod broker_process;
 pub mod proxy;
 pub mod raw;
+pub mod replicas;
 pub mod sdk;
 
 pub use broker_process::BrokerProcess;

@@ -162,8 +162,10 @@ pub async fn fetch(
                     partition,
                     fetch_offset: offset,
                     partition_max_bytes: 1 << 20,
+                    current_leader_epoch: None,
                 }],
             }],
+            replica_id: None,
         })
         .await
         .expect("Fetch")

@@ -59,11 +59,15 @@ pub struct PartitionState {
     pub partition_epoch: i32,
 }
 
+/// A partition's state with the `mod_revision` of its key (for compare-and-swap).
+pub type VersionedState = (PartitionState, i64);
+
 /// Every ready topic with its partition states, read at one etcd revision.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CatalogSnapshot {
     pub revision: i64,
-    pub topics: BTreeMap<String, (TopicSpec, Vec<Option<PartitionState>>)>,
+    /// Per topic: its spec and each partition's state with the key's `mod_revision`.
+    pub topics: BTreeMap<String, (TopicSpec, Vec<Option<VersionedState>>)>,
 }
 
 #[derive(Clone)]
@@ -193,6 +197,30 @@ impl EtcdCatalog {
         Ok(())
     }
 
+    /// Replaces a partition's state if its key is still at `mod_revision`; `false` when
+    /// someone changed it first (nothing written).
+    pub async fn compare_and_set_partition(
+        &self,
+        topic: &str,
+        partition: i32,
+        mod_revision: i64,
+        state: &PartitionState,
+    ) -> Result<bool, CatalogError> {
+        let key = self.partition_key(topic, partition);
+        let value = encode(&key, state)?;
+        let swap = Txn::new()
+            .when([Compare::mod_revision(
+                key.as_str(),
+                CompareOp::Equal,
+                mod_revision,
+            )])
+            .and_then([TxnOp::put(key.as_str(), value.as_str(), None)]);
+        let mut client = self.client.clone();
+        Ok(bounded("update partition", client.txn(swap))
+            .await?
+            .succeeded())
+    }
+
     /// Every ready topic and its partitions, read at one revision.
     pub async fn snapshot(&self) -> Result<CatalogSnapshot, CatalogError> {
         let mut client = self.client.clone();
@@ -208,7 +236,7 @@ impl EtcdCatalog {
         let topics_dir = format!("{}/topics/", self.prefix);
         let partitions_dir = format!("{}/partitions/", self.prefix);
         let mut topics = BTreeMap::new();
-        let mut states: Vec<(String, i32, PartitionState)> = Vec::new();
+        let mut states: Vec<(String, i32, PartitionState, i64)> = Vec::new();
         for kv in all.kvs() {
             let key = String::from_utf8_lossy(kv.key()).into_owned();
             if let Some(name) = key.strip_prefix(&topics_dir) {
@@ -222,13 +250,18 @@ impl EtcdCatalog {
                     continue;
                 };
                 let Ok(p) = p.parse::<i32>() else { continue };
-                states.push((name.to_string(), p, decode(&key, kv.value())?));
+                states.push((
+                    name.to_string(),
+                    p,
+                    decode(&key, kv.value())?,
+                    kv.mod_revision(),
+                ));
             }
         }
-        for (name, p, state) in states {
+        for (name, p, state, mod_revision) in states {
             if let Some((_, partitions)) = topics.get_mut(&name) {
                 if let Some(slot) = usize::try_from(p).ok().and_then(|i| partitions.get_mut(i)) {
-                    *slot = Some(state);
+                    *slot = Some((state, mod_revision));
                 }
             }
         }

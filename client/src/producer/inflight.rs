@@ -118,7 +118,10 @@ pub enum Command {
     /// (KIP-360; a fresh id at epoch 0 once the epoch is exhausted) and report it with
     /// [`PartitionInflight::on_producer_id`]; keep trying until one arrives.
     BumpProducerEpoch { current: ProducerIdAndEpoch },
-    /// Leaders or topics changed; refresh the metadata cache.
+    /// Leaders or topics changed, or a broker did not answer (its partitions may have a
+    /// new leader): refresh the metadata cache before the next attempt looks up the
+    /// leader. Emitted before the retry it concerns; retries keep their producer id,
+    /// epoch and sequence, so a new leader that already has the batch deduplicates it.
     RefreshMetadata,
 }
 
@@ -284,6 +287,8 @@ impl PartitionInflight {
             Outcome::Appended { base_offset } => self.complete_ok(idx, base_offset),
             Outcome::Lost(err) => {
                 self.queue[idx].maybe_written = true;
+                // The leader may have died or moved: the retry must look it up afresh.
+                self.out.push(Command::RefreshMetadata);
                 self.retriable(idx, err);
             }
             Outcome::Failed {

@@ -52,7 +52,6 @@ pub(crate) struct PartitionSender {
     tickets: HashMap<BatchId, Vec<Ticket>>,
     requests: FuturesUnordered<BoxFuture<'static, (BatchId, u32, Outcome)>>,
     producer_id_request: Option<BoxFuture<'static, ProducerIdAndEpoch>>,
-    metadata_refresh: Option<tokio::task::JoinHandle<()>>,
     flush_waiters: Vec<(Option<BatchId>, oneshot::Sender<()>)>,
     last_pushed: Option<BatchId>,
     receiving: bool,
@@ -88,7 +87,6 @@ impl PartitionSender {
             tickets: HashMap::new(),
             requests: FuturesUnordered::new(),
             producer_id_request: None,
-            metadata_refresh: None,
             flush_waiters: Vec::new(),
             last_pushed: None,
             receiving: true,
@@ -259,24 +257,12 @@ impl PartitionSender {
                 }],
             }],
         };
-        let mut client = self.conn.client();
+        let conn = self.conn.clone();
         let timeout = self.config.request_timeout;
         let topic = self.topic.clone();
         let partition = self.partition;
         self.requests.push(Box::pin(async move {
-            let outcome = match tokio::time::timeout(timeout, client.produce(request)).await {
-                Err(_) => Outcome::Lost(ClientError::Transport(tonic::Status::deadline_exceeded(
-                    format!("no produce answer within {timeout:?}"),
-                ))),
-                Ok(Err(status)) if error::is_retriable_status(status.code()) => {
-                    Outcome::Lost(ClientError::Transport(status))
-                }
-                Ok(Err(status)) => Outcome::Failed {
-                    error: ClientError::Transport(status),
-                    possibly_written: false,
-                },
-                Ok(Ok(response)) => produce_outcome(&topic, partition, response.into_inner()),
-            };
+            let outcome = produce_to_leader(&conn, &topic, partition, request, timeout).await;
             (batch, attempt, outcome)
         }));
     }
@@ -336,20 +322,93 @@ impl PartitionSender {
     }
 
     fn refresh_metadata(&mut self) {
-        if self
-            .metadata_refresh
-            .as_ref()
-            .is_some_and(|h| !h.is_finished())
-        {
-            return;
+        self.conn.request_refresh();
+    }
+}
+
+/// One produce attempt, sent to the partition's current leader (looked up in the
+/// metadata cache for every attempt, after any refresh under way).
+async fn produce_to_leader(
+    conn: &Connection,
+    topic: &str,
+    partition: i32,
+    request: ProduceRequest,
+    timeout: Duration,
+) -> Outcome {
+    // Finding the leader sends nothing, so a failure here is a definite "not written".
+    let client = tokio::time::timeout(timeout, conn.leader(topic, partition)).await;
+    let mut client = match client {
+        Ok(Ok((_, client))) => client,
+        Ok(Err(e)) => return unroutable(topic, partition, e),
+        Err(_) => {
+            return unroutable(
+                topic,
+                partition,
+                ClientError::Transport(tonic::Status::deadline_exceeded(
+                    "no metadata answer in time",
+                )),
+            )
         }
-        let conn = self.conn.clone();
-        let topic = self.topic.to_string();
-        self.metadata_refresh = Some(tokio::spawn(async move {
-            if let Err(e) = conn.fetch_metadata(vec![topic]).await {
-                tracing::debug!(error = %e, "metadata refresh failed");
+    };
+    let outcome = match tokio::time::timeout(timeout, client.produce(request)).await {
+        Err(_) => Outcome::Lost(ClientError::Transport(tonic::Status::deadline_exceeded(
+            format!("no produce answer within {timeout:?}"),
+        ))),
+        Ok(Err(status)) if error::is_retriable_status(status.code()) => {
+            Outcome::Lost(ClientError::Transport(status))
+        }
+        Ok(Err(status)) => Outcome::Failed {
+            error: ClientError::Transport(status),
+            possibly_written: false,
+        },
+        Ok(Ok(response)) => produce_outcome(topic, partition, response.into_inner()),
+    };
+    match outcome {
+        // The leader does not know a partition the metadata lists: a topic created a
+        // moment ago whose state has not reached it yet, or a broker that stopped leading.
+        // Ask again; if the metadata still lists the partition, it is a leadership
+        // question (retriable; nothing was appended), not a missing topic.
+        Outcome::Rejected {
+            code: ErrorCode::UnknownTopicOrPartition,
+            message,
+        } => {
+            conn.refresh_metadata().await;
+            if conn.knows_partition(topic, partition) {
+                Outcome::Rejected {
+                    code: ErrorCode::LeaderNotAvailable,
+                    message: format!(
+                        "the leader does not know {topic}/{partition} yet ({message})"
+                    ),
+                }
+            } else {
+                Outcome::Rejected {
+                    code: ErrorCode::UnknownTopicOrPartition,
+                    message,
+                }
             }
-        }));
+        }
+        other => other,
+    }
+}
+
+/// The attempt could not be sent: no live leader is known (retriable, the state machine
+/// refreshes the metadata) or the partition does not exist.
+fn unroutable(topic: &str, partition: i32, error: ClientError) -> Outcome {
+    tracing::debug!(topic, partition, %error, "no leader to send to");
+    match error {
+        ClientError::UnknownTopic { .. } => Outcome::Rejected {
+            code: ErrorCode::UnknownTopicOrPartition,
+            message: error.to_string(),
+        },
+        ClientError::Broker { code, message, .. }
+            if crate::connection::is_leadership_error(code) =>
+        {
+            Outcome::Rejected { code, message }
+        }
+        other => Outcome::Rejected {
+            code: ErrorCode::LeaderNotAvailable,
+            message: format!("cannot find the leader of {topic}/{partition}: {other}"),
+        },
     }
 }
 

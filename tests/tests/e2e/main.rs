@@ -9,4 +9,5 @@ mod grpc_tooling;
 mod idempotence;
 mod membership;
 mod producer_ids;
+mod replication;
 mod storage;

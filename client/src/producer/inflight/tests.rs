@@ -359,6 +359,106 @@ fn given_out_of_order_answer_overtaken_by_predecessors_ack_then_it_is_retried_no
     assert_eq!(h.init_requests, 0);
 }
 
+// ---- exactly-once: leadership moves ----
+
+#[test]
+fn given_lost_response_then_metadata_is_refreshed_before_the_retry_which_keeps_identity_and_bytes()
+{
+    let mut h = Harness::new(Delivery::ExactlyOnce);
+    let a = h.push(0, 3);
+    let first = h.last_attempt(a);
+    h.lose(a);
+    assert_eq!(h.metadata_refreshes, 1, "the leader may have died or moved");
+    assert_eq!(h.sent.len(), 1, "no retry before the backoff");
+    h.advance(Duration::from_millis(100));
+    let retry = h.last_attempt(a);
+    assert_eq!(retry.attempt, 2);
+    assert_eq!(
+        retry.producer, first.producer,
+        "same producer id, epoch, sequence"
+    );
+    assert_eq!(retry.records, first.records, "identical bytes");
+    h.ok(a, 40);
+    assert_eq!(h.offset(a), Some(40));
+    assert_eq!((h.init_requests, h.bumped_from.len()), (0, 0));
+}
+
+#[test]
+fn given_leader_dies_with_batches_in_flight_when_new_leader_has_the_first_then_retries_are_deduplicated_in_order(
+) {
+    // a was appended and replicated, then the leader died before answering (lost); b and
+    // c reached a broker that no longer leads. The new leader holds a.
+    let mut h = Harness::new(Delivery::ExactlyOnce);
+    let a = h.push(0, 2);
+    let b = h.push(1, 2);
+    let c = h.push(2, 2);
+    let sequences: Vec<i32> = [a, b, c]
+        .iter()
+        .map(|x| h.last_attempt(*x).producer.base_sequence)
+        .collect();
+    assert_eq!(sequences, vec![0, 2, 4]);
+    h.lose(a);
+    h.reject(c, ErrorCode::NotLeaderOrFollower);
+    h.reject(b, ErrorCode::LeaderNotAvailable);
+    assert!(h.metadata_refreshes >= 1);
+    assert_eq!(h.m.phase(), Phase::Retrying);
+    let before = h.sent.len();
+    h.advance(Duration::from_millis(100));
+    assert_eq!(
+        h.sent_since(before),
+        vec![a],
+        "one at a time, lowest sequence first"
+    );
+    // The new leader recognises a's sequence and answers with a's original offset.
+    h.ok(a, 100);
+    assert_eq!(h.sent_since(before), vec![a, b]);
+    h.ok(b, 102);
+    assert_eq!(h.sent_since(before), vec![a, b, c]);
+    h.ok(c, 104);
+    for (batch, sequence) in [(a, 0), (b, 2), (c, 4)] {
+        let sent = h.last_attempt(batch);
+        assert_eq!(sent.producer.producer_id, PID.producer_id);
+        assert_eq!(sent.producer.producer_epoch, PID.producer_epoch);
+        assert_eq!(sent.producer.base_sequence, sequence);
+    }
+    assert_eq!(
+        (h.offset(a), h.offset(b), h.offset(c)),
+        (Some(100), Some(102), Some(104))
+    );
+    assert_eq!(
+        (h.init_requests, h.bumped_from.len()),
+        (0, 0),
+        "no epoch bump"
+    );
+    assert_eq!(h.m.phase(), Phase::Sending);
+}
+
+#[test]
+fn given_no_leader_known_for_a_while_then_the_batch_is_retried_until_the_delivery_timeout_not_written(
+) {
+    let mut h = Harness::with(
+        InflightConfig {
+            delivery_timeout: Duration::from_millis(450),
+            ..config(Delivery::ExactlyOnce)
+        },
+        Some(PID),
+    );
+    let a = h.push(0, 1);
+    for _ in 0..3 {
+        h.reject(a, ErrorCode::LeaderNotAvailable);
+        h.advance(Duration::from_millis(100));
+    }
+    h.reject(a, ErrorCode::LeaderNotAvailable);
+    assert_eq!(h.metadata_refreshes, 4);
+    h.advance(Duration::from_millis(200));
+    match h.error(a) {
+        ClientError::DeliveryTimeout {
+            possibly_written, ..
+        } => assert!(!possibly_written, "every attempt was refused"),
+        other => panic!("expected a delivery timeout, got {other:?}"),
+    }
+}
+
 // ---- exactly-once: a sequence that cannot continue ----
 
 #[test]
