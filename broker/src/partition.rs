@@ -15,6 +15,7 @@ use tokio::sync::watch;
 use crate::error::BrokerError;
 use crate::log::{FlushPolicy, LogConfig, PartitionLog};
 use crate::producer_state::{self, BatchMetadata, Decision, ProducerStateTable};
+use crate::replication::epoch_history::EpochHistory;
 use crate::replication::replica_set::{ReplicaSet, Role};
 
 /// `acks` value asking for every in-sync replica.
@@ -65,6 +66,8 @@ pub struct Partition {
     /// What this broker has made durable itself: the leader's own bound on the HW.
     local_end: AtomicI64,
     replicas: Mutex<ReplicaSet>,
+    /// Where each leader epoch starts in this replica's log.
+    epochs: Mutex<EpochHistory>,
 }
 
 impl Partition {
@@ -80,6 +83,7 @@ impl Partition {
         // The log reports any torn tail it cut (a warning with the reason).
         let (log, _report) = PartitionLog::open(dir, settings.log.clone())?;
         let producers = rebuild_producer_state(dir, &log, now_ms())?;
+        let epochs = epoch_history(&log)?;
         let log_end = log.log_end_offset();
         let (high_watermark, _) = watch::channel(log_end);
         let (log_end_watch, _) = watch::channel(log_end);
@@ -94,6 +98,7 @@ impl Partition {
             log_end: log_end_watch,
             local_end: AtomicI64::new(log_end),
             replicas: Mutex::new(ReplicaSet::sole(broker_id)),
+            epochs: Mutex::new(epochs),
         })
     }
 
@@ -145,6 +150,7 @@ impl Partition {
                 (outcome, original.last_offset + 1)
             } else {
                 let info = inner.log.append(&mut buf, leader_epoch)?;
+                self.epoch_history().record(leader_epoch, info.base_offset);
                 if let Some(rolled_at) = info.rolled_at {
                     // The table holds exactly the state as of the new segment's base offset.
                     if let Err(e) =
@@ -308,6 +314,8 @@ impl Partition {
                 }
                 let mut buf = bytes.to_vec();
                 let info = inner.log.append(&mut buf, header.partition_leader_epoch)?;
+                self.epoch_history()
+                    .record(header.partition_leader_epoch, info.base_offset);
                 if let Some(rolled_at) = info.rolled_at {
                     if let Err(e) =
                         producer_state::write_snapshot(&self.dir, rolled_at, &inner.producers)
@@ -334,7 +342,14 @@ impl Partition {
     /// rebuilds producer state from what remains.
     pub fn truncate_to(&self, offset: i64) -> Result<(), BrokerError> {
         let mut inner = self.lock();
+        // Cut at the start of the batch holding `offset`, so no batch is split.
+        let offset = inner
+            .log
+            .batches_from(offset)?
+            .first()
+            .map_or(offset, |(header, _)| header.base_offset.min(offset));
         inner.log.truncate_to(offset)?;
+        self.epoch_history().truncate_from(offset);
         inner.producers = rebuild_producer_state(&self.dir, &inner.log, now_ms())?;
         let end = inner.log.log_end_offset();
         self.local_end.fetch_min(end, Ordering::SeqCst);
@@ -348,6 +363,22 @@ impl Partition {
         });
         tracing::warn!(topic = %self.topic, partition = self.index, offset, "truncated the log to match the leader");
         Ok(())
+    }
+
+    fn epoch_history(&self) -> MutexGuard<'_, EpochHistory> {
+        self.epochs.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The epoch of this replica's last batch.
+    pub fn latest_epoch(&self) -> Option<i32> {
+        self.epoch_history().latest()
+    }
+
+    /// Leader side of OffsetForLeaderEpoch: the largest epoch `<= epoch` in this log and
+    /// the offset where it ends.
+    pub fn epoch_end(&self, epoch: i32) -> (i32, i64) {
+        let log_end = self.lock().log.log_end_offset();
+        self.epoch_history().end_of(epoch, log_end)
     }
 
     /// A receiver that changes whenever the log end moves (followers long-poll on it).
@@ -523,6 +554,15 @@ fn check_producer(
             sequence: header.base_sequence,
         }),
     }
+}
+
+/// The epoch history of a log, from its batch headers.
+fn epoch_history(log: &PartitionLog) -> Result<EpochHistory, BrokerError> {
+    let mut history = EpochHistory::default();
+    for (header, _) in log.batches_from(log.log_start_offset())? {
+        history.record(header.partition_leader_epoch, header.base_offset);
+    }
+    Ok(history)
 }
 
 fn rebuild_producer_state(

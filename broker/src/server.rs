@@ -273,20 +273,30 @@ async fn follow_catalog(topics: Arc<TopicRegistry>) {
         let followed = async {
             let revision = topics.sync_at().await?;
             let Some(catalog) = topics.catalog() else {
-                return Ok(());
+                return Ok::<(), BrokerError>(());
             };
             let mut changes = catalog
                 .watch_from(revision + 1)
                 .await
                 .map_err(|e| BrokerError::Cluster(e.to_string()))?;
-            while let Some(()) = changes
-                .next_change()
-                .await
-                .map_err(|e| BrokerError::Cluster(e.to_string()))?
-            {
-                topics.sync().await?;
+            // Membership changes (this broker re-registered after losing its lease) have no
+            // catalog event of their own: check for them on a timer.
+            let mut tick = tokio::time::interval(Duration::from_millis(250));
+            loop {
+                tokio::select! {
+                    change = changes.next_change() => {
+                        if change.map_err(|e| BrokerError::Cluster(e.to_string()))?.is_none() {
+                            return Ok(());
+                        }
+                        topics.sync().await?;
+                    }
+                    _ = tick.tick() => {
+                        if topics.needs_sync() {
+                            topics.sync().await?;
+                        }
+                    }
+                }
             }
-            Ok::<(), BrokerError>(())
         };
         if let Err(e) = followed.await {
             tracing::warn!(error = %e, "following the topic catalog failed; starting over");

@@ -13,8 +13,8 @@ use idem_proto::v1::{
     FetchPartitionResponse, FetchRequest, FetchResponse, FetchTopicResponse, InitProducerIdRequest,
     InitProducerIdResponse, IsolationLevel, ListOffsetsPartitionResponse, ListOffsetsRequest,
     ListOffsetsResponse, ListOffsetsTopicResponse, MetadataRequest, MetadataResponse,
-    PartitionMetadata, PartitionProduceResponse, ProduceRequest, ProduceResponse, TopicMetadata,
-    TopicProduceResponse,
+    OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, PartitionMetadata,
+    PartitionProduceResponse, ProduceRequest, ProduceResponse, TopicMetadata, TopicProduceResponse,
 };
 use idem_proto::ErrorCode;
 use tonic::{Request, Response, Status};
@@ -466,6 +466,31 @@ impl Broker for BrokerService {
         Ok(Response::new(ListOffsetsResponse { topics }))
     }
 
+    async fn offset_for_leader_epoch(
+        &self,
+        request: Request<OffsetForLeaderEpochRequest>,
+    ) -> Result<Response<OffsetForLeaderEpochResponse>, Status> {
+        let request = request.into_inner();
+        let response = match offset_for_leader_epoch(&self.topics, &request) {
+            Ok((leader_epoch, end_offset)) => OffsetForLeaderEpochResponse {
+                error_code: ErrorCode::None as i32,
+                error_message: String::new(),
+                leader_epoch,
+                end_offset,
+            },
+            Err(e) => {
+                log_refusal(&request.topic, request.partition, &e);
+                OffsetForLeaderEpochResponse {
+                    error_code: e.code() as i32,
+                    error_message: e.to_string(),
+                    leader_epoch: -1,
+                    end_offset: -1,
+                }
+            }
+        };
+        Ok(Response::new(response))
+    }
+
     async fn init_producer_id(
         &self,
         request: Request<InitProducerIdRequest>,
@@ -507,6 +532,15 @@ impl Broker for BrokerService {
         };
         Ok(Response::new(response))
     }
+}
+
+fn offset_for_leader_epoch(
+    topics: &TopicRegistry,
+    request: &OffsetForLeaderEpochRequest,
+) -> Result<(i32, i64), BrokerError> {
+    let partition = topics.partition(&request.topic, request.partition)?;
+    partition.check_epoch(Some(request.current_leader_epoch))?;
+    Ok(partition.epoch_end(request.leader_epoch))
 }
 
 /// Resolves when any of the high watermarks changes (or its partition goes away).

@@ -127,6 +127,9 @@ pub struct TopicRegistry {
     create_lock: tokio::sync::Mutex<()>,
     /// The fetch loop of every partition this broker follows.
     followers: std::sync::Mutex<HashMap<PartitionKey, (Following, JoinHandle<()>)>>,
+    /// The membership generation the last catalog sync saw: after the broker lost its
+    /// lease and registered again, it leads nothing until it has re-read the catalog.
+    synced_generation: std::sync::atomic::AtomicU64,
 }
 
 impl TopicRegistry {
@@ -165,6 +168,7 @@ impl TopicRegistry {
             cluster: None,
             create_lock: tokio::sync::Mutex::new(()),
             followers: std::sync::Mutex::new(HashMap::new()),
+            synced_generation: std::sync::atomic::AtomicU64::new(u64::MAX),
         })
     }
 
@@ -186,6 +190,7 @@ impl TopicRegistry {
             cluster: Some(cluster),
             create_lock: tokio::sync::Mutex::new(()),
             followers: std::sync::Mutex::new(HashMap::new()),
+            synced_generation: std::sync::atomic::AtomicU64::new(u64::MAX),
         })
     }
 
@@ -305,6 +310,7 @@ impl TopicRegistry {
             return Ok(0);
         };
         let _guard = self.create_lock.lock().await;
+        let generation = cluster.membership.generation();
         let snapshot = cluster
             .catalog
             .snapshot()
@@ -314,7 +320,93 @@ impl TopicRegistry {
         let topics = self.apply_snapshot(snapshot)?;
         *self.write() = topics;
         self.reconcile_followers(cluster);
+        self.synced_generation
+            .store(generation, std::sync::atomic::Ordering::SeqCst);
+        if self.elect_leaders(cluster).await? {
+            // The elections changed the catalog; the watch reloads it.
+            tracing::debug!("took over leadership of partitions whose leader is gone");
+        }
         Ok(revision)
+    }
+
+    /// Whether a membership change since the last sync calls for another one.
+    pub fn needs_sync(&self) -> bool {
+        self.cluster.as_ref().is_some_and(|c| {
+            c.membership.generation()
+                != self
+                    .synced_generation
+                    .load(std::sync::atomic::Ordering::SeqCst)
+        })
+    }
+
+    /// Failover: for every partition whose leader is no longer registered and whose
+    /// ISR holds this broker, try to become leader with `leader_epoch + 1` by
+    /// compare-and-swap. The first in-sync replica to swap wins; out-of-ISR replicas
+    /// never take over (no unclean election).
+    async fn elect_leaders(&self, cluster: &ClusterCatalog) -> Result<bool, BrokerError> {
+        let live: Vec<i32> = cluster
+            .membership
+            .live_brokers()
+            .await
+            .map_err(|e| BrokerError::Cluster(e.to_string()))?
+            .into_iter()
+            .map(|b| b.broker_id)
+            .collect();
+        if !live.contains(&self.broker_id) || !cluster.membership.holds_lease() {
+            return Ok(false);
+        }
+        let orphans: Vec<(String, PartitionView)> = self
+            .read()
+            .iter()
+            .flat_map(|(name, topic)| {
+                topic
+                    .partitions
+                    .iter()
+                    .filter(|v| !live.contains(&v.leader) && v.isr.contains(&self.broker_id))
+                    .map(move |v| (name.clone(), v.clone()))
+            })
+            .collect();
+        let mut changed = false;
+        for (topic, view) in orphans {
+            let isr: Vec<i32> = view
+                .isr
+                .iter()
+                .copied()
+                .filter(|b| live.contains(b))
+                .collect();
+            let state = PartitionState {
+                replicas: view.replicas.clone(),
+                leader: self.broker_id,
+                leader_epoch: view.leader_epoch + 1,
+                isr,
+                partition_epoch: view.partition_epoch + 1,
+            };
+            match cluster
+                .catalog
+                .compare_and_set_partition(&topic, view.index, view.catalog_revision, &state)
+                .await
+            {
+                Ok(true) => {
+                    changed = true;
+                    tracing::info!(
+                        topic,
+                        partition = view.index,
+                        old_leader = view.leader,
+                        leader_epoch = state.leader_epoch,
+                        "became leader"
+                    );
+                }
+                Ok(false) => tracing::debug!(
+                    topic,
+                    partition = view.index,
+                    "another replica took over first"
+                ),
+                Err(e) => {
+                    tracing::warn!(topic, partition = view.index, error = %e, "taking over leadership failed")
+                }
+            }
+        }
+        Ok(changed)
     }
 
     /// One fetch loop per followed partition, restarted when its leader or epoch changes.
@@ -480,8 +572,15 @@ impl TopicRegistry {
             .get(topic)
             .and_then(|t| t.partitions.iter().find(|v| v.index == partition))
             .ok_or_else(unknown)?;
+        let fenced = self.cluster.as_ref().is_some_and(|c| {
+            !c.membership.holds_lease()
+                || c.membership.generation()
+                    != self
+                        .synced_generation
+                        .load(std::sync::atomic::Ordering::SeqCst)
+        });
         match &view.local {
-            Some(local) if view.leader == self.broker_id => Ok(local.clone()),
+            Some(local) if view.leader == self.broker_id && !fenced => Ok(local.clone()),
             _ => Err(BrokerError::NotLeaderOrFollower {
                 topic: topic.to_string(),
                 partition,

@@ -289,15 +289,15 @@ impl CatalogChanges {
 }
 
 impl EtcdCatalog {
-    /// Changes to topics and partition states from `revision` on.
+    /// Changes to brokers, topics and partition states from `revision` on.
     pub async fn watch_from(&self, revision: i64) -> Result<CatalogChanges, CatalogError> {
         let mut client = self.client.clone();
-        // [{prefix}/partitions/, {prefix}/topics0) holds exactly the partition and topic
-        // keys: broker registrations and the producer-id block sort outside it.
+        // [{prefix}/brokers/, {prefix}/topics0) holds broker registrations (a leader
+        // that dies must trigger an election), partition states and topics.
         let options = etcd_client::WatchOptions::new()
             .with_range(format!("{}/topics0", self.prefix))
             .with_start_revision(revision);
-        let start = format!("{}/partitions/", self.prefix);
+        let start = format!("{}/brokers/", self.prefix);
         let stream = bounded("watch catalog", client.watch(start, Some(options))).await?;
         Ok(CatalogChanges { stream })
     }

@@ -5,7 +5,7 @@
 //! over its own stale registration at once; any other claimant waits for the holder's
 //! lease to lapse and gives up with a clear error if it never does.
 
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -60,9 +60,30 @@ pub struct Membership {
     client: Client,
     prefix: String,
     key: String,
-    /// The lease the registration is bound to; replaced when it had to re-register.
-    lease: Arc<AtomicI64>,
+    /// The lease the registration is bound to and how long it surely lives.
+    lease: Arc<LeaseState>,
     keep_alive: JoinHandle<()>,
+}
+
+/// The broker's lease as the keep-alive last saw it.
+pub struct LeaseState {
+    lease_id: AtomicI64,
+    /// Unix ms before which the lease surely lives: the last successful keep-alive was
+    /// sent then minus nothing, plus the TTL etcd granted. Past it, the broker must
+    /// assume another broker may have taken its partitions.
+    valid_until_ms: AtomicI64,
+    /// Counts registrations; a new one means the broker was out of the cluster.
+    generation: AtomicU64,
+}
+
+impl LeaseState {
+    fn new(lease_id: i64, valid_until_ms: i64) -> Self {
+        LeaseState {
+            lease_id: AtomicI64::new(lease_id),
+            valid_until_ms: AtomicI64::new(valid_until_ms),
+            generation: AtomicU64::new(0),
+        }
+    }
 }
 
 impl Membership {
@@ -85,7 +106,10 @@ impl Membership {
         })?;
         let patience = config.lease_ttl * 2;
         register(&mut client, &key, &value, lease_id, &me, patience).await?;
-        let lease = Arc::new(AtomicI64::new(lease_id));
+        let lease = Arc::new(LeaseState::new(
+            lease_id,
+            unix_ms() + config.lease_ttl.as_millis() as i64,
+        ));
         let registration = Registered {
             key: key.clone(),
             value,
@@ -107,6 +131,17 @@ impl Membership {
         })
     }
 
+    /// Whether this broker surely still holds its lease (its clock against the TTL etcd
+    /// granted at the last keep-alive). A broker that does not must not accept writes.
+    pub fn holds_lease(&self) -> bool {
+        unix_ms() < self.lease.valid_until_ms.load(Ordering::SeqCst)
+    }
+
+    /// Changes each time the broker had to register again after losing its lease.
+    pub fn generation(&self) -> u64 {
+        self.lease.generation.load(Ordering::SeqCst)
+    }
+
     /// Every broker registered now, by id.
     pub async fn live_brokers(&self) -> Result<Vec<Registration>, MembershipError> {
         live_brokers(&mut self.client.clone(), &self.prefix).await
@@ -120,7 +155,7 @@ impl Membership {
     pub async fn leave(&self) {
         self.keep_alive.abort();
         let mut client = self.client.clone();
-        let lease_id = self.lease.load(Ordering::SeqCst);
+        let lease_id = self.lease.lease_id.load(Ordering::SeqCst);
         if let Err(e) = bounded("lease revoke", client.lease_revoke(lease_id)).await {
             tracing::warn!(error = %e, "could not revoke the broker lease; it lapses by itself");
         }
@@ -268,13 +303,13 @@ async fn wait_for_delete(
 /// Refreshes the lease three times per TTL. A lost lease (the broker was paused or cut
 /// off longer than the TTL) means the registration is gone: the broker registers again
 /// under a new lease as soon as etcd answers, and keeps trying until it does.
-async fn keep_lease_alive(mut client: Client, lease: Arc<AtomicI64>, registration: Registered) {
+async fn keep_lease_alive(mut client: Client, lease: Arc<LeaseState>, registration: Registered) {
     let broker_id = registration.me.broker_id;
     let every = (registration.ttl / 3).max(Duration::from_millis(100));
     let mut tick = tokio::time::interval(every);
     loop {
-        let lease_id = lease.load(Ordering::SeqCst);
-        if keep_alive_until_lost(&mut client, lease_id, &mut tick, broker_id).await {
+        let lease_id = lease.lease_id.load(Ordering::SeqCst);
+        if keep_alive_until_lost(&mut client, &lease, &mut tick, broker_id).await {
             tracing::error!(
                 broker_id,
                 lease_id,
@@ -283,7 +318,12 @@ async fn keep_lease_alive(mut client: Client, lease: Arc<AtomicI64>, registratio
             loop {
                 match register_again(&mut client, &registration).await {
                     Ok(new_lease) => {
-                        lease.store(new_lease, Ordering::SeqCst);
+                        lease.lease_id.store(new_lease, Ordering::SeqCst);
+                        lease.valid_until_ms.store(
+                            unix_ms() + registration.ttl.as_millis() as i64,
+                            Ordering::SeqCst,
+                        );
+                        lease.generation.fetch_add(1, Ordering::SeqCst);
                         tracing::info!(broker_id, lease_id = new_lease, "registered again in etcd");
                         break;
                     }
@@ -322,10 +362,11 @@ async fn register_again(
 /// is retried (the lease may still be alive when etcd answers again).
 async fn keep_alive_until_lost(
     client: &mut Client,
-    lease_id: i64,
+    lease: &LeaseState,
     tick: &mut tokio::time::Interval,
     broker_id: i32,
 ) -> bool {
+    let lease_id = lease.lease_id.load(Ordering::SeqCst);
     let mut stream = None;
     loop {
         tick.tick().await;
@@ -341,13 +382,19 @@ async fn keep_alive_until_lost(
         let Some((keeper, responses)) = stream.as_mut() else {
             continue;
         };
+        let sent_at_ms = unix_ms();
         if let Err(e) = keeper.keep_alive().await {
             tracing::warn!(broker_id, error = %e, "lease keep-alive failed; retrying");
             stream = None;
             continue;
         }
         match tokio::time::timeout(REQUEST_TIMEOUT, responses.message()).await {
-            Ok(Ok(Some(answer))) if answer.ttl() > 0 => {}
+            Ok(Ok(Some(answer))) if answer.ttl() > 0 => {
+                // etcd restarted the TTL no earlier than we sent the request.
+                lease
+                    .valid_until_ms
+                    .store(sent_at_ms + answer.ttl() * 1000, Ordering::SeqCst);
+            }
             Ok(Ok(Some(_))) => return true,
             Ok(Ok(None)) | Ok(Err(_)) | Err(_) => {
                 tracing::warn!(broker_id, "no keep-alive answer from etcd; retrying");
@@ -355,4 +402,10 @@ async fn keep_alive_until_lost(
             }
         }
     }
+}
+
+fn unix_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
 }

@@ -8,12 +8,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem_proto::v1::broker_client::BrokerClient;
-use idem_proto::v1::{FetchPartition, FetchRequest, FetchTopic, IsolationLevel};
+use idem_proto::v1::{
+    FetchPartition, FetchRequest, FetchTopic, IsolationLevel, OffsetForLeaderEpochRequest,
+};
 use idem_proto::ErrorCode;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::cluster::membership::Membership;
 use crate::partition::Partition;
+use crate::replication::epoch_history::truncation_point;
 
 const RETRY_PAUSE: Duration = Duration::from_millis(200);
 const MAX_WAIT_MS: i32 = 500;
@@ -31,8 +34,13 @@ pub struct Following {
 pub async fn follow(partition: Arc<Partition>, following: Following, membership: Arc<Membership>) {
     loop {
         match leader_client(&membership, following.leader).await {
-            Some(client) => {
-                if let Err(reason) = fetch_until_failure(&partition, following, client).await {
+            Some(mut client) => {
+                let result = match truncate_divergent_tail(&partition, following, &mut client).await
+                {
+                    Ok(()) => fetch_until_failure(&partition, following, client).await,
+                    Err(reason) => Err(reason),
+                };
+                if let Err(reason) = result {
                     tracing::debug!(
                         topic = partition.topic(),
                         partition = partition.index(),
@@ -60,6 +68,49 @@ async fn leader_client(membership: &Membership, leader: i32) -> Option<BrokerCli
         .connect_timeout(Duration::from_secs(2));
     let channel = endpoint.connect().await.ok()?;
     Some(BrokerClient::new(channel).max_decoding_message_size(MAX_BYTES as usize + 1024 * 1024))
+}
+
+/// KIP-101: asks the leader where our latest epoch ends in its log and cuts whatever we
+/// hold past that point, before fetching anything.
+async fn truncate_divergent_tail(
+    partition: &Partition,
+    following: Following,
+    client: &mut BrokerClient<Channel>,
+) -> Result<(), String> {
+    let Some(latest) = partition.latest_epoch() else {
+        return Ok(()); // an empty log has nothing to disagree on
+    };
+    let answer = client
+        .offset_for_leader_epoch(OffsetForLeaderEpochRequest {
+            topic: partition.topic().to_string(),
+            partition: partition.index(),
+            leader_epoch: latest,
+            current_leader_epoch: following.leader_epoch,
+        })
+        .await
+        .map_err(|s| s.to_string())?
+        .into_inner();
+    if answer.error_code() != ErrorCode::None {
+        return Err(format!(
+            "{}: {}",
+            answer.error_code().as_str_name(),
+            answer.error_message
+        ));
+    }
+    let local_end = partition.offsets().log_end_offset;
+    if let Some(cut) = truncation_point(local_end, (answer.leader_epoch, answer.end_offset)) {
+        tracing::warn!(
+            topic = partition.topic(),
+            partition = partition.index(),
+            local_end,
+            cut,
+            our_epoch = latest,
+            leader_epoch = answer.leader_epoch,
+            "cutting a tail the new leader does not have"
+        );
+        partition.truncate_to(cut).map_err(|e| e.to_string())?;
+    }
+    Ok(())
 }
 
 async fn fetch_until_failure(

@@ -5,6 +5,7 @@ mod bad_input;
 mod cli;
 mod cluster_topics;
 mod delivery;
+mod failover;
 mod grpc_tooling;
 mod idempotence;
 mod membership;
