@@ -45,3 +45,26 @@ pub fn assert_replicas_identical(dirs: &[&Path], high_watermark: i64) -> Vec<(i6
     }
     first
 }
+
+/// Stops every broker cleanly (SIGTERM), so their logs can be read from disk.
+pub fn stop_all(brokers: &mut [crate::BrokerProcess]) {
+    for broker in brokers.iter_mut() {
+        broker.stop();
+    }
+}
+
+/// With the brokers stopped: the replicas of `topic`-`partition` on every broker hold
+/// identical batches below `high_watermark`; returns how many.
+pub fn compare_replicas(
+    brokers: &[crate::BrokerProcess],
+    topic: &str,
+    partition: i32,
+    high_watermark: i64,
+) -> usize {
+    let dirs: Vec<std::path::PathBuf> = brokers
+        .iter()
+        .map(|b| b.data_dir().join(format!("{topic}-{partition}")))
+        .collect();
+    let dirs: Vec<&Path> = dirs.iter().map(std::path::PathBuf::as_path).collect();
+    assert_replicas_identical(&dirs, high_watermark).len()
+}

@@ -4,14 +4,13 @@
 //! paused leader that comes back accepts no write for its old epoch, and a returning
 //! replica cuts any tail the new leader lacks so all replicas agree.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use idem_proto::v1::{CreatableTopic, CreateTopicsRequest, MetadataRequest, PartitionMetadata};
 use idem_proto::ErrorCode;
 use idem_tests::etcd::EtcdServer;
 use idem_tests::raw::{self, RawClient};
-use idem_tests::replicas::assert_replicas_identical;
+use idem_tests::replicas::{compare_replicas, stop_all};
 use idem_tests::{BrokerProcess, FaultyProxy};
 
 const PRODUCER: i64 = 11;
@@ -118,18 +117,6 @@ async fn produce(client: &mut RawClient, seq: i32) -> (ErrorCode, i64) {
     (answer.error_code(), answer.base_offset)
 }
 
-fn stop_all_and_compare(brokers: &mut [BrokerProcess], high_watermark: i64) -> usize {
-    for broker in brokers.iter_mut() {
-        broker.stop();
-    }
-    let dirs: Vec<PathBuf> = brokers
-        .iter()
-        .map(|b| b.data_dir().join("orders-0"))
-        .collect();
-    let dirs: Vec<&std::path::Path> = dirs.iter().map(PathBuf::as_path).collect();
-    assert_replicas_identical(&dirs, high_watermark).len()
-}
-
 #[tokio::test]
 async fn given_the_leader_killed_then_an_isr_follower_takes_over_and_nothing_acknowledged_is_lost()
 {
@@ -161,7 +148,8 @@ async fn given_the_leader_killed_then_an_isr_follower_takes_over_and_nothing_ack
 
     brokers[index_of(old)].restart();
     wait_for_isr(&brokers[index_of(new.leader_id)], 3).await;
-    assert_eq!(stop_all_and_compare(&mut brokers, 30), 30);
+    stop_all(&mut brokers);
+    assert_eq!(compare_replicas(&brokers, "orders", 0, 30), 30);
 }
 
 #[tokio::test]
@@ -261,5 +249,6 @@ async fn given_a_paused_leader_when_it_resumes_then_it_accepts_no_write_for_its_
     wait_for_isr(&brokers[index_of(new.leader_id)], 3).await;
     let values = raw::values(&raw::read_partition(&mut leader, "orders", 0).await);
     assert_eq!(values, (0..20).map(|i| format!("r{i}")).collect::<Vec<_>>());
-    assert_eq!(stop_all_and_compare(&mut brokers, 20), 20);
+    stop_all(&mut brokers);
+    assert_eq!(compare_replicas(&brokers, "orders", 0, 20), 20);
 }

@@ -2,6 +2,7 @@
 //! by the guarantee they defend.
 
 mod bad_input;
+mod chaos;
 mod cli;
 mod cluster_topics;
 mod delivery;

@@ -5,14 +5,13 @@
 //! follower that comes back catches up and rejoins. Afterwards every replica's log is
 //! identical up to the high watermark.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use idem_proto::v1::{CreatableTopic, CreateTopicsRequest, MetadataRequest, PartitionMetadata};
 use idem_proto::ErrorCode;
 use idem_tests::etcd::EtcdServer;
 use idem_tests::raw::{self, RawClient};
-use idem_tests::replicas::assert_replicas_identical;
+use idem_tests::replicas::{compare_replicas, stop_all};
 use idem_tests::BrokerProcess;
 
 fn cluster(etcd: &EtcdServer) -> Vec<BrokerProcess> {
@@ -104,13 +103,6 @@ async fn produce_range(leader: &mut RawClient, producer_id: i64, from: i32, to: 
     }
 }
 
-fn replica_dirs(brokers: &[BrokerProcess]) -> Vec<PathBuf> {
-    brokers
-        .iter()
-        .map(|b| b.data_dir().join("orders-0"))
-        .collect()
-}
-
 #[tokio::test]
 async fn given_three_replicas_when_acks_all_produce_then_every_replica_holds_the_same_log() {
     let etcd = EtcdServer::start();
@@ -131,12 +123,8 @@ async fn given_three_replicas_when_acks_all_produce_then_every_replica_holds_the
         raw::read_partition(&mut leader, "orders", 0).await.len(),
         100
     );
-    for broker in &mut brokers {
-        broker.stop();
-    }
-    let dirs = replica_dirs(&brokers);
-    let dirs: Vec<&std::path::Path> = dirs.iter().map(PathBuf::as_path).collect();
-    assert_eq!(assert_replicas_identical(&dirs, 100).len(), 100);
+    stop_all(&mut brokers);
+    assert_eq!(compare_replicas(&brokers, "orders", 0, 100), 100);
 }
 
 #[tokio::test]
@@ -187,10 +175,6 @@ async fn given_followers_down_then_the_isr_shrinks_acks_all_is_refused_below_min
     let values = raw::values(&raw::read_partition(&mut leader, "orders", 0).await);
     let expected: Vec<String> = (0..30).map(|i| format!("r{i}")).collect();
     assert_eq!(values, expected);
-    for broker in &mut brokers {
-        broker.stop();
-    }
-    let dirs = replica_dirs(&brokers);
-    let dirs: Vec<&std::path::Path> = dirs.iter().map(PathBuf::as_path).collect();
-    assert_eq!(assert_replicas_identical(&dirs, 30).len(), 30);
+    stop_all(&mut brokers);
+    assert_eq!(compare_replicas(&brokers, "orders", 0, 30), 30);
 }
