@@ -6,11 +6,13 @@
 
 pub mod binaries;
 pub mod broker_process;
+pub mod cluster;
 pub mod proxy;
 pub mod raw;
 pub mod replicas;
 pub mod sdk;
 
 pub use broker_process::BrokerProcess;
+pub use cluster::Cluster;
 pub use proxy::FaultyProxy;
 pub mod etcd;

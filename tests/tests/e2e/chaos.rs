@@ -8,121 +8,32 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use idem_client::{Delivery, Producer, ProducerConfig, RecordMetadata};
-use idem_proto::v1::{
-    CreatableTopic, CreateTopicsRequest, MetadataRequest, PartitionMetadata, PartitionProduceData,
-    ProduceRequest, TopicProduceData,
-};
+use idem_proto::v1::{PartitionProduceData, ProduceRequest, TopicProduceData};
 use idem_proto::ErrorCode;
-use idem_tests::etcd::EtcdServer;
 use idem_tests::raw::{self, RawClient};
-use idem_tests::replicas::{compare_replicas, stop_all};
-use idem_tests::sdk;
-use idem_tests::BrokerProcess;
+use idem_tests::{sdk, Cluster};
 
 const RECORDS: usize = 3000;
 const KILLS: usize = 3;
 
-fn cluster(etcd: &EtcdServer) -> Vec<BrokerProcess> {
-    (1..=3)
-        .map(|id| {
-            let id = id.to_string();
-            BrokerProcess::start_with(&[
-                "--id",
-                &id,
-                "--etcd",
-                &etcd.endpoint(),
-                "--lease-ttl-ms",
-                "2000",
-            ])
-        })
-        .collect()
-}
-
-async fn partitions_from(broker: &BrokerProcess, topic: &str) -> Vec<PartitionMetadata> {
-    let mut client = raw::connect(&broker.bootstrap()).await;
-    match client
-        .metadata(MetadataRequest {
-            topics: vec![topic.into()],
-        })
-        .await
-    {
-        Ok(answer) => answer
-            .into_inner()
-            .topics
-            .into_iter()
-            .next()
-            .map(|t| t.partitions)
-            .unwrap_or_default(),
-        Err(_) => Vec::new(),
-    }
-}
-
-/// Polls (bounded) until `observer` reports, for partition 0 of `topic`, a state
-/// accepted by `done`: leadership and ISR change on etcd's and the brokers' clocks.
-async fn wait_for(
-    observer: &BrokerProcess,
-    topic: &str,
-    done: impl Fn(&PartitionMetadata) -> bool,
-) -> PartitionMetadata {
-    let started = Instant::now();
-    loop {
-        if let Some(p) = partitions_from(observer, topic)
-            .await
-            .into_iter()
-            .find(|p| p.partition == 0)
-        {
-            if done(&p) {
-                return p;
-            }
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "partition 0 of {topic} never got there"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-async fn create(client: &mut RawClient, topic: &str, partitions: i32) {
-    let answer = client
-        .create_topics(CreateTopicsRequest {
-            topics: vec![CreatableTopic {
-                name: topic.into(),
-                num_partitions: partitions,
-                replication_factor: 3,
-            }],
-        })
-        .await
-        .expect("CreateTopics")
-        .into_inner();
-    assert_eq!(
-        answer.topics[0].error_code(),
-        ErrorCode::None,
-        "{}",
-        answer.topics[0].error_message
-    );
-}
-
 #[tokio::test]
 async fn given_an_idempotent_producer_when_the_leader_is_killed_three_times_then_each_acked_record_is_read_once_in_order(
 ) {
-    let etcd = EtcdServer::start();
-    let mut brokers = cluster(&etcd);
-    let mut admin = raw::connect(&brokers[0].bootstrap()).await;
-    create(&mut admin, "orders", 3).await;
-    for broker in &brokers {
-        wait_for(broker, "orders", |p| p.isr.len() == 3).await;
+    let mut cluster = Cluster::start(3, &[]);
+    cluster.create_topic("orders", 3, 3).await;
+    for partition in 0..3 {
+        cluster.leader_of("orders", partition).await;
     }
     let config = ProducerConfig {
         linger: Duration::from_millis(2),
         batch_size: 2048,
         request_timeout: Duration::from_secs(5),
         retry_backoff: Duration::from_millis(50),
-        ..ProducerConfig::new(brokers[0].bootstrap()).with_delivery(Delivery::ExactlyOnce)
+        ..ProducerConfig::new(cluster.broker(1).bootstrap()).with_delivery(Delivery::ExactlyOnce)
     };
     let producer = Producer::connect(config).await.expect("producer");
     let acked_count = Arc::new(AtomicUsize::new(0));
@@ -163,7 +74,6 @@ async fn given_an_idempotent_producer_when_the_leader_is_killed_three_times_then
         })
     };
 
-    let mut epoch = 0;
     for kill in 0..KILLS {
         // Let some records through between faults.
         let target = (kill + 1) * RECORDS / (KILLS + 2);
@@ -171,23 +81,10 @@ async fn given_an_idempotent_producer_when_the_leader_is_killed_three_times_then
             assert!(!sending.is_finished(), "the producer stopped early");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        let observer = brokers
-            .iter()
-            .position(|b| b.is_running())
-            .expect("a live broker");
-        let before = wait_for(&brokers[observer], "orders", |p| {
-            p.leader_epoch >= epoch && p.isr.len() == 3
-        })
-        .await;
-        let leader = (before.leader_id - 1) as usize;
-        brokers[leader].kill();
-        let other = (0..3).find(|i| *i != leader).expect("another broker");
-        let after = wait_for(&brokers[other], "orders", |p| {
-            p.leader_id != before.leader_id && p.leader_epoch > before.leader_epoch
-        })
-        .await;
-        epoch = after.leader_epoch;
-        brokers[leader].restart();
+        let before = cluster.leader_of("orders", 0).await;
+        cluster.kill(before.leader_id);
+        cluster.new_leader("orders", 0, &before).await;
+        cluster.restart(before.leader_id);
     }
     let (acked, failed) = sending.await.expect("sending task");
     producer.close().await;
@@ -197,7 +94,7 @@ async fn given_an_idempotent_producer_when_the_leader_is_killed_three_times_then
     );
     assert_eq!(acked.len(), RECORDS);
 
-    let log = sdk::read_all(&brokers[0].bootstrap(), "orders", &[0, 1, 2]).await;
+    let log = sdk::read_all(&cluster.broker(1).bootstrap(), "orders", &[0, 1, 2]).await;
     let values: Vec<String> = log.iter().map(sdk::value).collect();
     let unique: HashSet<&String> = values.iter().collect();
     assert_eq!(unique.len(), values.len(), "no record is duplicated");
@@ -227,12 +124,12 @@ async fn given_an_idempotent_producer_when_the_leader_is_killed_three_times_then
             "partition {partition} holds records in send order"
         );
     }
-    for broker in &brokers {
-        wait_for(broker, "orders", |p| p.isr.len() == 3).await;
-    }
-    stop_all(&mut brokers);
     for partition in 0..3 {
-        let batches = compare_replicas(&brokers, "orders", partition, (RECORDS / 3) as i64);
+        cluster.leader_of("orders", partition).await;
+    }
+    cluster.stop_all();
+    for partition in 0..3 {
+        let batches = cluster.compare_replicas("orders", partition, (RECORDS / 3) as i64);
         assert!(batches > 0, "partition {partition} holds batches");
     }
 }
@@ -262,14 +159,15 @@ async fn produce_acks(client: &mut RawClient, acks: i32, seq: i32) -> (ErrorCode
 #[tokio::test]
 async fn given_acks_1_writes_only_the_leader_had_when_it_dies_and_returns_then_its_tail_is_cut_and_replicas_agree(
 ) {
-    let etcd = EtcdServer::start();
-    let mut brokers = cluster(&etcd);
-    let mut admin = raw::connect(&brokers[0].bootstrap()).await;
-    create(&mut admin, "events", 1).await;
-    let meta = wait_for(&brokers[0], "events", |p| p.isr.len() == 3).await;
-    let leader = (meta.leader_id - 1) as usize;
-    let followers: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
-    let mut client = raw::connect(&brokers[leader].bootstrap()).await;
+    let mut cluster = Cluster::start(3, &[]);
+    cluster.create_topic("events", 1, 3).await;
+    let old = cluster.leader_of("events", 0).await;
+    let followers: Vec<i32> = cluster
+        .ids()
+        .into_iter()
+        .filter(|id| *id != old.leader_id)
+        .collect();
+    let mut client = raw::connect(&cluster.broker(old.leader_id).bootstrap()).await;
     for seq in 0..5 {
         assert_eq!(
             produce_acks(&mut client, -1, seq).await,
@@ -279,59 +177,52 @@ async fn given_acks_1_writes_only_the_leader_had_when_it_dies_and_returns_then_i
     // Followers frozen (shorter than their lease and the ISR lag limit): the leader
     // takes two acks=1 writes nobody else gets, then dies.
     for f in &followers {
-        brokers[*f].pause();
+        cluster.pause(*f);
     }
     assert_eq!(produce_acks(&mut client, 1, 5).await, (ErrorCode::None, 5));
     assert_eq!(produce_acks(&mut client, 1, 6).await, (ErrorCode::None, 6));
-    brokers[leader].kill();
+    cluster.kill(old.leader_id);
     for f in &followers {
-        brokers[*f].resume();
+        cluster.resume(*f);
     }
-    let new = wait_for(&brokers[followers[0]], "events", |p| {
-        p.leader_id != meta.leader_id && p.leader_epoch > meta.leader_epoch
-    })
-    .await;
-    let mut client = raw::connect(&brokers[(new.leader_id - 1) as usize].bootstrap()).await;
+    let new = cluster.new_leader("events", 0, &old).await;
+    let mut client = raw::connect(&cluster.broker(new.leader_id).bootstrap()).await;
     // The new leader's log ends at 5; the producer's sequence 5 is the next one there.
     assert_eq!(produce_acks(&mut client, -1, 5).await, (ErrorCode::None, 5));
-    brokers[leader].restart();
-    wait_for(&brokers[(new.leader_id - 1) as usize], "events", |p| {
-        p.isr.len() == 3
-    })
-    .await;
+    cluster.restart(old.leader_id);
+    cluster
+        .wait_for(new.leader_id, "events", 0, |p| p.isr.len() == 3)
+        .await;
     let values = raw::values(&raw::read_partition(&mut client, "events", 0).await);
     assert_eq!(values, vec!["r0", "r1", "r2", "r3", "r4", "r5"]);
-    stop_all(&mut brokers);
-    assert_eq!(compare_replicas(&brokers, "events", 0, 6), 6);
-    // Nothing of the cut tail survives anywhere.
-    let on_old_leader =
-        idem_tests::replicas::batches_on_disk(&brokers[leader].data_dir().join("events-0"));
-    assert_eq!(on_old_leader.len(), 6);
+    cluster.stop_all();
+    assert_eq!(cluster.compare_replicas("events", 0, 6), 6);
+    // Nothing of the cut tail survives on the old leader either.
+    let dir = cluster.broker(old.leader_id).data_dir().join("events-0");
+    assert_eq!(idem_tests::replicas::batches_on_disk(&dir).len(), 6);
 }
 
 #[tokio::test]
 async fn given_the_whole_cluster_killed_when_restarted_then_all_acked_data_and_producer_state_are_back(
 ) {
-    let etcd = EtcdServer::start();
-    let mut brokers = cluster(&etcd);
-    let mut admin = raw::connect(&brokers[0].bootstrap()).await;
-    create(&mut admin, "events", 1).await;
-    let meta = wait_for(&brokers[0], "events", |p| p.isr.len() == 3).await;
-    let mut client = raw::connect(&brokers[(meta.leader_id - 1) as usize].bootstrap()).await;
+    let mut cluster = Cluster::start(3, &[]);
+    cluster.create_topic("events", 1, 3).await;
+    let meta = cluster.leader_of("events", 0).await;
+    let mut client = raw::connect(&cluster.broker(meta.leader_id).bootstrap()).await;
     for seq in 0..20 {
         assert_eq!(
             produce_acks(&mut client, -1, seq).await,
             (ErrorCode::None, i64::from(seq))
         );
     }
-    for broker in &mut brokers {
-        broker.kill();
+    for id in cluster.ids() {
+        cluster.kill(id);
     }
-    for broker in &mut brokers {
-        broker.restart();
+    for id in cluster.ids() {
+        cluster.restart(id);
     }
-    let meta = wait_for(&brokers[0], "events", |p| p.isr.len() == 3).await;
-    let mut client = raw::connect(&brokers[(meta.leader_id - 1) as usize].bootstrap()).await;
+    let meta = cluster.leader_of("events", 0).await;
+    let mut client = raw::connect(&cluster.broker(meta.leader_id).bootstrap()).await;
     // The last batch is still recognised as a duplicate: producer state came back.
     assert_eq!(
         produce_acks(&mut client, -1, 19).await,

@@ -1,0 +1,193 @@
+//! `Cluster`: a real etcd and N `idem-broker` processes (ids 1..=N) registered in it,
+//! with the faults a test injects by broker id (SIGKILL, SIGSTOP/SIGCONT, restart) and
+//! the waits it needs (leadership and ISR change on etcd's and the brokers' clocks, so
+//! they are polled, bounded). Everything is reaped on drop.
+
+use std::time::{Duration, Instant};
+
+use idem_proto::v1::{CreatableTopic, CreateTopicsRequest, MetadataRequest, PartitionMetadata};
+use idem_proto::ErrorCode;
+
+use crate::etcd::EtcdServer;
+use crate::{raw, replicas, BrokerProcess};
+
+/// Longest a test waits for the cluster to reach a state.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+pub struct Cluster {
+    // Brokers first: they are dropped (killed) before etcd.
+    brokers: Vec<BrokerProcess>,
+    etcd: EtcdServer,
+}
+
+impl Cluster {
+    /// `n` brokers with 2-second leases plus `extra` flags for every broker.
+    pub fn start(n: i32, extra: &[&str]) -> Cluster {
+        let etcd = EtcdServer::start();
+        let endpoint = etcd.endpoint();
+        let brokers = (1..=n)
+            .map(|id| {
+                let id = id.to_string();
+                let mut args = vec![
+                    "--id",
+                    id.as_str(),
+                    "--etcd",
+                    endpoint.as_str(),
+                    "--lease-ttl-ms",
+                    "2000",
+                ];
+                args.extend_from_slice(extra);
+                BrokerProcess::start_with(&args)
+            })
+            .collect();
+        Cluster { brokers, etcd }
+    }
+
+    pub fn etcd(&self) -> &EtcdServer {
+        &self.etcd
+    }
+
+    pub fn broker(&self, id: i32) -> &BrokerProcess {
+        &self.brokers[index(id)]
+    }
+
+    pub fn brokers(&self) -> &[BrokerProcess] {
+        &self.brokers
+    }
+
+    pub fn ids(&self) -> Vec<i32> {
+        (1..=self.brokers.len() as i32).collect()
+    }
+
+    pub fn kill(&mut self, id: i32) {
+        self.brokers[index(id)].kill();
+    }
+
+    pub fn restart(&mut self, id: i32) {
+        self.brokers[index(id)].restart();
+    }
+
+    pub fn pause(&self, id: i32) {
+        self.brokers[index(id)].pause();
+    }
+
+    pub fn resume(&self, id: i32) {
+        self.brokers[index(id)].resume();
+    }
+
+    /// A running broker other than `except`, to ask for metadata.
+    pub fn observer(&self, except: &[i32]) -> i32 {
+        self.ids()
+            .into_iter()
+            .find(|id| !except.contains(id) && self.broker(*id).is_running())
+            .expect("a running broker")
+    }
+
+    /// Creates a topic through broker 1.
+    pub async fn create_topic(&self, name: &str, partitions: i32, replication_factor: i32) {
+        let mut client = raw::connect(&self.broker(1).bootstrap()).await;
+        let answer = client
+            .create_topics(CreateTopicsRequest {
+                topics: vec![CreatableTopic {
+                    name: name.into(),
+                    num_partitions: partitions,
+                    replication_factor,
+                }],
+            })
+            .await
+            .expect("CreateTopics")
+            .into_inner();
+        let result = &answer.topics[0];
+        assert_eq!(
+            result.error_code(),
+            ErrorCode::None,
+            "{}",
+            result.error_message
+        );
+    }
+
+    /// `topic`-`partition` as broker `observer` describes it.
+    pub async fn partition(
+        &self,
+        observer: i32,
+        topic: &str,
+        partition: i32,
+    ) -> Option<PartitionMetadata> {
+        let mut client = raw::connect(&self.broker(observer).bootstrap()).await;
+        let answer = client
+            .metadata(MetadataRequest {
+                topics: vec![topic.into()],
+            })
+            .await
+            .ok()?
+            .into_inner();
+        answer
+            .topics
+            .into_iter()
+            .next()?
+            .partitions
+            .into_iter()
+            .find(|p| p.partition == partition)
+    }
+
+    /// Polls `observer` until `topic`-`partition` satisfies `done`; panics after 30 s.
+    pub async fn wait_for(
+        &self,
+        observer: i32,
+        topic: &str,
+        partition: i32,
+        done: impl Fn(&PartitionMetadata) -> bool,
+    ) -> PartitionMetadata {
+        let started = Instant::now();
+        loop {
+            if let Some(p) = self.partition(observer, topic, partition).await {
+                if done(&p) {
+                    return p;
+                }
+            }
+            assert!(
+                started.elapsed() < PATIENCE,
+                "{topic}-{partition} never reached the awaited state"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The current leader of `topic`-`partition`, once every replica is in sync.
+    pub async fn leader_of(&self, topic: &str, partition: i32) -> PartitionMetadata {
+        let replicas = self.brokers.len();
+        self.wait_for(self.observer(&[]), topic, partition, |p| {
+            p.isr.len() == p.replicas.len().min(replicas)
+        })
+        .await
+    }
+
+    /// Waits until a broker other than `old` leads with a newer epoch.
+    pub async fn new_leader(
+        &self,
+        topic: &str,
+        partition: i32,
+        old: &PartitionMetadata,
+    ) -> PartitionMetadata {
+        let observer = self.observer(&[old.leader_id]);
+        self.wait_for(observer, topic, partition, |p| {
+            p.leader_id != old.leader_id && p.leader_epoch > old.leader_epoch
+        })
+        .await
+    }
+
+    /// Stops every broker cleanly, so their logs can be compared on disk.
+    pub fn stop_all(&mut self) {
+        replicas::stop_all(&mut self.brokers);
+    }
+
+    /// After [`Cluster::stop_all`]: every replica of `topic`-`partition` holds the same
+    /// batches below `high_watermark`; returns how many.
+    pub fn compare_replicas(&self, topic: &str, partition: i32, high_watermark: i64) -> usize {
+        replicas::compare_replicas(&self.brokers, topic, partition, high_watermark)
+    }
+}
+
+fn index(id: i32) -> usize {
+    usize::try_from(id - 1).expect("broker ids start at 1")
+}
