@@ -62,6 +62,14 @@ pub async fn run(bootstrap: &str, command: TopicCommand) -> anyhow::Result<()> {
                 "log_end"
             );
             for p in &topic.partitions {
+                // Only a partition's leader knows its offsets; ask it when the broker
+                // we asked does not lead the partition.
+                let p = match p.log_end_offset {
+                    end if end >= 0 => p.clone(),
+                    _ => offsets_from_leader(&metadata, &name, p)
+                        .await
+                        .unwrap_or_else(|| p.clone()),
+                };
                 println!(
                     "{:>9} {:>6} {:>12} {:>10} {:>10} {:>10} {:>14} {:>10}",
                     p.partition,
@@ -77,6 +85,26 @@ pub async fn run(bootstrap: &str, command: TopicCommand) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The partition as its leader describes it, if the leader answers.
+async fn offsets_from_leader(
+    metadata: &idem_client::ClusterMetadata,
+    topic: &str,
+    partition: &idem_client::PartitionMetadata,
+) -> Option<idem_client::PartitionMetadata> {
+    let leader = metadata
+        .brokers
+        .iter()
+        .find(|b| b.broker_id == partition.leader_id)?;
+    let admin = Admin::connect(&leader.address).await.ok()?;
+    let answer = admin.metadata(&[topic]).await.ok()?;
+    answer
+        .topic(topic)?
+        .partitions
+        .iter()
+        .find(|p| p.partition == partition.partition)
+        .cloned()
 }
 
 fn join(ids: &[i32]) -> String {

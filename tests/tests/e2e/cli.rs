@@ -163,3 +163,50 @@ fn given_idem_dev_when_a_user_follows_the_readme_then_records_round_trip_and_sur
         "the data survived the restart"
     );
 }
+
+#[tokio::test]
+async fn given_a_cluster_when_describing_a_topic_then_every_partition_shows_replicas_isr_and_its_leaders_offsets(
+) {
+    let cluster = idem_tests::Cluster::start(3, &[]);
+    cluster.create_topic("orders", 3, 3).await;
+    for partition in 0..3 {
+        cluster.leader_of("orders", partition).await;
+    }
+    let bootstrap = cluster.broker(1).bootstrap();
+    let producer =
+        idem_tests::sdk::one_record_per_batch(&bootstrap, idem_client::Delivery::ExactlyOnce).await;
+    for partition in 0..3 {
+        let value = idem_tests::sdk::bytes(&format!("v{partition}"));
+        producer
+            .send_to("orders", partition, None, value)
+            .await
+            .expect("send")
+            .await
+            .expect("acked");
+    }
+    producer.close().await;
+    let described = idem(&bootstrap, &["topic", "describe", "orders"], "");
+    assert!(
+        described.status.success(),
+        "{}",
+        String::from_utf8_lossy(&described.stderr)
+    );
+    let text = stdout(&described);
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .skip(2)
+        .map(|line| line.split_whitespace().collect())
+        .filter(|r: &Vec<&str>| r.len() == 8)
+        .collect();
+    assert_eq!(rows.len(), 3, "{text}");
+    for row in rows {
+        // partition leader leader_epoch replicas isr log_start high_watermark log_end
+        assert_eq!(row[3].split(',').count(), 3, "{text}");
+        assert_eq!(row[4].split(',').count(), 3, "{text}");
+        assert_eq!(
+            (row[5], row[6], row[7]),
+            ("0", "1", "1"),
+            "offsets come from each leader: {text}"
+        );
+    }
+}
