@@ -256,14 +256,7 @@ impl Partition {
         self.check_epoch(leader_epoch)?;
         let (records, log_end) = {
             let inner = self.lock();
-            let (log_start, log_end) = (inner.log.log_start_offset(), inner.log.log_end_offset());
-            if offset < log_start || offset > log_end {
-                return Err(BrokerError::OffsetOutOfRange {
-                    offset,
-                    log_start,
-                    log_end,
-                });
-            }
+            let log_end = check_in_range(&inner.log, offset)?;
             let records = if offset == log_end {
                 Vec::new()
             } else {
@@ -439,14 +432,7 @@ impl Partition {
     pub fn read(&self, offset: i64, max_bytes: usize) -> Result<Vec<u8>, BrokerError> {
         let inner = self.lock();
         let high_watermark = *self.high_watermark.borrow();
-        let (log_start, log_end) = (inner.log.log_start_offset(), inner.log.log_end_offset());
-        if offset < log_start || offset > log_end {
-            return Err(BrokerError::OffsetOutOfRange {
-                offset,
-                log_start,
-                log_end,
-            });
-        }
+        check_in_range(&inner.log, offset)?;
         if offset >= high_watermark {
             return Ok(Vec::new());
         }
@@ -554,6 +540,19 @@ fn check_producer(
             sequence: header.base_sequence,
         }),
     }
+}
+
+/// A fetch position must lie within the log (the end itself included); returns the end.
+fn check_in_range(log: &PartitionLog, offset: i64) -> Result<i64, BrokerError> {
+    let (log_start, log_end) = (log.log_start_offset(), log.log_end_offset());
+    if offset < log_start || offset > log_end {
+        return Err(BrokerError::OffsetOutOfRange {
+            offset,
+            log_start,
+            log_end,
+        });
+    }
+    Ok(log_end)
 }
 
 /// The epoch history of a log, from its batch headers.

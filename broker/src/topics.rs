@@ -115,6 +115,18 @@ pub struct ClusterCatalog {
     pub membership: Arc<Membership>,
 }
 
+impl ClusterCatalog {
+    /// Ids of the brokers registered now.
+    async fn live_broker_ids(&self) -> Result<Vec<i32>, BrokerError> {
+        let brokers = self
+            .membership
+            .live_brokers()
+            .await
+            .map_err(|e| BrokerError::Cluster(e.to_string()))?;
+        Ok(brokers.into_iter().map(|b| b.broker_id).collect())
+    }
+}
+
 /// Topics and their partitions.
 pub struct TopicRegistry {
     data_dir: PathBuf,
@@ -236,14 +248,7 @@ impl TopicRegistry {
         cluster: &ClusterCatalog,
         spec: TopicSpec,
     ) -> Result<(), BrokerError> {
-        let live: Vec<i32> = cluster
-            .membership
-            .live_brokers()
-            .await
-            .map_err(|e| BrokerError::Cluster(e.to_string()))?
-            .into_iter()
-            .map(|b| b.broker_id)
-            .collect();
+        let live = cluster.live_broker_ids().await?;
         match cluster.catalog.create_topic(&spec, &live).await {
             Ok(()) => {}
             Err(CatalogError::TopicAlreadyExists(name)) => {
@@ -344,14 +349,7 @@ impl TopicRegistry {
     /// compare-and-swap. The first in-sync replica to swap wins; out-of-ISR replicas
     /// never take over (no unclean election).
     async fn elect_leaders(&self, cluster: &ClusterCatalog) -> Result<bool, BrokerError> {
-        let live: Vec<i32> = cluster
-            .membership
-            .live_brokers()
-            .await
-            .map_err(|e| BrokerError::Cluster(e.to_string()))?
-            .into_iter()
-            .map(|b| b.broker_id)
-            .collect();
+        let live = cluster.live_broker_ids().await?;
         if !live.contains(&self.broker_id) || !cluster.membership.holds_lease() {
             return Ok(false);
         }

@@ -92,3 +92,44 @@ pub async fn broker_behind_proxy(topic: &str, partitions: i32) -> (BrokerProcess
     let proxy = FaultyProxy::start(broker.addr()).await;
     (broker, proxy)
 }
+
+/// What every exactly-once test checks from what a consumer reads back: each
+/// acknowledged record is in the log exactly once, at the partition and offset it was
+/// acknowledged with; nothing else is; and each partition holds its records in send
+/// order (values are zero-padded sequence numbers, so send order is sort order).
+pub fn assert_exactly_once(
+    acked: &[(String, idem_client::RecordMetadata)],
+    log: &[ConsumerRecord],
+) {
+    use std::collections::{HashMap, HashSet};
+    let values: Vec<String> = log.iter().map(value).collect();
+    let unique: HashSet<&String> = values.iter().collect();
+    assert_eq!(unique.len(), values.len(), "no record is duplicated");
+    assert_eq!(values.len(), acked.len(), "nothing missing, nothing extra");
+    let by_position: HashMap<(i32, i64), &str> = log
+        .iter()
+        .zip(&values)
+        .map(|(r, v)| ((r.partition, r.offset), v.as_str()))
+        .collect();
+    for (sent, written) in acked {
+        assert_eq!(
+            by_position.get(&(written.partition, written.offset)),
+            Some(&sent.as_str())
+        );
+    }
+    let partitions: HashSet<i32> = log.iter().map(|r| r.partition).collect();
+    for partition in partitions {
+        let in_log: Vec<&String> = log
+            .iter()
+            .zip(&values)
+            .filter(|(r, _)| r.partition == partition)
+            .map(|(_, v)| v)
+            .collect();
+        let mut sorted = in_log.clone();
+        sorted.sort();
+        assert_eq!(
+            in_log, sorted,
+            "partition {partition} holds its records in send order"
+        );
+    }
+}

@@ -5,7 +5,6 @@
 //! divergent tail (acks=1 writes only the dead leader had) is cut when it returns, and
 //! a whole-cluster kill and restart brings back all data and producer state.
 
-use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -95,35 +94,7 @@ async fn given_an_idempotent_producer_when_the_leader_is_killed_three_times_then
     assert_eq!(acked.len(), RECORDS);
 
     let log = sdk::read_all(&cluster.broker(1).bootstrap(), "orders", &[0, 1, 2]).await;
-    let values: Vec<String> = log.iter().map(sdk::value).collect();
-    let unique: HashSet<&String> = values.iter().collect();
-    assert_eq!(unique.len(), values.len(), "no record is duplicated");
-    assert_eq!(values.len(), RECORDS, "no acknowledged record is missing");
-    let by_position: HashMap<(i32, i64), &str> = log
-        .iter()
-        .zip(&values)
-        .map(|(r, v)| ((r.partition, r.offset), v.as_str()))
-        .collect();
-    for (value, written) in &acked {
-        assert_eq!(
-            by_position.get(&(written.partition, written.offset)),
-            Some(&value.as_str())
-        );
-    }
-    for partition in 0..3 {
-        let in_log: Vec<&String> = log
-            .iter()
-            .zip(&values)
-            .filter(|(r, _)| r.partition == partition)
-            .map(|(_, v)| v)
-            .collect();
-        let mut sorted = in_log.clone();
-        sorted.sort();
-        assert_eq!(
-            in_log, sorted,
-            "partition {partition} holds records in send order"
-        );
-    }
+    sdk::assert_exactly_once(&acked, &log);
     for partition in 0..3 {
         cluster.leader_of("orders", partition).await;
     }

@@ -3,7 +3,6 @@
 //! and afterwards every acknowledged record is in the log exactly once, in send order
 //! per partition.
 
-use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -89,33 +88,5 @@ async fn given_broker_killed_mid_stream_when_restarted_then_each_acked_record_is
     assert_eq!(acked.len(), RECORDS);
 
     let log = sdk::read_all(&bootstrap, "orders", &[0, 1]).await;
-    let values: Vec<String> = log.iter().map(sdk::value).collect();
-    let unique: HashSet<&String> = values.iter().collect();
-    assert_eq!(unique.len(), values.len(), "no record is duplicated");
-    assert_eq!(values.len(), RECORDS, "no acknowledged record is missing");
-    let by_position: HashMap<(i32, i64), &str> = log
-        .iter()
-        .zip(&values)
-        .map(|(r, v)| ((r.partition, r.offset), v.as_str()))
-        .collect();
-    for (value, written) in &acked {
-        assert_eq!(
-            by_position.get(&(written.partition, written.offset)),
-            Some(&value.as_str())
-        );
-    }
-    for partition in [0, 1] {
-        let in_log: Vec<&String> = log
-            .iter()
-            .zip(&values)
-            .filter(|(r, _)| r.partition == partition)
-            .map(|(_, v)| v)
-            .collect();
-        let mut sorted = in_log.clone();
-        sorted.sort();
-        assert_eq!(
-            in_log, sorted,
-            "partition {partition} holds records in send order"
-        );
-    }
+    sdk::assert_exactly_once(&acked, &log);
 }
