@@ -326,7 +326,12 @@ impl Broker for BrokerService {
         for topic in request.into_inner().topics {
             let result = self
                 .topics
-                .create(&topic.name, topic.num_partitions, topic.replication_factor)
+                .create(
+                    &topic.name,
+                    topic.num_partitions,
+                    topic.replication_factor,
+                    topic.unclean_leader_election,
+                )
                 .await;
             let (error_code, error_message) = match result {
                 Ok(()) => (ErrorCode::None, String::new()),

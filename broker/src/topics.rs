@@ -32,6 +32,9 @@ pub struct TopicSpec {
     /// read as the default).
     #[serde(default)]
     pub min_insync_replicas: i32,
+    /// Whether a replica outside the ISR may take over when the whole ISR is gone.
+    #[serde(default)]
+    pub unclean_leader_election: bool,
 }
 
 impl TopicSpec {
@@ -217,6 +220,7 @@ impl TopicRegistry {
         name: &str,
         partitions: i32,
         replication_factor: i32,
+        unclean_leader_election: bool,
     ) -> Result<(), BrokerError> {
         validate_topic_name(name)?;
         if partitions < 1 || partitions > self.max_partitions {
@@ -236,6 +240,7 @@ impl TopicRegistry {
             partitions,
             replication_factor,
             min_insync_replicas: TopicSpec::default_min_insync_replicas(replication_factor),
+            unclean_leader_election,
         };
         match &self.cluster {
             Some(cluster) => self.create_in_cluster(cluster, spec).await,
@@ -347,31 +352,49 @@ impl TopicRegistry {
     /// Failover: for every partition whose leader is no longer registered and whose
     /// ISR holds this broker, try to become leader with `leader_epoch + 1` by
     /// compare-and-swap. The first in-sync replica to swap wins; out-of-ISR replicas
-    /// never take over (no unclean election).
+    /// take over only where the topic enables unclean election and no ISR member lives.
     async fn elect_leaders(&self, cluster: &ClusterCatalog) -> Result<bool, BrokerError> {
         let live = cluster.live_broker_ids().await?;
         if !live.contains(&self.broker_id) || !cluster.membership.holds_lease() {
             return Ok(false);
         }
-        let orphans: Vec<(String, PartitionView)> = self
+        // Leaderless partitions this broker may take: as an in-sync replica, or, where
+        // the topic allows unclean election and no in-sync replica is alive, as any
+        // replica (then the ISR restarts as this broker alone).
+        let orphans: Vec<(String, PartitionView, bool)> = self
             .read()
             .iter()
             .flat_map(|(name, topic)| {
-                topic
-                    .partitions
-                    .iter()
-                    .filter(|v| !live.contains(&v.leader) && v.isr.contains(&self.broker_id))
-                    .map(move |v| (name.clone(), v.clone()))
+                let unclean_allowed = topic.spec.unclean_leader_election;
+                let live = &live;
+                topic.partitions.iter().filter_map(move |v| {
+                    if live.contains(&v.leader) || !v.replicas.contains(&self.broker_id) {
+                        return None;
+                    }
+                    if v.isr.contains(&self.broker_id) {
+                        return Some((name.clone(), v.clone(), false));
+                    }
+                    let isr_gone = !v.isr.iter().any(|b| live.contains(b));
+                    (unclean_allowed && isr_gone).then(|| (name.clone(), v.clone(), true))
+                })
             })
             .collect();
         let mut changed = false;
-        for (topic, view) in orphans {
-            let isr: Vec<i32> = view
-                .isr
-                .iter()
-                .copied()
-                .filter(|b| live.contains(b))
-                .collect();
+        for (topic, view, unclean) in orphans {
+            let isr: Vec<i32> = if unclean {
+                tracing::warn!(
+                    topic,
+                    partition = view.index,
+                    "unclean leader election: records only the lost ISR had are gone"
+                );
+                vec![self.broker_id]
+            } else {
+                view.isr
+                    .iter()
+                    .copied()
+                    .filter(|b| live.contains(b))
+                    .collect()
+            };
             let state = PartitionState {
                 replicas: view.replicas.clone(),
                 leader: self.broker_id,

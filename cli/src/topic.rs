@@ -1,7 +1,7 @@
 //! `idem topic create | list | describe`.
 
 use anyhow::Context;
-use idem_client::Admin;
+use idem_client::{Admin, NewTopic};
 
 #[derive(Debug, clap::Subcommand)]
 pub enum TopicCommand {
@@ -13,6 +13,10 @@ pub enum TopicCommand {
         /// Replicas per partition (0 = the cluster default).
         #[arg(long, default_value_t = 0)]
         replication_factor: i32,
+        /// Let a replica outside the ISR lead when the whole ISR is gone: the
+        /// partition comes back sooner and loses what only the ISR had.
+        #[arg(long)]
+        unclean_leader_election: bool,
     },
     /// List topic names.
     List,
@@ -29,9 +33,15 @@ pub async fn run(bootstrap: &str, command: TopicCommand) -> anyhow::Result<()> {
             name,
             partitions,
             replication_factor,
+            unclean_leader_election,
         } => {
             admin
-                .create_topic(&name, partitions, replication_factor)
+                .create_topic_with(NewTopic {
+                    name: name.clone(),
+                    partitions,
+                    replication_factor,
+                    unclean_leader_election,
+                })
                 .await
                 .with_context(|| format!("creating topic {name:?}"))?;
             println!("created topic {name} with {partitions} partition(s)");

@@ -30,6 +30,17 @@ impl OffsetSpec {
     }
 }
 
+/// A topic to create.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewTopic {
+    pub name: String,
+    pub partitions: i32,
+    /// 0 for the cluster default.
+    pub replication_factor: i32,
+    /// Let an out-of-ISR replica lead when the whole ISR is gone (may lose data).
+    pub unclean_leader_election: bool,
+}
+
 /// Administrative client.
 #[derive(Debug, Clone)]
 pub struct Admin {
@@ -57,14 +68,27 @@ impl Admin {
         partitions: i32,
         replication_factor: i32,
     ) -> Result<(), ClientError> {
+        self.create_topic_with(NewTopic {
+            name: name.to_string(),
+            partitions,
+            replication_factor,
+            unclean_leader_election: false,
+        })
+        .await
+    }
+
+    /// Creates a topic with every setting spelled out.
+    pub async fn create_topic_with(&self, topic: NewTopic) -> Result<(), ClientError> {
+        let name = topic.name.clone();
         let mut client = self.conn.client();
         let response = self
             .conn
             .call(client.create_topics(CreateTopicsRequest {
                 topics: vec![CreatableTopic {
-                    name: name.to_string(),
-                    num_partitions: partitions,
-                    replication_factor,
+                    name: topic.name,
+                    num_partitions: topic.partitions,
+                    replication_factor: topic.replication_factor,
+                    unclean_leader_election: topic.unclean_leader_election,
                 }],
             }))
             .await?;
@@ -75,7 +99,7 @@ impl Admin {
             .ok_or_else(|| {
                 ClientError::Protocol(format!("create topics answer lacks topic {name:?}"))
             })?;
-        self.conn.invalidate(name);
+        self.conn.invalidate(&name);
         if result.error_code == 0 {
             Ok(())
         } else {

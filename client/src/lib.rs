@@ -31,7 +31,7 @@ pub mod partitioner;
 pub mod producer;
 pub mod refresh;
 
-pub use admin::{Admin, OffsetSpec};
+pub use admin::{Admin, NewTopic, OffsetSpec};
 pub use connection::Connection;
 pub use consumer::{Consumer, ConsumerConfig, ConsumerRecord, Isolation};
 pub use error::ClientError;

@@ -85,14 +85,21 @@ impl Cluster {
 
     /// Creates a topic through broker 1.
     pub async fn create_topic(&self, name: &str, partitions: i32, replication_factor: i32) {
+        self.create(CreatableTopic {
+            name: name.into(),
+            num_partitions: partitions,
+            replication_factor,
+            unclean_leader_election: false,
+        })
+        .await;
+    }
+
+    /// Creates a topic with every setting spelled out, through broker 1.
+    pub async fn create(&self, topic: CreatableTopic) {
         let mut client = raw::connect(&self.broker(1).bootstrap()).await;
         let answer = client
             .create_topics(CreateTopicsRequest {
-                topics: vec![CreatableTopic {
-                    name: name.into(),
-                    num_partitions: partitions,
-                    replication_factor,
-                }],
+                topics: vec![topic],
             })
             .await
             .expect("CreateTopics")

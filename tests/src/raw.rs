@@ -34,6 +34,7 @@ pub async fn create_topic(client: &mut RawClient, name: &str, partitions: i32) -
                 name: name.into(),
                 num_partitions: partitions,
                 replication_factor: 1,
+                unclean_leader_election: false,
             }],
         })
         .await

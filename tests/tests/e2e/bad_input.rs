@@ -206,6 +206,7 @@ async fn given_invalid_topic_specs_when_created_then_refused_and_no_topic_appear
                     name: name.clone(),
                     num_partitions: partitions,
                     replication_factor,
+                    unclean_leader_election: false,
                 }],
             })
             .await

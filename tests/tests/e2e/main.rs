@@ -13,3 +13,4 @@ mod membership;
 mod producer_ids;
 mod replication;
 mod storage;
+mod unclean_election;
