@@ -29,6 +29,8 @@ pub enum BrokerError {
     },
     #[error("only {isr} in-sync replica(s); min.insync.replicas is {min}")]
     NotEnoughReplicas { isr: i32, min: i32 },
+    #[error("written, but the ISR shrank to {isr} below min.insync.replicas = {min} before it was confirmed")]
+    NotEnoughReplicasAfterAppend { isr: i32, min: i32 },
     #[error("the in-sync replicas did not confirm offsets below {end} within {timeout:?}; the batch may have been written")]
     ReplicationTimedOut {
         end: i64,
@@ -97,6 +99,9 @@ impl BrokerError {
             BrokerError::Cluster(_) => ErrorCode::RequestTimedOut,
             BrokerError::NotEnoughReplicas { .. } => ErrorCode::NotEnoughReplicas,
             BrokerError::ReplicationTimedOut { .. } => ErrorCode::RequestTimedOut,
+            BrokerError::NotEnoughReplicasAfterAppend { .. } => {
+                ErrorCode::NotEnoughReplicasAfterAppend
+            }
             BrokerError::FencedLeaderEpoch { .. } => ErrorCode::FencedLeaderEpoch,
             BrokerError::CorruptBatch(_) => ErrorCode::CorruptMessage,
             BrokerError::MessageTooLarge { .. } => ErrorCode::MessageTooLarge,

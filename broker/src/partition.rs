@@ -205,11 +205,19 @@ impl Partition {
         let replicated = tokio::time::timeout(timeout, hw.wait_for(|hw| *hw >= end))
             .await
             .is_ok_and(|waited| waited.is_ok());
-        if replicated {
-            Ok(())
-        } else {
-            Err(BrokerError::ReplicationTimedOut { end, timeout })
+        if !replicated {
+            return Err(BrokerError::ReplicationTimedOut { end, timeout });
         }
+        // The HW may have passed `end` only because the ISR shrank: then fewer replicas
+        // than promised hold the batch (Kafka's NOT_ENOUGH_REPLICAS_AFTER_APPEND).
+        let (isr, min) = {
+            let replicas = self.replica_set();
+            (replicas.isr.len() as i32, replicas.min_insync_replicas)
+        };
+        if isr < min {
+            return Err(BrokerError::NotEnoughReplicasAfterAppend { isr, min });
+        }
+        Ok(())
     }
 
     fn replica_set(&self) -> MutexGuard<'_, ReplicaSet> {

@@ -185,6 +185,7 @@ pub fn is_retriable(code: ErrorCode) -> bool {
             | E::LeaderNotAvailable
             | E::RequestTimedOut
             | E::NotEnoughReplicas
+            | E::NotEnoughReplicasAfterAppend
             | E::CoordinatorLoadInProgress
             | E::NotCoordinator
             | E::FencedLeaderEpoch
@@ -209,7 +210,9 @@ pub fn is_fatal(code: ErrorCode) -> bool {
 pub fn may_have_written(code: ErrorCode) -> bool {
     matches!(
         code,
-        ErrorCode::RequestTimedOut | ErrorCode::UnknownServerError
+        ErrorCode::RequestTimedOut
+            | ErrorCode::UnknownServerError
+            | ErrorCode::NotEnoughReplicasAfterAppend
     )
 }
 

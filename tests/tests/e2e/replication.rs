@@ -117,3 +117,46 @@ async fn given_followers_down_then_the_isr_shrinks_acks_all_is_refused_below_min
     cluster.stop_all();
     assert_eq!(cluster.compare_replicas("orders", 0, 30), 30);
 }
+
+#[tokio::test]
+async fn given_the_isr_shrinks_below_min_while_an_acks_all_batch_waits_then_it_is_reported_and_a_retry_is_a_duplicate(
+) {
+    let cluster = Cluster::start(3, &["--replica-lag-time-max-ms", "500"]);
+    cluster.create_topic("orders", 1, 3).await;
+    let meta = cluster.leader_of("orders", 0).await;
+    let leader_id = meta.leader_id;
+    let followers: Vec<i32> = cluster
+        .ids()
+        .into_iter()
+        .filter(|id| *id != leader_id)
+        .collect();
+    let mut leader = raw::connect(&cluster.broker(leader_id).bootstrap()).await;
+    produce_range(&mut leader, 9, 0, 3).await;
+    // Both followers freeze (well within their lease): the ISR is still full when the
+    // batch is appended, then shrinks to the leader alone while it waits.
+    for f in &followers {
+        cluster.pause(*f);
+    }
+    let batch = raw::idempotent_batch(9, 0, 3, &["r3"]);
+    let answer = raw::produce(&mut leader, "orders", 0, batch.clone()).await;
+    for f in &followers {
+        cluster.resume(*f);
+    }
+    assert_eq!(
+        answer.error_code(),
+        ErrorCode::NotEnoughReplicasAfterAppend,
+        "{}",
+        answer.error_message
+    );
+    cluster
+        .wait_for(leader_id, "orders", 0, |p| p.isr.len() == 3)
+        .await;
+    let retry = raw::produce(&mut leader, "orders", 0, batch).await;
+    assert_eq!(
+        (retry.error_code(), retry.base_offset),
+        (ErrorCode::None, 3),
+        "the written batch is a duplicate"
+    );
+    let values = raw::values(&raw::read_partition(&mut leader, "orders", 0).await);
+    assert_eq!(values, vec!["r0", "r1", "r2", "r3"]);
+}
