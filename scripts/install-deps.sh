@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs the system packages idem's commands need, only when missing:
+#   protoc -> protobuf-compiler (etcd-client's build compiles etcd's protos with it;
+#             idem's own protos need no protoc)
+#   etcd   -> etcd-server (the tests start real etcd servers)
+# Usage: scripts/install-deps.sh protoc [etcd]
+set -euo pipefail
+
+as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+
+missing=()
+for need in "$@"; do
+  case "$need" in
+    protoc) command -v protoc >/dev/null 2>&1 || [ -n "${PROTOC:-}" ] || missing+=(protobuf-compiler) ;;
+    etcd) command -v etcd >/dev/null 2>&1 || [ -n "${IDEM_ETCD_BIN:-}" ] || missing+=(etcd-server) ;;
+    *) echo "install-deps: unknown dependency $need" >&2; exit 2 ;;
+  esac
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+fi
