@@ -4,7 +4,10 @@
 //! paused leader that comes back accepts no write for its old epoch, and a returning
 //! replica cuts any tail the new leader lacks so all replicas agree.
 
-use idem_proto::v1::{PartitionProduceData, ProduceRequest, TopicProduceData};
+use idem_proto::v1::{
+    FetchPartition, FetchRequest, FetchTopic, PartitionProduceData, ProduceRequest,
+    TopicProduceData,
+};
 use idem_proto::ErrorCode;
 use idem_tests::raw::{self, RawClient};
 use idem_tests::{Cluster, FaultyProxy};
@@ -27,6 +30,30 @@ async fn produce(client: &mut RawClient, seq: i32) -> (ErrorCode, i64) {
     )
     .await;
     (answer.error_code(), answer.base_offset)
+}
+
+async fn fetch_naming_epoch(client: &mut RawClient, leader_epoch: i32) -> ErrorCode {
+    let answer = client
+        .fetch(FetchRequest {
+            max_wait_ms: 0,
+            min_bytes: 1,
+            max_bytes: 1 << 20,
+            isolation_level: 0,
+            topics: vec![FetchTopic {
+                name: "orders".into(),
+                partitions: vec![FetchPartition {
+                    partition: 0,
+                    fetch_offset: 0,
+                    partition_max_bytes: 1 << 20,
+                    current_leader_epoch: Some(leader_epoch),
+                }],
+            }],
+            replica_id: None,
+        })
+        .await
+        .expect("Fetch")
+        .into_inner();
+    answer.topics[0].partitions[0].error_code()
 }
 
 fn expected(n: i32) -> Vec<String> {
@@ -62,6 +89,15 @@ async fn given_the_leader_killed_then_an_isr_follower_takes_over_and_nothing_ack
     assert_eq!(
         raw::values(&raw::read_partition(&mut leader, "orders", 0).await),
         expected(30)
+    );
+    // A fetcher still naming the old epoch is fenced; one naming the new epoch is served.
+    assert_eq!(
+        fetch_naming_epoch(&mut leader, old.leader_epoch).await,
+        ErrorCode::FencedLeaderEpoch
+    );
+    assert_eq!(
+        fetch_naming_epoch(&mut leader, new.leader_epoch).await,
+        ErrorCode::None
     );
 
     cluster.restart(old.leader_id);
