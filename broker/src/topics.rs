@@ -119,6 +119,20 @@ pub struct ClusterCatalog {
 }
 
 impl ClusterCatalog {
+    /// Publishes `state` for a partition last seen at `view`'s catalog revision;
+    /// `Ok(false)` when another change got there first (nothing written).
+    async fn publish(
+        &self,
+        topic: &str,
+        view: &PartitionView,
+        state: &PartitionState,
+    ) -> Result<bool, BrokerError> {
+        self.catalog
+            .compare_and_set_partition(topic, view.index, view.catalog_revision, state)
+            .await
+            .map_err(|e| BrokerError::Cluster(e.to_string()))
+    }
+
     /// Ids of the brokers registered now.
     async fn live_broker_ids(&self) -> Result<Vec<i32>, BrokerError> {
         let brokers = self
@@ -402,11 +416,7 @@ impl TopicRegistry {
                 isr,
                 partition_epoch: view.partition_epoch + 1,
             };
-            match cluster
-                .catalog
-                .compare_and_set_partition(&topic, view.index, view.catalog_revision, &state)
-                .await
-            {
+            match cluster.publish(&topic, &view, &state).await {
                 Ok(true) => {
                     changed = true;
                     tracing::info!(
@@ -503,11 +513,7 @@ impl TopicRegistry {
                 isr: isr.clone(),
                 partition_epoch: view.partition_epoch + 1,
             };
-            match cluster
-                .catalog
-                .compare_and_set_partition(&topic, view.index, view.catalog_revision, &state)
-                .await
-            {
+            match cluster.publish(&topic, &view, &state).await {
                 Ok(true) => {
                     tracing::info!(topic, partition = view.index, from = ?view.isr, to = ?isr, "changed the ISR")
                 }

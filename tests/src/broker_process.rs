@@ -78,13 +78,7 @@ impl BrokerProcess {
     }
 
     fn signal(&self, signal: &str) {
-        let child = self.child.as_ref().expect("broker is running");
-        let pid = child.id().to_string();
-        let status = Command::new("kill")
-            .args([signal, &pid])
-            .status()
-            .expect("run kill");
-        assert!(status.success(), "kill {signal} {pid} failed");
+        crate::signal::send(self.child.as_ref().expect("broker is running"), signal);
     }
 
     /// SIGTERM and wait for the clean shutdown to finish.

@@ -94,13 +94,7 @@ impl EtcdServer {
     }
 
     fn signal(&self, signal: &str) {
-        let child = self.child.as_ref().expect("etcd is not running");
-        let pid = child.id().to_string();
-        let status = Command::new("kill")
-            .args([signal, &pid])
-            .status()
-            .expect("run kill");
-        assert!(status.success(), "kill {signal} {pid} failed");
+        crate::signal::send(self.child.as_ref().expect("etcd is not running"), signal);
     }
 
     pub fn is_running(&self) -> bool {

@@ -11,6 +11,7 @@ pub mod proxy;
 pub mod raw;
 pub mod replicas;
 pub mod sdk;
+pub mod signal;
 
 pub use broker_process::BrokerProcess;
 pub use cluster::Cluster;
