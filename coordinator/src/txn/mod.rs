@@ -1,0 +1,4 @@
+//! Transactions as pure rules: the states a transactional id can be in and which
+//! changes between them are legal.
+
+pub mod state;
