@@ -4,6 +4,7 @@
 //! concurrent appends share one fsync (group commit) and the high watermark only
 //! covers what is on disk, so a consumer never sees a record a crash could take back.
 
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -344,11 +345,12 @@ impl Partition {
     pub fn truncate_to(&self, offset: i64) -> Result<(), BrokerError> {
         let mut inner = self.lock();
         // Cut at the start of the batch holding `offset`, so no batch is split.
-        let offset = inner
-            .log
-            .batches_from(offset)?
-            .first()
-            .map_or(offset, |(header, _)| header.base_offset.min(offset));
+        let mut boundary = offset;
+        inner.log.for_each_header(offset, |header| {
+            boundary = header.base_offset.min(offset);
+            ControlFlow::Break(())
+        })?;
+        let offset = boundary;
         inner.log.truncate_to(offset)?;
         self.epoch_history().truncate_from(offset);
         inner.producers = rebuild_producer_state(&self.dir, &inner.log, now_ms())?;
@@ -566,9 +568,10 @@ fn check_in_range(log: &PartitionLog, offset: i64) -> Result<i64, BrokerError> {
 /// The epoch history of a log, from its batch headers.
 fn epoch_history(log: &PartitionLog) -> Result<EpochHistory, BrokerError> {
     let mut history = EpochHistory::default();
-    for (header, _) in log.batches_from(log.log_start_offset())? {
+    log.for_each_header(log.log_start_offset(), |header| {
         history.record(header.partition_leader_epoch, header.base_offset);
-    }
+        ControlFlow::Continue(())
+    })?;
     Ok(history)
 }
 
@@ -588,12 +591,13 @@ fn rebuild_producer_state(
         }
     };
     let mut replayed = 0usize;
-    for (header, _) in log.batches_from(from)? {
+    log.for_each_header(from, |header| {
         if header.base_offset >= from {
-            table.apply_batch(&header, now_ms);
+            table.apply_batch(header, now_ms);
             replayed += 1;
         }
-    }
+        ControlFlow::Continue(())
+    })?;
     tracing::debug!(dir = %dir.display(), snapshot_offset = from, replayed, producers = table.len(), "rebuilt producer state");
     Ok(table)
 }

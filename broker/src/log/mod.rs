@@ -13,6 +13,7 @@ mod segment;
 mod sync;
 
 use std::fs;
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -328,6 +329,36 @@ impl PartitionLog {
             cursor = self.advance(i, position, &header);
         }
         Ok(out)
+    }
+
+    /// Visits the header of every batch whose last offset is `>= from_offset`, in
+    /// order, without reading the batches' records: rebuilding producer state and the
+    /// leader-epoch history needs only headers, and must not hold a whole log in memory.
+    /// The visitor stops the walk by returning `ControlFlow::Break`. Headers are not
+    /// CRC-checked here (recovery checked the tail; reads check every batch they serve).
+    pub fn for_each_header(
+        &self,
+        from_offset: i64,
+        mut visit: impl FnMut(&BatchHeader) -> ControlFlow<()>,
+    ) -> Result<(), LogError> {
+        if from_offset >= self.log_end_offset {
+            return Ok(());
+        }
+        let mut cursor = self.locate(from_offset.max(self.log_start_offset()))?;
+        while let Some((i, position, expected)) = cursor {
+            let header = self.segments[i].header_at(position, expected)?;
+            if header.base_offset != expected {
+                return Err(self.report_corrupt(LogError::Corrupt {
+                    offset: expected,
+                    reason: format!("batch has base offset {}", header.base_offset),
+                }));
+            }
+            if visit(&header).is_break() {
+                return Ok(());
+            }
+            cursor = self.advance(i, position, &header);
+        }
+        Ok(())
     }
 
     pub fn log_start_offset(&self) -> i64 {
@@ -1172,6 +1203,34 @@ mod tests {
         assert_eq!(got, spans[3..].to_vec());
         assert_eq!(log.batches_from(-5).expect("all").len(), 20);
         assert!(log.batches_from(60).expect("none").is_empty());
+    }
+
+    #[test]
+    fn for_each_header_visits_the_same_batches_as_batches_from_and_can_stop() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut log, _) = open(dir.path(), small_segments());
+        let spans = append_all(&mut log, &[3; 20], 40);
+        let mut seen = Vec::new();
+        log.for_each_header(10, |h| {
+            seen.push((h.base_offset, h.last_offset()));
+            ControlFlow::Continue(())
+        })
+        .expect("walk");
+        assert_eq!(seen, spans[3..].to_vec(), "across segment boundaries too");
+        let mut first = None;
+        log.for_each_header(31, |h| {
+            first = Some(h.base_offset);
+            ControlFlow::Break(())
+        })
+        .expect("walk");
+        assert_eq!(first, Some(30), "the batch holding offset 31 starts at 30");
+        let mut none = 0;
+        log.for_each_header(60, |_| {
+            none += 1;
+            ControlFlow::Continue(())
+        })
+        .expect("walk");
+        assert_eq!(none, 0);
     }
 
     #[test]
