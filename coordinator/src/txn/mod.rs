@@ -1,4 +1,5 @@
 //! Transactions as pure rules: the states a transactional id can be in and which
 //! changes between them are legal.
 
+pub mod decide;
 pub mod state;

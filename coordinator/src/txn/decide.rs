@@ -1,0 +1,377 @@
+//! The transaction coordinator's decisions as a pure function: given what is known of a
+//! transactional id and a request, the new metadata and the effects to carry out, in
+//! order. The shell persists every `Persist` to `__transaction_state` before carrying
+//! out the next effect, writes markers, and sends the reply; nothing here does I/O.
+//!
+//! Every transaction that completes moves the producer to the next epoch (its markers
+//! carry that epoch), so a delayed write of transaction N is fenced by the broker and
+//! can never land in transaction N+1. A retried `EndTxn` of the previous epoch with the
+//! same outcome is answered again; anything older is fenced.
+
+use std::collections::BTreeSet;
+
+use crate::txn::state::TxnState;
+
+/// A partition a transaction wrote to.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TopicPartition {
+    pub topic: String,
+    pub partition: i32,
+}
+
+/// What the coordinator persists for a transactional id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TxnMetadata {
+    pub transactional_id: String,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub timeout_ms: i32,
+    pub state: TxnState,
+    pub partitions: BTreeSet<TopicPartition>,
+    /// When the open transaction added its first partition (coordinator clock).
+    pub txn_start_ms: i64,
+    pub last_update_ms: i64,
+    /// The current outcome was asked for by the producer's EndTxn (not forced by a
+    /// timeout or a new instance): only then is a retried EndTxn answered again.
+    pub ended_by_producer: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    InitProducerId {
+        timeout_ms: i32,
+    },
+    AddPartitions {
+        producer_id: i64,
+        producer_epoch: i16,
+        partitions: Vec<TopicPartition>,
+    },
+    EndTxn {
+        producer_id: i64,
+        producer_epoch: i16,
+        commit: bool,
+    },
+    /// Internal: every marker of the prepared outcome is written.
+    MarkersWritten,
+    /// Internal: the coordinator's timer; aborts a transaction open past its timeout.
+    Tick,
+}
+
+/// Why a request is refused (each maps to the wire code of the same name).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxnError {
+    /// A newer instance of this transactional id exists (fatal for the caller).
+    ProducerFenced,
+    /// The producer id does not belong to this transactional id.
+    InvalidProducerIdMapping,
+    /// Markers of the previous outcome are still being written (retriable).
+    ConcurrentTransactions,
+    /// The request does not fit the transaction's state.
+    InvalidTxnState,
+    /// Timeout not within `1..=max`.
+    InvalidTransactionTimeout,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    ProducerId {
+        producer_id: i64,
+        producer_epoch: i16,
+    },
+    /// Success; for `EndTxn`, the epoch the producer uses from now on.
+    Ok {
+        producer_epoch: i16,
+    },
+    Error(TxnError),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Effect {
+    /// Make this the durable state (append to `__transaction_state`, acks=all) before
+    /// anything that follows.
+    Persist(TxnMetadata),
+    /// Write COMMIT or ABORT control batches with this producer id and epoch to every
+    /// partition; report `MarkersWritten` once all leaders accepted them.
+    WriteMarkers {
+        producer_id: i64,
+        producer_epoch: i16,
+        commit: bool,
+        partitions: BTreeSet<TopicPartition>,
+    },
+    Reply(Reply),
+}
+
+/// What the shell supplies: the clock, limits, and a fresh producer id when the
+/// decider asked for one.
+#[derive(Debug, Clone, Copy)]
+pub struct Context {
+    pub now_ms: i64,
+    pub max_timeout_ms: i32,
+    pub fresh_producer_id: Option<i64>,
+}
+
+/// The outcome of one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Carry these out in order.
+    Act(Vec<Effect>),
+    /// Ask again with `Context::fresh_producer_id` set (a new id, or an epoch that
+    /// cannot be bumped any further).
+    NeedsFreshProducerId,
+}
+
+/// Decides what `request` does to `transactional_id`, whose persisted metadata is
+/// `current` (`None` for an id never seen).
+pub fn decide(
+    transactional_id: &str,
+    current: Option<&TxnMetadata>,
+    request: &Request,
+    ctx: Context,
+) -> Decision {
+    match request {
+        Request::InitProducerId { timeout_ms } => {
+            init_producer_id(transactional_id, current, *timeout_ms, ctx)
+        }
+        Request::AddPartitions {
+            producer_id,
+            producer_epoch,
+            partitions,
+        } => match current {
+            None => reply(TxnError::InvalidProducerIdMapping),
+            Some(meta) => add_partitions(meta, *producer_id, *producer_epoch, partitions, ctx),
+        },
+        Request::EndTxn {
+            producer_id,
+            producer_epoch,
+            commit,
+        } => match current {
+            None => reply(TxnError::InvalidProducerIdMapping),
+            Some(meta) => end_txn(meta, *producer_id, *producer_epoch, *commit, ctx),
+        },
+        Request::MarkersWritten => match current {
+            Some(meta) => markers_written(meta, ctx),
+            None => Decision::Act(Vec::new()),
+        },
+        Request::Tick => match current {
+            Some(meta)
+                if meta.state == TxnState::Ongoing
+                    && ctx.now_ms - meta.txn_start_ms > i64::from(meta.timeout_ms) =>
+            {
+                abort_with_next_epoch(meta, ctx, None)
+            }
+            _ => Decision::Act(Vec::new()),
+        },
+    }
+}
+
+fn reply(error: TxnError) -> Decision {
+    Decision::Act(vec![Effect::Reply(Reply::Error(error))])
+}
+
+fn init_producer_id(
+    id: &str,
+    current: Option<&TxnMetadata>,
+    timeout_ms: i32,
+    ctx: Context,
+) -> Decision {
+    if timeout_ms < 1 || timeout_ms > ctx.max_timeout_ms {
+        return reply(TxnError::InvalidTransactionTimeout);
+    }
+    let Some(meta) = current else {
+        let Some(producer_id) = ctx.fresh_producer_id else {
+            return Decision::NeedsFreshProducerId;
+        };
+        return start_empty(id, producer_id, 0, timeout_ms, ctx);
+    };
+    match meta.state {
+        // A new instance takes over an open transaction: abort it under the next epoch
+        // (fencing the old instance); the caller retries and finds it settled.
+        TxnState::Ongoing => {
+            abort_with_next_epoch(meta, ctx, Some(TxnError::ConcurrentTransactions))
+        }
+        s if s.is_completing() => reply(TxnError::ConcurrentTransactions),
+        TxnState::Dead => reply(TxnError::InvalidTxnState),
+        _ => match meta.producer_epoch.checked_add(1) {
+            Some(epoch) => start_empty(id, meta.producer_id, epoch, timeout_ms, ctx),
+            None => match ctx.fresh_producer_id {
+                Some(producer_id) => start_empty(id, producer_id, 0, timeout_ms, ctx),
+                None => Decision::NeedsFreshProducerId,
+            },
+        },
+    }
+}
+
+fn start_empty(
+    id: &str,
+    producer_id: i64,
+    producer_epoch: i16,
+    timeout_ms: i32,
+    ctx: Context,
+) -> Decision {
+    let next = TxnMetadata {
+        transactional_id: id.to_string(),
+        producer_id,
+        producer_epoch,
+        timeout_ms,
+        state: TxnState::Empty,
+        partitions: BTreeSet::new(),
+        txn_start_ms: -1,
+        last_update_ms: ctx.now_ms,
+        ended_by_producer: false,
+    };
+    Decision::Act(vec![
+        Effect::Persist(next),
+        Effect::Reply(Reply::ProducerId {
+            producer_id,
+            producer_epoch,
+        }),
+    ])
+}
+
+/// Checks that a request comes from the current producer instance.
+fn check_producer(
+    meta: &TxnMetadata,
+    producer_id: i64,
+    producer_epoch: i16,
+) -> Result<(), TxnError> {
+    if producer_id != meta.producer_id {
+        return Err(TxnError::InvalidProducerIdMapping);
+    }
+    if producer_epoch != meta.producer_epoch {
+        return Err(TxnError::ProducerFenced);
+    }
+    Ok(())
+}
+
+fn add_partitions(
+    meta: &TxnMetadata,
+    producer_id: i64,
+    producer_epoch: i16,
+    partitions: &[TopicPartition],
+    ctx: Context,
+) -> Decision {
+    if let Err(e) = check_producer(meta, producer_id, producer_epoch) {
+        return reply(e);
+    }
+    if meta.state.is_completing() {
+        return reply(TxnError::ConcurrentTransactions);
+    }
+    if !meta.state.can_transition_to(TxnState::Ongoing) {
+        return reply(TxnError::InvalidTxnState);
+    }
+    let ok = Effect::Reply(Reply::Ok { producer_epoch });
+    if meta.state == TxnState::Ongoing && partitions.iter().all(|p| meta.partitions.contains(p)) {
+        return Decision::Act(vec![ok]); // a retry: nothing new to persist
+    }
+    let mut next = meta.clone();
+    if meta.state != TxnState::Ongoing {
+        next.partitions.clear();
+        next.txn_start_ms = ctx.now_ms;
+        next.ended_by_producer = false;
+    }
+    next.state = TxnState::Ongoing;
+    next.partitions.extend(partitions.iter().cloned());
+    next.last_update_ms = ctx.now_ms;
+    Decision::Act(vec![Effect::Persist(next), ok])
+}
+
+fn end_txn(
+    meta: &TxnMetadata,
+    producer_id: i64,
+    producer_epoch: i16,
+    commit: bool,
+    ctx: Context,
+) -> Decision {
+    if producer_id != meta.producer_id {
+        return reply(TxnError::InvalidProducerIdMapping);
+    }
+    let (prepared, completed) = if commit {
+        (TxnState::PrepareCommit, TxnState::CompleteCommit)
+    } else {
+        (TxnState::PrepareAbort, TxnState::CompleteAbort)
+    };
+    // A retry of this producer's EndTxn that already moved it to the next epoch. After
+    // a timeout or a takeover the producer is fenced instead.
+    let retried =
+        meta.ended_by_producer && meta.producer_epoch.checked_sub(1) == Some(producer_epoch);
+    if retried && (meta.state == prepared || meta.state == completed) {
+        return Decision::Act(vec![Effect::Reply(Reply::Ok {
+            producer_epoch: meta.producer_epoch,
+        })]);
+    }
+    if retried && (meta.state.is_completing() || meta.state.is_settled()) {
+        return reply(TxnError::InvalidTxnState); // the other outcome was decided
+    }
+    if producer_epoch != meta.producer_epoch {
+        return reply(TxnError::ProducerFenced);
+    }
+    match meta.state {
+        TxnState::Ongoing => {
+            let Some(epoch) = meta.producer_epoch.checked_add(1) else {
+                // Out of epochs: abort-only via InitProducerId, which takes a new id.
+                return reply(TxnError::ProducerFenced);
+            };
+            let mut next = meta.clone();
+            next.state = prepared;
+            next.producer_epoch = epoch;
+            next.last_update_ms = ctx.now_ms;
+            next.ended_by_producer = true;
+            let markers = Effect::WriteMarkers {
+                producer_id,
+                producer_epoch: epoch,
+                commit,
+                partitions: next.partitions.clone(),
+            };
+            Decision::Act(vec![
+                Effect::Persist(next),
+                Effect::Reply(Reply::Ok {
+                    producer_epoch: epoch,
+                }),
+                markers,
+            ])
+        }
+        s if s.is_completing() => reply(TxnError::ConcurrentTransactions),
+        _ => reply(TxnError::InvalidTxnState),
+    }
+}
+
+/// Aborts an open transaction under the next epoch, fencing the current producer.
+fn abort_with_next_epoch(meta: &TxnMetadata, ctx: Context, answer: Option<TxnError>) -> Decision {
+    let mut next = meta.clone();
+    // An exhausted epoch still aborts (markers at i16::MAX); InitProducerId then moves
+    // the id to a fresh producer id.
+    next.producer_epoch = meta.producer_epoch.saturating_add(1);
+    next.state = TxnState::PrepareAbort;
+    next.last_update_ms = ctx.now_ms;
+    next.ended_by_producer = false;
+    let mut effects = vec![
+        Effect::Persist(next.clone()),
+        Effect::WriteMarkers {
+            producer_id: next.producer_id,
+            producer_epoch: next.producer_epoch,
+            commit: false,
+            partitions: next.partitions.clone(),
+        },
+    ];
+    if let Some(error) = answer {
+        effects.push(Effect::Reply(Reply::Error(error)));
+    }
+    Decision::Act(effects)
+}
+
+fn markers_written(meta: &TxnMetadata, ctx: Context) -> Decision {
+    let completed = match meta.state {
+        TxnState::PrepareCommit => TxnState::CompleteCommit,
+        TxnState::PrepareAbort => TxnState::CompleteAbort,
+        _ => return Decision::Act(Vec::new()), // a late report: nothing to complete
+    };
+    let mut next = meta.clone();
+    next.state = completed;
+    next.partitions.clear();
+    next.txn_start_ms = -1;
+    next.last_update_ms = ctx.now_ms;
+    Decision::Act(vec![Effect::Persist(next)])
+}
+
+#[cfg(test)]
+mod tests;

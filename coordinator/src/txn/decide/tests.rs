@@ -1,0 +1,524 @@
+use super::*;
+
+const MAX_TIMEOUT: i32 = 900_000;
+
+fn ctx(now_ms: i64) -> Context {
+    Context {
+        now_ms,
+        max_timeout_ms: MAX_TIMEOUT,
+        fresh_producer_id: None,
+    }
+}
+
+fn with_fresh(now_ms: i64, producer_id: i64) -> Context {
+    Context {
+        fresh_producer_id: Some(producer_id),
+        ..ctx(now_ms)
+    }
+}
+
+fn tp(topic: &str, partition: i32) -> TopicPartition {
+    TopicPartition {
+        topic: topic.into(),
+        partition,
+    }
+}
+
+/// Carries out a decision on `current` like the shell would (Persist replaces it) and
+/// checks that every persisted change is a legal state transition. Returns the effects.
+fn apply(current: &mut Option<TxnMetadata>, request: Request, ctx: Context) -> Vec<Effect> {
+    let Decision::Act(effects) = decide("tx", current.as_ref(), &request, ctx) else {
+        panic!("unexpected NeedsFreshProducerId for {request:?}");
+    };
+    for effect in &effects {
+        if let Effect::Persist(next) = effect {
+            if let Some(before) = current.as_ref() {
+                assert!(
+                    before.state.can_transition_to(next.state),
+                    "{:?} -> {:?}",
+                    before.state,
+                    next.state
+                );
+                assert!(
+                    next.producer_id != before.producer_id
+                        || next.producer_epoch >= before.producer_epoch,
+                    "epoch went back"
+                );
+            }
+            *current = Some(next.clone());
+        }
+    }
+    effects
+}
+
+fn replies(effects: &[Effect]) -> Vec<Reply> {
+    effects
+        .iter()
+        .filter_map(|e| {
+            if let Effect::Reply(r) = e {
+                Some(r.clone())
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+
+fn persisted(effects: &[Effect]) -> usize {
+    effects
+        .iter()
+        .filter(|e| matches!(e, Effect::Persist(_)))
+        .count()
+}
+
+/// A transactional id with producer 7 at epoch 0, Empty.
+fn initialised() -> Option<TxnMetadata> {
+    let mut current = None;
+    apply(
+        &mut current,
+        Request::InitProducerId { timeout_ms: 60_000 },
+        with_fresh(0, 7),
+    );
+    current
+}
+
+fn add(
+    current: &mut Option<TxnMetadata>,
+    epoch: i16,
+    partitions: &[TopicPartition],
+    now: i64,
+) -> Vec<Effect> {
+    apply(
+        current,
+        Request::AddPartitions {
+            producer_id: 7,
+            producer_epoch: epoch,
+            partitions: partitions.to_vec(),
+        },
+        ctx(now),
+    )
+}
+
+fn end(current: &mut Option<TxnMetadata>, epoch: i16, commit: bool, now: i64) -> Vec<Effect> {
+    apply(
+        current,
+        Request::EndTxn {
+            producer_id: 7,
+            producer_epoch: epoch,
+            commit,
+        },
+        ctx(now),
+    )
+}
+
+#[test]
+fn given_a_new_id_then_a_fresh_producer_id_is_needed_and_persisted_at_epoch_0() {
+    let request = Request::InitProducerId { timeout_ms: 60_000 };
+    assert_eq!(
+        decide("tx", None, &request, ctx(0)),
+        Decision::NeedsFreshProducerId
+    );
+    let current = initialised().expect("persisted");
+    assert_eq!(
+        (current.producer_id, current.producer_epoch, current.state),
+        (7, 0, TxnState::Empty)
+    );
+}
+
+#[test]
+fn given_a_settled_id_when_a_producer_initialises_then_the_same_id_gets_the_next_epoch() {
+    let mut current = initialised();
+    let effects = apply(
+        &mut current,
+        Request::InitProducerId { timeout_ms: 60_000 },
+        ctx(1),
+    );
+    assert_eq!(
+        replies(&effects),
+        vec![Reply::ProducerId {
+            producer_id: 7,
+            producer_epoch: 1
+        }]
+    );
+    assert!(
+        matches!(effects[0], Effect::Persist(_)),
+        "persisted before the reply"
+    );
+}
+
+#[test]
+fn given_an_exhausted_epoch_when_initialising_then_a_fresh_producer_id_starts_at_epoch_0() {
+    let mut current = initialised();
+    if let Some(meta) = current.as_mut() {
+        meta.producer_epoch = i16::MAX;
+    }
+    let request = Request::InitProducerId { timeout_ms: 60_000 };
+    assert_eq!(
+        decide("tx", current.as_ref(), &request, ctx(1)),
+        Decision::NeedsFreshProducerId
+    );
+    let effects = apply(&mut current, request, with_fresh(1, 99));
+    assert_eq!(
+        replies(&effects),
+        vec![Reply::ProducerId {
+            producer_id: 99,
+            producer_epoch: 0
+        }]
+    );
+}
+
+#[test]
+fn given_a_timeout_out_of_range_then_invalid_transaction_timeout_and_nothing_persisted() {
+    for timeout_ms in [0, -5, MAX_TIMEOUT + 1] {
+        let mut current = initialised();
+        let before = current.clone();
+        let effects = apply(&mut current, Request::InitProducerId { timeout_ms }, ctx(1));
+        assert_eq!(
+            replies(&effects),
+            vec![Reply::Error(TxnError::InvalidTransactionTimeout)]
+        );
+        assert_eq!(current, before);
+    }
+}
+
+#[test]
+fn given_partitions_added_then_the_transaction_is_ongoing_and_a_retry_persists_nothing() {
+    let mut current = initialised();
+    let effects = add(&mut current, 0, &[tp("orders", 0), tp("stock", 1)], 100);
+    assert_eq!(replies(&effects), vec![Reply::Ok { producer_epoch: 0 }]);
+    let meta = current.clone().expect("meta");
+    assert_eq!(
+        (meta.state, meta.txn_start_ms, meta.partitions.len()),
+        (TxnState::Ongoing, 100, 2)
+    );
+    let retry = add(&mut current, 0, &[tp("orders", 0)], 200);
+    assert_eq!(persisted(&retry), 0);
+    let more = add(&mut current, 0, &[tp("orders", 1)], 300);
+    assert_eq!(persisted(&more), 1);
+    let meta = current.expect("meta");
+    assert_eq!(
+        (meta.txn_start_ms, meta.partitions.len()),
+        (100, 3),
+        "the start time is the first add's"
+    );
+}
+
+#[test]
+fn given_a_wrong_producer_or_an_old_epoch_then_adding_partitions_is_refused() {
+    let mut current = initialised();
+    apply(
+        &mut current,
+        Request::InitProducerId { timeout_ms: 60_000 },
+        ctx(1),
+    ); // epoch 1
+    let before = current.clone();
+    let stale = add(&mut current, 0, &[tp("orders", 0)], 2);
+    assert_eq!(
+        replies(&stale),
+        vec![Reply::Error(TxnError::ProducerFenced)]
+    );
+    let wrong = apply(
+        &mut current,
+        Request::AddPartitions {
+            producer_id: 8,
+            producer_epoch: 1,
+            partitions: vec![tp("orders", 0)],
+        },
+        ctx(2),
+    );
+    assert_eq!(
+        replies(&wrong),
+        vec![Reply::Error(TxnError::InvalidProducerIdMapping)]
+    );
+    assert_eq!(current, before);
+    let unknown = decide(
+        "other",
+        None,
+        &Request::AddPartitions {
+            producer_id: 7,
+            producer_epoch: 0,
+            partitions: vec![],
+        },
+        ctx(2),
+    );
+    assert_eq!(
+        unknown,
+        Decision::Act(vec![Effect::Reply(Reply::Error(
+            TxnError::InvalidProducerIdMapping
+        ))])
+    );
+}
+
+#[test]
+fn given_an_open_transaction_when_committed_then_prepare_is_persisted_first_and_markers_carry_the_next_epoch(
+) {
+    let mut current = initialised();
+    add(&mut current, 0, &[tp("orders", 0), tp("stock", 1)], 10);
+    let effects = end(&mut current, 0, true, 20);
+    assert!(
+        matches!(&effects[0], Effect::Persist(m) if m.state == TxnState::PrepareCommit && m.producer_epoch == 1)
+    );
+    assert_eq!(effects[1], Effect::Reply(Reply::Ok { producer_epoch: 1 }));
+    assert_eq!(
+        effects[2],
+        Effect::WriteMarkers {
+            producer_id: 7,
+            producer_epoch: 1,
+            commit: true,
+            partitions: [tp("orders", 0), tp("stock", 1)].into_iter().collect(),
+        }
+    );
+    // While markers are written the producer must wait.
+    let busy = add(&mut current, 1, &[tp("orders", 0)], 21);
+    assert_eq!(
+        replies(&busy),
+        vec![Reply::Error(TxnError::ConcurrentTransactions)]
+    );
+    let done = apply(&mut current, Request::MarkersWritten, ctx(30));
+    assert_eq!(persisted(&done), 1);
+    let meta = current.clone().expect("meta");
+    assert_eq!(
+        (meta.state, meta.partitions.len(), meta.producer_epoch),
+        (TxnState::CompleteCommit, 0, 1)
+    );
+    // The next transaction runs under the new epoch; the old one is fenced.
+    let stale = add(&mut current, 0, &[tp("orders", 0)], 40);
+    assert_eq!(
+        replies(&stale),
+        vec![Reply::Error(TxnError::ProducerFenced)]
+    );
+    let next = add(&mut current, 1, &[tp("orders", 0)], 40);
+    assert_eq!(replies(&next), vec![Reply::Ok { producer_epoch: 1 }]);
+}
+
+#[test]
+fn given_an_end_txn_retried_then_the_same_outcome_is_answered_again_and_the_other_is_refused() {
+    for complete_first in [false, true] {
+        let mut current = initialised();
+        add(&mut current, 0, &[tp("orders", 0)], 10);
+        end(&mut current, 0, false, 20);
+        if complete_first {
+            apply(&mut current, Request::MarkersWritten, ctx(25));
+        }
+        let again = end(&mut current, 0, false, 30);
+        assert_eq!(
+            again,
+            vec![Effect::Reply(Reply::Ok { producer_epoch: 1 })],
+            "no second prepare, no second markers"
+        );
+        let other = end(&mut current, 0, true, 30);
+        assert_eq!(
+            replies(&other),
+            vec![Reply::Error(TxnError::InvalidTxnState)]
+        );
+    }
+}
+
+#[test]
+fn given_nothing_open_when_ending_then_invalid_txn_state_and_an_old_epoch_is_fenced() {
+    let mut current = initialised();
+    assert_eq!(
+        replies(&end(&mut current, 0, true, 1)),
+        vec![Reply::Error(TxnError::InvalidTxnState)]
+    );
+    apply(
+        &mut current,
+        Request::InitProducerId { timeout_ms: 60_000 },
+        ctx(2),
+    ); // epoch 1
+    apply(
+        &mut current,
+        Request::InitProducerId { timeout_ms: 60_000 },
+        ctx(3),
+    ); // epoch 2
+    assert_eq!(
+        replies(&end(&mut current, 0, true, 4)),
+        vec![Reply::Error(TxnError::ProducerFenced)]
+    );
+}
+
+#[test]
+fn given_a_new_instance_while_a_transaction_is_open_then_it_is_aborted_under_the_next_epoch_and_the_zombie_is_fenced(
+) {
+    let mut current = initialised();
+    add(&mut current, 0, &[tp("orders", 0)], 10);
+    let takeover = apply(
+        &mut current,
+        Request::InitProducerId { timeout_ms: 60_000 },
+        ctx(20),
+    );
+    assert!(takeover.contains(&Effect::WriteMarkers {
+        producer_id: 7,
+        producer_epoch: 1,
+        commit: false,
+        partitions: [tp("orders", 0)].into_iter().collect(),
+    }));
+    assert_eq!(
+        replies(&takeover),
+        vec![Reply::Error(TxnError::ConcurrentTransactions)]
+    );
+    // The zombie (epoch 0) can neither commit nor add.
+    assert_eq!(
+        replies(&end(&mut current, 0, true, 21)),
+        vec![Reply::Error(TxnError::ProducerFenced)]
+    );
+    assert_eq!(
+        replies(&add(&mut current, 0, &[tp("x", 0)], 21)),
+        vec![Reply::Error(TxnError::ProducerFenced)]
+    );
+    // Still aborting: the new instance waits, then gets epoch 2.
+    let waiting = apply(
+        &mut current,
+        Request::InitProducerId { timeout_ms: 60_000 },
+        ctx(22),
+    );
+    assert_eq!(
+        replies(&waiting),
+        vec![Reply::Error(TxnError::ConcurrentTransactions)]
+    );
+    apply(&mut current, Request::MarkersWritten, ctx(23));
+    let ready = apply(
+        &mut current,
+        Request::InitProducerId { timeout_ms: 60_000 },
+        ctx(24),
+    );
+    assert_eq!(
+        replies(&ready),
+        vec![Reply::ProducerId {
+            producer_id: 7,
+            producer_epoch: 2
+        }]
+    );
+}
+
+#[test]
+fn given_a_transaction_open_past_its_timeout_then_the_tick_aborts_it_and_the_late_producer_is_fenced(
+) {
+    let mut current = None;
+    apply(
+        &mut current,
+        Request::InitProducerId { timeout_ms: 1_000 },
+        with_fresh(0, 7),
+    );
+    add(&mut current, 0, &[tp("orders", 0)], 100);
+    assert!(
+        apply(&mut current, Request::Tick, ctx(1_100)).is_empty(),
+        "exactly at the timeout: still open"
+    );
+    let aborted = apply(&mut current, Request::Tick, ctx(1_101));
+    assert!(replies(&aborted).is_empty(), "nobody asked");
+    assert!(aborted.iter().any(|e| matches!(
+        e,
+        Effect::WriteMarkers {
+            commit: false,
+            producer_epoch: 1,
+            ..
+        }
+    )));
+    // The late producer's commit and even its abort are fenced, not answered as retries.
+    assert_eq!(
+        replies(&end(&mut current, 0, true, 1_200)),
+        vec![Reply::Error(TxnError::ProducerFenced)]
+    );
+    assert_eq!(
+        replies(&end(&mut current, 0, false, 1_200)),
+        vec![Reply::Error(TxnError::ProducerFenced)]
+    );
+}
+
+#[test]
+fn given_late_or_spurious_internal_events_then_nothing_changes() {
+    let mut current = initialised();
+    let before = current.clone();
+    assert!(apply(&mut current, Request::MarkersWritten, ctx(5)).is_empty());
+    assert!(
+        apply(&mut current, Request::Tick, ctx(10_000_000)).is_empty(),
+        "nothing open to time out"
+    );
+    assert_eq!(current, before);
+}
+
+/// Random request sequences from two producer instances and the coordinator's own
+/// events: every persisted change is a legal transition (checked in `apply`), epochs
+/// never go back, markers always carry the epoch that was persisted with them, and a
+/// commit is never answered for a transaction whose abort was decided.
+#[test]
+fn given_random_traffic_then_transitions_stay_legal_and_outcomes_never_flip() {
+    let mut seed: u64 = 0x5eed;
+    let mut next = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    let (mut commits, mut aborts, mut fenced) = (0, 0, 0);
+    for _run in 0..200 {
+        let mut current = initialised();
+        let mut now = 0;
+        for _step in 0..60 {
+            now += next(400) as i64;
+            let epoch = current.as_ref().map_or(0, |m| m.producer_epoch) - next(2) as i16;
+            let request = match next(6) {
+                0 => Request::InitProducerId { timeout_ms: 1_000 },
+                1 | 2 => Request::AddPartitions {
+                    producer_id: 7,
+                    producer_epoch: epoch,
+                    partitions: vec![tp("t", next(3) as i32)],
+                },
+                3 => Request::EndTxn {
+                    producer_id: 7,
+                    producer_epoch: epoch,
+                    commit: next(2) == 0,
+                },
+                4 => Request::MarkersWritten,
+                _ => Request::Tick,
+            };
+            let before = current.clone();
+            let effects = match decide("tx", current.as_ref(), &request, ctx(now)) {
+                Decision::Act(_) => apply(&mut current, request.clone(), ctx(now)),
+                Decision::NeedsFreshProducerId => continue,
+            };
+            let persisted_epoch = current.as_ref().map(|m| m.producer_epoch);
+            for effect in &effects {
+                if let Effect::WriteMarkers {
+                    producer_epoch,
+                    commit,
+                    ..
+                } = effect
+                {
+                    if *commit {
+                        commits += 1;
+                    } else {
+                        aborts += 1;
+                    }
+                    assert_eq!(Some(*producer_epoch), persisted_epoch);
+                    let state = current.as_ref().map(|m| m.state);
+                    let expected = if *commit {
+                        TxnState::PrepareCommit
+                    } else {
+                        TxnState::PrepareAbort
+                    };
+                    assert_eq!(state, Some(expected));
+                }
+            }
+            fenced += replies(&effects)
+                .iter()
+                .filter(|r| **r == Reply::Error(TxnError::ProducerFenced))
+                .count();
+            if let (Some(b), Request::EndTxn { commit: true, .. }) = (&before, &request) {
+                if matches!(b.state, TxnState::PrepareAbort | TxnState::CompleteAbort) {
+                    assert!(
+                        !replies(&effects)
+                            .iter()
+                            .any(|r| matches!(r, Reply::Ok { .. })),
+                        "a decided abort was answered as a commit"
+                    );
+                }
+            }
+        }
+    }
+    assert!(
+        commits > 50 && aborts > 50 && fenced > 50,
+        "commits {commits}, aborts {aborts}, fenced {fenced}"
+    );
+}
