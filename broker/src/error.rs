@@ -19,8 +19,6 @@ pub enum BrokerError {
     InvalidPartitions { count: i32, max: i32 },
     #[error("invalid replication factor {factor}: this cluster has {brokers} broker(s)")]
     InvalidReplicationFactor { factor: i32, brokers: i32 },
-    #[error("replication factor {0}: partitions are not replicated yet, only 1 is accepted")]
-    ReplicationNotAvailable(i32),
     #[error("broker is not the leader of {topic}-{partition} (leader: broker {leader})")]
     NotLeaderOrFollower {
         topic: String,
@@ -93,7 +91,6 @@ impl BrokerError {
             BrokerError::TopicAlreadyExists(_) => ErrorCode::TopicAlreadyExists,
             BrokerError::InvalidPartitions { .. } => ErrorCode::InvalidPartitions,
             BrokerError::InvalidReplicationFactor { .. } => ErrorCode::InvalidReplicationFactor,
-            BrokerError::ReplicationNotAvailable(_) => ErrorCode::InvalidReplicationFactor,
             BrokerError::NotLeaderOrFollower { .. } => ErrorCode::NotLeaderOrFollower,
             // etcd unreachable or slow: the client may retry.
             BrokerError::Cluster(_) => ErrorCode::RequestTimedOut,

@@ -14,7 +14,7 @@ use idem_proto::batch::{self, BatchHeader};
 use tokio::sync::watch;
 
 use crate::error::BrokerError;
-use crate::log::{FlushPolicy, LogConfig, PartitionLog};
+use crate::log::{AppendInfo, FlushPolicy, LogConfig, PartitionLog};
 use crate::producer_state::{self, BatchMetadata, Decision, ProducerStateTable};
 use crate::replication::epoch_history::EpochHistory;
 use crate::replication::replica_set::{ReplicaSet, Role};
@@ -120,11 +120,7 @@ impl Partition {
         timeout: Duration,
     ) -> Result<AppendOutcome, BrokerError> {
         if acks == ACKS_ALL {
-            let (isr, min) = {
-                let replicas = self.replica_set();
-                (replicas.isr.len() as i32, replicas.min_insync_replicas)
-            };
-            if isr < min {
+            if let Some((isr, min)) = self.insync_shortfall() {
                 return Err(BrokerError::NotEnoughReplicas { isr, min });
             }
         }
@@ -150,31 +146,7 @@ impl Partition {
                 };
                 (outcome, original.last_offset + 1)
             } else {
-                let info = inner.log.append(&mut buf, leader_epoch)?;
-                self.epoch_history().record(leader_epoch, info.base_offset);
-                if let Some(rolled_at) = info.rolled_at {
-                    // The table holds exactly the state as of the new segment's base offset.
-                    if let Err(e) =
-                        producer_state::write_snapshot(&self.dir, rolled_at, &inner.producers)
-                    {
-                        tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "producer state snapshot failed");
-                    }
-                }
-                if header.has_producer_id() {
-                    let meta = BatchMetadata {
-                        first_seq: header.base_sequence,
-                        last_seq: header.last_sequence(),
-                        first_offset: info.base_offset,
-                        last_offset: info.last_offset,
-                        timestamp_ms: header.max_timestamp,
-                    };
-                    inner.producers.apply(
-                        header.producer_id,
-                        header.producer_epoch,
-                        meta,
-                        now_ms(),
-                    );
-                }
+                let info = self.append_to_log(&mut inner, &mut buf, leader_epoch)?;
                 let outcome = AppendOutcome {
                     base_offset: info.base_offset,
                     duplicate: false,
@@ -211,14 +183,40 @@ impl Partition {
         }
         // The HW may have passed `end` only because the ISR shrank: then fewer replicas
         // than promised hold the batch (Kafka's NOT_ENOUGH_REPLICAS_AFTER_APPEND).
-        let (isr, min) = {
-            let replicas = self.replica_set();
-            (replicas.isr.len() as i32, replicas.min_insync_replicas)
-        };
-        if isr < min {
+        if let Some((isr, min)) = self.insync_shortfall() {
             return Err(BrokerError::NotEnoughReplicasAfterAppend { isr, min });
         }
         Ok(())
+    }
+
+    /// `(isr, min)` when fewer replicas are in sync than `min.insync.replicas`.
+    fn insync_shortfall(&self) -> Option<(i32, i32)> {
+        let replicas = self.replica_set();
+        let (isr, min) = (replicas.isr.len() as i32, replicas.min_insync_replicas);
+        (isr < min).then_some((isr, min))
+    }
+
+    /// Appends one batch (offsets are the log end's) and updates everything derived
+    /// from the log the same way on leader and follower: the leader-epoch history, a
+    /// producer snapshot when a segment rolled, and the producer state, read from the
+    /// header as stored, so both replicas derive identical state from identical bytes.
+    fn append_to_log(
+        &self,
+        inner: &mut PartitionInner,
+        buf: &mut [u8],
+        leader_epoch: i32,
+    ) -> Result<AppendInfo, BrokerError> {
+        let info = inner.log.append(buf, leader_epoch)?;
+        self.epoch_history().record(leader_epoch, info.base_offset);
+        if let Some(rolled_at) = info.rolled_at {
+            // The table holds exactly the state as of the new segment's base offset.
+            if let Err(e) = producer_state::write_snapshot(&self.dir, rolled_at, &inner.producers) {
+                tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "producer state snapshot failed");
+            }
+        }
+        let stored = batch::decode_header(buf)?;
+        inner.producers.apply_batch(&stored, now_ms());
+        Ok(info)
     }
 
     fn replica_set(&self) -> MutexGuard<'_, ReplicaSet> {
@@ -315,17 +313,7 @@ impl Partition {
                     )));
                 }
                 let mut buf = bytes.to_vec();
-                let info = inner.log.append(&mut buf, header.partition_leader_epoch)?;
-                self.epoch_history()
-                    .record(header.partition_leader_epoch, info.base_offset);
-                if let Some(rolled_at) = info.rolled_at {
-                    if let Err(e) =
-                        producer_state::write_snapshot(&self.dir, rolled_at, &inner.producers)
-                    {
-                        tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "producer state snapshot failed");
-                    }
-                }
-                inner.producers.apply_batch(&header, now_ms());
+                self.append_to_log(&mut inner, &mut buf, header.partition_leader_epoch)?;
             }
         }
         let log_end = self.lock().log.log_end_offset();

@@ -15,9 +15,10 @@ use crate::{raw, replicas, BrokerProcess};
 const PATIENCE: Duration = Duration::from_secs(30);
 
 pub struct Cluster {
-    // Brokers first: they are dropped (killed) before etcd.
+    // Brokers first: they are dropped (killed) before etcd, which lives as long as the
+    // cluster and is reached only through the brokers.
     brokers: Vec<BrokerProcess>,
-    etcd: EtcdServer,
+    _etcd: EtcdServer,
 }
 
 impl Cluster {
@@ -40,19 +41,14 @@ impl Cluster {
                 BrokerProcess::start_with(&args)
             })
             .collect();
-        Cluster { brokers, etcd }
-    }
-
-    pub fn etcd(&self) -> &EtcdServer {
-        &self.etcd
+        Cluster {
+            brokers,
+            _etcd: etcd,
+        }
     }
 
     pub fn broker(&self, id: i32) -> &BrokerProcess {
         &self.brokers[index(id)]
-    }
-
-    pub fn brokers(&self) -> &[BrokerProcess] {
-        &self.brokers
     }
 
     pub fn ids(&self) -> Vec<i32> {

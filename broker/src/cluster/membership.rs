@@ -59,7 +59,6 @@ pub struct MembershipConfig {
 pub struct Membership {
     client: Client,
     prefix: String,
-    key: String,
     /// The lease the registration is bound to and how long it surely lives.
     lease: Arc<LeaseState>,
     keep_alive: JoinHandle<()>,
@@ -125,7 +124,6 @@ impl Membership {
         Ok(Membership {
             client,
             prefix,
-            key,
             lease,
             keep_alive,
         })
@@ -145,10 +143,6 @@ impl Membership {
     /// Every broker registered now, by id.
     pub async fn live_brokers(&self) -> Result<Vec<Registration>, MembershipError> {
         live_brokers(&mut self.client.clone(), &self.prefix).await
-    }
-
-    pub fn key(&self) -> &str {
-        &self.key
     }
 
     /// Deregisters at once (clean shutdown) by revoking the lease.
