@@ -6,21 +6,52 @@ use std::time::Duration;
 use crate::{raw, BrokerProcess, FaultyProxy};
 use bytes::Bytes;
 use idem_client::{
-    Consumer, ConsumerConfig, ConsumerRecord, Delivery, Isolation, Producer, ProducerConfig,
+    ClientError, Consumer, ConsumerConfig, ConsumerRecord, Delivery, Isolation, Producer,
+    ProducerConfig, RecordMetadata,
 };
 
 /// A producer whose every record travels as its own batch (so each send is one
 /// request) with short timeouts, so injected faults resolve quickly.
 pub async fn one_record_per_batch(bootstrap: &str, delivery: Delivery) -> Producer {
+    with_timeouts(
+        bootstrap,
+        delivery,
+        Duration::from_secs(5),
+        Duration::from_secs(60),
+    )
+    .await
+}
+
+/// [`one_record_per_batch`] with the request and delivery timeouts a test needs to
+/// make the SDK give up (or not) within a fault.
+pub async fn with_timeouts(
+    bootstrap: &str,
+    delivery: Delivery,
+    request_timeout: Duration,
+    delivery_timeout: Duration,
+) -> Producer {
     let config = ProducerConfig {
         linger: Duration::ZERO,
         batch_size: 1,
-        request_timeout: Duration::from_secs(5),
+        request_timeout,
         retry_backoff: Duration::from_millis(20),
-        delivery_timeout: Duration::from_secs(60),
+        delivery_timeout,
         ..ProducerConfig::new(bootstrap).with_delivery(delivery)
     };
     Producer::connect(config).await.expect("producer connects")
+}
+
+/// Sends one record to one partition and waits for its outcome.
+pub async fn send_one(
+    producer: &Producer,
+    topic: &str,
+    partition: i32,
+    value: &str,
+) -> Result<RecordMetadata, ClientError> {
+    producer
+        .send_to(topic, partition, None, bytes(value))
+        .await?
+        .await
 }
 
 /// Every record of the given partitions from the log start to the end, read committed.

@@ -3,18 +3,13 @@
 //! (retries without idempotence), exactly-once does neither.
 
 use idem_client::Delivery;
-use idem_tests::sdk::{self, bytes};
+use idem_tests::sdk;
 use idem_tests::{BrokerProcess, FaultyProxy};
 
 async fn setup(delivery: Delivery) -> (BrokerProcess, FaultyProxy, idem_client::Producer) {
     let (broker, proxy) = sdk::broker_behind_proxy("t", 1).await;
     let producer = sdk::one_record_per_batch(&proxy.bootstrap(), delivery).await;
-    let first = producer
-        .send_to("t", 0, None, bytes("a"))
-        .await
-        .expect("send")
-        .await
-        .expect("acked");
+    let first = sdk::send_one(&producer, "t", 0, "a").await.expect("acked");
     assert_eq!(first.offset, 0);
     (broker, proxy, producer)
 }
@@ -31,19 +26,10 @@ async fn log_values(broker: &BrokerProcess) -> Vec<String> {
 async fn given_at_most_once_when_a_request_is_lost_then_the_record_is_lost_and_reported() {
     let (broker, proxy, producer) = setup(Delivery::AtMostOnce).await;
     proxy.swallow_next_request(0);
-    let lost = producer
-        .send_to("t", 0, None, bytes("b"))
-        .await
-        .expect("send")
-        .await;
+    let lost = sdk::send_one(&producer, "t", 0, "b").await;
     let error = lost.expect_err("at-most-once does not retry a lost request");
     assert!(!error.retried(), "at-most-once never retries: {error}");
-    let next = producer
-        .send_to("t", 0, None, bytes("c"))
-        .await
-        .expect("send")
-        .await
-        .expect("acked");
+    let next = sdk::send_one(&producer, "t", 0, "c").await.expect("acked");
     producer.close().await;
     assert_eq!(proxy.swallowed_requests(), 1);
     assert_eq!(next.offset, 1);
@@ -55,11 +41,7 @@ async fn given_at_most_once_when_a_response_is_lost_then_it_is_not_retried_and_w
 ) {
     let (broker, proxy, producer) = setup(Delivery::AtMostOnce).await;
     proxy.lose_next_responses(1);
-    let unknown = producer
-        .send_to("t", 0, None, bytes("b"))
-        .await
-        .expect("send")
-        .await;
+    let unknown = sdk::send_one(&producer, "t", 0, "b").await;
     let error = unknown.expect_err("the answer was lost");
     assert!(
         error.possibly_written(),
@@ -78,12 +60,7 @@ async fn given_at_most_once_when_a_response_is_lost_then_it_is_not_retried_and_w
 async fn given_at_least_once_when_a_response_is_lost_then_the_retry_duplicates_the_record() {
     let (broker, proxy, producer) = setup(Delivery::AtLeastOnce).await;
     proxy.lose_next_responses(1);
-    let written = producer
-        .send_to("t", 0, None, bytes("b"))
-        .await
-        .expect("send")
-        .await
-        .expect("acked");
+    let written = sdk::send_one(&producer, "t", 0, "b").await.expect("acked");
     producer.close().await;
     assert_eq!(proxy.lost_responses(), 1);
     assert_eq!(written.offset, 2, "the retry was appended as a second copy");
@@ -95,19 +72,9 @@ async fn given_exactly_once_when_a_response_and_a_request_are_lost_then_each_rec
 ) {
     let (broker, proxy, producer) = setup(Delivery::ExactlyOnce).await;
     proxy.lose_next_responses(1);
-    let b = producer
-        .send_to("t", 0, None, bytes("b"))
-        .await
-        .expect("send")
-        .await
-        .expect("acked");
+    let b = sdk::send_one(&producer, "t", 0, "b").await.expect("acked");
     proxy.swallow_next_request(0);
-    let c = producer
-        .send_to("t", 0, None, bytes("c"))
-        .await
-        .expect("send")
-        .await
-        .expect("acked");
+    let c = sdk::send_one(&producer, "t", 0, "c").await.expect("acked");
     producer.close().await;
     assert_eq!((proxy.lost_responses(), proxy.swallowed_requests()), (1, 1));
     assert_eq!((b.offset, c.offset), (1, 2));

@@ -8,11 +8,11 @@
 
 use std::time::Duration;
 
-use idem_client::{Delivery, Producer, ProducerConfig};
+use idem_client::Delivery;
 use idem_proto::v1::ProduceResponse;
 use idem_proto::ErrorCode;
 use idem_tests::raw;
-use idem_tests::sdk::{self, bytes};
+use idem_tests::sdk;
 use prost::Message;
 
 /// gRPC frames each message as a compression flag and a 4-byte length.
@@ -23,40 +23,26 @@ async fn given_a_request_of_the_old_epoch_delivered_after_the_epoch_bump_then_it
 ) {
     let (broker, proxy) = sdk::broker_behind_proxy("orders", 1).await;
     let mut client = raw::connect(&broker.bootstrap()).await;
-    let config = ProducerConfig {
-        linger: Duration::ZERO,
-        batch_size: 1,
-        request_timeout: Duration::from_millis(1000),
-        retry_backoff: Duration::from_millis(50),
-        // No more than one request timeout: b gets exactly one attempt, the held one.
-        delivery_timeout: Duration::from_millis(1000),
-        ..ProducerConfig::new(proxy.bootstrap()).with_delivery(Delivery::ExactlyOnce)
-    };
-    let producer = Producer::connect(config).await.expect("producer");
-    let a = producer
-        .send_to("orders", 0, None, bytes("a"))
-        .await
-        .expect("send")
-        .await;
+    // Delivery timeout = request timeout: b gets exactly one attempt, the held one.
+    let producer = sdk::with_timeouts(
+        &proxy.bootstrap(),
+        Delivery::ExactlyOnce,
+        Duration::from_millis(1000),
+        Duration::from_millis(1000),
+    )
+    .await;
+    let a = sdk::send_one(&producer, "orders", 0, "a").await;
     assert_eq!(a.expect("a acked").offset, 0);
 
     // b's request is held in the proxy: the broker has its headers, not its body.
     proxy.hold_next_request();
-    let b = producer
-        .send_to("orders", 0, None, bytes("b"))
-        .await
-        .expect("send")
-        .await;
+    let b = sdk::send_one(&producer, "orders", 0, "b").await;
     let error = b.expect_err("b's only attempt got no answer before its delivery timeout");
     assert!(error.possibly_written(), "b's outcome is unknown: {error}");
     assert_eq!(proxy.held_requests(), 1, "b's request is held, not lost");
 
     // The partition abandoned b's sequence and bumped its epoch: c starts at sequence 0.
-    let c = producer
-        .send_to("orders", 0, None, bytes("c"))
-        .await
-        .expect("send")
-        .await;
+    let c = sdk::send_one(&producer, "orders", 0, "c").await;
     assert_eq!(c.expect("c acked").offset, 1);
 
     // Now b's request of the old epoch reaches the broker, after c.

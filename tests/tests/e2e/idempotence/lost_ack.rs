@@ -11,18 +11,12 @@ async fn given_a_persisted_batch_whose_response_is_lost_when_the_sdk_retries_the
     let (broker, proxy) = sdk::broker_behind_proxy("orders", 1).await;
     let producer = sdk::one_record_per_batch(&proxy.bootstrap(), Delivery::ExactlyOnce).await;
 
-    let first = producer
-        .send_to("orders", 0, None, bytes("order-1"))
-        .await
-        .expect("send")
+    let first = sdk::send_one(&producer, "orders", 0, "order-1")
         .await
         .expect("acked");
     assert_eq!(first.offset, 0);
     proxy.lose_next_responses(1);
-    let second = producer
-        .send_to("orders", 0, None, bytes("order-2"))
-        .await
-        .expect("send")
+    let second = sdk::send_one(&producer, "orders", 0, "order-2")
         .await
         .expect("acked");
     assert_eq!(proxy.lost_responses(), 1, "the response really was lost");
@@ -31,10 +25,7 @@ async fn given_a_persisted_batch_whose_response_is_lost_when_the_sdk_retries_the
         second.offset, 1,
         "the retry is answered with the original offset"
     );
-    let third = producer
-        .send_to("orders", 0, None, bytes("order-3"))
-        .await
-        .expect("send")
+    let third = sdk::send_one(&producer, "orders", 0, "order-3")
         .await
         .expect("acked");
     assert_eq!(third.offset, 2);

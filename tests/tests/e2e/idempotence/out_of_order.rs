@@ -10,10 +10,7 @@ async fn given_five_in_flight_when_the_first_is_lost_and_the_rest_are_out_of_ord
 ) {
     let (broker, proxy) = sdk::broker_behind_proxy("orders", 1).await;
     let producer = sdk::one_record_per_batch(&proxy.bootstrap(), Delivery::ExactlyOnce).await;
-    let warmup = producer
-        .send_to("orders", 0, None, bytes("v0"))
-        .await
-        .expect("send")
+    let warmup = sdk::send_one(&producer, "orders", 0, "v0")
         .await
         .expect("acked");
     assert_eq!(warmup.offset, 0);

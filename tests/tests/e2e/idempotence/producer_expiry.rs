@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use idem_client::Delivery;
 use idem_proto::ErrorCode;
 use idem_tests::raw::{self, RawClient};
-use idem_tests::sdk::{self, bytes};
+use idem_tests::sdk;
 use idem_tests::BrokerProcess;
 
 /// Probes with a sequence gap (refused either way, so it changes nothing) until the
@@ -47,11 +47,7 @@ async fn given_an_idle_producer_when_it_expires_and_sends_again_then_the_sdk_rec
     );
     let producer = sdk::one_record_per_batch(&broker.bootstrap(), Delivery::ExactlyOnce).await;
     for i in 0..5 {
-        let written = producer
-            .send_to("orders", 0, None, bytes(&format!("v{i}")))
-            .await
-            .expect("send")
-            .await;
+        let written = sdk::send_one(&producer, "orders", 0, &format!("v{i}")).await;
         assert_eq!(written.expect("acked").offset, i);
     }
     let first_id = producer
@@ -65,11 +61,7 @@ async fn given_an_idle_producer_when_it_expires_and_sends_again_then_the_sdk_rec
     );
 
     for i in 5..10 {
-        let written = producer
-            .send_to("orders", 0, None, bytes(&format!("v{i}")))
-            .await
-            .expect("send")
-            .await;
+        let written = sdk::send_one(&producer, "orders", 0, &format!("v{i}")).await;
         assert_eq!(
             written
                 .expect("acked after bumping the producer epoch")

@@ -6,44 +6,26 @@
 
 use std::time::Duration;
 
-use idem_client::{Delivery, Producer, ProducerConfig};
-use idem_proto::ErrorCode;
-use idem_tests::raw;
-use idem_tests::sdk::bytes;
-use idem_tests::{BrokerProcess, FaultyProxy};
+use idem_client::Delivery;
+use idem_tests::{raw, sdk};
 
 #[tokio::test]
 async fn given_a_batch_with_an_unknown_outcome_after_its_delivery_timeout_then_the_next_batch_uses_the_next_epoch_of_the_producer_id(
 ) {
-    let broker = BrokerProcess::start();
+    let (broker, proxy) = sdk::broker_behind_proxy("orders", 1).await;
     let mut client = raw::connect(&broker.bootstrap()).await;
-    assert_eq!(
-        raw::create_topic(&mut client, "orders", 1).await,
-        ErrorCode::None
-    );
-    let proxy = FaultyProxy::start(broker.addr()).await;
-    let config = ProducerConfig {
-        linger: Duration::ZERO,
-        batch_size: 1,
-        request_timeout: Duration::from_millis(500),
-        retry_backoff: Duration::from_millis(50),
-        delivery_timeout: Duration::from_millis(1500),
-        ..ProducerConfig::new(proxy.bootstrap()).with_delivery(Delivery::ExactlyOnce)
-    };
-    let producer = Producer::connect(config).await.expect("producer");
-    let a = producer
-        .send_to("orders", 0, None, bytes("a"))
-        .await
-        .expect("send")
-        .await;
+    let producer = sdk::with_timeouts(
+        &proxy.bootstrap(),
+        Delivery::ExactlyOnce,
+        Duration::from_millis(500),
+        Duration::from_millis(1500),
+    )
+    .await;
+    let a = sdk::send_one(&producer, "orders", 0, "a").await;
     assert_eq!(a.expect("acked").offset, 0);
 
     proxy.lose_next_responses(usize::MAX);
-    let b = producer
-        .send_to("orders", 0, None, bytes("b"))
-        .await
-        .expect("send")
-        .await;
+    let b = sdk::send_one(&producer, "orders", 0, "b").await;
     let error = b.expect_err("every answer was lost until the delivery timeout");
     assert!(error.possibly_written(), "the outcome is unknown: {error}");
     assert!(error.retried(), "the SDK retried before giving up: {error}");
@@ -54,11 +36,7 @@ async fn given_a_batch_with_an_unknown_outcome_after_its_delivery_timeout_then_t
     );
     proxy.lose_next_responses(0);
 
-    let c = producer
-        .send_to("orders", 0, None, bytes("c"))
-        .await
-        .expect("send")
-        .await;
+    let c = sdk::send_one(&producer, "orders", 0, "c").await;
     assert_eq!(c.expect("acked").offset, 2, "after the one copy of b");
     producer.close().await;
 
