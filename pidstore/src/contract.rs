@@ -98,7 +98,25 @@ pub async fn concurrent_allocators_never_overlap(store: Arc<dyn PidBlockStore>, 
         blocks.extend(handle.await.expect("allocator task"));
     }
     assert_eq!(blocks.len(), tasks * BLOCKS_PER_TASK);
+    assert_disjoint_and_contiguous(&mut blocks, 0);
+}
+
+/// Asserts that `blocks` (in any order) are full blocks, disjoint and contiguous,
+/// starting at `first_start`: no id lost, none handed out twice.
+pub fn assert_disjoint_and_contiguous(blocks: &mut [ProducerIdBlock], first_start: i64) {
     blocks.sort_by_key(|b| b.block_start);
+    assert_eq!(
+        blocks.first().map(|b| b.block_start),
+        Some(first_start),
+        "first block"
+    );
+    for block in blocks.iter() {
+        assert_eq!(
+            block.block_end - block.block_start + 1,
+            BLOCK_SIZE,
+            "{block}"
+        );
+    }
     for pair in blocks.windows(2) {
         assert_eq!(
             pair[1].block_start,
@@ -107,9 +125,6 @@ pub async fn concurrent_allocators_never_overlap(store: Arc<dyn PidBlockStore>, 
             pair[0],
             pair[1]
         );
-    }
-    for block in &blocks {
-        assert_eq!(block.block_end - block.block_start + 1, BLOCK_SIZE);
     }
 }
 

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use idem_pidstore::contract::{self, BlockKeyAccess};
+use idem_pidstore::contract::{self, assert_disjoint_and_contiguous, BlockKeyAccess};
 use idem_pidstore::{
     EtcdPidStore, Observed, PidBlockStore, PidStoreError, ProducerIdBlock, BLOCK_SIZE,
 };
@@ -32,32 +32,6 @@ async fn raw_key(etcd: &EtcdServer, key: &str) -> Option<(Vec<u8>, i64)> {
         .kvs()
         .first()
         .map(|kv| (kv.value().to_vec(), kv.mod_revision()))
-}
-
-/// Asserts blocks (in any order) are full, disjoint and contiguous from `first_start`.
-fn assert_disjoint_and_contiguous(blocks: &mut [ProducerIdBlock], first_start: i64) {
-    blocks.sort_by_key(|b| b.block_start);
-    assert_eq!(
-        blocks[0].block_start, first_start,
-        "first block {}",
-        blocks[0]
-    );
-    for block in blocks.iter() {
-        assert_eq!(
-            block.block_end - block.block_start + 1,
-            BLOCK_SIZE,
-            "{block}"
-        );
-    }
-    for pair in blocks.windows(2) {
-        assert_eq!(
-            pair[1].block_start,
-            pair[0].block_end + 1,
-            "blocks {} and {} overlap or leave a gap",
-            pair[0],
-            pair[1]
-        );
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
