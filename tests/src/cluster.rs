@@ -159,8 +159,26 @@ impl Cluster {
     /// The current leader of `topic`-`partition`, once every replica is in sync.
     pub async fn leader_of(&self, topic: &str, partition: i32) -> PartitionMetadata {
         let replicas = self.brokers.len();
-        self.wait_for(self.observer(&[]), topic, partition, |p| {
-            p.isr.len() == p.replicas.len().min(replicas)
+        let seen = self
+            .wait_for(self.observer(&[]), topic, partition, |p| {
+                p.isr.len() == p.replicas.len().min(replicas)
+            })
+            .await;
+        self.confirmed_by_leader(topic, partition, &seen).await
+    }
+
+    /// Other brokers learn of topics and leaders through their own catalog watch, so a
+    /// state one broker reports may not have reached the leader yet: wait until the
+    /// leader itself reports leading in that epoch (then it serves produce and fetch).
+    async fn confirmed_by_leader(
+        &self,
+        topic: &str,
+        partition: i32,
+        seen: &PartitionMetadata,
+    ) -> PartitionMetadata {
+        let (leader, epoch) = (seen.leader_id, seen.leader_epoch);
+        self.wait_for(leader, topic, partition, |p| {
+            p.leader_id == leader && p.leader_epoch >= epoch
         })
         .await
     }
@@ -173,10 +191,12 @@ impl Cluster {
         old: &PartitionMetadata,
     ) -> PartitionMetadata {
         let observer = self.observer(&[old.leader_id]);
-        self.wait_for(observer, topic, partition, |p| {
-            p.leader_id != old.leader_id && p.leader_epoch > old.leader_epoch
-        })
-        .await
+        let seen = self
+            .wait_for(observer, topic, partition, |p| {
+                p.leader_id != old.leader_id && p.leader_epoch > old.leader_epoch
+            })
+            .await;
+        self.confirmed_by_leader(topic, partition, &seen).await
     }
 
     /// Stops every broker cleanly, so their logs can be compared on disk.
