@@ -3,7 +3,11 @@
 
 use std::path::PathBuf;
 
-const PROTOS: &[&str] = &["idem/v1/errors.proto", "idem/v1/broker.proto"];
+const PROTOS: &[&str] = &[
+    "idem/v1/errors.proto",
+    "idem/v1/txn.proto",
+    "idem/v1/broker.proto",
+];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     for proto in PROTOS {

@@ -10,11 +10,13 @@ use idem_pidstore::ProducerIdManager;
 use idem_proto::v1::broker_server::Broker;
 use idem_proto::v1::{
     BrokerInfo, CreateTopicResult, CreateTopicsRequest, CreateTopicsResponse,
-    FetchPartitionResponse, FetchRequest, FetchResponse, FetchTopicResponse, InitProducerIdRequest,
-    InitProducerIdResponse, IsolationLevel, ListOffsetsPartitionResponse, ListOffsetsRequest,
-    ListOffsetsResponse, ListOffsetsTopicResponse, MetadataRequest, MetadataResponse,
-    OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, PartitionMetadata,
-    PartitionProduceResponse, ProduceRequest, ProduceResponse, TopicMetadata, TopicProduceResponse,
+    FetchPartitionResponse, FetchRequest, FetchResponse, FetchTopicResponse,
+    FindCoordinatorRequest, FindCoordinatorResponse, InitProducerIdRequest, InitProducerIdResponse,
+    IsolationLevel, ListOffsetsPartitionResponse, ListOffsetsRequest, ListOffsetsResponse,
+    ListOffsetsTopicResponse, ListOpenTransactionsRequest, ListOpenTransactionsResponse,
+    MetadataRequest, MetadataResponse, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse,
+    PartitionMetadata, PartitionProduceResponse, ProduceRequest, ProduceResponse, TopicMetadata,
+    TopicProduceResponse, WriteTxnMarkersRequest, WriteTxnMarkersResponse,
 };
 use idem_proto::ErrorCode;
 use tonic::{Request, Response, Status};
@@ -180,6 +182,7 @@ impl BrokerService {
                             last_stable_offset: offsets.high_watermark,
                             log_start_offset: offsets.log_start_offset,
                             aborted_transactions: Vec::new(),
+                            next_fetch_offset: -1,
                             records: Bytes::from(records),
                         }
                     }
@@ -200,6 +203,7 @@ impl BrokerService {
                             last_stable_offset: offsets.map_or(-1, |o| o.high_watermark),
                             log_start_offset: offsets.map_or(-1, |o| o.log_start_offset),
                             aborted_transactions: Vec::new(),
+                            next_fetch_offset: wanted.fetch_offset,
                             records: Bytes::new(),
                         }
                     }
@@ -315,6 +319,7 @@ impl Broker for BrokerService {
             brokers: self.brokers().await,
             topics,
             controller_id: self.broker_id,
+            coordinators: Vec::new(),
         }))
     }
 
@@ -536,6 +541,29 @@ impl Broker for BrokerService {
             }
         };
         Ok(Response::new(response))
+    }
+
+    async fn find_coordinator(
+        &self,
+        _request: Request<FindCoordinatorRequest>,
+    ) -> Result<Response<FindCoordinatorResponse>, Status> {
+        Err(Status::unimplemented("FindCoordinator is not served yet"))
+    }
+
+    async fn write_txn_markers(
+        &self,
+        _request: Request<WriteTxnMarkersRequest>,
+    ) -> Result<Response<WriteTxnMarkersResponse>, Status> {
+        Err(Status::unimplemented("WriteTxnMarkers is not served yet"))
+    }
+
+    async fn list_open_transactions(
+        &self,
+        _request: Request<ListOpenTransactionsRequest>,
+    ) -> Result<Response<ListOpenTransactionsResponse>, Status> {
+        Err(Status::unimplemented(
+            "ListOpenTransactions is not served yet",
+        ))
     }
 }
 

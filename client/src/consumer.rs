@@ -707,6 +707,7 @@ mod tests {
                     .collect(),
             }],
             controller_id: 1,
+            coordinators: Vec::new(),
         }));
         let assignments = vec![
             assigned("t", 0, Position::At(5)),

@@ -302,6 +302,7 @@ mod tests {
                 },
             ],
             controller_id: 1,
+            coordinators: Vec::new(),
         }
     }
 

@@ -3,6 +3,8 @@
 //! This crate holds the contract between processes; it decides nothing.
 
 pub mod batch;
+pub mod control;
+pub mod txn;
 
 /// Generated protobuf types and gRPC stubs of package `idem.v1`.
 #[allow(clippy::all, clippy::pedantic, clippy::unwrap_used)]
