@@ -82,6 +82,13 @@ pub struct BrokerConfig {
     /// Most partitions one topic may have.
     #[arg(long, env = "IDEM_MAX_PARTITIONS", default_value_t = 1000)]
     pub max_partitions_per_topic: i32,
+
+    /// Single node only (no `--etcd`): host:port of the one transaction coordinator, which
+    /// owns every transactional id (id 0, epoch 0). FindCoordinator and Metadata answer
+    /// with it. Unset: FindCoordinator answers COORDINATOR_NOT_AVAILABLE. In a cluster
+    /// coordinators are found in etcd and this setting is ignored.
+    #[arg(long = "coordinator", env = "IDEM_COORDINATOR")]
+    pub coordinator: Option<String>,
 }
 
 impl BrokerConfig {
@@ -105,6 +112,7 @@ impl BrokerConfig {
             replica_lag_time_max_ms: 10_000,
             etcd_endpoints: Vec::new(),
             etcd_prefix: "/idem".into(),
+            coordinator: None,
         }
     }
 }

@@ -6,6 +6,7 @@ use idem_proto::batch::BatchError;
 use idem_proto::ErrorCode;
 
 use crate::log::LogError;
+use crate::producer_state::TxnRefusal;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BrokerError {
@@ -70,8 +71,19 @@ pub enum BrokerError {
     InvalidRequiredAcks(i32),
     #[error("{0}")]
     InvalidRequest(String),
-    #[error("{0}")]
-    InvalidTxnState(String),
+    #[error("producer {producer_id}: {refusal}")]
+    InvalidTxnState {
+        producer_id: i64,
+        refusal: TxnRefusal,
+    },
+    #[error("producer {producer_id}: marker from coordinator epoch {got}, but a coordinator of epoch {current} already wrote one (this coordinator was replaced)")]
+    CoordinatorFenced {
+        producer_id: i64,
+        current: i32,
+        got: i32,
+    },
+    #[error("no transaction coordinator available: {0}")]
+    CoordinatorNotAvailable(String),
     #[error("{0}")]
     NotCoordinator(String),
     #[error("storage error: {0}")]
@@ -108,7 +120,9 @@ impl BrokerError {
             BrokerError::UnknownProducerId { .. } => ErrorCode::UnknownProducerId,
             BrokerError::InvalidRequiredAcks(_) => ErrorCode::InvalidRequiredAcks,
             BrokerError::InvalidRequest(_) => ErrorCode::InvalidRequest,
-            BrokerError::InvalidTxnState(_) => ErrorCode::InvalidTxnState,
+            BrokerError::InvalidTxnState { .. } => ErrorCode::InvalidTxnState,
+            BrokerError::CoordinatorFenced { .. } => ErrorCode::TransactionCoordinatorFenced,
+            BrokerError::CoordinatorNotAvailable(_) => ErrorCode::CoordinatorNotAvailable,
             BrokerError::NotCoordinator(_) => ErrorCode::NotCoordinator,
             BrokerError::Storage(LogError::OffsetOutOfRange { .. }) => ErrorCode::OffsetOutOfRange,
             BrokerError::Storage(LogError::Corrupt { .. }) => ErrorCode::CorruptMessage,

@@ -2,6 +2,7 @@
 
 pub mod cluster;
 pub mod config;
+pub mod coordinators;
 pub mod error;
 pub mod fsutil;
 pub mod log;
@@ -11,6 +12,7 @@ pub mod replication;
 pub mod server;
 pub mod service;
 pub mod topics;
+pub mod txn_index;
 
 /// Resolves on SIGINT (Ctrl-C) or SIGTERM.
 pub async fn shutdown_signal() {

@@ -124,6 +124,13 @@ impl BoundBroker {
         self.local_addr
     }
 
+    /// Names the single-node transaction coordinator (`--coordinator`) once its address
+    /// is known, e.g. after `idem dev` bound both servers.
+    pub fn with_coordinator(mut self, address: Option<String>) -> Self {
+        self.config.coordinator = address;
+        self
+    }
+
     /// Serves until `shutdown` resolves, then flushes and snapshots every partition.
     pub async fn serve(
         self,
@@ -145,7 +152,11 @@ impl BoundBroker {
             producer_ids,
             config.max_fetch_bytes,
         )
-        .with_membership(membership.clone());
+        .with_membership(membership.clone())
+        .with_coordinator(config.coordinator.clone());
+        if config.coordinator.is_some() && membership.is_some() {
+            tracing::warn!("--coordinator is ignored in a cluster: coordinators are found in etcd");
+        }
         let broker = BrokerServer::new(service)
             .max_decoding_message_size(config.max_request_bytes)
             .max_encoding_message_size(config.max_fetch_bytes + 1024 * 1024);

@@ -7,22 +7,26 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use idem_pidstore::ProducerIdManager;
+use idem_proto::txn::TXN_LOG_TOPIC;
 use idem_proto::v1::broker_server::Broker;
 use idem_proto::v1::{
-    BrokerInfo, CreateTopicResult, CreateTopicsRequest, CreateTopicsResponse,
-    FetchPartitionResponse, FetchRequest, FetchResponse, FetchTopicResponse,
+    BrokerInfo, ControlType, CoordinatorInfo, CreateTopicResult, CreateTopicsRequest,
+    CreateTopicsResponse, FetchPartitionResponse, FetchRequest, FetchResponse, FetchTopicResponse,
     FindCoordinatorRequest, FindCoordinatorResponse, InitProducerIdRequest, InitProducerIdResponse,
     IsolationLevel, ListOffsetsPartitionResponse, ListOffsetsRequest, ListOffsetsResponse,
     ListOffsetsTopicResponse, ListOpenTransactionsRequest, ListOpenTransactionsResponse,
     MetadataRequest, MetadataResponse, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse,
-    PartitionMetadata, PartitionProduceResponse, ProduceRequest, ProduceResponse, TopicMetadata,
-    TopicProduceResponse, WriteTxnMarkersRequest, WriteTxnMarkersResponse,
+    OpenTransaction, PartitionMetadata, PartitionProduceResponse, ProduceRequest, ProduceResponse,
+    TopicMetadata, TopicProduceResponse, TxnMarkerPartitionResult, WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
 };
 use idem_proto::ErrorCode;
 use tonic::{Request, Response, Status};
 
 use crate::cluster::membership::Membership;
+use crate::coordinators::Coordinators;
 use crate::error::BrokerError;
+use crate::partition::{stored_batches, PartitionOffsets};
 use crate::topics::{PartitionView, TopicRegistry};
 
 /// `ListOffsets` timestamp asking for the log start offset.
@@ -39,6 +43,15 @@ pub struct BrokerService {
     producer_ids: Arc<ProducerIdManager>,
     max_fetch_bytes: usize,
     membership: Option<Arc<Membership>>,
+    /// `--coordinator` of a single-node broker.
+    static_coordinator: Option<String>,
+}
+
+/// What one partition of a Fetch answers when it succeeds.
+struct Served {
+    records: Vec<u8>,
+    next_fetch_offset: i64,
+    offsets: PartitionOffsets,
 }
 
 impl BrokerService {
@@ -56,6 +69,23 @@ impl BrokerService {
             producer_ids,
             max_fetch_bytes,
             membership: None,
+            static_coordinator: None,
+        }
+    }
+
+    /// The transaction coordinator of a single-node broker (`--coordinator`).
+    pub fn with_coordinator(mut self, address: Option<String>) -> Self {
+        self.static_coordinator = address;
+        self
+    }
+
+    /// Where coordinators are known from: the catalog's keys in a cluster, else
+    /// `--coordinator`.
+    fn coordinators(&self) -> Coordinators {
+        if self.topics.is_clustered() {
+            Coordinators::Clustered(self.topics.coordinator_view())
+        } else {
+            Coordinators::Static(self.static_coordinator.clone())
         }
     }
 
@@ -106,7 +136,7 @@ impl BrokerService {
             log_start_offset: offsets.map_or(-1, |o| o.log_start_offset),
             high_watermark: offsets.map_or(-1, |o| o.high_watermark),
             log_end_offset: offsets.map_or(-1, |o| o.log_end_offset),
-            last_stable_offset: offsets.map_or(-1, |o| o.high_watermark),
+            last_stable_offset: offsets.map_or(-1, |o| o.last_stable_offset),
         }
     }
 
@@ -145,10 +175,14 @@ impl BrokerService {
         }
     }
 
-    /// Reads every requested partition once; returns the responses and the bytes found.
-    fn fetch_once(&self, request: &FetchRequest) -> (Vec<FetchTopicResponse>, usize) {
+    /// Reads every requested partition once; returns the responses, the bytes found and
+    /// whether a consumer position moved past filtered batches without returning any
+    /// (the consumer must hear of it now, not after the long-poll).
+    fn fetch_once(&self, request: &FetchRequest) -> (Vec<FetchTopicResponse>, usize, bool) {
         let mut budget = clamp_len(request.max_bytes, self.max_fetch_bytes);
         let mut total = 0usize;
+        let mut skipped = false;
+        let isolation = IsolationLevel::try_from(request.isolation_level);
         let mut topics = Vec::with_capacity(request.topics.len());
         for topic in &request.topics {
             let mut partitions = Vec::with_capacity(topic.partitions.len());
@@ -158,31 +192,56 @@ impl BrokerService {
                     .topics
                     .partition(&topic.name, wanted.partition)
                     .and_then(|p| match request.replica_id {
-                        Some(follower) => p.read_for_follower(
-                            follower,
-                            wanted.fetch_offset,
-                            max_bytes,
-                            wanted.current_leader_epoch,
-                        ),
+                        Some(follower) => {
+                            let (records, offsets) = p.read_for_follower(
+                                follower,
+                                wanted.fetch_offset,
+                                max_bytes,
+                                wanted.current_leader_epoch,
+                            )?;
+                            let next_fetch_offset = stored_batches(&records)
+                                .map_while(Result::ok)
+                                .last()
+                                .map_or(wanted.fetch_offset, |(h, _)| h.next_offset());
+                            Ok(Served {
+                                records,
+                                next_fetch_offset,
+                                offsets,
+                            })
+                        }
                         None => {
+                            let isolation = isolation.map_err(|_| {
+                                BrokerError::InvalidRequest(format!(
+                                    "unknown isolation level {}",
+                                    request.isolation_level
+                                ))
+                            })?;
                             p.check_epoch(wanted.current_leader_epoch)?;
-                            Ok((p.read(wanted.fetch_offset, max_bytes)?, p.offsets()))
+                            let read =
+                                p.read_for_consumer(wanted.fetch_offset, max_bytes, isolation)?;
+                            Ok(Served {
+                                records: read.records,
+                                next_fetch_offset: read.next_fetch_offset,
+                                offsets: read.offsets,
+                            })
                         }
                     });
                 let response = match result {
-                    Ok((records, offsets)) => {
+                    Ok(served) => {
+                        let records = served.records;
                         total += records.len();
                         budget = budget.saturating_sub(records.len());
+                        skipped |=
+                            records.is_empty() && served.next_fetch_offset > wanted.fetch_offset;
                         FetchPartitionResponse {
                             partition: wanted.partition,
                             error_code: ErrorCode::None as i32,
                             error_message: String::new(),
-                            high_watermark: offsets.high_watermark,
-                            // No transactions yet: the last stable offset is the high watermark.
-                            last_stable_offset: offsets.high_watermark,
-                            log_start_offset: offsets.log_start_offset,
+                            high_watermark: served.offsets.high_watermark,
+                            last_stable_offset: served.offsets.last_stable_offset,
+                            log_start_offset: served.offsets.log_start_offset,
                             aborted_transactions: Vec::new(),
-                            next_fetch_offset: -1,
+                            next_fetch_offset: served.next_fetch_offset,
                             records: Bytes::from(records),
                         }
                     }
@@ -200,7 +259,7 @@ impl BrokerService {
                             error_code: e.code() as i32,
                             error_message: e.to_string(),
                             high_watermark: offsets.map_or(-1, |o| o.high_watermark),
-                            last_stable_offset: offsets.map_or(-1, |o| o.high_watermark),
+                            last_stable_offset: offsets.map_or(-1, |o| o.last_stable_offset),
                             log_start_offset: offsets.map_or(-1, |o| o.log_start_offset),
                             aborted_transactions: Vec::new(),
                             next_fetch_offset: wanted.fetch_offset,
@@ -215,7 +274,7 @@ impl BrokerService {
                 partitions,
             });
         }
-        (topics, total)
+        (topics, total, skipped)
     }
 
     /// KIP-360 for idempotent producers: the same producer id with the next epoch, which
@@ -252,9 +311,13 @@ impl BrokerService {
                     .map(move |p| (t.name.as_str(), p.partition))
             })
             .filter_map(|(topic, partition)| self.topics.partition(topic, partition).ok())
-            // Followers read up to the log end, consumers up to the high watermark.
+            // Followers read up to the log end, consumers up to the high watermark or,
+            // read_committed, the last stable offset (a marker can move it at once).
             .map(|p| match request.replica_id {
                 Some(_) => p.watch_log_end(),
+                None if request.isolation_level == IsolationLevel::ReadCommitted as i32 => {
+                    p.watch_last_stable_offset()
+                }
                 None => p.watch_high_watermark(),
             })
             .collect()
@@ -319,7 +382,15 @@ impl Broker for BrokerService {
             brokers: self.brokers().await,
             topics,
             controller_id: self.broker_id,
-            coordinators: Vec::new(),
+            coordinators: self
+                .coordinators()
+                .live()
+                .into_iter()
+                .map(|c| CoordinatorInfo {
+                    coordinator_id: c.id,
+                    address: c.address,
+                })
+                .collect(),
         }))
     }
 
@@ -409,12 +480,13 @@ impl Broker for BrokerService {
             for w in &mut watches {
                 w.mark_unchanged();
             }
-            let (topics, found) = self.fetch_once(&request);
+            let (topics, found, skipped) = self.fetch_once(&request);
             let errors = topics
                 .iter()
                 .flat_map(|t| &t.partitions)
                 .any(|p| p.error_code != ErrorCode::None as i32);
             if found >= min_bytes
+                || skipped
                 || errors
                 || watches.is_empty()
                 || tokio::time::Instant::now() >= deadline
@@ -423,7 +495,7 @@ impl Broker for BrokerService {
             }
             let changed = futures_any_changed(&mut watches);
             if tokio::time::timeout_at(deadline, changed).await.is_err() {
-                let (topics, _) = self.fetch_once(&request);
+                let (topics, _, _) = self.fetch_once(&request);
                 return Ok(Response::new(FetchResponse { topics }));
             }
         }
@@ -434,8 +506,7 @@ impl Broker for BrokerService {
         request: Request<ListOffsetsRequest>,
     ) -> Result<Response<ListOffsetsResponse>, Status> {
         let request = request.into_inner();
-        // Both isolation levels end at the high watermark until transactions exist.
-        let _ = IsolationLevel::try_from(request.isolation_level);
+        let isolation = IsolationLevel::try_from(request.isolation_level);
         let topics = request
             .topics
             .iter()
@@ -447,10 +518,19 @@ impl Broker for BrokerService {
                     .map(|wanted| {
                         let result = self.topics.partition(&topic.name, wanted.partition).and_then(|p| {
                             let offsets = p.offsets();
-                            match wanted.timestamp {
-                                EARLIEST_TIMESTAMP => Ok(offsets.log_start_offset),
-                                LATEST_TIMESTAMP => Ok(offsets.high_watermark),
-                                other => Err(BrokerError::InvalidRequest(format!(
+                            match (wanted.timestamp, isolation) {
+                                (_, Err(_)) => Err(BrokerError::InvalidRequest(format!(
+                                    "unknown isolation level {}",
+                                    request.isolation_level
+                                ))),
+                                (EARLIEST_TIMESTAMP, _) => Ok(offsets.log_start_offset),
+                                (LATEST_TIMESTAMP, Ok(IsolationLevel::ReadCommitted)) => {
+                                    Ok(offsets.last_stable_offset)
+                                }
+                                (LATEST_TIMESTAMP, Ok(IsolationLevel::ReadUncommitted)) => {
+                                    Ok(offsets.high_watermark)
+                                }
+                                (other, _) => Err(BrokerError::InvalidRequest(format!(
                                     "timestamp {other}: only -2 (earliest) and -1 (latest) are supported"
                                 ))),
                             }
@@ -545,26 +625,158 @@ impl Broker for BrokerService {
 
     async fn find_coordinator(
         &self,
-        _request: Request<FindCoordinatorRequest>,
+        request: Request<FindCoordinatorRequest>,
     ) -> Result<Response<FindCoordinatorResponse>, Status> {
-        Err(Status::unimplemented("FindCoordinator is not served yet"))
+        let request = request.into_inner();
+        let partitions = self.topics.partition_count(TXN_LOG_TOPIC);
+        let found = self
+            .coordinators()
+            .find(&request.transactional_id, partitions);
+        let response = match found {
+            Ok(found) => FindCoordinatorResponse {
+                error_code: ErrorCode::None as i32,
+                error_message: String::new(),
+                coordinator_id: found.coordinator_id,
+                address: found.address,
+                txn_log_partition: found.txn_log_partition,
+                coordinator_epoch: found.coordinator_epoch,
+            },
+            Err(e) => {
+                tracing::debug!(
+                    transactional_id = %request.transactional_id,
+                    code = e.code().as_str_name(),
+                    error = %e,
+                    "FindCoordinator refused"
+                );
+                FindCoordinatorResponse {
+                    error_code: e.code() as i32,
+                    error_message: e.to_string(),
+                    coordinator_id: -1,
+                    address: String::new(),
+                    txn_log_partition: -1,
+                    coordinator_epoch: -1,
+                }
+            }
+        };
+        Ok(Response::new(response))
     }
 
     async fn write_txn_markers(
         &self,
-        _request: Request<WriteTxnMarkersRequest>,
+        request: Request<WriteTxnMarkersRequest>,
     ) -> Result<Response<WriteTxnMarkersResponse>, Status> {
-        Err(Status::unimplemented("WriteTxnMarkers is not served yet"))
+        let request = request.into_inner();
+        let timeout = replication_timeout(request.timeout_ms);
+        let writes = request.topics.iter().flat_map(|topic| {
+            topic
+                .partitions
+                .iter()
+                .map(|partition| self.write_marker(&request, &topic.topic, *partition, timeout))
+        });
+        // Partitions are independent: each waits for its own in-sync replicas at once.
+        let results = futures::future::join_all(writes).await;
+        Ok(Response::new(WriteTxnMarkersResponse { results }))
     }
 
     async fn list_open_transactions(
         &self,
-        _request: Request<ListOpenTransactionsRequest>,
+        request: Request<ListOpenTransactionsRequest>,
     ) -> Result<Response<ListOpenTransactionsResponse>, Status> {
-        Err(Status::unimplemented(
-            "ListOpenTransactions is not served yet",
-        ))
+        let request = request.into_inner();
+        let mut transactions = Vec::new();
+        for (topic, views) in self.topics.describe(&request.topics) {
+            for view in views.iter().flatten() {
+                if view.leader != self.broker_id {
+                    continue;
+                }
+                let Ok(partition) = self.topics.partition(&topic, view.index) else {
+                    continue;
+                };
+                transactions.extend(partition.open_transactions().into_iter().map(|t| {
+                    OpenTransaction {
+                        topic: topic.clone(),
+                        partition: view.index,
+                        producer_id: t.producer_id,
+                        producer_epoch: i32::from(t.producer_epoch),
+                        first_offset: t.first_offset,
+                        last_update_ms: t.last_update_ms,
+                    }
+                }));
+            }
+        }
+        Ok(Response::new(ListOpenTransactionsResponse { transactions }))
     }
+}
+
+impl BrokerService {
+    /// One partition of WriteTxnMarkers.
+    async fn write_marker(
+        &self,
+        request: &WriteTxnMarkersRequest,
+        topic: &str,
+        partition: i32,
+        timeout: Duration,
+    ) -> TxnMarkerPartitionResult {
+        let result = match marker_of(request) {
+            Ok((producer_epoch, control_type)) => match self.topics.partition(topic, partition) {
+                Ok(p) => {
+                    p.append_marker(
+                        request.producer_id,
+                        producer_epoch,
+                        control_type,
+                        request.coordinator_epoch,
+                        timeout,
+                    )
+                    .await
+                }
+                Err(e) => Err(e),
+            },
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(offset) => TxnMarkerPartitionResult {
+                topic: topic.to_string(),
+                partition,
+                error_code: ErrorCode::None as i32,
+                error_message: String::new(),
+                offset: offset.unwrap_or(-1),
+            },
+            Err(e) => {
+                log_refusal(topic, partition, &e);
+                TxnMarkerPartitionResult {
+                    topic: topic.to_string(),
+                    partition,
+                    error_code: e.code() as i32,
+                    error_message: e.to_string(),
+                    offset: -1,
+                }
+            }
+        }
+    }
+}
+
+/// The producer epoch and marker type of a WriteTxnMarkers request, checked.
+fn marker_of(request: &WriteTxnMarkersRequest) -> Result<(i16, ControlType), BrokerError> {
+    if request.producer_id < 0 {
+        return Err(BrokerError::InvalidRequest(format!(
+            "producer id {} of a transaction marker is negative",
+            request.producer_id
+        )));
+    }
+    let producer_epoch = i16::try_from(request.producer_epoch)
+        .ok()
+        .filter(|e| *e >= 0)
+        .ok_or_else(|| {
+            BrokerError::InvalidRequest(format!(
+                "producer epoch {} is not between 0 and {}",
+                request.producer_epoch,
+                i16::MAX
+            ))
+        })?;
+    let control_type = ControlType::try_from(request.control_type).map_err(|_| {
+        BrokerError::InvalidRequest(format!("unknown control type {}", request.control_type))
+    })?;
+    Ok((producer_epoch, control_type))
 }
 
 fn offset_for_leader_epoch(

@@ -14,6 +14,7 @@ use tokio::task::JoinHandle;
 
 use crate::cluster::catalog::{CatalogError, CatalogSnapshot, EtcdCatalog, PartitionState};
 use crate::cluster::membership::Membership;
+use crate::coordinators::CoordinatorView;
 use crate::error::BrokerError;
 use crate::partition::{now_ms, Partition, PartitionSettings};
 use crate::replication::follower::{self, Following};
@@ -159,6 +160,8 @@ pub struct TopicRegistry {
     /// The membership generation the last catalog sync saw: after the broker lost its
     /// lease and registered again, it leads nothing until it has re-read the catalog.
     synced_generation: std::sync::atomic::AtomicU64,
+    /// The coordinator keys of the last catalog sync (cluster only).
+    coordinators: RwLock<CoordinatorView>,
 }
 
 impl TopicRegistry {
@@ -198,6 +201,7 @@ impl TopicRegistry {
             create_lock: tokio::sync::Mutex::new(()),
             followers: std::sync::Mutex::new(HashMap::new()),
             synced_generation: std::sync::atomic::AtomicU64::new(u64::MAX),
+            coordinators: RwLock::new(CoordinatorView::default()),
         })
     }
 
@@ -220,6 +224,7 @@ impl TopicRegistry {
             create_lock: tokio::sync::Mutex::new(()),
             followers: std::sync::Mutex::new(HashMap::new()),
             synced_generation: std::sync::atomic::AtomicU64::new(u64::MAX),
+            coordinators: RwLock::new(CoordinatorView::default()),
         })
     }
 
@@ -341,8 +346,14 @@ impl TopicRegistry {
             .await
             .map_err(|e| BrokerError::Cluster(e.to_string()))?;
         let revision = snapshot.revision;
+        let mut snapshot = snapshot;
+        let coordinators = std::mem::take(&mut snapshot.coordinators);
         let topics = self.apply_snapshot(snapshot)?;
         *self.write() = topics;
+        *self
+            .coordinators
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = coordinators;
         self.reconcile_followers(cluster);
         self.synced_generation
             .store(generation, std::sync::atomic::Ordering::SeqCst);
@@ -633,6 +644,24 @@ impl TopicRegistry {
             .collect()
     }
 
+    /// The partition count of topic `name`, if it exists.
+    pub fn partition_count(&self, name: &str) -> Option<i32> {
+        self.read().get(name).map(|t| t.spec.partitions)
+    }
+
+    /// The coordinator keys as of the last catalog sync (empty on a single node).
+    pub fn coordinator_view(&self) -> CoordinatorView {
+        self.coordinators
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Whether topics come from the etcd catalog.
+    pub fn is_clustered(&self) -> bool {
+        self.cluster.is_some()
+    }
+
     /// Every partition hosted here, led or not.
     pub fn all_partitions(&self) -> Vec<Arc<Partition>> {
         self.read()
@@ -713,6 +742,13 @@ fn write_topics_file(data_dir: &Path, file: &TopicsFile) -> Result<(), BrokerErr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_internal_transaction_log_topic_is_a_valid_name() {
+        assert!(validate_topic_name(idem_proto::txn::TXN_LOG_TOPIC).is_ok());
+        assert!(validate_topic_name("__consumer_offsets").is_ok());
+        assert!(validate_topic_name("__transaction state").is_err());
+    }
 
     #[test]
     fn topic_names_follow_kafka_rules() {

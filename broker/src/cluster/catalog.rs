@@ -4,6 +4,9 @@
 //! {prefix}/topics/{name}              {"spec": {...}, "status": "creating" | "ready"}
 //! {prefix}/partitions/{name}/{p}      {"replicas": [..], "leader": id, "leader_epoch": n,
 //!                                      "isr": [..], "partition_epoch": n}
+//! {prefix}/coordinators/members/{id}  {"id": 1, "address": "host:port"}        (read only)
+//! {prefix}/coordinators/owners/{p}    {"coordinator_id": 1, "address": "...",
+//!                                      "coordinator_epoch": 7}                  (read only)
 //! ```
 //! Creation claims the name (`create_revision == 0`), writes the partition keys in
 //! chunks guarded by the topic key's `mod_revision` (etcd caps operations per
@@ -19,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use crate::cluster::etcd_call::{bounded, connect, EtcdCallError};
 
 use crate::cluster::assignment::assign_replicas;
+use crate::coordinators::CoordinatorView;
 use crate::topics::TopicSpec;
 
 /// Partition keys written per transaction (etcd's default limit is 128 operations).
@@ -68,6 +72,8 @@ pub struct CatalogSnapshot {
     pub revision: i64,
     /// Per topic: its spec and each partition's state with the key's `mod_revision`.
     pub topics: BTreeMap<String, (TopicSpec, Vec<Option<VersionedState>>)>,
+    /// The transaction coordinators' membership and ownership keys.
+    pub coordinators: CoordinatorView,
 }
 
 #[derive(Clone)]
@@ -235,6 +241,8 @@ impl EtcdCatalog {
         let revision = all.header().map_or(0, |h| h.revision());
         let topics_dir = format!("{}/topics/", self.prefix);
         let partitions_dir = format!("{}/partitions/", self.prefix);
+        let coordinators_dir = format!("{}/coordinators/", self.prefix);
+        let mut coordinators = CoordinatorView::default();
         let mut topics = BTreeMap::new();
         let mut states: Vec<(String, i32, PartitionState, i64)> = Vec::new();
         for kv in all.kvs() {
@@ -256,6 +264,8 @@ impl EtcdCatalog {
                     decode(&key, kv.value())?,
                     kv.mod_revision(),
                 ));
+            } else if let Some(rest) = key.strip_prefix(&coordinators_dir) {
+                record_coordinator_key(&mut coordinators, rest, kv.value());
             }
         }
         for (name, p, state, mod_revision) in states {
@@ -265,7 +275,35 @@ impl EtcdCatalog {
                 }
             }
         }
-        Ok(CatalogSnapshot { revision, topics })
+        Ok(CatalogSnapshot {
+            revision,
+            topics,
+            coordinators,
+        })
+    }
+}
+
+/// Adds one key under `{prefix}/coordinators/` (`rest` is the part after it) to `view`.
+/// Coordinators write these keys, not brokers: one a broker cannot read is skipped with a
+/// warning rather than failing the whole catalog, and keys it does not know (`epochs/`,
+/// anything newer) are ignored.
+pub(crate) fn record_coordinator_key(view: &mut CoordinatorView, rest: &str, value: &[u8]) {
+    let (kind, id) = match rest.split_once('/') {
+        Some((kind, id)) if !id.contains('/') => (kind, id),
+        _ => return,
+    };
+    let Ok(id) = id.parse::<i32>() else { return };
+    let parsed = match kind {
+        "members" => serde_json::from_slice(value).map(|member| {
+            view.members.insert(id, member);
+        }),
+        "owners" => serde_json::from_slice(value).map(|owner| {
+            view.owners.insert(id, owner);
+        }),
+        _ => Ok(()),
+    };
+    if let Err(error) = parsed {
+        tracing::warn!(key = rest, %error, "skipping unreadable coordinator key");
     }
 }
 
@@ -337,4 +375,51 @@ fn decode<T: for<'de> Deserialize<'de>>(key: &str, bytes: &[u8]) -> Result<T, Ca
         key: key.to_string(),
         reason: e.to_string(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::coordinators::{CoordinatorMember, CoordinatorOwner};
+
+    #[test]
+    fn coordinator_members_and_owners_are_read_and_everything_else_ignored() {
+        let mut view = CoordinatorView::default();
+        record_coordinator_key(&mut view, "members/1", br#"{"id":1,"address":"h:1"}"#);
+        record_coordinator_key(
+            &mut view,
+            "owners/3",
+            br#"{"coordinator_id":1,"address":"h:1","coordinator_epoch":7,"extra":true}"#,
+        );
+        record_coordinator_key(
+            &mut view,
+            "epochs/3",
+            br#"{"coordinator_epoch":7,"writer_producer_id":1234}"#,
+        );
+        record_coordinator_key(&mut view, "owners/x", b"{}");
+        record_coordinator_key(&mut view, "owners/4/deeper", b"{}");
+        record_coordinator_key(&mut view, "members/2", b"not json");
+        record_coordinator_key(&mut view, "leases", b"");
+        assert_eq!(
+            view.members.into_iter().collect::<Vec<_>>(),
+            vec![(
+                1,
+                CoordinatorMember {
+                    id: 1,
+                    address: "h:1".into()
+                }
+            )]
+        );
+        assert_eq!(
+            view.owners.into_iter().collect::<Vec<_>>(),
+            vec![(
+                3,
+                CoordinatorOwner {
+                    coordinator_id: 1,
+                    address: "h:1".into(),
+                    coordinator_epoch: 7
+                }
+            )]
+        );
+    }
 }

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use idem_proto::batch::{self, BatchHeader};
+use idem_proto::control::{self, ControlMarker};
 
 pub use config::{FlushPolicy, LogConfig, ParseFlushPolicyError};
 pub use error::LogError;
@@ -341,19 +342,56 @@ impl PartitionLog {
         from_offset: i64,
         mut visit: impl FnMut(&BatchHeader) -> ControlFlow<()>,
     ) -> Result<(), LogError> {
+        self.walk(from_offset, false, |header, _| visit(header))
+    }
+
+    /// [`for_each_header`](Self::for_each_header), plus what each control batch says:
+    /// transaction state (open transactions, aborted ones, markers' coordinator epochs)
+    /// needs the marker type, which is in the control record, not the header. Only control
+    /// batches are read whole (one small record each) and CRC-checked; an unreadable
+    /// marker is `Corrupt`.
+    pub fn for_each_batch(
+        &self,
+        from_offset: i64,
+        visit: impl FnMut(&BatchHeader, Option<ControlMarker>) -> ControlFlow<()>,
+    ) -> Result<(), LogError> {
+        self.walk(from_offset, true, visit)
+    }
+
+    fn walk(
+        &self,
+        from_offset: i64,
+        read_markers: bool,
+        mut visit: impl FnMut(&BatchHeader, Option<ControlMarker>) -> ControlFlow<()>,
+    ) -> Result<(), LogError> {
         if from_offset >= self.log_end_offset {
             return Ok(());
         }
         let mut cursor = self.locate(from_offset.max(self.log_start_offset()))?;
         while let Some((i, position, expected)) = cursor {
-            let header = self.segments[i].header_at(position, expected)?;
+            let segment = &self.segments[i];
+            let header = segment.header_at(position, expected)?;
             if header.base_offset != expected {
                 return Err(self.report_corrupt(LogError::Corrupt {
                     offset: expected,
                     reason: format!("batch has base offset {}", header.base_offset),
                 }));
             }
-            if visit(&header).is_break() {
+            let marker = if read_markers && header.is_control() {
+                let bytes = segment
+                    .read_verified(position, &header)
+                    .map_err(|e| self.report_corrupt(e))?;
+                let marker = control::decode_control(&bytes).map_err(|e| {
+                    self.report_corrupt(LogError::Corrupt {
+                        offset: header.base_offset,
+                        reason: format!("unreadable control record: {e}"),
+                    })
+                })?;
+                Some(marker)
+            } else {
+                None
+            };
+            if visit(&header, marker).is_break() {
                 return Ok(());
             }
             cursor = self.advance(i, position, &header);
@@ -1231,6 +1269,40 @@ mod tests {
         })
         .expect("walk");
         assert_eq!(none, 0);
+    }
+
+    #[test]
+    fn for_each_batch_reads_the_marker_of_control_batches_only() {
+        use idem_proto::v1::ControlType;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut log, _) = open(dir.path(), small_segments());
+        append_all(&mut log, &[2], 10);
+        let marker = ControlMarker {
+            control_type: ControlType::Abort,
+            coordinator_epoch: 3,
+        };
+        let mut buf = control::encode_control(9, 1, marker, 0).to_vec();
+        log.append(&mut buf, 7).expect("append marker");
+        append_all(&mut log, &[1], 10);
+        let mut seen = Vec::new();
+        log.for_each_batch(0, |h, m| {
+            seen.push((h.base_offset, m));
+            ControlFlow::Continue(())
+        })
+        .expect("walk");
+        assert_eq!(seen, vec![(0, None), (2, Some(marker)), (3, None)]);
+    }
+
+    #[test]
+    fn for_each_batch_reports_a_control_batch_whose_record_is_unreadable() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut log, _) = open(dir.path(), small_segments());
+        // Control attributes, but an ordinary record: no marker key.
+        let mut buf =
+            batch::encode(ProducerInfo::NONE, batch::ATTR_CONTROL, &records(1, 3)).to_vec();
+        log.append(&mut buf, 7).expect("append");
+        let walked = log.for_each_batch(0, |_, _| ControlFlow::Continue(()));
+        assert!(matches!(walked, Err(LogError::Corrupt { offset: 0, .. })));
     }
 
     #[test]

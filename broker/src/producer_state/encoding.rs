@@ -5,14 +5,17 @@
 //!
 //! ```text
 //! magic    "IDPS"
-//! version  u16 = 1
+//! version  u16 = 2
 //! crc      u32   CRC32C of everything after this field
 //! count    u32   producers, sorted by producer_id
-//! count x  producer_id i64 | producer_epoch i16 | last_update_ms i64 | batches u8 (<= 5)
+//! count x  producer_id i64 | producer_epoch i16 | last_update_ms i64
+//!          | coordinator_epoch i32 | txn_first_offset i64 (-1: no open transaction)
+//!          | batches u8 (<= 5)
 //!          batches x  first_seq i32 | last_seq i32 | first_offset i64 | last_offset i64
 //!                     | timestamp_ms i64
 //! ```
-//! All integers big-endian.
+//! All integers big-endian. Version 1 (without the transaction fields) is not read: such
+//! a snapshot is skipped and the log replayed, which derives the same table.
 
 use std::collections::VecDeque;
 
@@ -21,10 +24,10 @@ use bytes::{Buf, BufMut};
 use super::{BatchMetadata, ProducerEntry, ProducerStateTable, MAX_CACHED_BATCHES};
 
 const MAGIC: &[u8; 4] = b"IDPS";
-const VERSION: u16 = 1;
+const VERSION: u16 = 2;
 /// magic + version + crc
 const PREAMBLE_LEN: usize = 4 + 2 + 4;
-const ENTRY_LEN: usize = 8 + 2 + 8 + 1;
+const ENTRY_LEN: usize = 8 + 2 + 8 + 4 + 8 + 1;
 const BATCH_LEN: usize = 4 + 4 + 8 + 8 + 8;
 
 /// Why a producer state snapshot cannot be used.
@@ -63,6 +66,8 @@ impl ProducerStateTable {
             buf.put_i64(producer_id);
             buf.put_i16(entry.producer_epoch);
             buf.put_i64(entry.last_update_ms);
+            buf.put_i32(entry.coordinator_epoch);
+            buf.put_i64(entry.txn_first_offset.unwrap_or(-1));
             // The cache never holds more than MAX_CACHED_BATCHES (5).
             buf.put_u8(entry.batches.len() as u8);
             for b in &entry.batches {
@@ -106,6 +111,12 @@ impl ProducerStateTable {
             let producer_id = buf.get_i64();
             let producer_epoch = buf.get_i16();
             let last_update_ms = buf.get_i64();
+            let coordinator_epoch = buf.get_i32();
+            let txn_first_offset = match buf.get_i64() {
+                -1 => None,
+                offset if offset >= 0 => Some(offset),
+                _ => return Err(SnapshotError::Malformed("negative transaction offset")),
+            };
             let batch_count = usize::from(buf.get_u8());
             if batch_count > MAX_CACHED_BATCHES {
                 return Err(SnapshotError::Malformed("more than 5 cached batches"));
@@ -130,6 +141,8 @@ impl ProducerStateTable {
                     producer_epoch,
                     batches,
                     last_update_ms,
+                    txn_first_offset,
+                    coordinator_epoch,
                 },
             );
         }

@@ -1,22 +1,33 @@
-//! Per-partition producer state: the decider behind idempotent produce.
+//! Per-partition producer state: the decider behind idempotent and transactional produce.
 //!
-//! For each producer id the table keeps the epoch and the metadata of the last
-//! [`MAX_CACHED_BATCHES`] appended batches. [`ProducerStateTable::check`] decides what to do
-//! with an incoming batch (append, answer a duplicate with its original offsets, or refuse);
-//! [`ProducerStateTable::apply`] records a batch that was appended. The table is derived
-//! from the log alone (snapshot + replay), so it is pure: no I/O, no clock, no tokio.
+//! For each producer id the table keeps the epoch, the metadata of the last
+//! [`MAX_CACHED_BATCHES`] appended batches, the open transaction's first offset and the
+//! coordinator epoch of the last marker. [`ProducerStateTable::check`] and
+//! [`ProducerStateTable::check_data`] decide what to do with an incoming batch,
+//! [`ProducerStateTable::check_marker`] with a transaction marker (see `txn_rules`);
+//! [`ProducerStateTable::apply_batch`] records a batch that is in the log. The table is
+//! derived from the log alone (snapshot + replay), so it is pure: no I/O, no clock, no tokio.
 
 mod encoding;
 pub mod snapshot;
 #[cfg(test)]
 mod tests;
+mod txn_rules;
+#[cfg(test)]
+mod txn_tests;
 
 use std::collections::{HashMap, VecDeque};
 
 use idem_proto::batch::{self, BatchHeader};
+use idem_proto::control::ControlMarker;
+use idem_proto::v1::ControlType;
 
 pub use encoding::SnapshotError;
 pub use snapshot::{delete_snapshots_above, latest_snapshot, write_snapshot};
+pub use txn_rules::{MarkerDecision, TxnRefusal};
+
+/// `coordinator_epoch` of a producer no marker has been seen for.
+pub const NO_COORDINATOR_EPOCH: i32 = -1;
 
 /// How many batches per producer are remembered for duplicate detection; a producer keeps
 /// at most this many requests in flight (Kafka's `max.in.flight.requests.per.connection`).
@@ -55,9 +66,30 @@ pub struct ProducerEntry {
     pub batches: VecDeque<BatchMetadata>,
     /// Broker clock (not the producer's timestamps) of the last update; drives expiry.
     pub last_update_ms: i64,
+    /// The open transaction's first offset (its BEGIN marker); `None` when no
+    /// transaction of this producer is open in this partition.
+    pub txn_first_offset: Option<i64>,
+    /// Coordinator epoch of the last marker written for this producer
+    /// ([`NO_COORDINATOR_EPOCH`] before the first); a lower one is fenced.
+    pub coordinator_epoch: i32,
 }
 
 impl ProducerEntry {
+    fn new(producer_epoch: i16, now_ms: i64) -> Self {
+        ProducerEntry {
+            producer_epoch,
+            batches: VecDeque::with_capacity(MAX_CACHED_BATCHES),
+            last_update_ms: now_ms,
+            txn_first_offset: None,
+            coordinator_epoch: NO_COORDINATOR_EPOCH,
+        }
+    }
+
+    /// Whether a transaction of this producer is open in this partition.
+    pub fn in_transaction(&self) -> bool {
+        self.txn_first_offset.is_some()
+    }
+
     /// The last sequence appended in the current epoch, if any.
     pub fn last_seq(&self) -> Option<i32> {
         self.batches.back().map(|b| b.last_seq)
@@ -85,6 +117,8 @@ pub enum Decision {
     /// `UNKNOWN_PRODUCER_ID`: no state for this producer (never seen, or expired) and the
     /// batch does not start at sequence 0.
     UnknownProducerId,
+    /// `INVALID_TXN_STATE`: the batch does not fit the producer's transaction state.
+    InvalidTxnState(TxnRefusal),
 }
 
 /// The producer state of one partition: producer id -> [`ProducerEntry`].
@@ -175,14 +209,37 @@ impl ProducerStateTable {
     }
 
     /// [`apply`](Self::apply) for a stored batch. Batches without a producer id are
-    /// ignored. A control batch (transaction marker) carries no sequences: it only moves
-    /// the producer to its epoch (clearing the cache if that epoch is new).
-    pub fn apply_batch(&mut self, header: &BatchHeader, now_ms: i64) {
+    /// ignored. A control batch (transaction marker) carries no sequences; `marker` is
+    /// what its record says: BEGIN opens a transaction at the marker's offset, COMMIT and
+    /// ABORT close it and empty the batch cache; all three move the producer to the
+    /// marker's epoch and record its coordinator epoch. A control batch whose record was
+    /// not read (`marker` = `None`) only moves the producer to its epoch. A transactional
+    /// data batch while no transaction is open opens one at its offset: the log is the
+    /// truth, and the open transaction then holds the last stable offset rather than let
+    /// a consumer read past data whose outcome is unknown.
+    pub fn apply_batch(
+        &mut self,
+        header: &BatchHeader,
+        marker: Option<ControlMarker>,
+        now_ms: i64,
+    ) {
         if !header.has_producer_id() {
             return;
         }
         if header.is_control() {
-            self.entry_for_epoch(header.producer_id, header.producer_epoch, now_ms);
+            let entry = self.entry_for_epoch(header.producer_id, header.producer_epoch, now_ms);
+            if let Some(marker) = marker {
+                entry.coordinator_epoch = marker.coordinator_epoch;
+                match marker.control_type {
+                    ControlType::Begin => {
+                        entry.txn_first_offset.get_or_insert(header.base_offset);
+                    }
+                    ControlType::Commit | ControlType::Abort => {
+                        entry.txn_first_offset = None;
+                        entry.batches.clear();
+                    }
+                }
+            }
             return;
         }
         if header.base_sequence < 0 {
@@ -199,14 +256,22 @@ impl ProducerStateTable {
             BatchMetadata::from_header(header),
             now_ms,
         );
+        if header.is_transactional() {
+            if let Some(entry) = self.producers.get_mut(&header.producer_id) {
+                entry.txn_first_offset.get_or_insert(header.base_offset);
+            }
+        }
     }
 
     /// Forgets producers idle for at least `idle_ms` of broker time (Kafka's
-    /// `producer.id.expiration.ms`). Returns how many were removed.
+    /// `producer.id.expiration.ms`). Returns how many were removed. A producer with an
+    /// open transaction is never forgotten: its transaction holds the last stable offset
+    /// and only its coordinator's marker may end it.
     pub fn remove_expired(&mut self, now_ms: i64, idle_ms: i64) -> usize {
         let before = self.producers.len();
-        self.producers
-            .retain(|_, entry| now_ms.saturating_sub(entry.last_update_ms) < idle_ms);
+        self.producers.retain(|_, entry| {
+            entry.in_transaction() || now_ms.saturating_sub(entry.last_update_ms) < idle_ms
+        });
         before - self.producers.len()
     }
 
@@ -238,11 +303,7 @@ impl ProducerStateTable {
         let entry = self
             .producers
             .entry(producer_id)
-            .or_insert_with(|| ProducerEntry {
-                producer_epoch,
-                batches: VecDeque::with_capacity(MAX_CACHED_BATCHES),
-                last_update_ms: now_ms,
-            });
+            .or_insert_with(|| ProducerEntry::new(producer_epoch, now_ms));
         if entry.producer_epoch != producer_epoch {
             if producer_epoch < entry.producer_epoch {
                 tracing::warn!(

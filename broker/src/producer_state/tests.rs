@@ -366,7 +366,7 @@ fn given_a_marker_bumped_the_epoch_when_the_same_epoch_writes_then_only_sequence
 {
     let mut p = Partition::new();
     p.produce(PID, 0, 0, 3);
-    p.table.apply_batch(&marker(PID, 1, 200), 2_000);
+    p.table.apply_batch(&marker(PID, 1, 200), None, 2_000);
     let entry = p.table.get(PID).expect("entry");
     assert_eq!(entry.producer_epoch, 1);
     assert!(entry.batches.is_empty());
@@ -386,7 +386,7 @@ fn given_a_marker_of_the_current_epoch_then_the_cache_is_kept() {
     let mut p = Partition::new();
     p.produce(PID, 0, 0, 3);
     let before = p.cached(PID);
-    p.table.apply_batch(&marker(PID, 0, 200), 2_000);
+    p.table.apply_batch(&marker(PID, 0, 200), None, 2_000);
     assert_eq!(p.cached(PID), before);
     assert_eq!(p.table.check(PID, 0, 3, 3), Decision::Append);
 }
@@ -402,7 +402,7 @@ fn given_a_stored_batch_when_applied_then_its_header_gives_sequences_and_offsets
     };
     let header = stored_header(producer, 0, 3, 1_000);
     let mut table = ProducerStateTable::new();
-    table.apply_batch(&header, 9_999);
+    table.apply_batch(&header, None, 9_999);
     let entry = table.get(PID).expect("entry");
     assert_eq!(entry.producer_epoch, 2);
     assert_eq!(entry.last_update_ms, 9_999);
@@ -426,13 +426,13 @@ fn given_a_stored_batch_when_applied_then_its_header_gives_sequences_and_offsets
 #[test]
 fn given_batches_without_producer_id_or_sequence_when_applied_then_nothing_is_tracked() {
     let mut table = ProducerStateTable::new();
-    table.apply_batch(&stored_header(ProducerInfo::NONE, 0, 2, 0), 1);
+    table.apply_batch(&stored_header(ProducerInfo::NONE, 0, 2, 0), None, 1);
     let no_sequence = ProducerInfo {
         producer_id: PID,
         producer_epoch: 0,
         base_sequence: batch::NO_SEQUENCE,
     };
-    table.apply_batch(&stored_header(no_sequence, 0, 1, 2), 1);
+    table.apply_batch(&stored_header(no_sequence, 0, 1, 2), None, 1);
     assert!(table.is_empty());
 }
 
@@ -496,7 +496,7 @@ fn rich_table() -> ProducerStateTable {
     }
     p.produce(2, 4, 0, 1);
     p.table.apply(3, 1, meta(i32::MAX - 1, 0, 900, 902), 77);
-    p.table.apply_batch(&marker(4, 9, 1_000), 88);
+    p.table.apply_batch(&marker(4, 9, 1_000), None, 88);
     p.table.apply(
         i64::MAX,
         i16::MAX,
@@ -562,10 +562,10 @@ fn given_a_snapshot_when_truncated_or_extended_then_decoding_fails() {
 #[test]
 fn given_a_snapshot_with_an_unknown_version_then_the_version_is_reported() {
     let mut bytes = ProducerStateTable::new().encode_snapshot();
-    bytes[5] = 2;
+    bytes[5] = 9;
     assert!(matches!(
         ProducerStateTable::decode_snapshot(&bytes),
-        Err(SnapshotError::UnsupportedVersion(2))
+        Err(SnapshotError::UnsupportedVersion(9))
     ));
     assert!(matches!(
         ProducerStateTable::decode_snapshot(b"nope, not a snapshot"),
@@ -585,9 +585,9 @@ fn given_a_well_sealed_but_inconsistent_snapshot_then_decoding_fails() {
     let mut table = ProducerStateTable::new();
     table.apply(1, 0, meta(0, 0, 0, 0), 0);
     let bytes = table.encode_snapshot();
-    // More than five batches claimed.
+    // More than five batches claimed (the count follows the 30 fixed bytes of an entry).
     let mut too_many = bytes.clone();
-    too_many[14 + 18] = 6;
+    too_many[14 + 30] = 6;
     assert!(matches!(
         ProducerStateTable::decode_snapshot(&reseal(too_many)),
         Err(SnapshotError::Malformed(_))
@@ -758,7 +758,7 @@ fn given_random_produce_traffic_then_the_table_decides_like_the_naive_model() {
             let current = model.producers.get(&pid).map_or(0, |p| p.epoch);
             if rng.below(200) == 0 {
                 let epoch = current + 1;
-                table.apply_batch(&marker(pid, epoch, next_offset), now);
+                table.apply_batch(&marker(pid, epoch, next_offset), None, now);
                 model.marker(pid, epoch, now);
                 next_offset += 1;
                 continue;
@@ -806,6 +806,7 @@ fn given_random_produce_traffic_then_the_table_decides_like_the_naive_model() {
                 Decision::OutOfOrder { .. } => "out_of_order",
                 Decision::InvalidEpoch { .. } => "invalid_epoch",
                 Decision::UnknownProducerId => "unknown",
+                Decision::InvalidTxnState(_) => unreachable!("no transactions in this model"),
             };
             *decisions.entry(kind).or_default() += 1;
             if got == Decision::Append {

@@ -1,8 +1,13 @@
-//! One partition on this broker: its log, its producer state, and the rule that ties
-//! them together: a batch is checked against the producer state and appended under one
-//! lock, so a duplicate can never be appended twice. With `every-append` flushing,
-//! concurrent appends share one fsync (group commit) and the high watermark only
-//! covers what is on disk, so a consumer never sees a record a crash could take back.
+//! One partition on this broker: its log, its producer state, its transaction index,
+//! and the rule that ties them together: a batch (or transaction marker) is checked
+//! against the producer state and appended under one lock, so a duplicate can never be
+//! appended twice and a transaction never left open by accident. With `every-append`
+//! flushing, concurrent appends share one fsync (group commit) and the high watermark
+//! only covers what is on disk, so a consumer never sees a record a crash could take
+//! back. The last stable offset (LSO) bounds what read_committed consumers see.
+
+mod consumer_read;
+mod marker;
 
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
@@ -11,6 +16,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use idem_proto::batch::{self, BatchHeader};
+use idem_proto::control::{self, ControlMarker};
 use tokio::sync::watch;
 
 use crate::error::BrokerError;
@@ -18,6 +24,10 @@ use crate::log::{AppendInfo, FlushPolicy, LogConfig, PartitionLog};
 use crate::producer_state::{self, BatchMetadata, Decision, ProducerStateTable};
 use crate::replication::epoch_history::EpochHistory;
 use crate::replication::replica_set::{ReplicaSet, Role};
+use crate::txn_index::TxnIndex;
+
+pub use consumer_read::{stored_batches, ConsumerRead};
+pub use marker::OpenTransaction;
 
 /// `acks` value asking for every in-sync replica.
 pub const ACKS_ALL: i32 = -1;
@@ -45,11 +55,14 @@ pub struct PartitionOffsets {
     pub log_start_offset: i64,
     pub high_watermark: i64,
     pub log_end_offset: i64,
+    /// Where read_committed consumers stop (<= the high watermark).
+    pub last_stable_offset: i64,
 }
 
 struct PartitionInner {
     log: PartitionLog,
     producers: ProducerStateTable,
+    txns: TxnIndex,
 }
 
 pub struct Partition {
@@ -62,6 +75,8 @@ pub struct Partition {
     durable: tokio::sync::Mutex<i64>,
     /// The high watermark; fetches wait on it for new data.
     high_watermark: watch::Sender<i64>,
+    /// The last stable offset; read_committed fetches wait on it.
+    last_stable: watch::Sender<i64>,
     /// The log end (everything appended, durable or not); followers wait on it.
     log_end: watch::Sender<i64>,
     /// What this broker has made durable itself: the leader's own bound on the HW.
@@ -84,18 +99,25 @@ impl Partition {
         // The log reports any torn tail it cut (a warning with the reason).
         let (log, _report) = PartitionLog::open(dir, settings.log.clone())?;
         let producers = rebuild_producer_state(dir, &log, now_ms())?;
-        let epochs = epoch_history(&log)?;
         let log_end = log.log_end_offset();
+        // Opening makes the whole log visible (see `high_watermark` below).
+        let (epochs, txns) = epochs_and_transactions(&log, log_end)?;
         let (high_watermark, _) = watch::channel(log_end);
+        let (last_stable, _) = watch::channel(txns.last_stable_offset(log_end));
         let (log_end_watch, _) = watch::channel(log_end);
         Ok(Partition {
             topic: topic.to_string(),
             index,
             dir: dir.to_path_buf(),
             settings,
-            inner: Mutex::new(PartitionInner { log, producers }),
+            inner: Mutex::new(PartitionInner {
+                log,
+                producers,
+                txns,
+            }),
             durable: tokio::sync::Mutex::new(log_end),
             high_watermark,
+            last_stable,
             log_end: log_end_watch,
             local_end: AtomicI64::new(log_end),
             replicas: Mutex::new(ReplicaSet::sole(broker_id)),
@@ -198,14 +220,18 @@ impl Partition {
 
     /// Appends one batch (offsets are the log end's) and updates everything derived
     /// from the log the same way on leader and follower: the leader-epoch history, a
-    /// producer snapshot when a segment rolled, and the producer state, read from the
-    /// header as stored, so both replicas derive identical state from identical bytes.
+    /// producer snapshot when a segment rolled, the producer state and the transaction
+    /// index, read from the header as stored (and a control batch's marker), so both
+    /// replicas derive identical state from identical bytes.
     fn append_to_log(
         &self,
         inner: &mut PartitionInner,
         buf: &mut [u8],
         leader_epoch: i32,
     ) -> Result<AppendInfo, BrokerError> {
+        // Read the marker before appending: a control batch whose record cannot be read
+        // must not reach the log, where it would be a transaction end nobody can apply.
+        let marker = read_marker(buf)?;
         let info = inner.log.append(buf, leader_epoch)?;
         self.epoch_history().record(leader_epoch, info.base_offset);
         if let Some(rolled_at) = info.rolled_at {
@@ -215,8 +241,22 @@ impl Partition {
             }
         }
         let stored = batch::decode_header(buf)?;
-        inner.producers.apply_batch(&stored, now_ms());
+        inner.producers.apply_batch(&stored, marker, now_ms());
+        inner.txns.apply(&stored, marker);
+        inner.txns.prune_stable(*self.high_watermark.borrow());
+        self.publish_last_stable(inner);
         Ok(info)
+    }
+
+    /// Recomputes the LSO from the transaction index and the high watermark, waking
+    /// read_committed fetches when it moved. Called with the partition lock held.
+    fn publish_last_stable(&self, inner: &PartitionInner) {
+        let lso = inner.txns.last_stable_offset(*self.high_watermark.borrow());
+        self.last_stable.send_if_modified(|current| {
+            let moved = *current != lso;
+            *current = lso;
+            moved
+        });
     }
 
     fn replica_set(&self) -> MutexGuard<'_, ReplicaSet> {
@@ -342,7 +382,11 @@ impl Partition {
         inner.log.truncate_to(offset)?;
         self.epoch_history().truncate_from(offset);
         inner.producers = rebuild_producer_state(&self.dir, &inner.log, now_ms())?;
+        // A marker past the cut may have closed a transaction that is open again now:
+        // only a walk of what remains knows.
         let end = inner.log.log_end_offset();
+        let high_watermark = (*self.high_watermark.borrow()).min(end);
+        inner.txns = epochs_and_transactions(&inner.log, high_watermark)?.1;
         self.local_end.fetch_min(end, Ordering::SeqCst);
         self.log_end.send_replace(end);
         self.high_watermark.send_if_modified(|hw| {
@@ -352,6 +396,7 @@ impl Partition {
             }
             lowered
         });
+        self.publish_last_stable(&inner);
         tracing::warn!(topic = %self.topic, partition = self.index, offset, "truncated the log to match the leader");
         Ok(())
     }
@@ -416,33 +461,28 @@ impl Partition {
     }
 
     fn advance_high_watermark(&self, offset: i64) {
-        self.high_watermark.send_if_modified(|hw| {
+        let advanced = self.high_watermark.send_if_modified(|hw| {
             let advanced = offset > *hw;
             if advanced {
                 *hw = offset;
             }
             advanced
         });
-    }
-
-    /// Whole batches from the one containing `offset`, up to `max_bytes` (at least one
-    /// batch) and never past the high watermark.
-    pub fn read(&self, offset: i64, max_bytes: usize) -> Result<Vec<u8>, BrokerError> {
-        let inner = self.lock();
-        let high_watermark = *self.high_watermark.borrow();
-        check_in_range(&inner.log, offset)?;
-        if offset >= high_watermark {
-            return Ok(Vec::new());
+        if advanced {
+            let mut inner = self.lock();
+            inner.txns.prune_stable(offset);
+            self.publish_last_stable(&inner);
         }
-        Ok(inner.log.read(offset, max_bytes, high_watermark)?)
     }
 
     pub fn offsets(&self) -> PartitionOffsets {
         let inner = self.lock();
+        let high_watermark = *self.high_watermark.borrow();
         PartitionOffsets {
             log_start_offset: inner.log.log_start_offset(),
-            high_watermark: *self.high_watermark.borrow(),
+            high_watermark,
             log_end_offset: inner.log.log_end_offset(),
+            last_stable_offset: inner.txns.last_stable_offset(high_watermark),
         }
     }
 
@@ -451,8 +491,24 @@ impl Partition {
         self.high_watermark.subscribe()
     }
 
-    /// Forgets producers idle longer than the configured expiration (server clock).
+    /// A receiver that changes whenever the last stable offset moves.
+    pub fn watch_last_stable_offset(&self) -> watch::Receiver<i64> {
+        self.last_stable.subscribe()
+    }
+
+    /// Whether this partition's producers may expire: not in internal topics
+    /// (`__transaction_state`), where the producer epoch is the coordinator's fence and
+    /// forgetting it would let a deposed coordinator write again.
+    fn producers_expire(&self) -> bool {
+        !self.topic.starts_with("__")
+    }
+
+    /// Forgets producers idle longer than the configured expiration (server clock);
+    /// never a producer with an open transaction, never in an internal topic.
     pub fn expire_producers(&self, now_ms: i64) -> usize {
+        if !self.producers_expire() {
+            return 0;
+        }
         let expired = self
             .lock()
             .producers
@@ -483,18 +539,18 @@ impl Partition {
     }
 }
 
-/// Control batches come only from a transaction coordinator and transactional batches
-/// only inside an open transaction; neither exists on this broker yet, so both are
-/// refused before they can leave a transaction hanging.
+/// Control batches are written only through `WriteTxnMarkers` (the coordinator), never
+/// produced; a transactional batch needs a producer id (whether its transaction is open
+/// is the producer state's call).
 fn refuse_unsupported_batch(header: &BatchHeader) -> Result<(), BrokerError> {
     if header.is_control() {
         return Err(BrokerError::InvalidRequest(
             "control batches are written only by the transaction coordinator".into(),
         ));
     }
-    if header.is_transactional() {
-        return Err(BrokerError::InvalidTxnState(
-            "transactional batch outside a registered open transaction".into(),
+    if header.is_transactional() && !header.has_producer_id() {
+        return Err(BrokerError::InvalidRequest(
+            "a transactional batch needs a producer id".into(),
         ));
     }
     if header.has_producer_id() && (header.base_sequence < 0 || header.producer_epoch < 0) {
@@ -515,11 +571,12 @@ fn check_producer(
         return Ok(None);
     }
     let producer_id = header.producer_id;
-    match producers.check(
+    match producers.check_data(
         producer_id,
         header.producer_epoch,
         header.base_sequence,
         header.last_sequence(),
+        header.is_transactional(),
     ) {
         Decision::Append => Ok(None),
         Decision::Duplicate(original) => Ok(Some(original)),
@@ -537,7 +594,20 @@ fn check_producer(
             producer_id,
             sequence: header.base_sequence,
         }),
+        Decision::InvalidTxnState(refusal) => Err(BrokerError::InvalidTxnState {
+            producer_id,
+            refusal,
+        }),
     }
+}
+
+/// What a control batch says; `None` for data batches.
+fn read_marker(buf: &[u8]) -> Result<Option<ControlMarker>, BrokerError> {
+    let header = batch::decode_header(buf)?;
+    if !header.is_control() {
+        return Ok(None);
+    }
+    Ok(Some(control::decode_control(buf)?))
 }
 
 /// A fetch position must lie within the log (the end itself included); returns the end.
@@ -553,14 +623,29 @@ fn check_in_range(log: &PartitionLog, offset: i64) -> Result<i64, BrokerError> {
     Ok(log_end)
 }
 
-/// The epoch history of a log, from its batch headers.
-fn epoch_history(log: &PartitionLog) -> Result<EpochHistory, BrokerError> {
+/// The epoch history and the transaction index of a log, in one walk of its batch
+/// headers (and control records). Completed transactions whose marker is below
+/// `high_watermark` are dropped as the walk goes, so a long log's history of committed
+/// transactions is never held at once.
+fn epochs_and_transactions(
+    log: &PartitionLog,
+    high_watermark: i64,
+) -> Result<(EpochHistory, TxnIndex), BrokerError> {
+    const PRUNE_EVERY: usize = 1024;
     let mut history = EpochHistory::default();
-    log.for_each_header(log.log_start_offset(), |header| {
+    let mut txns = TxnIndex::new();
+    let mut walked = 0usize;
+    log.for_each_batch(log.log_start_offset(), |header, marker| {
         history.record(header.partition_leader_epoch, header.base_offset);
+        txns.apply(header, marker);
+        walked += 1;
+        if walked.is_multiple_of(PRUNE_EVERY) {
+            txns.prune_stable(high_watermark);
+        }
         ControlFlow::Continue(())
     })?;
-    Ok(history)
+    txns.prune_stable(high_watermark);
+    Ok((history, txns))
 }
 
 fn rebuild_producer_state(
@@ -579,9 +664,9 @@ fn rebuild_producer_state(
         }
     };
     let mut replayed = 0usize;
-    log.for_each_header(from, |header| {
+    log.for_each_batch(from, |header, marker| {
         if header.base_offset >= from {
-            table.apply_batch(header, now_ms);
+            table.apply_batch(header, marker, now_ms);
             replayed += 1;
         }
         ControlFlow::Continue(())

@@ -1,0 +1,137 @@
+//! The transaction rules of a partition (docs/transactions.md, "Broker rules"): which
+//! transaction markers and which data batches a producer's state admits. Pure deciders
+//! over [`ProducerStateTable`]; the partition appends only on `Append` and then records
+//! the stored batch with [`ProducerStateTable::apply_batch`].
+//!
+//! Invariant kept: a partition holds an open transaction of `(pid, e)` only after a BEGIN
+//! of `(pid, e)` was appended, transactional data of `(pid, e)` is accepted only while that
+//! transaction is open, and nothing but a COMMIT/ABORT marker closes it.
+
+use idem_proto::v1::ControlType;
+
+use super::{Decision, ProducerStateTable};
+
+/// Why a batch or marker does not fit the producer's transaction state
+/// (`INVALID_TXN_STATE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum TxnRefusal {
+    /// Transactional data, but no transaction of the batch's epoch is open here: the
+    /// partition was never added to the transaction, or the transaction already ended.
+    #[error("transactional batch of epoch {epoch} outside a transaction this partition began")]
+    NotInTransaction { epoch: i16 },
+    /// Non-transactional data from a producer whose transaction is open here.
+    #[error(
+        "non-transactional batch while the producer's transaction of epoch {open_epoch} is open"
+    )]
+    TransactionOpen { open_epoch: i16 },
+    /// A BEGIN of a newer epoch while an older transaction is still open: closing it
+    /// silently would lose its outcome, so only its COMMIT/ABORT may end it.
+    #[error(
+        "BEGIN of epoch {begin_epoch} while the transaction of epoch {open_epoch} is still open"
+    )]
+    OpenAtLowerEpoch { open_epoch: i16, begin_epoch: i16 },
+}
+
+/// What to do with a transaction marker (`WriteTxnMarkers`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MarkerDecision {
+    /// Append the control batch, then apply it.
+    Append,
+    /// A retry whose effect is already in the log: success, nothing appended.
+    AlreadyApplied,
+    /// `INVALID_PRODUCER_EPOCH`: the marker is older than the producer's epoch here.
+    InvalidEpoch { current: i16, got: i16 },
+    /// `TRANSACTION_COORDINATOR_FENCED`: a coordinator with a newer epoch wrote a marker
+    /// for this producer already.
+    CoordinatorFenced { current: i32, got: i32 },
+    /// `INVALID_TXN_STATE`.
+    InvalidTxnState(TxnRefusal),
+}
+
+impl ProducerStateTable {
+    /// [`check`](Self::check) plus the transaction rules for a data batch:
+    /// transactional data needs an open transaction of its epoch; non-transactional data
+    /// of a producer with an open transaction is refused. A stale epoch is
+    /// `InvalidEpoch` first, so a late batch of a transaction that a marker closed (and
+    /// whose epoch the marker bumped) is fenced like any zombie.
+    pub fn check_data(
+        &self,
+        producer_id: i64,
+        producer_epoch: i16,
+        first_seq: i32,
+        last_seq: i32,
+        transactional: bool,
+    ) -> Decision {
+        let entry = self.get(producer_id);
+        if let Some(entry) = entry {
+            if producer_epoch < entry.producer_epoch {
+                return Decision::InvalidEpoch {
+                    current: entry.producer_epoch,
+                    got: producer_epoch,
+                };
+            }
+        }
+        let open_epoch = entry
+            .filter(|e| e.in_transaction())
+            .map(|e| e.producer_epoch);
+        if transactional && open_epoch != Some(producer_epoch) {
+            return Decision::InvalidTxnState(TxnRefusal::NotInTransaction {
+                epoch: producer_epoch,
+            });
+        }
+        if !transactional {
+            if let Some(open_epoch) = open_epoch {
+                return Decision::InvalidTxnState(TxnRefusal::TransactionOpen { open_epoch });
+            }
+        }
+        self.check(producer_id, producer_epoch, first_seq, last_seq)
+    }
+
+    /// Decides a marker of `control_type` for `producer_id` at `producer_epoch` from a
+    /// coordinator at `coordinator_epoch`. BEGIN carries the transaction's epoch,
+    /// COMMIT/ABORT the epoch the producer moves to. A retry whose effect is in the log
+    /// already is `AlreadyApplied`, so the coordinator may resend markers freely.
+    pub fn check_marker(
+        &self,
+        producer_id: i64,
+        producer_epoch: i16,
+        control_type: ControlType,
+        coordinator_epoch: i32,
+    ) -> MarkerDecision {
+        let Some(entry) = self.get(producer_id) else {
+            // Never seen (or expired without a transaction): BEGIN opens one; a lone
+            // COMMIT/ABORT (its BEGIN never reached this partition) only fences the epoch.
+            return MarkerDecision::Append;
+        };
+        if producer_epoch < entry.producer_epoch {
+            return MarkerDecision::InvalidEpoch {
+                current: entry.producer_epoch,
+                got: producer_epoch,
+            };
+        }
+        if coordinator_epoch < entry.coordinator_epoch {
+            return MarkerDecision::CoordinatorFenced {
+                current: entry.coordinator_epoch,
+                got: coordinator_epoch,
+            };
+        }
+        let open = entry.in_transaction();
+        match control_type {
+            ControlType::Begin if open && entry.producer_epoch == producer_epoch => {
+                MarkerDecision::AlreadyApplied
+            }
+            ControlType::Begin if open => {
+                MarkerDecision::InvalidTxnState(TxnRefusal::OpenAtLowerEpoch {
+                    open_epoch: entry.producer_epoch,
+                    begin_epoch: producer_epoch,
+                })
+            }
+            ControlType::Commit | ControlType::Abort
+                if !open && entry.producer_epoch == producer_epoch =>
+            {
+                MarkerDecision::AlreadyApplied
+            }
+            ControlType::Begin | ControlType::Commit | ControlType::Abort => MarkerDecision::Append,
+        }
+    }
+}
