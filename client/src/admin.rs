@@ -3,7 +3,10 @@
 //! broker and its broker errors come back untouched (not retried), so the caller sees
 //! exactly what the broker decided; `metadata` asks any broker; `list_offsets` asks the
 //! partition's leader and retries only answers that were lost or came from a broker
-//! that no longer leads (after refreshing the metadata).
+//! that no longer leads (after refreshing the metadata). Transactions: see
+//! [`transactions`].
+
+pub mod transactions;
 
 use crate::connection::{Connection, DEFAULT_REQUEST_TIMEOUT};
 use crate::consumer::Isolation;

@@ -1,9 +1,11 @@
 //! Reads assigned partitions from a position the caller controls. `poll` fetches every
 //! assigned partition from its leader (one request per leader, sent concurrently),
-//! verifies each batch's CRC, drops control batches and the records of a batch that lie
-//! before the fetch position, and advances each position past what it returns — and
-//! only then. Data that fails its CRC or does not parse is an error and the position
-//! stays before it: nothing is ever silently skipped.
+//! verifies each batch's CRC, drops control batches (the broker sends none to consumers;
+//! dropped anyway) and the records of a batch that lie before the fetch position, and
+//! advances each position past what it returns, or to the answer's `next_fetch_offset`
+//! when that is further (the broker examined and filtered batches past them: aborted
+//! data, markers) — and only then. Data that fails its CRC or does not parse is an
+//! error and the position stays before it: nothing is ever silently skipped.
 //!
 //! A leader that does not answer, or a broker that says it does not lead a partition,
 //! makes the consumer refresh its metadata and fetch again (a fetch is safe to repeat;
@@ -420,8 +422,9 @@ impl Consumer {
                     None => {
                         let decoded =
                             decode_fetched(&topic.name, p.partition, fetch_offset, &p.records);
+                        let next = next_position(&decoded, p.next_fetch_offset);
                         round.records.extend(decoded.records);
-                        self.assignments[idx].position = Position::At(decoded.next_offset);
+                        self.assignments[idx].position = Position::At(next);
                         decoded.error.map_or(Ok(()), Err)
                     }
                     // A leader that moved, or one that does not know a partition the
@@ -514,6 +517,17 @@ struct Decoded {
     next_offset: i64,
     /// A batch that failed its CRC or did not parse; the position stays before it.
     error: Option<ClientError>,
+}
+
+/// Where the partition's next fetch starts: past the returned batches, or at the
+/// broker's `next_fetch_offset` when it examined (and filtered out) more — but never
+/// past a batch that failed to decode, which must be reported, not skipped.
+fn next_position(decoded: &Decoded, next_fetch_offset: i64) -> i64 {
+    if decoded.error.is_some() {
+        decoded.next_offset
+    } else {
+        decoded.next_offset.max(next_fetch_offset)
+    }
 }
 
 fn decode_fetched(topic: &str, partition: i32, fetch_offset: i64, bytes: &[u8]) -> Decoded {
@@ -661,6 +675,28 @@ mod tests {
         assert!(d.records.is_empty());
         assert_eq!(d.next_offset, 5);
         assert!(matches!(d.error, Some(ClientError::Corrupt { .. })));
+    }
+
+    #[test]
+    fn next_fetch_offset_moves_the_position_past_filtered_batches_even_with_no_records() {
+        let empty = decode_fetched("t", 0, 7, &[]);
+        // Aborted batches and markers examined up to 12, nothing returned.
+        assert_eq!(next_position(&empty, 12), 12);
+        // Unset (0) or behind what was returned: the returned batches decide.
+        let d = decode_fetched("t", 0, 7, &batch_at(7, 0, &["a", "b"]));
+        assert_eq!(next_position(&d, 0), 9);
+        assert_eq!(next_position(&d, 8), 9);
+        assert_eq!(next_position(&d, 20), 20);
+    }
+
+    #[test]
+    fn next_fetch_offset_never_skips_a_corrupt_batch() {
+        let mut bad = batch_at(7, 0, &["a"]);
+        let last = bad.len() - 1;
+        bad[last] ^= 0xff;
+        let d = decode_fetched("t", 0, 7, &bad);
+        assert!(d.error.is_some());
+        assert_eq!(next_position(&d, 30), 7);
     }
 
     #[test]

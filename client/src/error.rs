@@ -83,6 +83,14 @@ pub enum ClientError {
     /// The broker's answer does not follow the protocol (e.g. a missing partition).
     #[error("protocol violation: {0}")]
     Protocol(String),
+    /// A transactional producer call that does not fit the producer's state (e.g.
+    /// `send` before `begin`, `begin` twice); nothing changed.
+    #[error("illegal transactional state: {0}")]
+    IllegalState(String),
+    /// The open transaction cannot commit (a send of it failed, or the coordinator
+    /// refused it): the caller aborts it. The cause is inside.
+    #[error("the transaction must be aborted: {0}")]
+    TxnAbortable(Box<ClientError>),
 }
 
 impl ClientError {
@@ -107,6 +115,7 @@ impl ClientError {
     pub fn code(&self) -> Option<ErrorCode> {
         match self {
             ClientError::Broker { code, .. } => Some(*code),
+            ClientError::TxnAbortable(cause) => cause.code(),
             _ => None,
         }
     }
@@ -121,6 +130,7 @@ impl ClientError {
             } => *possibly_written,
             ClientError::Broker { code, .. } => may_have_written(*code),
             ClientError::Protocol(_) => true,
+            ClientError::TxnAbortable(cause) => cause.possibly_written(),
             _ => false,
         }
     }
@@ -187,6 +197,7 @@ pub fn is_retriable(code: ErrorCode) -> bool {
             | E::NotEnoughReplicas
             | E::NotEnoughReplicasAfterAppend
             | E::CoordinatorLoadInProgress
+            | E::CoordinatorNotAvailable
             | E::NotCoordinator
             | E::FencedLeaderEpoch
             | E::ConcurrentTransactions

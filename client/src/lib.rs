@@ -1,5 +1,6 @@
 //! idem's Rust SDK: a [`Producer`] with the three delivery modes (at-most-once,
-//! at-least-once, exactly-once per partition), a [`Consumer`] with read-committed and
+//! at-least-once, exactly-once per partition), a [`TransactionalProducer`] whose
+//! transactions span partitions, a [`Consumer`] with read-committed and
 //! read-uncommitted isolation, and an [`Admin`] client. It knows only the wire
 //! (`idem-proto`), never the servers.
 //!
@@ -20,23 +21,55 @@
 //! ```
 //!
 //! Errors are [`ClientError`]: [`ClientError::retried`] says whether the SDK already
-//! retried, [`ClientError::possibly_written`] whether a failed record may be in the log.
+//! retried, [`ClientError::possibly_written`] whether a failed record may be in the log,
+//! [`ClientError::txn_class`] what a transactional producer's caller does next.
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), idem_client::ClientError> {
+//! use idem_client::{ProducerRecord, TransactionalConfig, TransactionalProducer, TxnErrorClass};
+//!
+//! let producer =
+//!     TransactionalProducer::connect(TransactionalConfig::new("127.0.0.1:9092", "orders-app"))
+//!         .await?;
+//! producer.init_transactions().await?; // fences any older instance of "orders-app"
+//! producer.begin()?;
+//! producer.send(ProducerRecord::new("orders", "o-1")).await?;
+//! producer.send(ProducerRecord::new("payments", "p-1")).await?;
+//! match producer.commit().await {
+//!     Ok(()) => {}
+//!     Err(e) if e.txn_class() == TxnErrorClass::Abortable => producer.abort().await?,
+//!     Err(e) => return Err(e), // fenced: this instance is done
+//! }
+//! # Ok(()) }
+//! ```
 
 pub mod admin;
 pub mod connection;
 pub mod consumer;
+mod coordinator;
 pub mod error;
 pub mod metadata;
 pub mod partitioner;
 pub mod producer;
 pub mod refresh;
+pub mod transactional;
 
+pub use admin::transactions::{
+    HangingReason, HangingTransaction, OpenTransaction, TopicPartition, TransactionDescription,
+    TransactionState,
+};
 pub use admin::{Admin, NewTopic, OffsetSpec};
 pub use connection::Connection;
 pub use consumer::{Consumer, ConsumerConfig, ConsumerRecord, Isolation};
 pub use error::ClientError;
 pub use idem_proto::ErrorCode;
-pub use metadata::{BrokerMetadata, ClusterMetadata, PartitionMetadata, Route, TopicMetadata};
+pub use metadata::{
+    BrokerMetadata, ClusterMetadata, CoordinatorMetadata, PartitionMetadata, Route, TopicMetadata,
+};
 pub use producer::config::{Delivery, ProducerConfig};
 pub use producer::inflight::ProducerIdAndEpoch;
 pub use producer::{DeliveryFuture, Producer, ProducerRecord, RecordMetadata};
+pub use transactional::config::TransactionalConfig;
+pub use transactional::errors::TxnErrorClass;
+pub use transactional::state::TxnState;
+pub use transactional::TransactionalProducer;

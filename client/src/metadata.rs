@@ -43,12 +43,22 @@ pub struct TopicMetadata {
     pub partitions: Vec<PartitionMetadata>,
 }
 
+/// A live transaction coordinator the client can dial for `TxnCoordinator`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CoordinatorMetadata {
+    pub coordinator_id: i32,
+    /// `host:port`.
+    pub address: String,
+}
+
 /// The answer to a metadata request.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ClusterMetadata {
     pub brokers: Vec<BrokerMetadata>,
     pub topics: Vec<TopicMetadata>,
     pub controller_id: i32,
+    /// Live transaction coordinators (empty when the cluster runs none).
+    pub coordinators: Vec<CoordinatorMetadata>,
 }
 
 impl ClusterMetadata {
@@ -106,6 +116,14 @@ impl From<proto::MetadataResponse> for ClusterMetadata {
                 })
                 .collect(),
             controller_id: m.controller_id,
+            coordinators: m
+                .coordinators
+                .into_iter()
+                .map(|c| CoordinatorMetadata {
+                    coordinator_id: c.coordinator_id,
+                    address: c.address,
+                })
+                .collect(),
         }
     }
 }
@@ -352,6 +370,7 @@ mod tests {
                     .collect(),
             }],
             controller_id: 1,
+            coordinators: Vec::new(),
         }
     }
 

@@ -34,6 +34,13 @@
 //!   late refusal never reaches this core as a current attempt: the batch was already
 //!   completed, and its answers are ignored as stale. `INVALID_PRODUCER_EPOCH` for a
 //!   batch of the current epoch is fatal for that batch (something fenced this epoch).
+//!
+//! Transactional mode (`InflightConfig::transactional`): the same ordering rules, and
+//! batches carry the transactional attribute; the producer identity belongs to the
+//! transaction, so the partition never bumps its epoch itself. Where the idempotent
+//! mode would move to a new epoch, the partition is **broken** instead: every
+//! unacknowledged batch and every later one fails with the error that broke it, and the
+//! caller must abort the transaction (whose marker bumps the epoch for everyone).
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -63,6 +70,10 @@ pub struct InflightConfig {
     pub max_in_flight: usize,
     pub delivery_timeout: Duration,
     pub retry_backoff: Duration,
+    /// Batches belong to a transaction (exactly-once delivery only): they carry
+    /// `ATTR_TRANSACTIONAL`, and a broken sequence fails the partition instead of
+    /// bumping the epoch.
+    pub transactional: bool,
 }
 
 impl From<&ProducerConfig> for InflightConfig {
@@ -72,6 +83,18 @@ impl From<&ProducerConfig> for InflightConfig {
             max_in_flight: c.max_in_flight,
             delivery_timeout: c.delivery_timeout,
             retry_backoff: c.retry_backoff,
+            transactional: false,
+        }
+    }
+}
+
+impl InflightConfig {
+    /// The attributes every data batch is encoded with.
+    fn attributes(&self) -> u16 {
+        if self.transactional {
+            batch::ATTR_TRANSACTIONAL
+        } else {
+            0
         }
     }
 }
@@ -138,6 +161,9 @@ pub enum Phase {
     Retrying,
     /// Waiting for a producer id or a new epoch of it; nothing is sent.
     AwaitingProducerId,
+    /// Transactional mode only: the sequence cannot continue under the transaction's
+    /// identity. Every batch fails at once with the error that broke it.
+    Broken,
 }
 
 #[derive(Debug)]
@@ -191,6 +217,8 @@ pub struct PartitionInflight {
     in_flight: usize,
     next_id: u64,
     buffered_bytes: usize,
+    /// Transactional mode: why the sequence broke (the first such error).
+    broken_by: Option<ClientError>,
     out: Vec<Command>,
 }
 
@@ -208,6 +236,7 @@ impl PartitionInflight {
             in_flight: 0,
             next_id: 0,
             buffered_bytes: 0,
+            broken_by: None,
             out: Vec::new(),
         };
         if config.delivery.idempotent() {
@@ -243,6 +272,13 @@ impl PartitionInflight {
             self.out.push(Command::Complete {
                 batch: id,
                 result: Err(ClientError::Fatal("empty batch".into())),
+            });
+            return (id, self.take());
+        }
+        if let (Phase::Broken, Some(cause)) = (self.phase, &self.broken_by) {
+            self.out.push(Command::Complete {
+                batch: id,
+                result: Err(cause.clone()),
             });
             return (id, self.take());
         }
@@ -330,8 +366,8 @@ impl PartitionInflight {
                     ErrorClass::OutOfOrderSequence | ErrorClass::NeedsNewProducerId
                         if idempotent =>
                     {
-                        self.queue[idx].last_error = Some(err);
-                        self.start_draining(true);
+                        self.queue[idx].last_error = Some(err.clone());
+                        self.break_sequence(err);
                     }
                     _ => self.give_up(idx, err),
                 }
@@ -437,9 +473,19 @@ impl PartitionInflight {
         self.start_draining(false);
     }
 
+    /// The sequence cannot continue under the current identity: drain, then move to a
+    /// new epoch (idempotent) or break the partition (transactional, see the module doc).
+    fn break_sequence(&mut self, cause: ClientError) {
+        if self.config.transactional {
+            self.broken_by.get_or_insert(cause);
+        }
+        self.start_draining(true);
+    }
+
     fn start_draining(&mut self, new_producer_id: bool) {
         self.phase = match self.phase {
             Phase::AwaitingProducerId => Phase::AwaitingProducerId,
+            Phase::Broken => Phase::Broken,
             Phase::Draining {
                 new_producer_id: already,
             } => Phase::Draining {
@@ -456,11 +502,17 @@ impl PartitionInflight {
         };
         self.buffered_bytes -= entry.size;
         tracing::debug!(batch = entry.id.0, error = %err, "batch failed");
+        if self.config.transactional {
+            // Every failed batch breaks the transaction, assigned a sequence or not.
+            self.broken_by.get_or_insert(err.clone());
+        }
         self.out.push(Command::Complete {
             batch: entry.id,
             result: Err(err),
         });
-        if self.config.delivery.idempotent() && entry.assigned.is_some() {
+        if self.config.transactional {
+            self.start_draining(true);
+        } else if self.config.delivery.idempotent() && entry.assigned.is_some() {
             // Its sequence is now a hole (nothing after it can be appended under this
             // producer id) or unresolved (it may be in the log): either way the
             // partition cannot continue this sequence.
@@ -479,7 +531,9 @@ impl PartitionInflight {
         loop {
             if let Phase::Draining { new_producer_id } = self.phase {
                 if self.in_flight == 0 {
-                    if new_producer_id && self.config.delivery.idempotent() {
+                    if new_producer_id && self.config.transactional {
+                        self.fail_broken();
+                    } else if new_producer_id && self.config.delivery.idempotent() {
                         self.switch_producer_id();
                     } else {
                         self.phase = Phase::Retrying;
@@ -568,6 +622,22 @@ impl PartitionInflight {
         self.out.push(command);
     }
 
+    /// Transactional mode, nothing in flight: fail every queued batch with the cause
+    /// and refuse every later one. A batch that may have been written stays in the
+    /// transaction, which the caller aborts.
+    fn fail_broken(&mut self) {
+        let cause = self.broken_by.clone().unwrap_or_else(|| {
+            ClientError::Fatal("the partition's transactional sequence broke".into())
+        });
+        tracing::info!(error = %cause, "transactional partition broken; the transaction must be aborted");
+        while !self.queue.is_empty() {
+            self.fail_removed(0, cause.clone());
+        }
+        self.broken_by = Some(cause);
+        self.retry_at = None;
+        self.phase = Phase::Broken;
+    }
+
     fn fail_removed(&mut self, idx: usize, err: ClientError) {
         if let Some(entry) = self.queue.remove(idx) {
             self.buffered_bytes -= entry.size;
@@ -618,7 +688,7 @@ impl PartitionInflight {
                         self.retry_at = None;
                     }
                 },
-                Phase::Draining { .. } | Phase::AwaitingProducerId => return,
+                Phase::Draining { .. } | Phase::AwaitingProducerId | Phase::Broken => return,
             }
         }
     }
@@ -652,7 +722,7 @@ impl PartitionInflight {
         let records = match &entry.payload {
             Payload::Encoded(bytes) => bytes.clone(),
             Payload::Records(records) => {
-                let bytes = batch::encode(info, 0, records);
+                let bytes = batch::encode(info, self.config.attributes(), records);
                 entry.payload = Payload::Encoded(bytes.clone());
                 bytes
             }

@@ -7,7 +7,7 @@
 pub mod accumulator;
 pub mod config;
 pub mod inflight;
-mod sender;
+pub(crate) mod sender;
 
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
@@ -87,6 +87,12 @@ impl ProducerRecord {
 #[must_use = "a record's outcome is only known by awaiting its DeliveryFuture"]
 pub struct DeliveryFuture {
     rx: oneshot::Receiver<Result<RecordMetadata, ClientError>>,
+}
+
+impl DeliveryFuture {
+    pub(crate) fn new(rx: oneshot::Receiver<Result<RecordMetadata, ClientError>>) -> Self {
+        DeliveryFuture { rx }
+    }
 }
 
 impl Future for DeliveryFuture {
@@ -196,25 +202,7 @@ impl Producer {
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(ClientError::Closed);
         }
-        let ProducerRecord {
-            topic,
-            partition,
-            key,
-            value,
-            headers,
-            timestamp_ms,
-        } = record;
-        let record = Record {
-            key,
-            value,
-            headers,
-            timestamp_ms: timestamp_ms.unwrap_or_else(now_ms),
-        };
-        let size = record_size(&record);
-        let max = MAX_MESSAGE_BYTES - HEADER_LEN - 4096;
-        if size > max {
-            return Err(ClientError::RecordTooLarge { size, max });
-        }
+        let (topic, partition, record, size) = prepare(record)?;
         let count = self.inner.conn.partition_count(&topic).await?;
         let partition = match partition {
             Some(p) if (0..count).contains(&p) => p,
@@ -309,6 +297,7 @@ impl Producer {
             self.inner.conn.clone(),
             self.inner.config.clone(),
             self.inner.producer,
+            None,
             rx,
         );
         if let Ok(mut tasks) = self.inner.tasks.lock() {
@@ -321,6 +310,33 @@ impl Producer {
             .insert(partition, tx.clone());
         Ok(tx)
     }
+}
+
+/// Splits a caller's record into its destination and the record as batched, stamped
+/// with the time of `send` when it has no timestamp; refuses one no batch can carry.
+pub(crate) fn prepare(
+    record: ProducerRecord,
+) -> Result<(String, Option<i32>, Record, usize), ClientError> {
+    let ProducerRecord {
+        topic,
+        partition,
+        key,
+        value,
+        headers,
+        timestamp_ms,
+    } = record;
+    let record = Record {
+        key,
+        value,
+        headers,
+        timestamp_ms: timestamp_ms.unwrap_or_else(now_ms),
+    };
+    let size = record_size(&record);
+    let max = MAX_MESSAGE_BYTES - HEADER_LEN - 4096;
+    if size > max {
+        return Err(ClientError::RecordTooLarge { size, max });
+    }
+    Ok((topic, partition, record, size))
 }
 
 fn now_ms() -> i64 {

@@ -5,7 +5,7 @@
 //! It decides nothing about ordering itself.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::future::{BoxFuture, OptionFuture};
@@ -38,6 +38,15 @@ pub(crate) enum PartitionMsg {
     Flush(oneshot::Sender<()>),
 }
 
+/// What ties a partition task to a transaction (transactional producer only): its
+/// produce requests carry the transactional id, its batches the transactional attribute,
+/// and the first batch failure is reported to the transaction, which can then not commit.
+#[derive(Debug, Clone)]
+pub(crate) struct TxnBinding {
+    pub transactional_id: Arc<str>,
+    pub failures: Arc<Mutex<Option<ClientError>>>,
+}
+
 /// How far in the future "no timer" is.
 const NO_TIMER: Duration = Duration::from_secs(3600);
 
@@ -46,6 +55,7 @@ pub(crate) struct PartitionSender {
     partition: i32,
     conn: Connection,
     config: Arc<ProducerConfig>,
+    txn: Option<TxnBinding>,
     rx: mpsc::Receiver<PartitionMsg>,
     accumulator: Accumulator<Ticket>,
     inflight: PartitionInflight,
@@ -73,16 +83,22 @@ impl PartitionSender {
         conn: Connection,
         config: Arc<ProducerConfig>,
         producer: Option<ProducerIdAndEpoch>,
+        txn: Option<TxnBinding>,
         rx: mpsc::Receiver<PartitionMsg>,
     ) -> tokio::task::JoinHandle<()> {
         let span = tracing::debug_span!("partition_sender", topic = %topic, partition);
+        let inflight_config = InflightConfig {
+            transactional: txn.is_some(),
+            ..InflightConfig::from(config.as_ref())
+        };
         let sender = PartitionSender {
             accumulator: Accumulator::new(config.batch_size, config.linger),
-            inflight: PartitionInflight::new(InflightConfig::from(config.as_ref()), producer),
+            inflight: PartitionInflight::new(inflight_config, producer),
             topic,
             partition,
             conn,
             config,
+            txn,
             rx,
             tickets: HashMap::new(),
             requests: FuturesUnordered::new(),
@@ -248,7 +264,11 @@ impl PartitionSender {
                 .request_timeout
                 .as_millis()
                 .min(i32::MAX as u128) as i32,
-            transactional_id: String::new(),
+            transactional_id: self
+                .txn
+                .as_ref()
+                .map(|t| t.transactional_id.to_string())
+                .unwrap_or_default(),
             topics: vec![TopicProduceData {
                 name: self.topic.to_string(),
                 partitions: vec![PartitionProduceData {
@@ -288,6 +308,11 @@ impl PartitionSender {
             }
             Err(e) => {
                 tracing::warn!(batch = batch.0, records = tickets.len(), error = %e, "batch failed");
+                if let Some(txn) = &self.txn {
+                    if let Ok(mut first) = txn.failures.lock() {
+                        first.get_or_insert_with(|| e.clone());
+                    }
+                }
                 for ticket in tickets {
                     let _ = ticket.send(Err(e.clone()));
                 }

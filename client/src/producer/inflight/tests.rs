@@ -21,6 +21,7 @@ fn config(delivery: Delivery) -> InflightConfig {
         max_in_flight: 5,
         delivery_timeout: Duration::from_secs(120),
         retry_backoff: Duration::from_millis(100),
+        transactional: false,
     }
 }
 
@@ -1307,4 +1308,152 @@ fn given_any_interleaving_then_at_least_once_loses_nothing_acknowledged() {
             }
         }
     }
+}
+
+// ---- transactional mode: same ordering, no epoch bumps, a broken sequence fails all ----
+
+fn transactional() -> Harness {
+    Harness::with(
+        InflightConfig {
+            transactional: true,
+            ..config(Delivery::ExactlyOnce)
+        },
+        Some(PID),
+    )
+}
+
+fn attributes(sent: &Sent) -> u16 {
+    batch::decode_header(&sent.records)
+        .expect("a valid batch")
+        .attributes
+}
+
+#[test]
+fn given_transactional_mode_then_batches_carry_the_transactional_attribute_and_sequences_from_zero()
+{
+    let mut h = transactional();
+    let a = h.push(0, 2);
+    let b = h.push(1, 3);
+    assert_eq!(h.sent_since(0), vec![a, b]);
+    for s in &h.sent {
+        assert_eq!(
+            attributes(s) & batch::ATTR_TRANSACTIONAL,
+            batch::ATTR_TRANSACTIONAL
+        );
+        assert_eq!(s.producer.producer_id, PID.producer_id);
+        assert_eq!(s.producer.producer_epoch, PID.producer_epoch);
+    }
+    let seqs: Vec<i32> = h.sent.iter().map(|s| s.producer.base_sequence).collect();
+    assert_eq!(seqs, vec![0, 2]);
+    h.ok(a, 10);
+    h.ok(b, 12);
+    assert_eq!((h.offset(a), h.offset(b)), (Some(10), Some(12)));
+    assert!(h.m.is_idle());
+}
+
+#[test]
+fn given_idempotent_mode_then_batches_are_not_transactional() {
+    let mut h = Harness::new(Delivery::ExactlyOnce);
+    h.push(0, 1);
+    assert_eq!(attributes(&h.sent[0]) & batch::ATTR_TRANSACTIONAL, 0);
+}
+
+#[test]
+fn given_transactional_mode_when_an_answer_is_lost_then_the_same_bytes_are_resent_in_order() {
+    let mut h = transactional();
+    let a = h.push(0, 1);
+    let b = h.push(1, 1);
+    let first_a = h.last_attempt(a);
+    h.lose(a);
+    h.ok(b, 1);
+    h.advance(Duration::from_millis(100));
+    let retry = h.last_attempt(a);
+    assert_eq!(retry.attempt, 2);
+    assert_eq!(retry.records, first_a.records);
+    h.ok(a, 0);
+    assert_eq!(h.offset(a), Some(0));
+    assert_eq!(
+        h.init_requests, 0,
+        "a transactional partition never asks for an identity"
+    );
+}
+
+#[test]
+fn given_transactional_mode_when_the_head_is_out_of_order_then_no_epoch_bump_and_every_batch_fails_with_the_cause(
+) {
+    let mut h = transactional();
+    let a = h.push(0, 1);
+    h.ok(a, 0);
+    let b = h.push(1, 1);
+    let c = h.push(2, 1);
+    h.reject(b, ErrorCode::OutOfOrderSequenceNumber);
+    // c is still in flight: nothing fails before it resolves.
+    assert!(!h.completed.contains_key(&c));
+    h.reject(c, ErrorCode::OutOfOrderSequenceNumber);
+    assert_eq!(h.init_requests, 0);
+    assert!(h.bumped_from.is_empty());
+    assert_eq!(h.m.phase(), Phase::Broken);
+    assert_eq!(h.error(b).code(), Some(ErrorCode::OutOfOrderSequenceNumber));
+    assert_eq!(h.error(c).code(), Some(ErrorCode::OutOfOrderSequenceNumber));
+    // A later batch is refused at once, never sent.
+    let sent = h.sent.len();
+    let d = h.push(3, 1);
+    assert_eq!(h.sent.len(), sent);
+    assert_eq!(h.error(d).code(), Some(ErrorCode::OutOfOrderSequenceNumber));
+    assert!(h.m.is_idle());
+}
+
+#[test]
+fn given_transactional_mode_when_fenced_then_the_fencing_code_reaches_every_batch() {
+    let mut h = transactional();
+    let a = h.push(0, 1);
+    let b = h.push(1, 1);
+    h.reject(a, ErrorCode::InvalidProducerEpoch);
+    h.ok(b, 1); // already in flight; its answer still counts
+    assert_eq!(h.error(a).code(), Some(ErrorCode::InvalidProducerEpoch));
+    assert_eq!(h.offset(b), Some(1));
+    let c = h.push(2, 1);
+    assert_eq!(h.error(c).code(), Some(ErrorCode::InvalidProducerEpoch));
+    assert!(h.bumped_from.is_empty());
+}
+
+#[test]
+fn given_transactional_mode_when_a_retry_is_still_failing_at_the_break_then_it_fails_with_the_cause(
+) {
+    let mut h = transactional();
+    let a = h.push(0, 1);
+    let b = h.push(1, 1);
+    h.reject(a, ErrorCode::InvalidTxnState);
+    h.lose(b);
+    assert_eq!(h.error(a).code(), Some(ErrorCode::InvalidTxnState));
+    assert_eq!(h.error(b).code(), Some(ErrorCode::InvalidTxnState));
+    assert_eq!(h.m.phase(), Phase::Broken);
+}
+
+#[test]
+fn given_transactional_mode_when_the_delivery_timeout_passes_then_the_partition_breaks() {
+    let mut h = Harness::with(
+        InflightConfig {
+            transactional: true,
+            delivery_timeout: Duration::from_millis(300),
+            ..config(Delivery::ExactlyOnce)
+        },
+        Some(PID),
+    );
+    let a = h.push(0, 1);
+    h.lose(a);
+    h.advance(Duration::from_millis(100));
+    h.lose(a);
+    h.advance(Duration::from_millis(250));
+    assert!(matches!(
+        h.error(a),
+        ClientError::DeliveryTimeout {
+            possibly_written: true,
+            ..
+        }
+    ));
+    assert_eq!(h.m.phase(), Phase::Broken);
+    let b = h.push(1, 1);
+    assert!(matches!(h.error(b), ClientError::DeliveryTimeout { .. }));
+    assert!(h.bumped_from.is_empty());
 }

@@ -1,0 +1,570 @@
+//! The client's link to transaction coordinators: FindCoordinator through the bootstrap
+//! broker, one lazily dialled `TxnCoordinator` channel per coordinator address, and the
+//! last coordinator found per transactional id. Calls retry what the protocol calls
+//! retriable (a coordinator that moved, is loading or is busy; an answer lost in
+//! transport) until a deadline, finding the coordinator again when it may have moved.
+//! Invariant: an answer that is not retriable — fencing above all — ends the call at
+//! once and is returned as is, so no retry can turn a refusal into a success.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use idem_proto::v1::txn_coordinator_client::TxnCoordinatorClient;
+use idem_proto::v1::{
+    AbortTransactionRequest, AbortTransactionResponse, AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse, DescribeTransactionRequest, DescribeTransactionResponse,
+    EndTxnRequest, EndTxnResponse, FindCoordinatorRequest, ListTransactionsRequest,
+    ListTransactionsResponse, TxnInitProducerIdRequest, TxnInitProducerIdResponse,
+    TxnTopicPartitions,
+};
+use idem_proto::ErrorCode;
+use tokio::time::Instant;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::connection::{with_timeout, Connection, MAX_MESSAGE_BYTES};
+use crate::error::{is_retriable_status, ClientError};
+use crate::producer::inflight::ProducerIdAndEpoch;
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+const FIRST_BACKOFF: Duration = Duration::from_millis(50);
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+pub(crate) type CoordinatorClient = TxnCoordinatorClient<Channel>;
+
+/// What to do after a coordinator call failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RetryAction {
+    /// The coordinator may have moved (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, no
+    /// answer): find it again, then retry.
+    Refind,
+    /// The same coordinator is busy (loading its log, ending the previous transaction):
+    /// retry after a backoff.
+    Retry,
+    /// Retrying cannot help: return the error.
+    GiveUp,
+}
+
+/// How a coordinator call reacts to `error` (pure; see the module doc's invariant).
+pub(crate) fn retry_action(error: &ClientError) -> RetryAction {
+    match error {
+        ClientError::Broker { code, .. } => match code {
+            ErrorCode::NotCoordinator | ErrorCode::CoordinatorNotAvailable => RetryAction::Refind,
+            ErrorCode::CoordinatorLoadInProgress | ErrorCode::ConcurrentTransactions => {
+                RetryAction::Retry
+            }
+            _ => RetryAction::GiveUp,
+        },
+        ClientError::Transport(status) if is_retriable_status(status.code()) => RetryAction::Refind,
+        // The coordinator's address could not be dialled at all.
+        ClientError::Connect { .. } => RetryAction::Refind,
+        _ => RetryAction::GiveUp,
+    }
+}
+
+/// The error code and message every coordinator answer carries.
+pub(crate) trait CoordinatorAnswer {
+    fn error(&self) -> Option<ClientError>;
+}
+
+macro_rules! coordinator_answer {
+    ($($t:ty),*) => {$(
+        impl CoordinatorAnswer for $t {
+            fn error(&self) -> Option<ClientError> {
+                (self.error_code != ErrorCode::None as i32)
+                    .then(|| ClientError::broker(self.error_code, self.error_message.clone()))
+            }
+        }
+    )*};
+}
+
+coordinator_answer!(
+    TxnInitProducerIdResponse,
+    AddPartitionsToTxnResponse,
+    EndTxnResponse,
+    ListTransactionsResponse,
+    DescribeTransactionResponse,
+    AbortTransactionResponse
+);
+
+/// How a retried call ended: its result, and how many earlier attempts got no answer
+/// (any of them may have been acted on).
+#[derive(Debug)]
+pub(crate) struct Answer<T> {
+    pub result: Result<T, ClientError>,
+    pub lost_attempts: u32,
+}
+
+/// Channels to the coordinators and where each transactional id was last found.
+#[derive(Debug)]
+pub(crate) struct CoordinatorLink {
+    conn: Connection,
+    pool: Mutex<HashMap<String, CoordinatorClient>>,
+    found: Mutex<HashMap<String, String>>,
+}
+
+impl CoordinatorLink {
+    pub(crate) fn new(conn: Connection) -> Self {
+        CoordinatorLink {
+            conn,
+            pool: Mutex::new(HashMap::new()),
+            found: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub(crate) fn request_timeout(&self) -> Duration {
+        self.conn.request_timeout()
+    }
+
+    /// The address of the coordinator of `transactional_id`: cached, or asked of the
+    /// bootstrap broker (lost answers retried there).
+    pub(crate) async fn find(&self, transactional_id: &str) -> Result<String, ClientError> {
+        if let Some(address) = self
+            .found
+            .lock()
+            .ok()
+            .and_then(|f| f.get(transactional_id).cloned())
+        {
+            return Ok(address);
+        }
+        let request = FindCoordinatorRequest {
+            transactional_id: transactional_id.to_string(),
+        };
+        let answer = self
+            .conn
+            .call_retrying(|mut client| {
+                let request = request.clone();
+                async move { client.find_coordinator(request).await }
+            })
+            .await?;
+        if answer.error_code != ErrorCode::None as i32 {
+            return Err(ClientError::broker(answer.error_code, answer.error_message));
+        }
+        if answer.address.trim().is_empty() {
+            return Err(ClientError::Protocol(format!(
+                "FindCoordinator for {transactional_id:?} named no address"
+            )));
+        }
+        tracing::debug!(
+            transactional_id,
+            coordinator_id = answer.coordinator_id,
+            address = %answer.address,
+            txn_log_partition = answer.txn_log_partition,
+            "found the transaction coordinator"
+        );
+        if let Ok(mut found) = self.found.lock() {
+            found.insert(transactional_id.to_string(), answer.address.clone());
+        }
+        Ok(answer.address)
+    }
+
+    /// Forgets where `transactional_id`'s coordinator is (it moved or did not answer).
+    pub(crate) fn forget(&self, transactional_id: &str) {
+        if let Ok(mut found) = self.found.lock() {
+            found.remove(transactional_id);
+        }
+    }
+
+    /// A client for the coordinator at `address` (dialled lazily, redialled by the
+    /// channel when it breaks).
+    pub(crate) fn client(&self, address: &str) -> Result<CoordinatorClient, ClientError> {
+        let mut pool = self
+            .pool
+            .lock()
+            .map_err(|_| ClientError::Fatal("coordinator pool poisoned".into()))?;
+        if let Some(client) = pool.get(address) {
+            return Ok(client.clone());
+        }
+        let uri = if address.contains("://") {
+            address.to_string()
+        } else {
+            format!("http://{}", address.trim())
+        };
+        let endpoint = Endpoint::from_shared(uri)
+            .map_err(|e| {
+                ClientError::Protocol(format!("a coordinator has a bad address {address:?}: {e}"))
+            })?
+            .tcp_nodelay(true)
+            .connect_timeout(CONNECT_TIMEOUT);
+        let client = TxnCoordinatorClient::new(endpoint.connect_lazy())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        pool.insert(address.to_string(), client.clone());
+        Ok(client)
+    }
+
+    /// Runs `rpc` against the coordinator of `transactional_id` until it succeeds, fails
+    /// for good, or `deadline` passes (then the last error is returned).
+    pub(crate) async fn call<T, F, Fut>(
+        &self,
+        transactional_id: &str,
+        deadline: Instant,
+        mut rpc: F,
+    ) -> Answer<T>
+    where
+        T: CoordinatorAnswer,
+        F: FnMut(CoordinatorClient) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let mut backoff = FIRST_BACKOFF;
+        let mut lost_attempts = 0;
+        loop {
+            let attempt_timeout = self
+                .request_timeout()
+                .min(deadline.saturating_duration_since(Instant::now()))
+                .max(Duration::from_millis(1));
+            let result = match self.find(transactional_id).await {
+                Ok(address) => match self.client(&address) {
+                    Ok(client) => match with_timeout(attempt_timeout, rpc(client)).await {
+                        Ok(answer) => match answer.error() {
+                            None => Ok(answer),
+                            Some(e) => Err(e),
+                        },
+                        Err(e) => {
+                            lost_attempts += 1;
+                            Err(e)
+                        }
+                    },
+                    Err(e) => Err(e),
+                },
+                Err(e) => Err(e),
+            };
+            let error = match result {
+                Ok(answer) => {
+                    return Answer {
+                        result: Ok(answer),
+                        lost_attempts,
+                    }
+                }
+                Err(e) => e,
+            };
+            let action = retry_action(&error);
+            if action == RetryAction::Refind {
+                self.forget(transactional_id);
+            }
+            if action == RetryAction::GiveUp || Instant::now() + backoff >= deadline {
+                return Answer {
+                    result: Err(error),
+                    lost_attempts,
+                };
+            }
+            tracing::debug!(transactional_id, %error, ?action, "coordinator call will retry");
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+    }
+
+    /// InitProducerId for `transactional_id`: the id at its next epoch.
+    pub(crate) async fn init_producer_id(
+        &self,
+        transactional_id: &str,
+        transaction_timeout_ms: i32,
+        deadline: Instant,
+    ) -> Result<ProducerIdAndEpoch, ClientError> {
+        let request = TxnInitProducerIdRequest {
+            transactional_id: transactional_id.to_string(),
+            transaction_timeout_ms,
+        };
+        let answer = self
+            .call(transactional_id, deadline, |mut c| {
+                let request = request.clone();
+                async move { c.init_producer_id(request).await }
+            })
+            .await
+            .result?;
+        let producer_epoch = i16::try_from(answer.producer_epoch)
+            .ok()
+            .filter(|e| *e >= 0);
+        match producer_epoch {
+            Some(producer_epoch) if answer.producer_id >= 0 => Ok(ProducerIdAndEpoch {
+                producer_id: answer.producer_id,
+                producer_epoch,
+            }),
+            _ => Err(ClientError::Protocol(format!(
+                "the coordinator handed out producer {} epoch {}",
+                answer.producer_id, answer.producer_epoch
+            ))),
+        }
+    }
+
+    /// Registers `partitions` of `topic` in the open transaction (all or nothing).
+    pub(crate) async fn add_partitions(
+        &self,
+        transactional_id: &str,
+        producer: ProducerIdAndEpoch,
+        topic: &str,
+        partitions: Vec<i32>,
+        deadline: Instant,
+    ) -> Result<(), ClientError> {
+        let request = AddPartitionsToTxnRequest {
+            transactional_id: transactional_id.to_string(),
+            producer_id: producer.producer_id,
+            producer_epoch: i32::from(producer.producer_epoch),
+            topics: vec![TxnTopicPartitions {
+                topic: topic.to_string(),
+                partitions,
+            }],
+        };
+        self.call(transactional_id, deadline, |mut c| {
+            let request = request.clone();
+            async move { c.add_partitions_to_txn(request).await }
+        })
+        .await
+        .result
+        .map(|_| ())
+    }
+
+    /// Commits or aborts the open transaction; returns the epoch the producer uses from
+    /// now on. A retry whose first attempt was acted on is answered like the first (the
+    /// coordinator reports the same outcome), so retrying lost answers is safe.
+    pub(crate) async fn end_txn(
+        &self,
+        transactional_id: &str,
+        producer: ProducerIdAndEpoch,
+        commit: bool,
+        deadline: Instant,
+    ) -> Result<i16, ClientError> {
+        let request = EndTxnRequest {
+            transactional_id: transactional_id.to_string(),
+            producer_id: producer.producer_id,
+            producer_epoch: i32::from(producer.producer_epoch),
+            commit,
+        };
+        let answer = self
+            .call(transactional_id, deadline, |mut c| {
+                let request = request.clone();
+                async move { c.end_txn(request).await }
+            })
+            .await
+            .result?;
+        next_epoch(producer, answer.producer_epoch)
+    }
+
+    pub(crate) async fn describe(
+        &self,
+        transactional_id: &str,
+        deadline: Instant,
+    ) -> Result<DescribeTransactionResponse, ClientError> {
+        let request = DescribeTransactionRequest {
+            transactional_id: transactional_id.to_string(),
+        };
+        self.call(transactional_id, deadline, |mut c| {
+            let request = request.clone();
+            async move { c.describe_transaction(request).await }
+        })
+        .await
+        .result
+    }
+
+    pub(crate) async fn abort(
+        &self,
+        transactional_id: &str,
+        deadline: Instant,
+    ) -> Answer<AbortTransactionResponse> {
+        let request = AbortTransactionRequest {
+            transactional_id: transactional_id.to_string(),
+        };
+        self.call(transactional_id, deadline, |mut c| {
+            let request = request.clone();
+            async move { c.abort_transaction(request).await }
+        })
+        .await
+    }
+
+    /// Every transaction the coordinator at `address` owns (one attempt).
+    pub(crate) async fn list(
+        &self,
+        address: &str,
+    ) -> Result<ListTransactionsResponse, ClientError> {
+        let mut client = self.client(address)?;
+        let answer = with_timeout(
+            self.request_timeout(),
+            client.list_transactions(ListTransactionsRequest { states: Vec::new() }),
+        )
+        .await?;
+        match answer.error() {
+            None => Ok(answer),
+            Some(e) => Err(e),
+        }
+    }
+}
+
+/// The epoch an EndTxn answer hands over: it must be newer than the ended
+/// transaction's, or the producer would reuse an epoch its markers fenced.
+pub(crate) fn next_epoch(current: ProducerIdAndEpoch, answered: i32) -> Result<i16, ClientError> {
+    match i16::try_from(answered) {
+        Ok(epoch) if epoch > current.producer_epoch => Ok(epoch),
+        _ => Err(ClientError::Fatal(format!(
+            "the coordinator ended the transaction of producer {} epoch {} and answered epoch {answered}, which is not newer",
+            current.producer_id, current.producer_epoch
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn broker(code: ErrorCode) -> ClientError {
+        ClientError::broker(code as i32, "")
+    }
+
+    #[test]
+    fn a_moved_or_missing_coordinator_is_found_again() {
+        for code in [
+            ErrorCode::NotCoordinator,
+            ErrorCode::CoordinatorNotAvailable,
+        ] {
+            assert_eq!(retry_action(&broker(code)), RetryAction::Refind, "{code:?}");
+        }
+        assert_eq!(
+            retry_action(&ClientError::Transport(tonic::Status::unavailable("reset"))),
+            RetryAction::Refind
+        );
+        assert_eq!(
+            retry_action(&ClientError::Transport(tonic::Status::deadline_exceeded(
+                "slow"
+            ))),
+            RetryAction::Refind
+        );
+    }
+
+    #[test]
+    fn a_busy_coordinator_is_asked_again() {
+        for code in [
+            ErrorCode::CoordinatorLoadInProgress,
+            ErrorCode::ConcurrentTransactions,
+        ] {
+            assert_eq!(retry_action(&broker(code)), RetryAction::Retry, "{code:?}");
+        }
+    }
+
+    #[test]
+    fn fencing_and_state_errors_are_never_retried() {
+        for code in [
+            ErrorCode::ProducerFenced,
+            ErrorCode::InvalidProducerEpoch,
+            ErrorCode::InvalidProducerIdMapping,
+            ErrorCode::TransactionCoordinatorFenced,
+            ErrorCode::InvalidTxnState,
+            ErrorCode::InvalidTransactionTimeout,
+            ErrorCode::TransactionalIdNotFound,
+            ErrorCode::UnknownServerError,
+        ] {
+            assert_eq!(retry_action(&broker(code)), RetryAction::GiveUp, "{code:?}");
+        }
+        assert_eq!(
+            retry_action(&ClientError::Transport(tonic::Status::unimplemented("no"))),
+            RetryAction::GiveUp
+        );
+    }
+
+    #[test]
+    fn answers_report_their_error_code() {
+        let ok = EndTxnResponse {
+            producer_epoch: 3,
+            ..Default::default()
+        };
+        assert!(ok.error().is_none());
+        let fenced = EndTxnResponse {
+            error_code: ErrorCode::ProducerFenced as i32,
+            error_message: "newer instance".into(),
+            producer_epoch: 0,
+        };
+        assert_eq!(
+            fenced.error().and_then(|e| e.code()),
+            Some(ErrorCode::ProducerFenced)
+        );
+    }
+
+    #[test]
+    fn the_epoch_after_end_txn_must_be_newer() {
+        let current = ProducerIdAndEpoch {
+            producer_id: 4,
+            producer_epoch: 2,
+        };
+        assert_eq!(next_epoch(current, 3).ok(), Some(3));
+        assert!(matches!(next_epoch(current, 2), Err(ClientError::Fatal(_))));
+        assert!(matches!(
+            next_epoch(current, 70_000),
+            Err(ClientError::Fatal(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_call_that_gives_up_does_not_retry() {
+        // No broker behind the link is needed: dialling is lazy and the cached address
+        // is used directly.
+        let conn = connect_nowhere().await.expect("a local listener");
+        let link = CoordinatorLink::new(conn);
+        if let Ok(mut found) = link.found.lock() {
+            found.insert("tid".into(), "127.0.0.1:1".into());
+        }
+        let mut attempts = 0;
+        let answer = link
+            .call("tid", Instant::now() + Duration::from_secs(5), |_c| {
+                attempts += 1;
+                async {
+                    Ok(tonic::Response::new(EndTxnResponse {
+                        error_code: ErrorCode::ProducerFenced as i32,
+                        error_message: String::new(),
+                        producer_epoch: 0,
+                    }))
+                }
+            })
+            .await;
+        assert_eq!(attempts, 1);
+        assert_eq!(
+            answer.result.err().and_then(|e| e.code()),
+            Some(ErrorCode::ProducerFenced)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_busy_coordinator_is_retried_until_it_answers() {
+        let conn = connect_nowhere().await.expect("a local listener");
+        let link = CoordinatorLink::new(conn);
+        if let Ok(mut found) = link.found.lock() {
+            found.insert("tid".into(), "127.0.0.1:1".into());
+        }
+        let mut attempts = 0;
+        let answer = link
+            .call("tid", Instant::now() + Duration::from_secs(5), |_c| {
+                attempts += 1;
+                let code = if attempts < 3 {
+                    ErrorCode::ConcurrentTransactions
+                } else {
+                    ErrorCode::None
+                };
+                async move {
+                    Ok(tonic::Response::new(EndTxnResponse {
+                        error_code: code as i32,
+                        error_message: String::new(),
+                        producer_epoch: 5,
+                    }))
+                }
+            })
+            .await;
+        assert_eq!(attempts, 3);
+        assert_eq!(answer.result.ok().map(|a| a.producer_epoch), Some(5));
+    }
+
+    /// A connection to a listener that accepts and never answers: enough for calls that
+    /// find their coordinator in the cache and never touch the bootstrap broker.
+    async fn connect_nowhere() -> Result<Connection, ClientError> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(|e| ClientError::Fatal(e.to_string()))?;
+        let address = listener
+            .local_addr()
+            .map_err(|e| ClientError::Fatal(e.to_string()))?;
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                held.push(socket);
+            }
+        });
+        Connection::connect(&address.to_string(), Duration::from_secs(1)).await
+    }
+}

@@ -1,0 +1,446 @@
+//! The transactional producer: records sent between `begin` and `commit` become
+//! visible to read_committed consumers all together, or (after `abort`) never.
+//!
+//! How it works (docs/transactions.md): `init_transactions` gets the transactional id's
+//! producer id at a new epoch from its coordinator (fencing any older instance). The
+//! first `send` to a partition in a transaction registers the partition with the
+//! coordinator (AddPartitionsToTxn) before any batch of it leaves; the partition then
+//! gets its own task on the exactly-once data path (acks=all, at most 5 batches in
+//! flight, ordered retries, sequences from 0) under the transaction's identity, with
+//! transactional batches. `commit` closes those tasks, waits for every record handed
+//! over, and commits only if none failed; the coordinator's answer carries the next
+//! epoch, which the next transaction uses.
+//!
+//! Invariant: a record is in the transaction during which `send` accepted it; a
+//! transaction with any failed record cannot commit. All methods take `&self`; the
+//! producer is cheap to clone and every clone shares the state.
+
+pub mod config;
+pub mod errors;
+pub mod state;
+
+use std::collections::hash_map::RandomState;
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use self::config::TransactionalConfig;
+use self::state::{TxnMachine, TxnState};
+use crate::connection::Connection;
+use crate::coordinator::CoordinatorLink;
+use crate::error::ClientError;
+use crate::partitioner::Partitioner;
+use crate::producer::config::ProducerConfig;
+use crate::producer::inflight::ProducerIdAndEpoch;
+use crate::producer::sender::{PartitionMsg, PartitionSender, TxnBinding};
+use crate::producer::{prepare, DeliveryFuture, ProducerRecord};
+
+/// Records a partition task may have queued in its channel before `send` waits.
+const CHANNEL_CAPACITY: usize = 1024;
+
+/// A producer whose records are written in transactions; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct TransactionalProducer {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    config: TransactionalConfig,
+    producer_config: Arc<ProducerConfig>,
+    transactional_id: Arc<str>,
+    conn: Connection,
+    coordinator: CoordinatorLink,
+    /// The state machine and the open transaction's partition tasks, under one lock: a
+    /// send either takes its partition's channel before `commit` takes the tasks (and
+    /// `commit` then waits for its record) or is refused.
+    shared: Mutex<Shared>,
+    /// Serialises the calls that talk to the coordinator (init, registration, commit,
+    /// abort), so none overlaps another of the same producer.
+    control: tokio::sync::Mutex<()>,
+    partitioners: Mutex<HashMap<String, Partitioner>>,
+    seed: RandomState,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    machine: TxnMachine,
+    open: OpenTxn,
+}
+
+/// The partition tasks of the open transaction.
+#[derive(Debug, Default)]
+struct OpenTxn {
+    senders: HashMap<(String, i32), mpsc::Sender<PartitionMsg>>,
+    tasks: Vec<JoinHandle<()>>,
+    /// The first failed batch of the transaction.
+    failures: Arc<Mutex<Option<ClientError>>>,
+}
+
+impl TransactionalProducer {
+    /// Validates `config` and connects to the bootstrap broker; talks to no coordinator
+    /// yet (see [`TransactionalProducer::init_transactions`]).
+    pub async fn connect(config: TransactionalConfig) -> Result<Self, ClientError> {
+        config.validate()?;
+        let conn = Connection::connect(&config.bootstrap, config.request_timeout).await?;
+        Ok(TransactionalProducer {
+            inner: Arc::new(Inner {
+                producer_config: Arc::new(config.producer_config()),
+                transactional_id: Arc::from(config.transactional_id.as_str()),
+                coordinator: CoordinatorLink::new(conn.clone()),
+                conn,
+                config,
+                shared: Mutex::new(Shared::default()),
+                control: tokio::sync::Mutex::new(()),
+                partitioners: Mutex::new(HashMap::new()),
+                seed: RandomState::new(),
+            }),
+        })
+    }
+
+    pub fn config(&self) -> &TransactionalConfig {
+        &self.inner.config
+    }
+
+    /// The producer id and epoch the next batch carries; `None` before
+    /// `init_transactions` succeeded.
+    pub fn producer_id(&self) -> Option<ProducerIdAndEpoch> {
+        self.shared().ok().and_then(|s| s.machine.producer())
+    }
+
+    /// Where the producer is (for logs and operators).
+    pub fn state(&self) -> TxnState {
+        self.shared()
+            .map(|s| s.machine.state())
+            .unwrap_or(TxnState::FatalError)
+    }
+
+    /// Finds the coordinator and gets the transactional id's producer id at its next
+    /// epoch: any older instance is fenced, and its open transaction aborted. Retries a
+    /// coordinator that moved, is loading or is still ending the previous instance's
+    /// transaction, within `delivery_timeout`.
+    pub async fn init_transactions(&self) -> Result<(), ClientError> {
+        let _control = self.inner.control.lock().await;
+        self.shared()?.machine.start_init()?;
+        let result = self
+            .inner
+            .coordinator
+            .init_producer_id(
+                &self.inner.transactional_id,
+                self.inner.config.transaction_timeout_ms(),
+                self.deadline(),
+            )
+            .await;
+        if let Ok(p) = &result {
+            tracing::info!(
+                transactional_id = %self.inner.transactional_id,
+                producer_id = p.producer_id,
+                producer_epoch = p.producer_epoch,
+                "transactional producer ready"
+            );
+        }
+        self.shared()?.machine.init_done(result)
+    }
+
+    /// Opens a transaction.
+    pub fn begin(&self) -> Result<(), ClientError> {
+        let mut shared = self.shared()?;
+        shared.machine.begin()?;
+        shared.open = OpenTxn::default();
+        Ok(())
+    }
+
+    /// Adds a record to the open transaction. On the partition's first record of the
+    /// transaction this registers the partition with the coordinator first (and waits
+    /// for that); otherwise it waits only for metadata and buffer space. The future
+    /// resolves once the record is acknowledged (it is visible to read_committed
+    /// consumers only after `commit`) or failed; a failure makes the transaction
+    /// abortable, whether or not the future is awaited.
+    pub async fn send(&self, record: ProducerRecord) -> Result<DeliveryFuture, ClientError> {
+        let (generation, _) = self.check_send(None)?;
+        let (topic, partition, record, size) = prepare(record)?;
+        let count = self.inner.conn.partition_count(&topic).await?;
+        let partition = match partition {
+            Some(p) if (0..count).contains(&p) => p,
+            Some(p) => {
+                return Err(ClientError::UnknownTopic {
+                    topic,
+                    partition: Some(p),
+                })
+            }
+            None => self.choose_partition(&topic, record.key.as_deref(), size, count),
+        };
+        let sender = match self.partition_sender(generation, &topic, partition)? {
+            Some(sender) => sender,
+            None => self.register(generation, &topic, partition).await?,
+        };
+        let (ticket, rx) = oneshot::channel();
+        sender
+            .send(PartitionMsg::Record { record, ticket })
+            .await
+            .map_err(|_| ClientError::Closed)?;
+        Ok(DeliveryFuture::new(rx))
+    }
+
+    /// Commits the open transaction: waits until every record sent in it is
+    /// acknowledged; if any failed, the transaction cannot commit (abortable error, or
+    /// the fatal error that failed it). Otherwise EndTxn(commit), whose answer carries
+    /// the epoch the next transaction uses. An unanswered EndTxn leaves the producer
+    /// committing: call `commit` again (a repeated EndTxn gets the first one's answer).
+    pub async fn commit(&self) -> Result<(), ClientError> {
+        let _control = self.inner.control.lock().await;
+        let (plan, open) = {
+            let mut shared = self.shared()?;
+            let plan = shared.machine.start_commit()?;
+            (plan, std::mem::take(&mut shared.open))
+        };
+        if let Some(failure) = drain(open).await {
+            let mut shared = self.shared()?;
+            return Err(shared.machine.fail(failure));
+        }
+        let result = if plan.needs_end_txn {
+            self.inner
+                .coordinator
+                .end_txn(
+                    &self.inner.transactional_id,
+                    plan.producer,
+                    true,
+                    self.deadline(),
+                )
+                .await
+                .map(Some)
+        } else {
+            Ok(None)
+        };
+        self.log_end("committed", plan.producer, &result);
+        self.shared()?.machine.end_done(true, result)
+    }
+
+    /// Aborts the open transaction: waits for the records already handed over (each
+    /// acknowledged or failed), then EndTxn(abort); nothing of the transaction becomes
+    /// visible to read_committed consumers. Allowed after an abortable error.
+    pub async fn abort(&self) -> Result<(), ClientError> {
+        let _control = self.inner.control.lock().await;
+        let (plan, open) = {
+            let mut shared = self.shared()?;
+            let plan = shared.machine.start_abort()?;
+            (plan, std::mem::take(&mut shared.open))
+        };
+        // Failures of the aborted transaction no longer matter; fencing does.
+        if let Some(failure) = drain(open).await {
+            let mut shared = self.shared()?;
+            let reported = shared.machine.fail(failure);
+            if shared.machine.state() == TxnState::FatalError {
+                return Err(reported);
+            }
+        }
+        let result = if plan.needs_end_txn {
+            self.inner
+                .coordinator
+                .end_txn(
+                    &self.inner.transactional_id,
+                    plan.producer,
+                    false,
+                    self.deadline(),
+                )
+                .await
+                .map(Some)
+        } else {
+            Ok(None)
+        };
+        self.log_end("aborted", plan.producer, &result);
+        self.shared()?.machine.end_done(false, result)
+    }
+
+    /// Aborts an open transaction (so it does not hold back read_committed consumers
+    /// until its timeout), waits for the partition tasks, and refuses every later call.
+    pub async fn close(&self) {
+        let open_txn = matches!(
+            self.state(),
+            TxnState::InTransaction | TxnState::AbortableError | TxnState::Aborting
+        );
+        if open_txn {
+            if let Err(e) = self.abort().await {
+                tracing::warn!(error = %e, "closing: the open transaction could not be aborted; its timeout will abort it");
+            }
+        }
+        let _control = self.inner.control.lock().await;
+        let open = match self.shared() {
+            Ok(mut shared) => {
+                shared.machine.close();
+                std::mem::take(&mut shared.open)
+            }
+            Err(_) => return,
+        };
+        drain(open).await;
+    }
+
+    fn shared(&self) -> Result<MutexGuard<'_, Shared>, ClientError> {
+        self.inner
+            .shared
+            .lock()
+            .map_err(|_| ClientError::Fatal("transactional producer state poisoned".into()))
+    }
+
+    fn deadline(&self) -> Instant {
+        Instant::now() + self.inner.config.delivery_timeout
+    }
+
+    /// Whether a send may join the open transaction (of `generation`): a batch of it
+    /// that already failed makes the transaction abortable (or the producer fenced)
+    /// before any further record joins.
+    fn check_send(
+        &self,
+        generation: Option<u64>,
+    ) -> Result<(u64, ProducerIdAndEpoch), ClientError> {
+        let mut shared = self.shared()?;
+        let failed = shared.open.failures.lock().ok().and_then(|f| f.clone());
+        if let Some(failure) = failed {
+            if shared.machine.state() == TxnState::InTransaction {
+                return Err(shared.machine.fail(failure));
+            }
+        }
+        shared.machine.check_send(generation)
+    }
+
+    /// The channel of a partition already in the transaction of `generation`.
+    fn partition_sender(
+        &self,
+        generation: u64,
+        topic: &str,
+        partition: i32,
+    ) -> Result<Option<mpsc::Sender<PartitionMsg>>, ClientError> {
+        let shared = self.shared()?;
+        shared.machine.check_send(Some(generation))?;
+        Ok(shared
+            .open
+            .senders
+            .get(&(topic.to_string(), partition))
+            .cloned())
+    }
+
+    /// Registers the partition with the coordinator (once per transaction, however many
+    /// sends race for it) and starts its task.
+    async fn register(
+        &self,
+        generation: u64,
+        topic: &str,
+        partition: i32,
+    ) -> Result<mpsc::Sender<PartitionMsg>, ClientError> {
+        let _control = self.inner.control.lock().await;
+        if let Some(sender) = self.partition_sender(generation, topic, partition)? {
+            return Ok(sender);
+        }
+        self.check_send(Some(generation))?;
+        let producer = self.shared()?.machine.will_register(generation)?;
+        let result = self
+            .inner
+            .coordinator
+            .add_partitions(
+                &self.inner.transactional_id,
+                producer,
+                topic,
+                vec![partition],
+                self.deadline(),
+            )
+            .await;
+        let mut shared = self.shared()?;
+        if let Err(e) = result {
+            tracing::warn!(topic, partition, error = %e, "cannot add the partition to the transaction");
+            return Err(shared.machine.fail(e));
+        }
+        // The control lock kept commit and abort out; only a failure seen meanwhile
+        // can have ended the transaction's hopes.
+        shared.machine.check_send(Some(generation))?;
+        tracing::debug!(
+            topic,
+            partition,
+            producer_id = producer.producer_id,
+            producer_epoch = producer.producer_epoch,
+            "partition joined the transaction"
+        );
+        let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+        let binding = TxnBinding {
+            transactional_id: self.inner.transactional_id.clone(),
+            failures: shared.open.failures.clone(),
+        };
+        let task = PartitionSender::spawn(
+            Arc::from(topic),
+            partition,
+            self.inner.conn.clone(),
+            self.inner.producer_config.clone(),
+            Some(producer),
+            Some(binding),
+            rx,
+        );
+        shared.open.tasks.push(task);
+        shared
+            .open
+            .senders
+            .insert((topic.to_string(), partition), tx.clone());
+        Ok(tx)
+    }
+
+    fn choose_partition(&self, topic: &str, key: Option<&[u8]>, size: usize, count: i32) -> i32 {
+        let Ok(mut partitioners) = self.inner.partitioners.lock() else {
+            return crate::partitioner::partition_for_key(key.unwrap_or_default(), count);
+        };
+        let partitioner = partitioners.entry(topic.to_string()).or_insert_with(|| {
+            let start = self.inner.seed.hash_one(topic) as u32;
+            Partitioner::new(self.inner.config.batch_size, start)
+        });
+        partitioner.partition(key, size, count)
+    }
+
+    fn log_end(
+        &self,
+        outcome: &str,
+        producer: ProducerIdAndEpoch,
+        result: &Result<Option<i16>, ClientError>,
+    ) {
+        match result {
+            Ok(next_epoch) => tracing::debug!(
+                transactional_id = %self.inner.transactional_id,
+                producer_id = producer.producer_id,
+                producer_epoch = producer.producer_epoch,
+                next_epoch,
+                "transaction {outcome}"
+            ),
+            Err(e) => tracing::warn!(
+                transactional_id = %self.inner.transactional_id,
+                producer_id = producer.producer_id,
+                producer_epoch = producer.producer_epoch,
+                error = %e,
+                "transaction not {outcome}"
+            ),
+        }
+    }
+}
+
+/// Closes the transaction's partition channels and waits until every record handed to
+/// them is acknowledged or failed; returns the first failure.
+async fn drain(open: OpenTxn) -> Option<ClientError> {
+    let OpenTxn {
+        senders,
+        tasks,
+        failures,
+    } = open;
+    // A send that took a channel before this point still delivers into it: its task
+    // ends only when that clone is gone too.
+    drop(senders);
+    for task in tasks {
+        if let Err(e) = task.await {
+            tracing::error!(error = %e, "a partition task of the transaction ended abnormally");
+            if let Ok(mut first) = failures.lock() {
+                first.get_or_insert_with(|| {
+                    ClientError::Fatal(format!("a partition task ended abnormally: {e}"))
+                });
+            }
+        }
+    }
+    failures.lock().ok().and_then(|mut f| f.take())
+}
