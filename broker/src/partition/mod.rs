@@ -446,7 +446,9 @@ impl Partition {
         // Group commit: whoever holds the lock fsyncs everything appended so far; the
         // appends queued behind it usually find their offsets already durable.
         let mut durable = self.durable.lock().await;
-        if *durable >= end {
+        // `local_end` below `durable` means a truncation cut what was synced: offsets
+        // appended since are new data and need their own fsync.
+        if *durable >= end && self.local_end.load(Ordering::SeqCst) >= end {
             return Ok(());
         }
         let sync_point = self.lock().log.sync_point();
@@ -680,3 +682,6 @@ pub fn now_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
 }
+
+#[cfg(test)]
+mod tests;

@@ -793,3 +793,6 @@ async fn futures_any_changed(watches: &mut [tokio::sync::watch::Receiver<i64>]) 
     let futures: Vec<_> = watches.iter_mut().map(|w| Box::pin(w.changed())).collect();
     let _ = futures::future::select_all(futures).await;
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,332 @@
+//! A real partition (log on disk, sole replica) under transactions: markers and their
+//! retries, the LSO, read_committed filtering, and the transaction state rebuilt after a
+//! reopen and a truncation exactly as it was built by appends.
+
+use std::time::Duration;
+
+use idem_proto::batch::{self, ProducerInfo, Record, ATTR_TRANSACTIONAL};
+use idem_proto::control::{self, ControlMarker};
+use idem_proto::v1::{ControlType, IsolationLevel};
+use idem_proto::ErrorCode;
+
+use super::*;
+
+const TIMEOUT: Duration = Duration::from_secs(5);
+const COMMITTED: IsolationLevel = IsolationLevel::ReadCommitted;
+const UNCOMMITTED: IsolationLevel = IsolationLevel::ReadUncommitted;
+
+fn settings() -> PartitionSettings {
+    PartitionSettings {
+        log: LogConfig {
+            segment_bytes: 4096,
+            ..LogConfig::default()
+        },
+        max_batch_bytes: 1 << 20,
+        producer_id_expiration_ms: 1_000,
+    }
+}
+
+fn open(topic: &str, dir: &Path) -> Partition {
+    Partition::open(topic, 0, dir, settings(), 0).expect("open partition")
+}
+
+fn data(producer_id: i64, epoch: i16, seq: i32, records: usize, transactional: bool) -> Vec<u8> {
+    let producer = ProducerInfo {
+        producer_id,
+        producer_epoch: epoch,
+        base_sequence: seq,
+    };
+    let attributes = if transactional { ATTR_TRANSACTIONAL } else { 0 };
+    let records: Vec<Record> = (0..records)
+        .map(|i| Record {
+            value: Some(bytes::Bytes::from(format!("v{i}"))),
+            ..Record::default()
+        })
+        .collect();
+    batch::encode(producer, attributes, &records).to_vec()
+}
+
+async fn produce(p: &Partition, batch: &[u8]) -> Result<i64, BrokerError> {
+    p.append(batch, ACKS_ALL, TIMEOUT)
+        .await
+        .map(|o| o.base_offset)
+}
+
+async fn marker(
+    p: &Partition,
+    producer_id: i64,
+    epoch: i16,
+    control_type: ControlType,
+) -> Result<Option<i64>, BrokerError> {
+    p.append_marker(producer_id, epoch, control_type, 0, TIMEOUT)
+        .await
+}
+
+/// `(base_offset, producer_id)` of every batch a consumer fetch returns from `offset`.
+fn consume(p: &Partition, offset: i64, isolation: IsolationLevel) -> (Vec<(i64, i64)>, i64) {
+    let read = p
+        .read_for_consumer(offset, 1 << 20, isolation)
+        .expect("read");
+    let batches = stored_batches(&read.records)
+        .map(|b| {
+            let (header, _) = b.expect("batch");
+            assert!(!header.is_control(), "control batches are never returned");
+            (header.base_offset, header.producer_id)
+        })
+        .collect();
+    (batches, read.next_fetch_offset)
+}
+
+#[tokio::test]
+async fn given_a_committed_transaction_then_read_committed_sees_it_only_after_the_commit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = open("orders", dir.path());
+    assert_eq!(
+        marker(&p, 1, 0, ControlType::Begin).await.expect("begin"),
+        Some(0)
+    );
+    assert_eq!(produce(&p, &data(1, 0, 0, 2, true)).await.expect("data"), 1);
+    let offsets = p.offsets();
+    assert_eq!((offsets.high_watermark, offsets.last_stable_offset), (3, 0));
+    assert_eq!(consume(&p, 0, COMMITTED), (vec![], 0));
+    assert_eq!(consume(&p, 0, UNCOMMITTED), (vec![(1, 1)], 3));
+
+    let lso = p.watch_last_stable_offset();
+    assert_eq!(
+        marker(&p, 1, 1, ControlType::Commit).await.expect("commit"),
+        Some(3)
+    );
+    assert_eq!(*lso.borrow(), 4, "the LSO watch moved with the commit");
+    assert_eq!(p.offsets().last_stable_offset, 4);
+    assert_eq!(consume(&p, 0, COMMITTED), (vec![(1, 1)], 4));
+    assert!(p.open_transactions().is_empty());
+}
+
+#[tokio::test]
+async fn given_an_aborted_transaction_then_read_committed_skips_it_and_moves_past_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = open("orders", dir.path());
+    marker(&p, 1, 0, ControlType::Begin).await.expect("begin");
+    produce(&p, &data(1, 0, 0, 2, true)).await.expect("data"); // 1..=2
+    produce(&p, &data(2, 0, 0, 1, false)).await.expect("other"); // 3
+    produce(&p, &data(1, 0, 2, 1, true)).await.expect("data"); // 4
+    marker(&p, 1, 1, ControlType::Abort).await.expect("abort"); // 5
+    assert_eq!(consume(&p, 0, COMMITTED), (vec![(3, 2)], 6));
+    assert_eq!(
+        consume(&p, 0, UNCOMMITTED),
+        (vec![(1, 1), (3, 2), (4, 1)], 6)
+    );
+    // From inside the aborted range only filtered batches remain: nothing returned,
+    // and the position moves past them so the consumer does not stall.
+    assert_eq!(consume(&p, 4, COMMITTED), (vec![], 6));
+    assert_eq!(consume(&p, 6, COMMITTED), (vec![], 6));
+}
+
+#[tokio::test]
+async fn given_a_long_run_of_filtered_batches_and_small_reads_then_the_fetch_skips_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = open("orders", dir.path());
+    marker(&p, 1, 0, ControlType::Begin).await.expect("begin");
+    for seq in 0..5 {
+        produce(&p, &data(1, 0, seq, 1, true)).await.expect("data");
+    }
+    marker(&p, 1, 1, ControlType::Abort).await.expect("abort"); // 6
+    produce(&p, &data(2, 0, 0, 1, false)).await.expect("after"); // 7
+                                                                 // One batch per read: the fetch keeps reading past filtered batches.
+    let read = p.read_for_consumer(0, 1, COMMITTED).expect("read");
+    let got: Vec<i64> = stored_batches(&read.records)
+        .map(|b| b.expect("batch").0.base_offset)
+        .collect();
+    assert_eq!((got, read.next_fetch_offset), (vec![7], 8));
+}
+
+#[tokio::test]
+async fn given_a_retried_marker_then_nothing_is_appended_and_the_answer_is_success() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = open("orders", dir.path());
+    marker(&p, 1, 0, ControlType::Begin).await.expect("begin");
+    assert_eq!(
+        marker(&p, 1, 0, ControlType::Begin).await.expect("retry"),
+        None
+    );
+    marker(&p, 1, 1, ControlType::Commit).await.expect("commit");
+    assert_eq!(
+        marker(&p, 1, 1, ControlType::Commit).await.expect("retry"),
+        None
+    );
+    assert_eq!(p.offsets().log_end_offset, 2);
+}
+
+#[tokio::test]
+async fn given_refused_markers_then_their_codes_are_the_documented_ones() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = open("orders", dir.path());
+    p.append_marker(1, 3, ControlType::Begin, 5, TIMEOUT)
+        .await
+        .expect("begin");
+    let code = |r: Result<Option<i64>, BrokerError>| r.expect_err("refused").code();
+    assert_eq!(
+        code(p.append_marker(1, 2, ControlType::Commit, 5, TIMEOUT).await),
+        ErrorCode::InvalidProducerEpoch
+    );
+    assert_eq!(
+        code(p.append_marker(1, 4, ControlType::Commit, 4, TIMEOUT).await),
+        ErrorCode::TransactionCoordinatorFenced
+    );
+    assert_eq!(
+        code(p.append_marker(1, 4, ControlType::Begin, 5, TIMEOUT).await),
+        ErrorCode::InvalidTxnState
+    );
+    assert_eq!(
+        p.offsets().log_end_offset,
+        1,
+        "no refusal appended anything"
+    );
+}
+
+#[tokio::test]
+async fn given_produce_then_transactional_data_needs_a_begin_and_control_batches_are_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = open("orders", dir.path());
+    let code = |r: Result<i64, BrokerError>| r.expect_err("refused").code();
+    assert_eq!(
+        code(produce(&p, &data(1, 0, 0, 1, true)).await),
+        ErrorCode::InvalidTxnState
+    );
+    let control_batch = control::encode_control(
+        1,
+        0,
+        ControlMarker {
+            control_type: ControlType::Commit,
+            coordinator_epoch: 0,
+        },
+        0,
+    );
+    assert_eq!(
+        code(produce(&p, &control_batch).await),
+        ErrorCode::InvalidRequest
+    );
+    marker(&p, 1, 0, ControlType::Begin).await.expect("begin");
+    assert_eq!(
+        code(produce(&p, &data(1, 0, 0, 1, false)).await),
+        ErrorCode::InvalidTxnState,
+        "non-transactional data while the producer's transaction is open"
+    );
+    produce(&p, &data(1, 0, 0, 1, true))
+        .await
+        .expect("inside the transaction");
+    marker(&p, 1, 1, ControlType::Commit).await.expect("commit");
+    assert_eq!(
+        code(produce(&p, &data(1, 0, 1, 1, true)).await),
+        ErrorCode::InvalidProducerEpoch,
+        "a late batch of the committed transaction"
+    );
+}
+
+/// What a partition's transaction state looks like from outside.
+fn observed(p: &Partition) -> (PartitionOffsets, Vec<OpenTransaction>, Vec<(i64, i64)>, i64) {
+    let (batches, next) = consume(p, 0, COMMITTED);
+    let open: Vec<OpenTransaction> = p
+        .open_transactions()
+        .into_iter()
+        .map(|t| OpenTransaction {
+            last_update_ms: 0,
+            ..t
+        })
+        .collect();
+    (p.offsets(), open, batches, next)
+}
+
+async fn mixed_history(p: &Partition) {
+    produce(p, &data(3, 0, 0, 1, false)).await.expect("plain"); // 0
+    marker(p, 1, 0, ControlType::Begin).await.expect("begin"); // 1
+    produce(p, &data(1, 0, 0, 2, true)).await.expect("data"); // 2..=3
+    marker(p, 1, 1, ControlType::Abort).await.expect("abort"); // 4
+    marker(p, 2, 0, ControlType::Begin).await.expect("begin"); // 5
+    produce(p, &data(2, 0, 0, 1, true)).await.expect("data"); // 6
+    produce(p, &data(3, 0, 1, 1, false)).await.expect("plain"); // 7
+}
+
+#[tokio::test]
+async fn given_a_reopen_with_or_without_a_snapshot_then_the_transaction_state_is_the_same() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let before = {
+        let p = open("orders", dir.path());
+        mixed_history(&p).await;
+        let state = observed(&p);
+        assert_eq!(state.0.last_stable_offset, 5);
+        assert_eq!(state.1.len(), 1);
+        assert_eq!(state.2, vec![(0, 3)], "the aborted batch is dropped");
+        p.shutdown().expect("shutdown writes a snapshot");
+        state
+    };
+    assert_eq!(
+        observed(&open("orders", dir.path())),
+        before,
+        "from the snapshot"
+    );
+    for entry in std::fs::read_dir(dir.path()).expect("dir") {
+        let path = entry.expect("entry").path();
+        if path.extension().is_some_and(|e| e == "snapshot") {
+            std::fs::remove_file(path).expect("remove snapshot");
+        }
+    }
+    let replayed = open("orders", dir.path());
+    assert_eq!(observed(&replayed), before, "from the log alone");
+    // The reopened partition still decides: producer 2's transaction can be committed.
+    assert_eq!(
+        marker(&replayed, 2, 1, ControlType::Commit)
+            .await
+            .expect("commit"),
+        Some(8)
+    );
+}
+
+#[tokio::test]
+async fn given_a_truncation_past_a_marker_then_its_transaction_is_open_again() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = open("orders", dir.path());
+    marker(&p, 1, 0, ControlType::Begin).await.expect("begin"); // 0
+    produce(&p, &data(1, 0, 0, 2, true)).await.expect("data"); // 1..=2
+    marker(&p, 1, 1, ControlType::Abort).await.expect("abort"); // 3
+    assert_eq!(p.offsets().last_stable_offset, 4);
+    p.truncate_to(3).expect("truncate");
+    let offsets = p.offsets();
+    assert_eq!((offsets.high_watermark, offsets.last_stable_offset), (3, 0));
+    assert_eq!(p.open_transactions().len(), 1);
+    assert_eq!(consume(&p, 0, COMMITTED), (vec![], 0));
+    // The marker is written again (the coordinator retries it) and settles the same way.
+    assert_eq!(
+        marker(&p, 1, 1, ControlType::Abort).await.expect("abort"),
+        Some(3)
+    );
+    assert_eq!(consume(&p, 0, COMMITTED), (vec![], 4));
+}
+
+#[tokio::test]
+async fn given_idle_producers_then_open_transactions_and_internal_topics_keep_theirs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = open("orders", dir.path());
+    produce(&p, &data(1, 0, 0, 1, false)).await.expect("plain");
+    marker(&p, 2, 0, ControlType::Begin).await.expect("begin");
+    assert_eq!(
+        p.expire_producers(now_ms() + 10_000),
+        1,
+        "only the idle idempotent one"
+    );
+    assert_eq!(p.open_transactions().len(), 1);
+
+    let internal_dir = tempfile::tempdir().expect("tempdir");
+    let internal = open(idem_proto::txn::TXN_LOG_TOPIC, internal_dir.path());
+    produce(&internal, &data(9, 7, 0, 1, false))
+        .await
+        .expect("fence record");
+    assert_eq!(internal.expire_producers(now_ms() + 10_000), 0);
+    assert_eq!(
+        produce(&internal, &data(9, 6, 1, 1, false))
+            .await
+            .expect_err("old coordinator epoch")
+            .code(),
+        ErrorCode::InvalidProducerEpoch
+    );
+}
