@@ -188,6 +188,34 @@ impl Connection {
         })
     }
 
+    /// Like [`Connection::connect`] without dialling: the bootstrap channel connects on
+    /// first use (and again whenever it breaks), so this succeeds while the broker is
+    /// still starting. For servers that talk to brokers (the transaction coordinator).
+    pub fn connect_lazy(bootstrap: &str, request_timeout: Duration) -> Result<Self, ClientError> {
+        if bootstrap.trim().is_empty() {
+            return Err(ClientError::InvalidConfig(
+                "bootstrap address is empty".into(),
+            ));
+        }
+        let endpoint = endpoint(bootstrap).map_err(|e| {
+            ClientError::InvalidConfig(format!("bad bootstrap address {bootstrap:?}: {e}"))
+        })?;
+        Ok(Connection {
+            bootstrap: bootstrap.to_string(),
+            client: broker_client(endpoint.connect_lazy()),
+            shared: Arc::new(SharedState {
+                metadata: RwLock::new(MetadataCache::default()),
+                pool: Mutex::new(HashMap::new()),
+                refresh: Mutex::new(RefreshSlot {
+                    gate: RefreshGate::default(),
+                    current: None,
+                }),
+                preferred: Mutex::new(Node::Bootstrap),
+            }),
+            request_timeout,
+        })
+    }
+
     pub fn bootstrap(&self) -> &str {
         &self.bootstrap
     }
@@ -285,6 +313,23 @@ impl Connection {
                 partition: Some(partition),
             })
         }
+    }
+
+    /// A client for the current leader of `topic`/`partition`, and a name of that leader
+    /// (its advertised address, or `"bootstrap"`) so callers can group requests per
+    /// leader. Fails like the SDK's own routing: `LEADER_NOT_AVAILABLE` (retriable) or
+    /// [`ClientError::UnknownTopic`].
+    pub async fn leader_client(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Result<(String, BrokerClient<Channel>), ClientError> {
+        let (node, client) = self.leader(topic, partition).await?;
+        let name = match node {
+            Node::Bootstrap => "bootstrap".to_string(),
+            Node::Broker(address) => address,
+        };
+        Ok((name, client))
     }
 
     /// Refreshes the metadata of every topic and waits for it: joins a refresh already

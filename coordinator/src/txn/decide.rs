@@ -3,6 +3,11 @@
 //! order. The shell persists every `Persist` to `__transaction_state` before carrying
 //! out the next effect, writes markers, and sends the reply; nothing here does I/O.
 //!
+//! A partition joins a transaction in two steps, in this order: the registration is
+//! persisted, then a BEGIN marker opens the transaction at the partition's leader
+//! (`Effect::BeginPartitions`). So every transaction open in any partition is one this
+//! coordinator will end, and no transaction can hang.
+//!
 //! Every transaction that completes moves the producer to the next epoch (its markers
 //! carry that epoch), so a delayed write of transaction N is fenced by the broker and
 //! can never land in transaction N+1. A retried `EndTxn` of the previous epoch with the
@@ -55,6 +60,9 @@ pub enum Request {
     MarkersWritten,
     /// Internal: the coordinator's timer; aborts a transaction open past its timeout.
     Tick,
+    /// Operators: abort the open transaction under the next epoch (fencing its
+    /// producer), as a timeout would.
+    Abort,
 }
 
 /// Why a request is refused (each maps to the wire code of the same name).
@@ -96,6 +104,15 @@ pub enum Effect {
         producer_id: i64,
         producer_epoch: i16,
         commit: bool,
+        partitions: BTreeSet<TopicPartition>,
+    },
+    /// Write a BEGIN control batch for this producer id and (the transaction's) epoch
+    /// to every partition, and wait until every leader accepted it: only then may the
+    /// producer write there. Repeating it is harmless (the broker answers a BEGIN of an
+    /// already open transaction without appending).
+    BeginPartitions {
+        producer_id: i64,
+        producer_epoch: i16,
         partitions: BTreeSet<TopicPartition>,
     },
     Reply(Reply),
@@ -160,6 +177,19 @@ pub fn decide(
                 abort_with_next_epoch(meta, ctx, None)
             }
             _ => Decision::Act(Vec::new()),
+        },
+        Request::Abort => match current {
+            Some(meta) if meta.state == TxnState::Ongoing => {
+                let producer_epoch = meta.producer_epoch.saturating_add(1);
+                match abort_with_next_epoch(meta, ctx, None) {
+                    Decision::Act(mut effects) => {
+                        effects.push(Effect::Reply(Reply::Ok { producer_epoch }));
+                        Decision::Act(effects)
+                    }
+                    other => other,
+                }
+            }
+            _ => reply(TxnError::InvalidTxnState),
         },
     }
 }
@@ -260,8 +290,16 @@ fn add_partitions(
         return reply(TxnError::InvalidTxnState);
     }
     let ok = Effect::Reply(Reply::Ok { producer_epoch });
+    // BEGIN goes to every partition asked for, also on a retry: the first attempt may
+    // have persisted the registration and then lost its markers.
+    let begin = (!partitions.is_empty()).then(|| Effect::BeginPartitions {
+        producer_id,
+        producer_epoch,
+        partitions: partitions.iter().cloned().collect(),
+    });
     if meta.state == TxnState::Ongoing && partitions.iter().all(|p| meta.partitions.contains(p)) {
-        return Decision::Act(vec![ok]); // a retry: nothing new to persist
+        // A retry: nothing new to persist.
+        return Decision::Act(begin.into_iter().chain([ok]).collect());
     }
     let mut next = meta.clone();
     if meta.state != TxnState::Ongoing {
@@ -272,7 +310,12 @@ fn add_partitions(
     next.state = TxnState::Ongoing;
     next.partitions.extend(partitions.iter().cloned());
     next.last_update_ms = ctx.now_ms;
-    Decision::Act(vec![Effect::Persist(next), ok])
+    // Persisted before BEGIN: every transaction a partition opens is one the
+    // coordinator knows it must end.
+    let mut effects = vec![Effect::Persist(next)];
+    effects.extend(begin);
+    effects.push(ok);
+    Decision::Act(effects)
 }
 
 fn end_txn(

@@ -52,6 +52,25 @@ impl TxnState {
         }
     }
 
+    /// The state's name as the transaction log and the admin API spell it (Kafka's).
+    pub fn name(self) -> &'static str {
+        match self {
+            TxnState::Empty => "Empty",
+            TxnState::Ongoing => "Ongoing",
+            TxnState::PrepareCommit => "PrepareCommit",
+            TxnState::PrepareAbort => "PrepareAbort",
+            TxnState::CompleteCommit => "CompleteCommit",
+            TxnState::CompleteAbort => "CompleteAbort",
+            TxnState::Dead => "Dead",
+            TxnState::PrepareEpochFence => "PrepareEpochFence",
+        }
+    }
+
+    /// The state named `name` (exactly as [`TxnState::name`] spells it).
+    pub fn from_name(name: &str) -> Option<TxnState> {
+        TxnState::ALL.into_iter().find(|s| s.name() == name)
+    }
+
     /// Whether moving from `self` to `next` is legal.
     pub fn can_transition_to(self, next: TxnState) -> bool {
         next.valid_previous().contains(&self)
@@ -127,6 +146,15 @@ mod tests {
             .filter(|s| PrepareEpochFence.can_transition_to(*s))
             .collect();
         assert_eq!(after_fence, vec![PrepareAbort]);
+    }
+
+    #[test]
+    fn every_state_name_reads_back_as_that_state_and_nothing_else_does() {
+        for s in TxnState::ALL {
+            assert_eq!(TxnState::from_name(s.name()), Some(s));
+        }
+        assert_eq!(TxnState::from_name("ongoing"), None);
+        assert_eq!(TxnState::from_name(""), None);
     }
 
     #[test]

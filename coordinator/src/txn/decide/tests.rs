@@ -458,7 +458,7 @@ fn given_random_traffic_then_transitions_stay_legal_and_outcomes_never_flip() {
         for _step in 0..60 {
             now += next(400) as i64;
             let epoch = current.as_ref().map_or(0, |m| m.producer_epoch) - next(2) as i16;
-            let request = match next(6) {
+            let request = match next(7) {
                 0 => Request::InitProducerId { timeout_ms: 1_000 },
                 1 | 2 => Request::AddPartitions {
                     producer_id: 7,
@@ -471,6 +471,7 @@ fn given_random_traffic_then_transitions_stay_legal_and_outcomes_never_flip() {
                     commit: next(2) == 0,
                 },
                 4 => Request::MarkersWritten,
+                5 => Request::Abort,
                 _ => Request::Tick,
             };
             let before = current.clone();
@@ -500,6 +501,18 @@ fn given_random_traffic_then_transitions_stay_legal_and_outcomes_never_flip() {
                     };
                     assert_eq!(state, Some(expected));
                 }
+                if let Effect::BeginPartitions {
+                    producer_epoch,
+                    partitions,
+                    ..
+                } = effect
+                {
+                    // BEGIN only for partitions persisted in the open transaction.
+                    let meta = current.as_ref().expect("persisted");
+                    assert_eq!(meta.state, TxnState::Ongoing);
+                    assert_eq!(*producer_epoch, meta.producer_epoch);
+                    assert!(partitions.is_subset(&meta.partitions));
+                }
             }
             fenced += replies(&effects)
                 .iter()
@@ -521,4 +534,124 @@ fn given_random_traffic_then_transitions_stay_legal_and_outcomes_never_flip() {
         commits > 50 && aborts > 50 && fenced > 50,
         "commits {commits}, aborts {aborts}, fenced {fenced}"
     );
+}
+
+fn begins(effects: &[Effect]) -> Vec<BTreeSet<TopicPartition>> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::BeginPartitions { partitions, .. } => Some(partitions.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn given_partitions_added_then_begin_follows_the_persist_and_precedes_the_reply() {
+    let mut current = initialised();
+    let effects = add(&mut current, 0, &[tp("orders", 0), tp("stock", 1)], 100);
+    assert!(matches!(effects[0], Effect::Persist(_)));
+    assert_eq!(
+        effects[1],
+        Effect::BeginPartitions {
+            producer_id: 7,
+            producer_epoch: 0,
+            partitions: [tp("orders", 0), tp("stock", 1)].into_iter().collect(),
+        }
+    );
+    assert_eq!(effects[2], Effect::Reply(Reply::Ok { producer_epoch: 0 }));
+    assert_eq!(effects.len(), 3);
+}
+
+#[test]
+fn given_a_retried_add_then_begin_is_written_again_for_exactly_the_asked_partitions() {
+    let mut current = initialised();
+    add(&mut current, 0, &[tp("orders", 0), tp("stock", 1)], 100);
+    let retry = add(&mut current, 0, &[tp("stock", 1)], 200);
+    assert_eq!(persisted(&retry), 0);
+    assert_eq!(begins(&retry), vec![[tp("stock", 1)].into_iter().collect()]);
+    assert_eq!(
+        retry.last(),
+        Some(&Effect::Reply(Reply::Ok { producer_epoch: 0 }))
+    );
+    // Adding one more: only the asked partitions get BEGIN (the others have theirs).
+    let more = add(&mut current, 0, &[tp("stock", 1), tp("orders", 2)], 300);
+    assert_eq!(
+        begins(&more),
+        vec![[tp("stock", 1), tp("orders", 2)].into_iter().collect()]
+    );
+}
+
+#[test]
+fn given_a_refused_add_or_an_empty_one_then_no_begin_is_written() {
+    let mut current = initialised();
+    assert!(begins(&add(&mut current, 3, &[tp("orders", 0)], 1)).is_empty());
+    assert!(begins(&add(&mut current, 0, &[], 1)).is_empty());
+    add(&mut current, 0, &[tp("orders", 0)], 2);
+    end(&mut current, 0, true, 3);
+    let busy = add(&mut current, 1, &[tp("orders", 0)], 4);
+    assert!(begins(&busy).is_empty(), "markers still being written");
+}
+
+#[test]
+fn given_a_begin_after_a_completed_transaction_then_it_carries_the_bumped_epoch() {
+    let mut current = initialised();
+    add(&mut current, 0, &[tp("orders", 0)], 1);
+    end(&mut current, 0, false, 2);
+    apply(&mut current, Request::MarkersWritten, ctx(3));
+    let next = add(&mut current, 1, &[tp("orders", 0)], 4);
+    assert!(next.contains(&Effect::BeginPartitions {
+        producer_id: 7,
+        producer_epoch: 1,
+        partitions: [tp("orders", 0)].into_iter().collect(),
+    }));
+}
+
+#[test]
+fn given_an_open_transaction_when_an_operator_aborts_then_it_aborts_under_the_next_epoch() {
+    let mut current = initialised();
+    add(&mut current, 0, &[tp("orders", 0)], 10);
+    let effects = apply(&mut current, Request::Abort, ctx(20));
+    assert!(
+        matches!(&effects[0], Effect::Persist(m) if m.state == TxnState::PrepareAbort && m.producer_epoch == 1 && !m.ended_by_producer)
+    );
+    assert_eq!(
+        effects[1],
+        Effect::WriteMarkers {
+            producer_id: 7,
+            producer_epoch: 1,
+            commit: false,
+            partitions: [tp("orders", 0)].into_iter().collect(),
+        }
+    );
+    assert_eq!(replies(&effects), vec![Reply::Ok { producer_epoch: 1 }]);
+    // The producer is fenced, even its own abort.
+    assert_eq!(
+        replies(&end(&mut current, 0, false, 21)),
+        vec![Reply::Error(TxnError::ProducerFenced)]
+    );
+}
+
+#[test]
+fn given_no_open_transaction_when_an_operator_aborts_then_invalid_txn_state_and_nothing_changes() {
+    assert_eq!(
+        decide("tx", None, &Request::Abort, ctx(0)),
+        Decision::Act(vec![Effect::Reply(Reply::Error(TxnError::InvalidTxnState))])
+    );
+    let mut current = initialised();
+    let before = current.clone();
+    assert_eq!(
+        replies(&apply(&mut current, Request::Abort, ctx(1))),
+        vec![Reply::Error(TxnError::InvalidTxnState)]
+    );
+    assert_eq!(current, before);
+    add(&mut current, 0, &[tp("orders", 0)], 2);
+    end(&mut current, 0, true, 3);
+    let prepared = current.clone();
+    assert_eq!(
+        replies(&apply(&mut current, Request::Abort, ctx(4))),
+        vec![Reply::Error(TxnError::InvalidTxnState)],
+        "a decided commit is never turned into an abort"
+    );
+    assert_eq!(current, prepared);
 }

@@ -1,0 +1,293 @@
+//! Writing transaction markers (BEGIN, COMMIT, ABORT) to partition leaders: one
+//! WriteTxnMarkers per leader for the partitions it leads, all leaders at once, and the
+//! partitions not yet answered NONE again after a backoff (with fresh metadata when a
+//! leader moved), until every partition answered NONE.
+//!
+//! TRANSACTION_COORDINATOR_FENCED (or an epoch refusal of a COMMIT/ABORT) means a newer
+//! owner wrote markers for this producer: the claim is lost. A BEGIN refused for another
+//! reason is handed back to the caller (the producer is told); a COMMIT/ABORT is never
+//! given up, because the outcome is persisted and must reach every partition.
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+
+use futures::future::join_all;
+use idem_client::{ClientError, Connection};
+use idem_proto::v1::{ControlType, TxnTopicPartitions, WriteTxnMarkersRequest};
+use idem_proto::ErrorCode;
+
+use crate::error::CoordinatorError;
+use crate::ownership::token::OwnershipToken;
+use crate::txn::decide::TopicPartition;
+
+const MARKER_TIMEOUT_MS: i32 = 10_000;
+const BACKOFF_MIN: Duration = Duration::from_millis(50);
+const BACKOFF_MAX: Duration = Duration::from_secs(2);
+
+/// One marker for one producer in a set of partitions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MarkerJob {
+    /// The transaction log partition whose owner writes (for errors and logs).
+    pub log_partition: i32,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub control: ControlType,
+    pub coordinator_epoch: i32,
+    pub partitions: BTreeSet<TopicPartition>,
+}
+
+/// What one partition's answer means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MarkerOutcome {
+    Done,
+    Retry,
+    Fenced,
+    Refused,
+}
+
+/// Classifies one partition's answer to a marker of type `control`.
+pub fn classify_marker(control: ControlType, code: ErrorCode) -> MarkerOutcome {
+    use ErrorCode as E;
+    match code {
+        E::None => MarkerOutcome::Done,
+        E::TransactionCoordinatorFenced => MarkerOutcome::Fenced,
+        // A COMMIT/ABORT below the producer's epoch there: a newer coordinator already
+        // ended this transaction with a later marker.
+        E::InvalidProducerEpoch | E::ProducerFenced if control != ControlType::Begin => {
+            MarkerOutcome::Fenced
+        }
+        E::NotLeaderOrFollower
+        | E::LeaderNotAvailable
+        | E::FencedLeaderEpoch
+        | E::UnknownTopicOrPartition
+        | E::RequestTimedOut
+        | E::NotEnoughReplicas
+        | E::NotEnoughReplicasAfterAppend
+        | E::CoordinatorLoadInProgress
+        | E::UnknownServerError => MarkerOutcome::Retry,
+        _ => MarkerOutcome::Refused,
+    }
+}
+
+/// The request for one leader.
+fn request(job: &MarkerJob, partitions: &[TopicPartition]) -> WriteTxnMarkersRequest {
+    let mut topics: Vec<TxnTopicPartitions> = Vec::new();
+    for tp in partitions {
+        match topics.iter_mut().find(|t| t.topic == tp.topic) {
+            Some(t) => t.partitions.push(tp.partition),
+            None => topics.push(TxnTopicPartitions {
+                topic: tp.topic.clone(),
+                partitions: vec![tp.partition],
+            }),
+        }
+    }
+    WriteTxnMarkersRequest {
+        producer_id: job.producer_id,
+        producer_epoch: i32::from(job.producer_epoch),
+        control_type: job.control as i32,
+        coordinator_epoch: job.coordinator_epoch,
+        topics,
+        timeout_ms: MARKER_TIMEOUT_MS,
+    }
+}
+
+/// Writes `job` to every partition; returns once all answered NONE.
+pub async fn write_markers(
+    conn: &Connection,
+    job: &MarkerJob,
+    token: &OwnershipToken,
+) -> Result<(), CoordinatorError> {
+    let mut pending = job.partitions.clone();
+    let mut backoff = BACKOFF_MIN;
+    while !pending.is_empty() {
+        if token.is_lost() {
+            return Err(CoordinatorError::ownership_lost(
+                job.log_partition,
+                "claim lost while writing markers",
+            ));
+        }
+        let mut by_leader: HashMap<String, (_, Vec<TopicPartition>)> = HashMap::new();
+        for tp in &pending {
+            match conn.leader_client(&tp.topic, tp.partition).await {
+                Ok((leader, client)) => by_leader
+                    .entry(leader)
+                    .or_insert_with(|| (client, Vec::new()))
+                    .1
+                    .push(tp.clone()),
+                Err(ClientError::UnknownTopic { .. }) if job.control == ControlType::Begin => {
+                    return Err(CoordinatorError::Refused {
+                        what: format!("BEGIN in {}/{}", tp.topic, tp.partition),
+                        code: ErrorCode::UnknownTopicOrPartition,
+                        message: "no broker lists the partition".into(),
+                    });
+                }
+                Err(e) => {
+                    tracing::debug!(topic = %tp.topic, partition = tp.partition, error = %e, "no leader for a marker yet");
+                }
+            }
+        }
+        let sends = by_leader.into_values().map(|(mut client, partitions)| {
+            let request = request(job, &partitions);
+            async move {
+                let answer = conn.call(client.write_txn_markers(request)).await;
+                (partitions, answer)
+            }
+        });
+        let mut refresh = false;
+        for (partitions, answer) in join_all(sends).await {
+            let response = match answer {
+                Ok(response) => response,
+                Err(e) => {
+                    tracing::debug!(error = %e, producer_id = job.producer_id, "WriteTxnMarkers got no answer; retrying");
+                    refresh = true;
+                    continue;
+                }
+            };
+            for result in response.results {
+                let tp = TopicPartition {
+                    topic: result.topic,
+                    partition: result.partition,
+                };
+                if !partitions.contains(&tp) {
+                    continue;
+                }
+                let code =
+                    ErrorCode::try_from(result.error_code).unwrap_or(ErrorCode::UnknownServerError);
+                match classify_marker(job.control, code) {
+                    MarkerOutcome::Done => {
+                        pending.remove(&tp);
+                    }
+                    MarkerOutcome::Retry => refresh = true,
+                    MarkerOutcome::Fenced => {
+                        return Err(CoordinatorError::ownership_lost(
+                            job.log_partition,
+                            format!(
+                                "{:?} marker for producer {} in {}/{}: {code:?} {}",
+                                job.control,
+                                job.producer_id,
+                                tp.topic,
+                                tp.partition,
+                                result.error_message
+                            ),
+                        ));
+                    }
+                    MarkerOutcome::Refused if job.control == ControlType::Begin => {
+                        return Err(CoordinatorError::Refused {
+                            what: format!("BEGIN in {}/{}", tp.topic, tp.partition),
+                            code,
+                            message: result.error_message,
+                        });
+                    }
+                    MarkerOutcome::Refused => {
+                        // The outcome is persisted: it must land. A refusal here is a
+                        // bug somewhere; keep trying, loudly.
+                        tracing::error!(topic = %tp.topic, partition = tp.partition, producer_id = job.producer_id, epoch = job.producer_epoch, ?code, message = %result.error_message, "a broker refuses a {:?} marker; retrying", job.control);
+                    }
+                }
+            }
+        }
+        if pending.is_empty() {
+            break;
+        }
+        if refresh {
+            conn.request_refresh();
+        }
+        tokio::select! {
+            () = tokio::time::sleep(backoff) => {}
+            () = token.lost() => {}
+        }
+        backoff = (backoff * 2).min(BACKOFF_MAX);
+    }
+    tracing::debug!(producer_id = job.producer_id, epoch = job.producer_epoch, control = ?job.control, partitions = job.partitions.len(), "markers written");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tp(topic: &str, partition: i32) -> TopicPartition {
+        TopicPartition {
+            topic: topic.into(),
+            partition,
+        }
+    }
+
+    #[test]
+    fn a_fenced_coordinator_stops_for_every_marker_type() {
+        for control in [ControlType::Begin, ControlType::Commit, ControlType::Abort] {
+            assert_eq!(
+                classify_marker(control, ErrorCode::TransactionCoordinatorFenced),
+                MarkerOutcome::Fenced
+            );
+            assert_eq!(
+                classify_marker(control, ErrorCode::None),
+                MarkerOutcome::Done
+            );
+            for code in [
+                ErrorCode::NotLeaderOrFollower,
+                ErrorCode::LeaderNotAvailable,
+                ErrorCode::NotEnoughReplicas,
+                ErrorCode::RequestTimedOut,
+                ErrorCode::UnknownTopicOrPartition,
+            ] {
+                assert_eq!(classify_marker(control, code), MarkerOutcome::Retry);
+            }
+        }
+    }
+
+    #[test]
+    fn an_epoch_refusal_fences_an_end_marker_but_is_told_to_the_producer_for_begin() {
+        assert_eq!(
+            classify_marker(ControlType::Commit, ErrorCode::InvalidProducerEpoch),
+            MarkerOutcome::Fenced
+        );
+        assert_eq!(
+            classify_marker(ControlType::Abort, ErrorCode::InvalidProducerEpoch),
+            MarkerOutcome::Fenced
+        );
+        assert_eq!(
+            classify_marker(ControlType::Begin, ErrorCode::InvalidProducerEpoch),
+            MarkerOutcome::Refused
+        );
+        assert_eq!(
+            classify_marker(ControlType::Begin, ErrorCode::InvalidTxnState),
+            MarkerOutcome::Refused
+        );
+    }
+
+    #[test]
+    fn one_request_per_leader_groups_partitions_by_topic() {
+        let job = MarkerJob {
+            log_partition: 3,
+            producer_id: 9,
+            producer_epoch: 4,
+            control: ControlType::Commit,
+            coordinator_epoch: 7,
+            partitions: BTreeSet::new(),
+        };
+        let built = request(&job, &[tp("a", 0), tp("b", 1), tp("a", 2)]);
+        assert_eq!(
+            (
+                built.producer_id,
+                built.producer_epoch,
+                built.control_type,
+                built.coordinator_epoch
+            ),
+            (9, 4, ControlType::Commit as i32, 7)
+        );
+        assert_eq!(
+            built.topics,
+            vec![
+                TxnTopicPartitions {
+                    topic: "a".into(),
+                    partitions: vec![0, 2]
+                },
+                TxnTopicPartitions {
+                    topic: "b".into(),
+                    partitions: vec![1]
+                },
+            ]
+        );
+    }
+}

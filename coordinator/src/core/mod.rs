@@ -1,0 +1,679 @@
+//! The coordinator core: the transaction log partitions this coordinator owns, and the
+//! shell around the pure decider. For a request on a transactional id it finds the
+//! owning partition (NOT_COORDINATOR when not ours, COORDINATOR_LOAD_IN_PROGRESS while
+//! loading), takes the id's lock, decides, and carries the effects out in order:
+//! Persist = append to the log and wait; BeginPartitions = BEGIN markers and wait;
+//! WriteMarkers = markers in the background after the reply, then `MarkersWritten` back
+//! into the decider and its Complete* persisted; Reply.
+//!
+//! Invariants: nothing is acted on before it is persisted; a claim whose writes or
+//! markers a broker fenced is dropped at once (and released so it is claimed anew
+//! under a higher epoch); a loaded partition serves only after every prepared outcome
+//! found in it reached all its partitions and was completed.
+
+pub mod markers;
+pub mod partition;
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use futures::future::join_all;
+use idem_client::{ClientError, Connection};
+use idem_proto::txn::{txn_log_partition, TXN_LOG_TOPIC};
+use idem_proto::v1::ControlType;
+use idem_proto::ErrorCode;
+
+use crate::clock::now_ms;
+use crate::error::CoordinatorError;
+use crate::log::loader;
+use crate::log::writer::{TxnLogWriter, WriterIdentity};
+use crate::ownership::token::OwnershipToken;
+use crate::ownership::{Claim, OwnerInfo, Ownership};
+use crate::producer_ids::SharedProducerIds;
+use crate::txn::decide::{
+    decide, Context, Decision, Effect, Reply, Request, TopicPartition, TxnError, TxnMetadata,
+};
+use crate::txn::state::TxnState;
+
+use self::markers::{write_markers, MarkerJob};
+use self::partition::LogPartition;
+
+/// A request answered with an error code instead of a decision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl Refusal {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Refusal {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+/// The wire code of a decider error.
+pub fn txn_error_code(error: TxnError) -> ErrorCode {
+    match error {
+        TxnError::ProducerFenced => ErrorCode::ProducerFenced,
+        TxnError::InvalidProducerIdMapping => ErrorCode::InvalidProducerIdMapping,
+        TxnError::ConcurrentTransactions => ErrorCode::ConcurrentTransactions,
+        TxnError::InvalidTxnState => ErrorCode::InvalidTxnState,
+        TxnError::InvalidTransactionTimeout => ErrorCode::InvalidTransactionTimeout,
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct CoreSettings {
+    pub coordinator_id: i32,
+    pub max_transaction_timeout_ms: i32,
+}
+
+enum Slot {
+    Loading {
+        coordinator_epoch: i32,
+        token: OwnershipToken,
+    },
+    Ready(Arc<LogPartition>),
+}
+
+impl Slot {
+    fn coordinator_epoch(&self) -> i32 {
+        match self {
+            Slot::Loading {
+                coordinator_epoch, ..
+            } => *coordinator_epoch,
+            Slot::Ready(part) => part.coordinator_epoch,
+        }
+    }
+}
+
+pub struct Coordinator {
+    settings: CoreSettings,
+    conn: Connection,
+    pids: SharedProducerIds,
+    ownership: Arc<dyn Ownership>,
+    /// `__transaction_state`'s partition count; 0 until known.
+    partition_count: AtomicI32,
+    slots: RwLock<HashMap<i32, Slot>>,
+}
+
+const LOAD_RETRY: Duration = Duration::from_secs(1);
+
+impl Coordinator {
+    pub fn new(
+        settings: CoreSettings,
+        conn: Connection,
+        pids: SharedProducerIds,
+        ownership: Arc<dyn Ownership>,
+    ) -> Arc<Self> {
+        Arc::new(Coordinator {
+            settings,
+            conn,
+            pids,
+            ownership,
+            partition_count: AtomicI32::new(0),
+            slots: RwLock::new(HashMap::new()),
+        })
+    }
+
+    pub fn connection(&self) -> &Connection {
+        &self.conn
+    }
+
+    pub fn coordinator_id(&self) -> i32 {
+        self.settings.coordinator_id
+    }
+
+    pub fn set_partition_count(&self, partitions: i32) {
+        self.partition_count.store(partitions, Ordering::SeqCst);
+    }
+
+    pub fn partition_count(&self) -> Option<i32> {
+        Some(self.partition_count.load(Ordering::SeqCst)).filter(|n| *n > 0)
+    }
+
+    /// The transaction log partition of `transactional_id`.
+    pub fn log_partition_of(&self, transactional_id: &str) -> Result<i32, Refusal> {
+        let partitions = self.partition_count().ok_or_else(|| {
+            Refusal::new(
+                ErrorCode::CoordinatorNotAvailable,
+                format!("{TXN_LOG_TOPIC} is not known yet"),
+            )
+        })?;
+        Ok(txn_log_partition(transactional_id, partitions))
+    }
+
+    // ---- ownership ------------------------------------------------------------------
+
+    /// A new claim: the partition is loading until its state is read back and its
+    /// prepared outcomes are finished.
+    pub fn on_claim(self: &Arc<Self>, claim: Claim) {
+        if let Ok(mut slots) = self.slots.write() {
+            slots.insert(
+                claim.partition,
+                Slot::Loading {
+                    coordinator_epoch: claim.coordinator_epoch,
+                    token: claim.token.clone(),
+                },
+            );
+        }
+        tokio::spawn(self.clone().load(claim));
+    }
+
+    fn remove_slot(&self, partition: i32, coordinator_epoch: i32) {
+        if let Ok(mut slots) = self.slots.write() {
+            if slots
+                .get(&partition)
+                .is_some_and(|s| s.coordinator_epoch() == coordinator_epoch)
+            {
+                slots.remove(&partition);
+                tracing::warn!(
+                    partition,
+                    coordinator_epoch,
+                    "stopped serving a transaction log partition"
+                );
+            }
+        }
+    }
+
+    /// Stops serving a claim a broker fenced (or that failed) and gives it back.
+    fn lose(&self, partition: i32, coordinator_epoch: i32, token: &OwnershipToken) {
+        token.lose();
+        self.remove_slot(partition, coordinator_epoch);
+        let ownership = self.ownership.clone();
+        tokio::spawn(async move { ownership.release(partition, coordinator_epoch).await });
+    }
+
+    async fn load(self: Arc<Self>, claim: Claim) {
+        let Claim {
+            partition,
+            coordinator_epoch,
+            writer_producer_id,
+            token,
+        } = claim;
+        let Ok(producer_epoch) = i16::try_from(coordinator_epoch) else {
+            tracing::error!(
+                partition,
+                coordinator_epoch,
+                "coordinator epoch does not fit a producer epoch"
+            );
+            self.lose(partition, coordinator_epoch, &token);
+            return;
+        };
+        let writer = TxnLogWriter::start(
+            self.conn.clone(),
+            WriterIdentity {
+                partition,
+                producer_id: writer_producer_id,
+                producer_epoch,
+            },
+            token.clone(),
+        );
+        let txns = loop {
+            match loader::load(&self.conn, &writer, partition, coordinator_epoch, &token).await {
+                Ok(txns) => break txns,
+                Err(CoordinatorError::OwnershipLost { reason, .. }) => {
+                    tracing::warn!(partition, coordinator_epoch, %reason, "claim lost while loading");
+                    self.lose(partition, coordinator_epoch, &token);
+                    return;
+                }
+                Err(e @ CoordinatorError::CorruptLog { .. }) => {
+                    // Serving without this record could forget an open transaction.
+                    tracing::error!(partition, coordinator_epoch, error = %e, "the transaction log partition cannot be loaded; it stays unavailable");
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(partition, coordinator_epoch, error = %e, "loading failed; retrying");
+                    tokio::select! {
+                        () = tokio::time::sleep(LOAD_RETRY) => {}
+                        () = token.lost() => {}
+                    }
+                }
+            }
+        };
+        let part = Arc::new(LogPartition::new(
+            partition,
+            coordinator_epoch,
+            token.clone(),
+            writer,
+            txns,
+        ));
+        // The design's order: every outcome prepared by an earlier owner reaches its
+        // partitions and is completed before this owner answers anything.
+        let prepared: Vec<TxnMetadata> = part
+            .snapshot()
+            .into_iter()
+            .filter(|m| matches!(m.state, TxnState::PrepareCommit | TxnState::PrepareAbort))
+            .collect();
+        if !prepared.is_empty() {
+            tracing::info!(
+                partition,
+                count = prepared.len(),
+                "finishing prepared transactions found in the log"
+            );
+        }
+        let finished = join_all(prepared.iter().map(|meta| {
+            let job = end_markers(&part, meta);
+            let part = part.clone();
+            let this = self.clone();
+            let id = meta.transactional_id.clone();
+            async move { this.finish(&part, &id, &job).await }
+        }))
+        .await;
+        for result in finished {
+            if let Err(e) = result {
+                tracing::warn!(partition, error = %e, "finishing a prepared transaction failed");
+                self.lose(partition, coordinator_epoch, &token);
+                return;
+            }
+        }
+        let installed = self.slots.write().is_ok_and(|mut slots| {
+            let current = matches!(
+                slots.get(&partition),
+                Some(Slot::Loading { coordinator_epoch: e, .. }) if *e == coordinator_epoch
+            );
+            if current && !token.is_lost() {
+                slots.insert(partition, Slot::Ready(part.clone()));
+            }
+            current
+        });
+        if !installed {
+            return;
+        }
+        tracing::info!(
+            partition,
+            coordinator_epoch,
+            "serving the transaction log partition"
+        );
+        token.lost().await;
+        self.remove_slot(partition, coordinator_epoch);
+    }
+
+    // ---- requests -------------------------------------------------------------------
+
+    /// The loaded partition owning `transactional_id`, or why there is none.
+    fn serving(&self, transactional_id: &str) -> Result<Arc<LogPartition>, Refusal> {
+        let partition = self.log_partition_of(transactional_id)?;
+        if !self.ownership.holds_lease() {
+            return Err(Refusal::new(
+                ErrorCode::NotCoordinator,
+                "this coordinator's lease may have lapsed",
+            ));
+        }
+        let slots = self
+            .slots
+            .read()
+            .map_err(|_| Refusal::new(ErrorCode::UnknownServerError, "state poisoned"))?;
+        match slots.get(&partition) {
+            None => Err(Refusal::new(
+                ErrorCode::NotCoordinator,
+                format!("{TXN_LOG_TOPIC} partition {partition} is not owned here"),
+            )),
+            Some(Slot::Loading { .. }) => Err(Refusal::new(
+                ErrorCode::CoordinatorLoadInProgress,
+                format!("{TXN_LOG_TOPIC} partition {partition} is loading"),
+            )),
+            Some(Slot::Ready(part)) if part.token.is_lost() => Err(Refusal::new(
+                ErrorCode::NotCoordinator,
+                format!("{TXN_LOG_TOPIC} partition {partition} is no longer owned here"),
+            )),
+            Some(Slot::Ready(part)) => Ok(part.clone()),
+        }
+    }
+
+    /// Decides and carries out a producer's request; the answer comes once everything
+    /// before the decider's reply is done.
+    pub async fn handle(
+        self: &Arc<Self>,
+        transactional_id: &str,
+        request: Request,
+    ) -> Result<Reply, Refusal> {
+        if transactional_id.is_empty() {
+            return Err(Refusal::new(
+                ErrorCode::InvalidRequest,
+                "the transactional id is empty",
+            ));
+        }
+        let part = self.serving(transactional_id)?;
+        if let Request::AddPartitions { partitions, .. } = &request {
+            self.check_partitions(partitions).await?;
+        }
+        self.run_request(&part, transactional_id, request)
+            .await?
+            .ok_or_else(|| Refusal::new(ErrorCode::UnknownServerError, "no answer was decided"))
+    }
+
+    /// Every partition exists (so its transaction can always be ended) and none is the
+    /// transaction log itself.
+    async fn check_partitions(&self, partitions: &[TopicPartition]) -> Result<(), Refusal> {
+        let topics: BTreeSet<&str> = partitions.iter().map(|tp| tp.topic.as_str()).collect();
+        for topic in topics {
+            if topic == TXN_LOG_TOPIC {
+                return Err(Refusal::new(
+                    ErrorCode::InvalidRequest,
+                    format!("{TXN_LOG_TOPIC} cannot take part in a transaction"),
+                ));
+            }
+            let count = match self.conn.partition_count(topic).await {
+                Ok(count) => count,
+                Err(ClientError::UnknownTopic { .. }) => {
+                    return Err(Refusal::new(
+                        ErrorCode::UnknownTopicOrPartition,
+                        format!("unknown topic {topic}"),
+                    ))
+                }
+                Err(e) => {
+                    return Err(Refusal::new(
+                        ErrorCode::CoordinatorNotAvailable,
+                        format!("cannot read the metadata of {topic}: {e}"),
+                    ))
+                }
+            };
+            if let Some(bad) = partitions
+                .iter()
+                .find(|tp| tp.topic == topic && !(0..count).contains(&tp.partition))
+            {
+                return Err(Refusal::new(
+                    ErrorCode::UnknownTopicOrPartition,
+                    format!("{topic} has no partition {}", bad.partition),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    async fn run_request(
+        self: &Arc<Self>,
+        part: &Arc<LogPartition>,
+        transactional_id: &str,
+        request: Request,
+    ) -> Result<Option<Reply>, Refusal> {
+        let lock = part.lock_for(transactional_id);
+        let guard = lock.lock().await;
+        if part.token.is_lost() || !self.ownership.holds_lease() {
+            return Err(Refusal::new(
+                ErrorCode::NotCoordinator,
+                "ownership lost while waiting",
+            ));
+        }
+        let current = part.get(transactional_id);
+        let effects = self
+            .decide_with_fresh_id(transactional_id, current.as_ref(), &request)
+            .await?;
+        let outcome = self.carry_out(part, effects).await;
+        drop(guard);
+        let (reply, end) = outcome?;
+        if let Some(job) = end {
+            let this = self.clone();
+            let part = part.clone();
+            let id = transactional_id.to_string();
+            tokio::spawn(async move {
+                if let Err(e) = this.finish(&part, &id, &job).await {
+                    tracing::warn!(partition = part.index, transactional_id = %id, error = %e, "completing a transaction failed");
+                    this.refuse(&part, e);
+                }
+            });
+        }
+        Ok(reply)
+    }
+
+    async fn decide_with_fresh_id(
+        &self,
+        transactional_id: &str,
+        current: Option<&TxnMetadata>,
+        request: &Request,
+    ) -> Result<Vec<Effect>, Refusal> {
+        let mut ctx = Context {
+            now_ms: now_ms(),
+            max_timeout_ms: self.settings.max_transaction_timeout_ms,
+            fresh_producer_id: None,
+        };
+        if let Decision::Act(effects) = decide(transactional_id, current, request, ctx) {
+            return Ok(effects);
+        }
+        let producer_id = self.pids.next_producer_id().await.map_err(|e| {
+            Refusal::new(
+                ErrorCode::CoordinatorNotAvailable,
+                format!("no producer id: {e}"),
+            )
+        })?;
+        ctx.fresh_producer_id = Some(producer_id);
+        match decide(transactional_id, current, request, ctx) {
+            Decision::Act(effects) => Ok(effects),
+            Decision::NeedsFreshProducerId => Err(Refusal::new(
+                ErrorCode::UnknownServerError,
+                "the decider asked twice for a producer id",
+            )),
+        }
+    }
+
+    /// Carries out the effects in order; the end markers (if any) are handed back to be
+    /// written after the id's lock is released.
+    async fn carry_out(
+        &self,
+        part: &LogPartition,
+        effects: Vec<Effect>,
+    ) -> Result<(Option<Reply>, Option<MarkerJob>), Refusal> {
+        let mut reply = None;
+        let mut end = None;
+        for effect in effects {
+            match effect {
+                Effect::Persist(meta) => {
+                    part.persist(meta).await.map_err(|e| self.refuse(part, e))?;
+                }
+                Effect::BeginPartitions {
+                    producer_id,
+                    producer_epoch,
+                    partitions,
+                } => {
+                    let job = MarkerJob {
+                        log_partition: part.index,
+                        producer_id,
+                        producer_epoch,
+                        control: ControlType::Begin,
+                        coordinator_epoch: part.coordinator_epoch,
+                        partitions,
+                    };
+                    write_markers(&self.conn, &job, &part.token)
+                        .await
+                        .map_err(|e| self.refuse(part, e))?;
+                }
+                Effect::WriteMarkers {
+                    producer_id,
+                    producer_epoch,
+                    commit,
+                    partitions,
+                } => {
+                    end = Some(MarkerJob {
+                        log_partition: part.index,
+                        producer_id,
+                        producer_epoch,
+                        control: if commit {
+                            ControlType::Commit
+                        } else {
+                            ControlType::Abort
+                        },
+                        coordinator_epoch: part.coordinator_epoch,
+                        partitions,
+                    });
+                }
+                Effect::Reply(r) => reply = Some(r),
+            }
+        }
+        Ok((reply, end))
+    }
+
+    /// Writes the end markers of a prepared outcome, then completes it.
+    async fn finish(
+        &self,
+        part: &LogPartition,
+        transactional_id: &str,
+        job: &MarkerJob,
+    ) -> Result<(), CoordinatorError> {
+        write_markers(&self.conn, job, &part.token).await?;
+        let lock = part.lock_for(transactional_id);
+        let _guard = lock.lock().await;
+        let current = part.get(transactional_id);
+        // Only the outcome these markers belong to is completed.
+        let matches = current.as_ref().is_some_and(|m| {
+            m.producer_id == job.producer_id && m.producer_epoch == job.producer_epoch
+        });
+        if !matches {
+            return Ok(());
+        }
+        let ctx = Context {
+            now_ms: now_ms(),
+            max_timeout_ms: self.settings.max_transaction_timeout_ms,
+            fresh_producer_id: None,
+        };
+        if let Decision::Act(effects) = decide(
+            transactional_id,
+            current.as_ref(),
+            &Request::MarkersWritten,
+            ctx,
+        ) {
+            for effect in effects {
+                match effect {
+                    Effect::Persist(meta) => part.persist(meta).await?,
+                    other => {
+                        tracing::warn!(?other, "unexpected effect of MarkersWritten ignored")
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The answer for a failed effect; a fenced claim is dropped.
+    fn refuse(&self, part: &LogPartition, error: CoordinatorError) -> Refusal {
+        match error {
+            CoordinatorError::OwnershipLost { reason, .. } => {
+                tracing::warn!(partition = part.index, coordinator_epoch = part.coordinator_epoch, %reason, "ownership lost");
+                self.lose(part.index, part.coordinator_epoch, &part.token);
+                Refusal::new(ErrorCode::NotCoordinator, reason)
+            }
+            CoordinatorError::Refused { code, message, .. } => Refusal::new(code, message),
+            other => Refusal::new(ErrorCode::CoordinatorNotAvailable, other.to_string()),
+        }
+    }
+
+    /// Feeds `Tick` to every open transaction past its timeout.
+    pub fn tick(self: &Arc<Self>) {
+        let now = now_ms();
+        for part in self.ready_partitions() {
+            for meta in part.snapshot() {
+                let expired = meta.state == TxnState::Ongoing
+                    && now - meta.txn_start_ms > i64::from(meta.timeout_ms);
+                if !expired || !part.start_tick(&meta.transactional_id) {
+                    continue;
+                }
+                let this = self.clone();
+                let part = part.clone();
+                tokio::spawn(async move {
+                    let id = meta.transactional_id;
+                    tracing::info!(partition = part.index, transactional_id = %id, producer_id = meta.producer_id, epoch = meta.producer_epoch, "transaction timed out; aborting");
+                    if let Err(refusal) = this.run_request(&part, &id, Request::Tick).await {
+                        tracing::warn!(transactional_id = %id, code = ?refusal.code, message = %refusal.message, "timing out a transaction failed");
+                    }
+                    part.end_tick(&id);
+                });
+            }
+        }
+    }
+
+    fn ready_partitions(&self) -> Vec<Arc<LogPartition>> {
+        let Ok(slots) = self.slots.read() else {
+            return Vec::new();
+        };
+        let mut parts: Vec<Arc<LogPartition>> = slots
+            .values()
+            .filter_map(|s| match s {
+                Slot::Ready(part) if !part.token.is_lost() => Some(part.clone()),
+                _ => None,
+            })
+            .collect();
+        parts.sort_by_key(|p| p.index);
+        parts
+    }
+
+    // ---- admin ----------------------------------------------------------------------
+
+    /// Who owns `transactional_id`, as this coordinator knows it.
+    pub fn find_coordinator(&self, transactional_id: &str) -> Result<(i32, OwnerInfo), Refusal> {
+        let partition = self.log_partition_of(transactional_id)?;
+        match self.ownership.owner_of(partition) {
+            Some(owner) => Ok((partition, owner)),
+            None => Err(Refusal::new(
+                ErrorCode::CoordinatorNotAvailable,
+                format!("no coordinator owns {TXN_LOG_TOPIC} partition {partition} yet"),
+            )),
+        }
+    }
+
+    /// Transactions of every loaded partition in one of `states` (all when empty), and
+    /// the loaded partitions.
+    pub fn list(&self, states: &[TxnState]) -> (Vec<(i32, TxnMetadata)>, Vec<i32>) {
+        if !self.ownership.holds_lease() {
+            return (Vec::new(), Vec::new());
+        }
+        let parts = self.ready_partitions();
+        let owned = parts.iter().map(|p| p.index).collect();
+        let mut txns: Vec<(i32, TxnMetadata)> = parts
+            .iter()
+            .flat_map(|part| {
+                part.snapshot()
+                    .into_iter()
+                    .filter(|m| states.is_empty() || states.contains(&m.state))
+                    .map(|m| (part.index, m))
+            })
+            .collect();
+        txns.sort_by(|a, b| a.1.transactional_id.cmp(&b.1.transactional_id));
+        (txns, owned)
+    }
+
+    pub fn describe(&self, transactional_id: &str) -> Result<(i32, TxnMetadata), Refusal> {
+        let part = self.serving(transactional_id)?;
+        part.get(transactional_id)
+            .map(|m| (part.index, m))
+            .ok_or_else(|| {
+                Refusal::new(
+                    ErrorCode::TransactionalIdNotFound,
+                    format!("no transactional id {transactional_id:?}"),
+                )
+            })
+    }
+
+    /// Gives up every partition (clean shutdown).
+    pub async fn leave(&self) {
+        self.ownership.leave().await;
+        if let Ok(mut slots) = self.slots.write() {
+            for (_, slot) in slots.drain() {
+                match slot {
+                    Slot::Loading { token, .. } => token.lose(),
+                    Slot::Ready(part) => part.token.lose(),
+                };
+            }
+        }
+    }
+}
+
+/// The end markers of a prepared outcome read back from the log.
+fn end_markers(part: &LogPartition, meta: &TxnMetadata) -> MarkerJob {
+    MarkerJob {
+        log_partition: part.index,
+        producer_id: meta.producer_id,
+        producer_epoch: meta.producer_epoch,
+        control: if meta.state == TxnState::PrepareCommit {
+            ControlType::Commit
+        } else {
+            ControlType::Abort
+        },
+        coordinator_epoch: part.coordinator_epoch,
+        partitions: meta.partitions.clone(),
+    }
+}

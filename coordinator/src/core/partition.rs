@@ -1,0 +1,92 @@
+//! One transaction log partition this coordinator owns and has loaded: the persisted
+//! metadata of its transactional ids, one lock per id (requests for one id are decided
+//! and carried out one at a time), and the writer that persists changes.
+//!
+//! Invariant: `txns` only ever holds what the log holds — an entry changes only after
+//! its record was appended (acks=all).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use crate::error::CoordinatorError;
+use crate::log::record::LogRecord;
+use crate::log::writer::TxnLogWriter;
+use crate::ownership::token::OwnershipToken;
+use crate::txn::decide::TxnMetadata;
+
+pub struct LogPartition {
+    pub index: i32,
+    pub coordinator_epoch: i32,
+    pub token: OwnershipToken,
+    writer: TxnLogWriter,
+    txns: Mutex<HashMap<String, TxnMetadata>>,
+    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Ids a timer-driven abort is under way for, so ticks do not pile up.
+    ticking: Mutex<HashSet<String>>,
+}
+
+impl LogPartition {
+    pub fn new(
+        index: i32,
+        coordinator_epoch: i32,
+        token: OwnershipToken,
+        writer: TxnLogWriter,
+        txns: HashMap<String, TxnMetadata>,
+    ) -> Self {
+        LogPartition {
+            index,
+            coordinator_epoch,
+            token,
+            writer,
+            txns: Mutex::new(txns),
+            locks: Mutex::new(HashMap::new()),
+            ticking: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// The lock that serialises requests for `transactional_id`.
+    pub fn lock_for(&self, transactional_id: &str) -> Arc<tokio::sync::Mutex<()>> {
+        match self.locks.lock() {
+            Ok(mut locks) => locks
+                .entry(transactional_id.to_string())
+                .or_default()
+                .clone(),
+            // A poisoned map: a fresh lock still serialises nothing wrongly for
+            // callers that hold this one; the partition is about to be dropped anyway.
+            Err(_) => Arc::new(tokio::sync::Mutex::new(())),
+        }
+    }
+
+    pub fn get(&self, transactional_id: &str) -> Option<TxnMetadata> {
+        self.txns.lock().ok()?.get(transactional_id).cloned()
+    }
+
+    pub fn snapshot(&self) -> Vec<TxnMetadata> {
+        self.txns
+            .lock()
+            .map(|t| t.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Appends `meta` to the log, then makes it the current state.
+    pub async fn persist(&self, meta: TxnMetadata) -> Result<(), CoordinatorError> {
+        self.writer.append(LogRecord::Txn(meta.clone())).await?;
+        if let Ok(mut txns) = self.txns.lock() {
+            txns.insert(meta.transactional_id.clone(), meta);
+        }
+        Ok(())
+    }
+
+    /// Marks a timer-driven check of `id` as running; false when one already is.
+    pub fn start_tick(&self, id: &str) -> bool {
+        self.ticking
+            .lock()
+            .is_ok_and(|mut t| t.insert(id.to_string()))
+    }
+
+    pub fn end_tick(&self, id: &str) {
+        if let Ok(mut t) = self.ticking.lock() {
+            t.remove(id);
+        }
+    }
+}

@@ -1,0 +1,395 @@
+//! Taking a transaction log partition over: append the fence record at the new
+//! coordinator epoch (the writer's first batch, sequence 0: from then on every append
+//! of an earlier owner is refused by the leader), then read the partition from its log
+//! start up to the fence and keep the last record of every transactional id.
+//!
+//! Invariant: everything an earlier owner persisted is before the fence, so the state
+//! read back is complete; nothing after the fence is read (it is ours).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use idem_client::{Connection, Isolation, OffsetSpec};
+use idem_proto::batch::{self, Batches};
+use idem_proto::txn::TXN_LOG_TOPIC;
+use idem_proto::v1::{FetchPartition, FetchRequest, FetchTopic, IsolationLevel};
+use idem_proto::ErrorCode;
+
+use crate::error::CoordinatorError;
+use crate::log::record::LogRecord;
+use crate::log::writer::TxnLogWriter;
+use crate::ownership::token::OwnershipToken;
+use crate::txn::decide::TxnMetadata;
+
+const FETCH_MAX_BYTES: i32 = 8 * 1024 * 1024;
+const BACKOFF_MIN: Duration = Duration::from_millis(50);
+const BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// The state read back so far: the last record of each transactional id.
+#[derive(Debug, Default)]
+pub struct Replay {
+    partition: i32,
+    txns: HashMap<String, TxnMetadata>,
+}
+
+impl Replay {
+    pub fn new(partition: i32) -> Self {
+        Replay {
+            partition,
+            txns: HashMap::new(),
+        }
+    }
+
+    /// Applies the record at `offset`. Fence records carry no transaction state.
+    pub fn apply(
+        &mut self,
+        offset: i64,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+    ) -> Result<(), CoordinatorError> {
+        match LogRecord::decode(key, value) {
+            Ok(LogRecord::Txn(meta)) => {
+                self.txns.insert(meta.transactional_id.clone(), meta);
+                Ok(())
+            }
+            Ok(LogRecord::Fence { .. }) => Ok(()),
+            Err(e) => Err(CoordinatorError::CorruptLog {
+                partition: self.partition,
+                offset,
+                reason: e.to_string(),
+            }),
+        }
+    }
+
+    pub fn into_txns(self) -> HashMap<String, TxnMetadata> {
+        self.txns
+    }
+}
+
+/// Fences earlier owners and reads the partition's state back.
+pub async fn load(
+    conn: &Connection,
+    writer: &TxnLogWriter,
+    partition: i32,
+    coordinator_epoch: i32,
+    token: &OwnershipToken,
+) -> Result<HashMap<String, TxnMetadata>, CoordinatorError> {
+    let fence_offset = writer
+        .append(LogRecord::Fence { coordinator_epoch })
+        .await?;
+    tracing::info!(
+        partition,
+        coordinator_epoch,
+        fence_offset,
+        "fenced the transaction log partition; reading it back"
+    );
+    let mut offset = log_start(conn, partition, token).await?;
+    let mut replay = Replay::new(partition);
+    let mut backoff = BACKOFF_MIN;
+    while offset < fence_offset {
+        lost_check(token, partition)?;
+        match fetch_once(conn, partition, offset).await {
+            Ok((records, next_fetch_offset)) => {
+                let next = apply_batches(&mut replay, &records, offset, fence_offset)?
+                    .max(next_fetch_offset)
+                    .max(offset);
+                if next == offset {
+                    // Nothing below the high watermark yet (a new leader catching up).
+                    pause(&mut backoff, token).await;
+                } else {
+                    backoff = BACKOFF_MIN;
+                }
+                offset = next;
+            }
+            Err(FetchFailure::OutOfRange) => {
+                offset = offset.max(log_start(conn, partition, token).await?);
+                pause(&mut backoff, token).await;
+            }
+            Err(FetchFailure::Retry(reason)) => {
+                tracing::debug!(partition, offset, %reason, "transaction log fetch will retry");
+                conn.request_refresh();
+                pause(&mut backoff, token).await;
+            }
+        }
+    }
+    let txns = replay.into_txns();
+    tracing::info!(
+        partition,
+        coordinator_epoch,
+        transactional_ids = txns.len(),
+        "transaction log partition loaded"
+    );
+    Ok(txns)
+}
+
+/// Applies every record in `records` (concatenated batches) whose offset lies in
+/// `[from, fence_offset)`; returns the offset after the last batch seen.
+pub fn apply_batches(
+    replay: &mut Replay,
+    records: &[u8],
+    from: i64,
+    fence_offset: i64,
+) -> Result<i64, CoordinatorError> {
+    let mut next = from;
+    for item in Batches::new(records) {
+        let (header, bytes) = item.map_err(|e| CoordinatorError::CorruptLog {
+            partition: replay.partition,
+            offset: next,
+            reason: e.to_string(),
+        })?;
+        next = next.max(header.next_offset());
+        if header.is_control() {
+            continue;
+        }
+        let decoded = batch::records(bytes).map_err(|e| CoordinatorError::CorruptLog {
+            partition: replay.partition,
+            offset: header.base_offset,
+            reason: e.to_string(),
+        })?;
+        for record in decoded {
+            if record.offset < from || record.offset >= fence_offset {
+                continue;
+            }
+            replay.apply(
+                record.offset,
+                record.key.as_deref(),
+                record.value.as_deref(),
+            )?;
+        }
+    }
+    Ok(next)
+}
+
+fn lost_check(token: &OwnershipToken, partition: i32) -> Result<(), CoordinatorError> {
+    if token.is_lost() {
+        return Err(CoordinatorError::ownership_lost(
+            partition,
+            "claim lost while loading",
+        ));
+    }
+    Ok(())
+}
+
+async fn pause(backoff: &mut Duration, token: &OwnershipToken) {
+    tokio::select! {
+        () = tokio::time::sleep(*backoff) => {}
+        () = token.lost() => {}
+    }
+    *backoff = (*backoff * 2).min(BACKOFF_MAX);
+}
+
+async fn log_start(
+    conn: &Connection,
+    partition: i32,
+    token: &OwnershipToken,
+) -> Result<i64, CoordinatorError> {
+    let mut backoff = BACKOFF_MIN;
+    loop {
+        lost_check(token, partition)?;
+        match conn
+            .list_offset(
+                TXN_LOG_TOPIC,
+                partition,
+                OffsetSpec::Earliest,
+                Isolation::ReadUncommitted,
+            )
+            .await
+        {
+            Ok(offset) => return Ok(offset),
+            Err(e) => {
+                tracing::debug!(partition, error = %e, "log start of the transaction log will retry");
+                pause(&mut backoff, token).await;
+            }
+        }
+    }
+}
+
+enum FetchFailure {
+    OutOfRange,
+    Retry(String),
+}
+
+async fn fetch_once(
+    conn: &Connection,
+    partition: i32,
+    offset: i64,
+) -> Result<(bytes::Bytes, i64), FetchFailure> {
+    let request = FetchRequest {
+        max_wait_ms: 200,
+        min_bytes: 1,
+        max_bytes: FETCH_MAX_BYTES,
+        isolation_level: IsolationLevel::ReadUncommitted as i32,
+        topics: vec![FetchTopic {
+            name: TXN_LOG_TOPIC.to_string(),
+            partitions: vec![FetchPartition {
+                partition,
+                fetch_offset: offset,
+                partition_max_bytes: FETCH_MAX_BYTES,
+                current_leader_epoch: None,
+            }],
+        }],
+        replica_id: None,
+    };
+    let (_, mut client) = conn
+        .leader_client(TXN_LOG_TOPIC, partition)
+        .await
+        .map_err(|e| FetchFailure::Retry(e.to_string()))?;
+    let response = conn
+        .call(client.fetch(request))
+        .await
+        .map_err(|e| FetchFailure::Retry(e.to_string()))?;
+    let answer = response
+        .topics
+        .into_iter()
+        .flat_map(|t| t.partitions)
+        .find(|p| p.partition == partition)
+        .ok_or_else(|| FetchFailure::Retry("answer lacks the partition".into()))?;
+    match ErrorCode::try_from(answer.error_code) {
+        Ok(ErrorCode::None) => Ok((answer.records, answer.next_fetch_offset)),
+        Ok(ErrorCode::OffsetOutOfRange) => Err(FetchFailure::OutOfRange),
+        _ => Err(FetchFailure::Retry(format!(
+            "code {}: {}",
+            answer.error_code, answer.error_message
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use bytes::BytesMut;
+    use idem_proto::batch::{ProducerInfo, Record};
+
+    use super::*;
+    use crate::txn::state::TxnState;
+
+    fn meta(id: &str, epoch: i16, state: TxnState) -> TxnMetadata {
+        TxnMetadata {
+            transactional_id: id.into(),
+            producer_id: 5,
+            producer_epoch: epoch,
+            timeout_ms: 1000,
+            state,
+            partitions: BTreeSet::new(),
+            txn_start_ms: -1,
+            last_update_ms: 0,
+            ended_by_producer: false,
+        }
+    }
+
+    /// A batch as the leader stores it: the records at `base_offset`.
+    fn stored_batch(base_offset: i64, records: &[LogRecord]) -> BytesMut {
+        let records: Vec<Record> = records
+            .iter()
+            .map(|r| {
+                let (key, value) = r.encode();
+                Record {
+                    key: Some(key),
+                    value: Some(value),
+                    headers: Vec::new(),
+                    timestamp_ms: 1,
+                }
+            })
+            .collect();
+        let mut buf = BytesMut::from(&batch::encode(ProducerInfo::NONE, 0, &records)[..]);
+        batch::assign(&mut buf, base_offset, 0);
+        buf
+    }
+
+    #[test]
+    fn the_last_record_of_each_id_before_the_fence_wins() {
+        let mut log = BytesMut::new();
+        log.extend_from_slice(&stored_batch(
+            0,
+            &[
+                LogRecord::Fence {
+                    coordinator_epoch: 1,
+                },
+                LogRecord::Txn(meta("a", 0, TxnState::Empty)),
+                LogRecord::Txn(meta("b", 0, TxnState::Empty)),
+            ],
+        ));
+        log.extend_from_slice(&stored_batch(
+            3,
+            &[
+                LogRecord::Txn(meta("a", 0, TxnState::Ongoing)),
+                LogRecord::Txn(meta("a", 1, TxnState::PrepareCommit)),
+            ],
+        ));
+        // Our own fence at 5, and something after it that must not be read.
+        log.extend_from_slice(&stored_batch(
+            5,
+            &[
+                LogRecord::Fence {
+                    coordinator_epoch: 2,
+                },
+                LogRecord::Txn(meta("b", 9, TxnState::Dead)),
+            ],
+        ));
+        let mut replay = Replay::new(0);
+        let next = apply_batches(&mut replay, &log, 0, 5).expect("applies");
+        assert_eq!(next, 7);
+        let txns = replay.into_txns();
+        assert_eq!(txns.len(), 2);
+        assert_eq!(txns["a"], meta("a", 1, TxnState::PrepareCommit));
+        assert_eq!(txns["b"], meta("b", 0, TxnState::Empty));
+    }
+
+    #[test]
+    fn records_before_the_fetch_offset_are_not_applied_twice_or_out_of_order() {
+        let log = stored_batch(
+            10,
+            &[
+                LogRecord::Txn(meta("a", 3, TxnState::Ongoing)),
+                LogRecord::Txn(meta("a", 4, TxnState::Empty)),
+            ],
+        );
+        let mut replay = Replay::new(0);
+        replay
+            .apply(
+                11,
+                Some(b"a"),
+                Some(&LogRecord::Txn(meta("a", 4, TxnState::Empty)).encode().1),
+            )
+            .expect("applies");
+        // Fetching from 12 may return the whole batch at 10: 10 and 11 are skipped.
+        let next = apply_batches(&mut replay, &log, 12, 100).expect("applies");
+        assert_eq!(next, 12);
+        assert_eq!(
+            replay.into_txns()["a"].state,
+            TxnState::Empty,
+            "offset 10 was not re-applied"
+        );
+    }
+
+    #[test]
+    fn a_corrupt_record_stops_the_load_with_its_offset() {
+        let mut buf = BytesMut::from(
+            &batch::encode(
+                ProducerInfo::NONE,
+                0,
+                &[Record {
+                    key: Some(bytes::Bytes::from_static(b"a")),
+                    value: Some(bytes::Bytes::from_static(b"garbage")),
+                    headers: Vec::new(),
+                    timestamp_ms: 1,
+                }],
+            )[..],
+        );
+        batch::assign(&mut buf, 42, 0);
+        let mut replay = Replay::new(3);
+        let error = apply_batches(&mut replay, &buf, 0, 100).expect_err("corrupt");
+        assert!(
+            matches!(
+                error,
+                CoordinatorError::CorruptLog {
+                    partition: 3,
+                    offset: 42,
+                    ..
+                }
+            ),
+            "{error}"
+        );
+    }
+}

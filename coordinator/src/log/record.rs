@@ -1,0 +1,237 @@
+//! Records of `__transaction_state` (docs/transactions.md): key = the transactional id
+//! (UTF-8), value = JSON of its `TxnMetadata`; the fence record a new owner writes first
+//! has an empty key and value `{"fence": coordinator_epoch}`. The last record of a key
+//! wins. Decoding is strict: an unreadable record is an error, never skipped, because
+//! skipping it could forget a transaction some partition still holds open.
+
+use std::collections::BTreeSet;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use crate::txn::decide::{TopicPartition, TxnMetadata};
+use crate::txn::state::TxnState;
+
+/// One record of the transaction log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogRecord {
+    Txn(TxnMetadata),
+    /// A new owner took the partition over at this coordinator epoch.
+    Fence {
+        coordinator_epoch: i32,
+    },
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct TxnValue {
+    producer_id: i64,
+    producer_epoch: i16,
+    timeout_ms: i32,
+    state: String,
+    partitions: Vec<PartitionValue>,
+    txn_start_ms: i64,
+    last_update_ms: i64,
+    ended_by_producer: bool,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct PartitionValue {
+    topic: String,
+    partition: i32,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FenceValue {
+    fence: i32,
+}
+
+/// Why a record does not decode.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RecordError {
+    #[error("record has no value")]
+    NoValue,
+    #[error("record key is not UTF-8")]
+    KeyNotUtf8,
+    #[error("record value is not valid JSON for its key: {0}")]
+    BadValue(String),
+    #[error("unknown transaction state {0:?}")]
+    UnknownState(String),
+}
+
+impl LogRecord {
+    /// The record's key and value bytes.
+    pub fn encode(&self) -> (Bytes, Bytes) {
+        match self {
+            LogRecord::Fence { coordinator_epoch } => {
+                let value = serde_json::json!({ "fence": coordinator_epoch }).to_string();
+                (Bytes::new(), Bytes::from(value))
+            }
+            LogRecord::Txn(meta) => {
+                let value = TxnValue {
+                    producer_id: meta.producer_id,
+                    producer_epoch: meta.producer_epoch,
+                    timeout_ms: meta.timeout_ms,
+                    state: meta.state.name().to_string(),
+                    partitions: meta
+                        .partitions
+                        .iter()
+                        .map(|tp| PartitionValue {
+                            topic: tp.topic.clone(),
+                            partition: tp.partition,
+                        })
+                        .collect(),
+                    txn_start_ms: meta.txn_start_ms,
+                    last_update_ms: meta.last_update_ms,
+                    ended_by_producer: meta.ended_by_producer,
+                };
+                // Serialising plain integers, strings and bools cannot fail.
+                let json = serde_json::to_vec(&value).unwrap_or_default();
+                (
+                    Bytes::copy_from_slice(meta.transactional_id.as_bytes()),
+                    Bytes::from(json),
+                )
+            }
+        }
+    }
+
+    /// Reads a record back; a missing key counts as the empty key.
+    pub fn decode(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<LogRecord, RecordError> {
+        let key = key.unwrap_or_default();
+        let value = value.ok_or(RecordError::NoValue)?;
+        if key.is_empty() {
+            let fence: FenceValue =
+                serde_json::from_slice(value).map_err(|e| RecordError::BadValue(e.to_string()))?;
+            return Ok(LogRecord::Fence {
+                coordinator_epoch: fence.fence,
+            });
+        }
+        let transactional_id = std::str::from_utf8(key)
+            .map_err(|_| RecordError::KeyNotUtf8)?
+            .to_string();
+        let txn: TxnValue =
+            serde_json::from_slice(value).map_err(|e| RecordError::BadValue(e.to_string()))?;
+        let state =
+            TxnState::from_name(&txn.state).ok_or(RecordError::UnknownState(txn.state.clone()))?;
+        Ok(LogRecord::Txn(TxnMetadata {
+            transactional_id,
+            producer_id: txn.producer_id,
+            producer_epoch: txn.producer_epoch,
+            timeout_ms: txn.timeout_ms,
+            state,
+            partitions: txn
+                .partitions
+                .into_iter()
+                .map(|p| TopicPartition {
+                    topic: p.topic,
+                    partition: p.partition,
+                })
+                .collect::<BTreeSet<_>>(),
+            txn_start_ms: txn.txn_start_ms,
+            last_update_ms: txn.last_update_ms,
+            ended_by_producer: txn.ended_by_producer,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(state: TxnState) -> TxnMetadata {
+        TxnMetadata {
+            transactional_id: "orders-1".into(),
+            producer_id: 1234,
+            producer_epoch: 7,
+            timeout_ms: 60_000,
+            state,
+            partitions: [
+                TopicPartition {
+                    topic: "orders".into(),
+                    partition: 2,
+                },
+                TopicPartition {
+                    topic: "stock".into(),
+                    partition: 0,
+                },
+            ]
+            .into_iter()
+            .collect(),
+            txn_start_ms: 1_700_000_000_000,
+            last_update_ms: 1_700_000_000_500,
+            ended_by_producer: true,
+        }
+    }
+
+    #[test]
+    fn every_state_round_trips() {
+        for state in TxnState::ALL {
+            let record = LogRecord::Txn(meta(state));
+            let (key, value) = record.encode();
+            assert_eq!(&key[..], b"orders-1");
+            assert_eq!(LogRecord::decode(Some(&key), Some(&value)), Ok(record));
+        }
+    }
+
+    #[test]
+    fn the_value_is_the_documented_json() {
+        let (_, value) = LogRecord::Txn(meta(TxnState::PrepareCommit)).encode();
+        let json: serde_json::Value = serde_json::from_slice(&value).expect("json");
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "producer_id": 1234,
+                "producer_epoch": 7,
+                "timeout_ms": 60000,
+                "state": "PrepareCommit",
+                "partitions": [{"topic": "orders", "partition": 2}, {"topic": "stock", "partition": 0}],
+                "txn_start_ms": 1_700_000_000_000_i64,
+                "last_update_ms": 1_700_000_000_500_i64,
+                "ended_by_producer": true,
+            })
+        );
+    }
+
+    #[test]
+    fn the_fence_record_has_an_empty_key_and_the_epoch() {
+        let record = LogRecord::Fence {
+            coordinator_epoch: 9,
+        };
+        let (key, value) = record.encode();
+        assert!(key.is_empty());
+        assert_eq!(&value[..], br#"{"fence":9}"#);
+        assert_eq!(
+            LogRecord::decode(Some(&key), Some(&value)),
+            Ok(record.clone())
+        );
+        assert_eq!(LogRecord::decode(None, Some(&value)), Ok(record));
+    }
+
+    #[test]
+    fn unreadable_records_are_errors() {
+        assert_eq!(
+            LogRecord::decode(Some(b"tx"), None),
+            Err(RecordError::NoValue)
+        );
+        assert_eq!(
+            LogRecord::decode(Some(&[0xff, 0xfe]), Some(b"{}")),
+            Err(RecordError::KeyNotUtf8)
+        );
+        assert!(matches!(
+            LogRecord::decode(Some(b"tx"), Some(b"not json")),
+            Err(RecordError::BadValue(_))
+        ));
+        assert!(matches!(
+            LogRecord::decode(None, Some(br#"{"fence": 1, "extra": 2}"#)),
+            Err(RecordError::BadValue(_))
+        ));
+        let (key, value) = LogRecord::Txn(meta(TxnState::Empty)).encode();
+        let value = String::from_utf8(value.to_vec())
+            .expect("utf8")
+            .replace("\"Empty\"", "\"Limbo\"");
+        assert_eq!(
+            LogRecord::decode(Some(&key), Some(value.as_bytes())),
+            Err(RecordError::UnknownState("Limbo".into()))
+        );
+    }
+}

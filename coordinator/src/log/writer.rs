@@ -1,0 +1,314 @@
+//! The one writer of a transaction log partition this coordinator owns: an idempotent
+//! producer with `producer_id = writer_producer_id` and `producer_epoch =
+//! coordinator_epoch`, its own sequence numbers, acks=all, one batch in flight.
+//!
+//! Invariant: a batch is retried byte for byte (same sequence) until the leader answers
+//! it, so a lost answer can never make a record land twice or out of order (the broker
+//! deduplicates). INVALID_PRODUCER_EPOCH or OUT_OF_ORDER_SEQUENCE_NUMBER means a newer
+//! owner fenced us: the writer fails every append from then on and the claim is lost.
+//! Appends that queue up while a batch is in flight go out together as the next batch.
+
+use std::time::Duration;
+
+use idem_client::error::is_retriable;
+use idem_client::{ClientError, Connection};
+use idem_proto::batch::{self, ProducerInfo, Record};
+use idem_proto::txn::TXN_LOG_TOPIC;
+use idem_proto::v1::{PartitionProduceData, ProduceRequest, TopicProduceData};
+use idem_proto::ErrorCode;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::clock::now_ms;
+use crate::error::CoordinatorError;
+use crate::log::record::LogRecord;
+use crate::ownership::token::OwnershipToken;
+
+/// Most records one batch carries.
+const MAX_RECORDS_PER_BATCH: usize = 256;
+const PRODUCE_TIMEOUT_MS: i32 = 10_000;
+const BACKOFF_MIN: Duration = Duration::from_millis(50);
+const BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// Who writes: the partition and the producer identity the claim gave us.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriterIdentity {
+    pub partition: i32,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+}
+
+struct Append {
+    record: LogRecord,
+    done: oneshot::Sender<Result<i64, CoordinatorError>>,
+}
+
+/// A handle on the partition's writer task (cheap to clone).
+#[derive(Debug, Clone)]
+pub struct TxnLogWriter {
+    partition: i32,
+    queue: mpsc::UnboundedSender<Append>,
+}
+
+impl TxnLogWriter {
+    /// Starts the writer; it begins at sequence 0 (the fence record must be its first
+    /// append) and stops when every handle is dropped.
+    pub fn start(conn: Connection, identity: WriterIdentity, token: OwnershipToken) -> Self {
+        let (queue, rx) = mpsc::unbounded_channel();
+        tokio::spawn(run(conn, identity, token, rx));
+        TxnLogWriter {
+            partition: identity.partition,
+            queue,
+        }
+    }
+
+    /// Appends `record` (acks=all) and returns its offset.
+    pub async fn append(&self, record: LogRecord) -> Result<i64, CoordinatorError> {
+        let (done, answer) = oneshot::channel();
+        self.queue
+            .send(Append { record, done })
+            .map_err(|_| CoordinatorError::ownership_lost(self.partition, "writer stopped"))?;
+        answer
+            .await
+            .map_err(|_| CoordinatorError::ownership_lost(self.partition, "writer stopped"))?
+    }
+}
+
+async fn run(
+    conn: Connection,
+    identity: WriterIdentity,
+    token: OwnershipToken,
+    mut rx: mpsc::UnboundedReceiver<Append>,
+) {
+    let mut next_sequence: i32 = 0;
+    let mut failed: Option<String> = None;
+    while let Some(first) = rx.recv().await {
+        let mut appends = vec![first];
+        while appends.len() < MAX_RECORDS_PER_BATCH {
+            match rx.try_recv() {
+                Ok(more) => appends.push(more),
+                Err(_) => break,
+            }
+        }
+        if let Some(reason) = &failed {
+            for append in appends {
+                let _ = append.done.send(Err(CoordinatorError::ownership_lost(
+                    identity.partition,
+                    reason.clone(),
+                )));
+            }
+            continue;
+        }
+        let now = now_ms();
+        let records: Vec<Record> = appends
+            .iter()
+            .map(|a| {
+                let (key, value) = a.record.encode();
+                Record {
+                    key: Some(key),
+                    value: Some(value),
+                    headers: Vec::new(),
+                    timestamp_ms: now,
+                }
+            })
+            .collect();
+        let bytes = batch::encode(
+            ProducerInfo {
+                producer_id: identity.producer_id,
+                producer_epoch: identity.producer_epoch,
+                base_sequence: next_sequence,
+            },
+            0,
+            &records,
+        );
+        match send_until_answered(&conn, identity, &token, bytes).await {
+            Ok(base_offset) => {
+                next_sequence = batch::sequence_add(next_sequence, records.len() as i32);
+                for (i, append) in appends.into_iter().enumerate() {
+                    let _ = append.done.send(Ok(base_offset + i as i64));
+                }
+            }
+            Err(e) => {
+                if let CoordinatorError::OwnershipLost { reason, .. } = &e {
+                    tracing::warn!(partition = identity.partition, producer_id = identity.producer_id, epoch = identity.producer_epoch, %reason, "transaction log writer fenced");
+                    failed = Some(reason.clone());
+                    token.lose();
+                }
+                // Refused outright: nothing was written, the sequence stays free.
+                let message = e.to_string();
+                for append in appends {
+                    let error = match &e {
+                        CoordinatorError::OwnershipLost { .. } => {
+                            CoordinatorError::ownership_lost(identity.partition, message.clone())
+                        }
+                        CoordinatorError::Refused {
+                            what,
+                            code,
+                            message,
+                        } => CoordinatorError::Refused {
+                            what: what.clone(),
+                            code: *code,
+                            message: message.clone(),
+                        },
+                        _ => CoordinatorError::Refused {
+                            what: "transaction log append".into(),
+                            code: ErrorCode::UnknownServerError,
+                            message: message.clone(),
+                        },
+                    };
+                    let _ = append.done.send(Err(error));
+                }
+            }
+        }
+    }
+}
+
+/// What one produce answer means for the writer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProduceOutcome {
+    Written,
+    /// Send the same bytes again (after a metadata refresh).
+    Retry,
+    /// A newer owner fenced us.
+    Fenced,
+    /// Refused for good; nothing was written.
+    Refused,
+}
+
+/// Classifies a produce answer of the transaction log writer.
+pub fn classify_produce(code: ErrorCode) -> ProduceOutcome {
+    use ErrorCode as E;
+    match code {
+        E::None | E::DuplicateSequenceNumber => ProduceOutcome::Written,
+        E::InvalidProducerEpoch
+        | E::ProducerFenced
+        | E::OutOfOrderSequenceNumber
+        | E::UnknownProducerId => ProduceOutcome::Fenced,
+        // Just created: the leader may not know it yet.
+        E::UnknownTopicOrPartition => ProduceOutcome::Retry,
+        c if is_retriable(c) => ProduceOutcome::Retry,
+        _ => ProduceOutcome::Refused,
+    }
+}
+
+async fn send_until_answered(
+    conn: &Connection,
+    identity: WriterIdentity,
+    token: &OwnershipToken,
+    bytes: bytes::Bytes,
+) -> Result<i64, CoordinatorError> {
+    let partition = identity.partition;
+    let request = ProduceRequest {
+        acks: -1,
+        timeout_ms: PRODUCE_TIMEOUT_MS,
+        transactional_id: String::new(),
+        topics: vec![TopicProduceData {
+            name: TXN_LOG_TOPIC.to_string(),
+            partitions: vec![PartitionProduceData {
+                partition,
+                records: bytes,
+            }],
+        }],
+    };
+    let mut backoff = BACKOFF_MIN;
+    loop {
+        if token.is_lost() {
+            return Err(CoordinatorError::ownership_lost(
+                partition,
+                "claim lost while appending",
+            ));
+        }
+        let answer = async {
+            let (_, mut client) = conn.leader_client(TXN_LOG_TOPIC, partition).await?;
+            conn.call(client.produce(request.clone())).await
+        }
+        .await;
+        let (code, message, base_offset) = match answer {
+            Ok(response) => {
+                match response
+                    .topics
+                    .into_iter()
+                    .flat_map(|t| t.partitions)
+                    .find(|p| p.partition == partition)
+                {
+                    Some(p) => (
+                        ErrorCode::try_from(p.error_code).unwrap_or(ErrorCode::UnknownServerError),
+                        p.error_message,
+                        p.base_offset,
+                    ),
+                    None => (
+                        ErrorCode::UnknownServerError,
+                        "answer lacks the partition".into(),
+                        -1,
+                    ),
+                }
+            }
+            // No answer, or no leader known: the batch may or may not be in; resend.
+            Err(e @ (ClientError::Transport(_) | ClientError::Broker { .. }))
+            | Err(e @ ClientError::UnknownTopic { .. }) => {
+                (ErrorCode::RequestTimedOut, e.to_string(), -1)
+            }
+            Err(e) => (ErrorCode::UnknownServerError, e.to_string(), -1),
+        };
+        match classify_produce(code) {
+            ProduceOutcome::Written => return Ok(base_offset),
+            ProduceOutcome::Fenced => {
+                return Err(CoordinatorError::ownership_lost(
+                    partition,
+                    format!("{code:?}: {message}"),
+                ))
+            }
+            ProduceOutcome::Refused => {
+                return Err(CoordinatorError::Refused {
+                    what: format!("append to {TXN_LOG_TOPIC}/{partition}"),
+                    code,
+                    message,
+                })
+            }
+            ProduceOutcome::Retry => {
+                tracing::debug!(partition, ?code, %message, "transaction log append will retry");
+                conn.request_refresh();
+                tokio::select! {
+                    () = tokio::time::sleep(backoff) => {}
+                    () = token.lost() => {}
+                }
+                backoff = (backoff * 2).min(BACKOFF_MAX);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn produce_answers_are_classified_as_the_design_says() {
+        use ErrorCode as E;
+        for code in [E::None, E::DuplicateSequenceNumber] {
+            assert_eq!(classify_produce(code), ProduceOutcome::Written, "{code:?}");
+        }
+        for code in [
+            E::InvalidProducerEpoch,
+            E::OutOfOrderSequenceNumber,
+            E::ProducerFenced,
+            E::UnknownProducerId,
+        ] {
+            assert_eq!(classify_produce(code), ProduceOutcome::Fenced, "{code:?}");
+        }
+        for code in [
+            E::NotLeaderOrFollower,
+            E::LeaderNotAvailable,
+            E::NotEnoughReplicas,
+            E::NotEnoughReplicasAfterAppend,
+            E::RequestTimedOut,
+            E::FencedLeaderEpoch,
+            E::UnknownTopicOrPartition,
+            E::UnknownServerError,
+        ] {
+            assert_eq!(classify_produce(code), ProduceOutcome::Retry, "{code:?}");
+        }
+        for code in [E::MessageTooLarge, E::CorruptMessage, E::InvalidRequest] {
+            assert_eq!(classify_produce(code), ProduceOutcome::Refused, "{code:?}");
+        }
+    }
+}

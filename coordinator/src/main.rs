@@ -1,0 +1,39 @@
+//! `idem-coordinator`: one transaction coordinator process. Stops cleanly (giving its
+//! partitions up at once) on SIGINT or SIGTERM.
+
+use anyhow::Context;
+use clap::Parser;
+use idem_coordinator::{BoundCoordinator, CoordinatorConfig};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "idem-coordinator",
+    version,
+    about = "idem transaction coordinator: transactional ids, the transaction log, markers"
+)]
+struct Args {
+    #[command(flatten)]
+    coordinator: CoordinatorConfig,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("IDEM_LOG")
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let coordinator = BoundCoordinator::bind(args.coordinator, None)
+        .await
+        .context("starting coordinator")?;
+    // Tests and scripts read this line to learn the port when they pass port 0.
+    println!("idem-coordinator listening on {}", coordinator.local_addr());
+    coordinator
+        .serve(idem_coordinator::shutdown_signal())
+        .await
+        .context("serving")?;
+    Ok(())
+}

@@ -1,0 +1,550 @@
+//! Ownership through etcd (docs/transactions.md). The coordinator registers
+//! `members/{id}` under a lease it keeps alive; it claims an unowned partition `p` with
+//! one etcd txn (`owners/{p}` absent and `epochs/{p}` unchanged → put `owners/{p}` with
+//! the lease and `epochs/{p}` with epoch + 1), up to `ceil(N / live coordinators)`
+//! partitions, and scans the keys a few times per lease TTL so that the partitions of a
+//! coordinator whose lease expired are claimed by the others.
+//!
+//! Fencing: when this coordinator's lease may have lapsed (its own clock against the TTL
+//! etcd granted at the last keep-alive, as the broker's membership does), every claim
+//! is lost at once, before etcd can hand the partitions to anyone else; a claim whose
+//! owner key is no longer ours is lost at the next scan.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use etcd_client::{Client, Compare, CompareOp, EventType, GetOptions, PutOptions, Txn, TxnOp};
+use idem_pidstore::BoxFuture;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use crate::clock::now_ms;
+use crate::error::CoordinatorError;
+use crate::ownership::keys::{self, EpochValue, MemberValue, OwnerValue, RawKv, Snapshot};
+use crate::ownership::token::OwnershipToken;
+use crate::ownership::{Claim, OwnerInfo, Ownership};
+use crate::producer_ids::SharedProducerIds;
+
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
+/// How often the lease clock is checked.
+const LEASE_CHECK: Duration = Duration::from_millis(100);
+
+#[derive(Debug, Clone)]
+pub struct EtcdOwnershipConfig {
+    pub endpoints: Vec<String>,
+    pub prefix: String,
+    pub coordinator_id: i32,
+    /// `host:port` clients dial.
+    pub address: String,
+    pub lease_ttl: Duration,
+}
+
+/// One etcd call with a deadline (a request queued while etcd is unreachable would
+/// otherwise wait indefinitely).
+async fn bounded<T>(
+    what: &'static str,
+    call: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
+) -> Result<T, CoordinatorError> {
+    match tokio::time::timeout(REQUEST_TIMEOUT, call).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(CoordinatorError::Etcd {
+            what,
+            message: e.to_string(),
+        }),
+        Err(_) => Err(CoordinatorError::Etcd {
+            what,
+            message: format!("no answer within {REQUEST_TIMEOUT:?}"),
+        }),
+    }
+}
+
+struct Mine {
+    token: OwnershipToken,
+    /// The owner key's mod_revision when we created it.
+    mod_revision: i64,
+    coordinator_epoch: i32,
+}
+
+#[derive(Default)]
+struct State {
+    owners: HashMap<i32, OwnerInfo>,
+    mine: HashMap<i32, Mine>,
+}
+
+pub struct EtcdOwnership {
+    config: EtcdOwnershipConfig,
+    prefix: String,
+    client: Client,
+    pids: SharedProducerIds,
+    lease_id: Arc<AtomicI64>,
+    /// Unix ms before which the lease surely lives.
+    valid_until_ms: Arc<AtomicI64>,
+    state: Mutex<State>,
+    keep_alive: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl EtcdOwnership {
+    /// Connects and registers this coordinator (waiting up to twice the TTL for a
+    /// previous holder of the id, e.g. this coordinator's last run, to lapse).
+    pub async fn join(
+        config: EtcdOwnershipConfig,
+        pids: SharedProducerIds,
+    ) -> Result<Arc<Self>, CoordinatorError> {
+        let endpoints: Vec<String> = config
+            .endpoints
+            .iter()
+            .flat_map(|e| e.split(','))
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+            .map(String::from)
+            .collect();
+        if endpoints.is_empty() {
+            return Err(CoordinatorError::Config("no etcd endpoint given".into()));
+        }
+        let options = etcd_client::ConnectOptions::new()
+            .with_connect_timeout(REQUEST_TIMEOUT)
+            .with_timeout(REQUEST_TIMEOUT);
+        let client = bounded("connect", Client::connect(endpoints, Some(options))).await?;
+        let prefix = config.prefix.trim_end_matches('/').to_string();
+        let ownership = Arc::new(EtcdOwnership {
+            prefix,
+            client,
+            pids,
+            lease_id: Arc::new(AtomicI64::new(0)),
+            valid_until_ms: Arc::new(AtomicI64::new(0)),
+            state: Mutex::new(State::default()),
+            keep_alive: Mutex::new(None),
+            config,
+        });
+        ownership.register(ownership.config.lease_ttl * 2).await?;
+        let keeper = tokio::spawn(keep_alive(Arc::downgrade(&ownership)));
+        if let Ok(mut slot) = ownership.keep_alive.lock() {
+            *slot = Some(keeper);
+        }
+        Ok(ownership)
+    }
+
+    fn ttl_secs(&self) -> i64 {
+        (self.config.lease_ttl.as_millis() as i64 / 1000).max(1)
+    }
+
+    /// Grants a lease and creates the member key bound to it.
+    async fn register(&self, patience: Duration) -> Result<(), CoordinatorError> {
+        let mut client = self.client.clone();
+        let granted_at = now_ms();
+        let lease = bounded("lease grant", client.lease_grant(self.ttl_secs(), None)).await?;
+        let key = keys::member_key(&self.prefix, self.config.coordinator_id);
+        let value = serde_json::to_string(&MemberValue {
+            id: self.config.coordinator_id,
+            address: self.config.address.clone(),
+        })
+        .unwrap_or_default();
+        let deadline = tokio::time::Instant::now() + patience;
+        loop {
+            let create = Txn::new()
+                .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
+                .and_then([TxnOp::put(
+                    key.as_str(),
+                    value.as_str(),
+                    Some(PutOptions::new().with_lease(lease.id())),
+                )])
+                .or_else([TxnOp::get(key.as_str(), None)]);
+            let answer = bounded("register", client.txn(create)).await?;
+            if answer.succeeded() {
+                break;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(CoordinatorError::Config(format!(
+                    "coordinator id {} is registered by another live coordinator ({key}); \
+                     it did not go away within {patience:?}",
+                    self.config.coordinator_id
+                )));
+            }
+            tracing::warn!(coordinator_id = self.config.coordinator_id, %key, "coordinator id is registered; waiting for its lease to lapse");
+            wait_for_delete(&mut client, &key, deadline).await;
+        }
+        self.lease_id.store(lease.id(), Ordering::SeqCst);
+        self.valid_until_ms
+            .store(granted_at + lease.ttl() * 1000, Ordering::SeqCst);
+        tracing::info!(coordinator_id = self.config.coordinator_id, lease_id = lease.id(), %key, "coordinator registered in etcd");
+        Ok(())
+    }
+
+    fn lose_all(&self, reason: &str) {
+        if let Ok(mut state) = self.state.lock() {
+            if !state.mine.is_empty() {
+                tracing::error!(
+                    partitions = state.mine.len(),
+                    reason,
+                    "giving up every transaction log partition"
+                );
+            }
+            let mine: Vec<(i32, Mine)> = state.mine.drain().collect();
+            for (partition, mine) in mine {
+                mine.token.lose();
+                state.owners.remove(&partition);
+            }
+        }
+    }
+
+    /// Reads the coordinators dir, drops claims that are no longer ours, and claims
+    /// unowned partitions up to the fair share.
+    async fn scan(
+        &self,
+        partitions: i32,
+        claims: &mpsc::UnboundedSender<Claim>,
+    ) -> Result<(), CoordinatorError> {
+        let mut client = self.client.clone();
+        let dir = keys::dir(&self.prefix);
+        let answer = bounded(
+            "scan coordinators",
+            client.get(dir.as_str(), Some(GetOptions::new().with_prefix())),
+        )
+        .await?;
+        let (snapshot, bad) = Snapshot::parse(
+            &self.prefix,
+            answer.kvs().iter().map(|kv| RawKv {
+                key: kv.key(),
+                value: kv.value(),
+                lease: kv.lease(),
+                mod_revision: kv.mod_revision(),
+            }),
+        );
+        for key in bad {
+            tracing::warn!(%key, "unreadable coordinator key");
+        }
+        let my_lease = self.lease_id.load(Ordering::SeqCst);
+        let owned_by_me = {
+            let Ok(mut state) = self.state.lock() else {
+                return Ok(());
+            };
+            state.owners = snapshot
+                .owners
+                .iter()
+                .filter(|(p, o)| **p < partitions && o.value.coordinator_id >= 0)
+                .map(|(p, o)| {
+                    (
+                        *p,
+                        OwnerInfo {
+                            coordinator_id: o.value.coordinator_id,
+                            address: o.value.address.clone(),
+                            coordinator_epoch: o.value.coordinator_epoch,
+                        },
+                    )
+                })
+                .collect();
+            let gone: Vec<i32> = state
+                .mine
+                .iter()
+                .filter(|(p, mine)| {
+                    snapshot
+                        .owners
+                        .get(p)
+                        .is_none_or(|o| o.lease != my_lease || o.mod_revision != mine.mod_revision)
+                })
+                .map(|(p, _)| *p)
+                .collect();
+            for partition in gone {
+                if let Some(mine) = state.mine.remove(&partition) {
+                    tracing::warn!(
+                        partition,
+                        "owner key of a claimed partition is gone; giving it up"
+                    );
+                    mine.token.lose();
+                }
+            }
+            state.mine.len()
+        };
+        for partition in keys::partitions_to_claim(
+            &snapshot,
+            partitions,
+            self.config.coordinator_id,
+            owned_by_me,
+        ) {
+            if !self.holds_lease() {
+                break;
+            }
+            match self.try_claim(partition, &snapshot, my_lease).await {
+                Ok(Some(claim)) => {
+                    if claims.send(claim).is_err() {
+                        return Ok(());
+                    }
+                }
+                Ok(None) => {
+                    tracing::debug!(partition, "another coordinator claimed it first");
+                }
+                Err(e) => {
+                    tracing::warn!(partition, error = %e, "claiming a transaction log partition failed");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn try_claim(
+        &self,
+        partition: i32,
+        snapshot: &Snapshot,
+        lease: i64,
+    ) -> Result<Option<Claim>, CoordinatorError> {
+        let (previous_epoch, writer_producer_id, epoch_revision) =
+            match snapshot.epochs.get(&partition) {
+                Some((value, revision)) => {
+                    (value.coordinator_epoch, value.writer_producer_id, *revision)
+                }
+                // The first claim ever: the writer's producer id comes from the store.
+                None => (0, self.pids.next_producer_id().await?, 0),
+            };
+        let coordinator_epoch = previous_epoch.saturating_add(1);
+        if coordinator_epoch > i32::from(i16::MAX) {
+            return Err(CoordinatorError::EpochExhausted(coordinator_epoch));
+        }
+        let owner_key = keys::owner_key(&self.prefix, partition);
+        let epoch_key = keys::epoch_key(&self.prefix, partition);
+        let owner = serde_json::to_string(&OwnerValue {
+            coordinator_id: self.config.coordinator_id,
+            address: self.config.address.clone(),
+            coordinator_epoch,
+        })
+        .unwrap_or_default();
+        let epoch = serde_json::to_string(&EpochValue {
+            coordinator_epoch,
+            writer_producer_id,
+        })
+        .unwrap_or_default();
+        let claim = Txn::new()
+            .when([
+                Compare::create_revision(owner_key.as_str(), CompareOp::Equal, 0),
+                Compare::mod_revision(epoch_key.as_str(), CompareOp::Equal, epoch_revision),
+            ])
+            .and_then([
+                TxnOp::put(
+                    owner_key.as_str(),
+                    owner,
+                    Some(PutOptions::new().with_lease(lease)),
+                ),
+                TxnOp::put(epoch_key.as_str(), epoch, None),
+            ]);
+        let mut client = self.client.clone();
+        let answer = bounded("claim", client.txn(claim)).await?;
+        if !answer.succeeded() {
+            return Ok(None);
+        }
+        let mod_revision = answer.header().map_or(0, |h| h.revision());
+        let token = OwnershipToken::new();
+        if let Ok(mut state) = self.state.lock() {
+            state.mine.insert(
+                partition,
+                Mine {
+                    token: token.clone(),
+                    mod_revision,
+                    coordinator_epoch,
+                },
+            );
+            state.owners.insert(
+                partition,
+                OwnerInfo {
+                    coordinator_id: self.config.coordinator_id,
+                    address: self.config.address.clone(),
+                    coordinator_epoch,
+                },
+            );
+        }
+        tracing::info!(
+            partition,
+            coordinator_epoch,
+            writer_producer_id,
+            "claimed a transaction log partition"
+        );
+        Ok(Some(Claim {
+            partition,
+            coordinator_epoch,
+            writer_producer_id,
+            token,
+        }))
+    }
+}
+
+impl Ownership for EtcdOwnership {
+    fn run(
+        self: Arc<Self>,
+        partitions: i32,
+        claims: mpsc::UnboundedSender<Claim>,
+    ) -> BoxFuture<'static, ()> {
+        Box::pin(async move {
+            let scan_every = (self.config.lease_ttl / 4)
+                .clamp(Duration::from_millis(100), Duration::from_secs(1));
+            let mut tick = tokio::time::interval(LEASE_CHECK);
+            let mut next_scan = tokio::time::Instant::now();
+            loop {
+                tick.tick().await;
+                if !self.holds_lease() {
+                    self.lose_all("the coordinator's lease may have lapsed");
+                    continue;
+                }
+                if tokio::time::Instant::now() < next_scan {
+                    continue;
+                }
+                next_scan = tokio::time::Instant::now() + scan_every;
+                if let Err(e) = self.scan(partitions, &claims).await {
+                    tracing::warn!(error = %e, "scanning coordinator ownership failed");
+                }
+                if claims.is_closed() {
+                    return;
+                }
+            }
+        })
+    }
+
+    fn owner_of(&self, partition: i32) -> Option<OwnerInfo> {
+        self.state.lock().ok()?.owners.get(&partition).cloned()
+    }
+
+    fn holds_lease(&self) -> bool {
+        now_ms() < self.valid_until_ms.load(Ordering::SeqCst)
+    }
+
+    fn release(&self, partition: i32, coordinator_epoch: i32) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            let mine =
+                self.state
+                    .lock()
+                    .ok()
+                    .and_then(|mut state| match state.mine.get(&partition) {
+                        Some(mine) if mine.coordinator_epoch == coordinator_epoch => {
+                            state.mine.remove(&partition)
+                        }
+                        _ => None,
+                    });
+            let Some(mine) = mine else {
+                return;
+            };
+            mine.token.lose();
+            let key = keys::owner_key(&self.prefix, partition);
+            let delete = Txn::new()
+                .when([
+                    Compare::mod_revision(key.as_str(), CompareOp::Equal, mine.mod_revision),
+                    Compare::lease(
+                        key.as_str(),
+                        CompareOp::Equal,
+                        self.lease_id.load(Ordering::SeqCst),
+                    ),
+                ])
+                .and_then([TxnOp::delete(key.as_str(), None)]);
+            let mut client = self.client.clone();
+            match bounded("release", client.txn(delete)).await {
+                Ok(_) => tracing::warn!(partition, "released a transaction log partition"),
+                Err(e) => {
+                    tracing::warn!(partition, error = %e, "could not release a partition; it goes with the lease")
+                }
+            }
+        })
+    }
+
+    fn leave(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            if let Some(keeper) = self.keep_alive.lock().ok().and_then(|mut k| k.take()) {
+                keeper.abort();
+            }
+            if let Ok(mut state) = self.state.lock() {
+                for (_, mine) in state.mine.drain() {
+                    mine.token.lose();
+                }
+            }
+            self.valid_until_ms.store(0, Ordering::SeqCst);
+            let mut client = self.client.clone();
+            let lease = self.lease_id.load(Ordering::SeqCst);
+            if let Err(e) = bounded("lease revoke", client.lease_revoke(lease)).await {
+                tracing::warn!(error = %e, "could not revoke the coordinator lease; it lapses by itself");
+            }
+        })
+    }
+}
+
+impl Drop for EtcdOwnership {
+    fn drop(&mut self) {
+        if let Some(keeper) = self.keep_alive.lock().ok().and_then(|mut k| k.take()) {
+            keeper.abort();
+        }
+    }
+}
+
+/// Waits until `key` is deleted or the deadline passes.
+async fn wait_for_delete(client: &mut Client, key: &str, deadline: tokio::time::Instant) {
+    let Ok(mut stream) = bounded("watch", client.watch(key, None)).await else {
+        tokio::time::sleep_until(deadline.min(tokio::time::Instant::now() + REQUEST_TIMEOUT)).await;
+        return;
+    };
+    let deleted = async {
+        while let Ok(Some(message)) = stream.message().await {
+            if message
+                .events()
+                .iter()
+                .any(|e| e.event_type() == EventType::Delete)
+            {
+                return;
+            }
+        }
+    };
+    let _ = tokio::time::timeout_at(deadline, deleted).await;
+}
+
+/// Refreshes the lease three times per TTL; once etcd says it expired, registers again
+/// under a new lease (the claims went with the old one and are lost by the lease clock).
+async fn keep_alive(ownership: std::sync::Weak<EtcdOwnership>) {
+    let Some(every) = ownership
+        .upgrade()
+        .map(|o| (o.config.lease_ttl / 3).max(Duration::from_millis(100)))
+    else {
+        return;
+    };
+    let mut tick = tokio::time::interval(every);
+    let mut stream = None;
+    loop {
+        tick.tick().await;
+        let Some(this) = ownership.upgrade() else {
+            return;
+        };
+        let lease_id = this.lease_id.load(Ordering::SeqCst);
+        if stream.is_none() {
+            let mut client = this.client.clone();
+            match bounded("lease keep-alive", client.lease_keep_alive(lease_id)).await {
+                Ok(pair) => stream = Some(pair),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot open the lease keep-alive; retrying");
+                    continue;
+                }
+            }
+        }
+        let Some((keeper, responses)) = stream.as_mut() else {
+            continue;
+        };
+        let sent_at = now_ms();
+        if let Err(e) = keeper.keep_alive().await {
+            tracing::warn!(error = %e, "lease keep-alive failed; retrying");
+            stream = None;
+            continue;
+        }
+        match tokio::time::timeout(REQUEST_TIMEOUT, responses.message()).await {
+            Ok(Ok(Some(answer))) if answer.ttl() > 0 => {
+                this.valid_until_ms
+                    .store(sent_at + answer.ttl() * 1000, Ordering::SeqCst);
+            }
+            Ok(Ok(Some(_))) => {
+                tracing::error!(lease_id, "coordinator lease expired: registering again");
+                this.valid_until_ms.store(0, Ordering::SeqCst);
+                this.lose_all("the coordinator's lease expired");
+                stream = None;
+                if let Err(e) = this.register(this.config.lease_ttl * 2).await {
+                    tracing::warn!(error = %e, "registering again failed; retrying");
+                }
+            }
+            Ok(Ok(None)) | Ok(Err(_)) | Err(_) => {
+                tracing::warn!("no keep-alive answer from etcd; retrying");
+                stream = None;
+            }
+        }
+    }
+}

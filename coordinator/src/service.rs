@@ -1,0 +1,344 @@
+//! The gRPC service `idem.v1.TxnCoordinator`: a thin translation between the wire and
+//! the core. Refusals and decider errors travel as `ErrorCode`s in the answer; gRPC
+//! status codes are left to transport failures.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use idem_proto::v1::txn_coordinator_server::TxnCoordinator;
+use idem_proto::v1::{
+    AbortTransactionRequest, AbortTransactionResponse, AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse, DescribeTransactionRequest, DescribeTransactionResponse,
+    EndTxnRequest, EndTxnResponse, FindCoordinatorRequest, FindCoordinatorResponse,
+    ListTransactionsRequest, ListTransactionsResponse, TransactionDescription,
+    TxnInitProducerIdRequest, TxnInitProducerIdResponse, TxnTopicPartitions,
+};
+use idem_proto::ErrorCode;
+use tonic::{Request, Response, Status};
+
+use crate::core::{txn_error_code, Coordinator, Refusal};
+use crate::txn::decide::{self, Reply, TopicPartition, TxnMetadata};
+use crate::txn::state::TxnState;
+
+pub struct TxnCoordinatorService {
+    core: Arc<Coordinator>,
+}
+
+impl TxnCoordinatorService {
+    pub fn new(core: Arc<Coordinator>) -> Self {
+        TxnCoordinatorService { core }
+    }
+}
+
+/// A producer epoch from the wire; out of range is INVALID_REQUEST.
+fn producer_epoch(epoch: i32) -> Result<i16, Refusal> {
+    i16::try_from(epoch)
+        .ok()
+        .filter(|e| *e >= 0)
+        .ok_or_else(|| {
+            Refusal::new(
+                ErrorCode::InvalidRequest,
+                format!("producer epoch {epoch} out of range"),
+            )
+        })
+}
+
+/// The code and message of a reply that is not a success.
+fn failure(reply: &Reply) -> Option<(ErrorCode, String)> {
+    match reply {
+        Reply::Error(e) => Some((txn_error_code(*e), format!("{e:?}"))),
+        _ => None,
+    }
+}
+
+fn topics_of(partitions: impl IntoIterator<Item = TopicPartition>) -> Vec<TxnTopicPartitions> {
+    let mut by_topic: BTreeMap<String, Vec<i32>> = BTreeMap::new();
+    for tp in partitions {
+        by_topic.entry(tp.topic).or_default().push(tp.partition);
+    }
+    by_topic
+        .into_iter()
+        .map(|(topic, partitions)| TxnTopicPartitions { topic, partitions })
+        .collect()
+}
+
+fn description(core: &Coordinator, partition: i32, meta: TxnMetadata) -> TransactionDescription {
+    TransactionDescription {
+        transactional_id: meta.transactional_id,
+        producer_id: meta.producer_id,
+        producer_epoch: i32::from(meta.producer_epoch),
+        state: meta.state.name().to_string(),
+        timeout_ms: meta.timeout_ms,
+        topics: topics_of(meta.partitions),
+        txn_start_ms: meta.txn_start_ms,
+        last_update_ms: meta.last_update_ms,
+        coordinator_id: core.coordinator_id(),
+        txn_log_partition: partition,
+    }
+}
+
+#[tonic::async_trait]
+impl TxnCoordinator for TxnCoordinatorService {
+    async fn find_coordinator(
+        &self,
+        request: Request<FindCoordinatorRequest>,
+    ) -> Result<Response<FindCoordinatorResponse>, Status> {
+        let id = request.into_inner().transactional_id;
+        let answer = match self.core.find_coordinator(&id) {
+            Ok((partition, owner)) => FindCoordinatorResponse {
+                error_code: ErrorCode::None as i32,
+                error_message: String::new(),
+                coordinator_id: owner.coordinator_id,
+                address: owner.address,
+                txn_log_partition: partition,
+                coordinator_epoch: owner.coordinator_epoch,
+            },
+            Err(r) => FindCoordinatorResponse {
+                error_code: r.code as i32,
+                error_message: r.message,
+                coordinator_id: -1,
+                txn_log_partition: self.core.log_partition_of(&id).unwrap_or(-1),
+                ..FindCoordinatorResponse::default()
+            },
+        };
+        Ok(Response::new(answer))
+    }
+
+    async fn init_producer_id(
+        &self,
+        request: Request<TxnInitProducerIdRequest>,
+    ) -> Result<Response<TxnInitProducerIdResponse>, Status> {
+        let request = request.into_inner();
+        let decided = self
+            .core
+            .handle(
+                &request.transactional_id,
+                decide::Request::InitProducerId {
+                    timeout_ms: request.transaction_timeout_ms,
+                },
+            )
+            .await;
+        let answer = match decided {
+            Ok(Reply::ProducerId {
+                producer_id,
+                producer_epoch,
+            }) => TxnInitProducerIdResponse {
+                error_code: ErrorCode::None as i32,
+                error_message: String::new(),
+                producer_id,
+                producer_epoch: i32::from(producer_epoch),
+            },
+            Ok(other) => {
+                let (code, message) = failure(&other).unwrap_or((
+                    ErrorCode::UnknownServerError,
+                    format!("unexpected {other:?}"),
+                ));
+                TxnInitProducerIdResponse {
+                    error_code: code as i32,
+                    error_message: message,
+                    producer_id: -1,
+                    producer_epoch: -1,
+                }
+            }
+            Err(r) => TxnInitProducerIdResponse {
+                error_code: r.code as i32,
+                error_message: r.message,
+                producer_id: -1,
+                producer_epoch: -1,
+            },
+        };
+        Ok(Response::new(answer))
+    }
+
+    async fn add_partitions_to_txn(
+        &self,
+        request: Request<AddPartitionsToTxnRequest>,
+    ) -> Result<Response<AddPartitionsToTxnResponse>, Status> {
+        let request = request.into_inner();
+        let partitions: Vec<TopicPartition> = request
+            .topics
+            .into_iter()
+            .flat_map(|t| {
+                let topic = t.topic;
+                t.partitions
+                    .into_iter()
+                    .map(move |partition| TopicPartition {
+                        topic: topic.clone(),
+                        partition,
+                    })
+            })
+            .collect();
+        let decided = match producer_epoch(request.producer_epoch) {
+            Ok(epoch) => {
+                self.core
+                    .handle(
+                        &request.transactional_id,
+                        decide::Request::AddPartitions {
+                            producer_id: request.producer_id,
+                            producer_epoch: epoch,
+                            partitions,
+                        },
+                    )
+                    .await
+            }
+            Err(r) => Err(r),
+        };
+        let (code, message) = match decided {
+            Ok(reply) => failure(&reply).unwrap_or((ErrorCode::None, String::new())),
+            Err(r) => (r.code, r.message),
+        };
+        Ok(Response::new(AddPartitionsToTxnResponse {
+            error_code: code as i32,
+            error_message: message,
+        }))
+    }
+
+    async fn end_txn(
+        &self,
+        request: Request<EndTxnRequest>,
+    ) -> Result<Response<EndTxnResponse>, Status> {
+        let request = request.into_inner();
+        let decided = match producer_epoch(request.producer_epoch) {
+            Ok(epoch) => {
+                self.core
+                    .handle(
+                        &request.transactional_id,
+                        decide::Request::EndTxn {
+                            producer_id: request.producer_id,
+                            producer_epoch: epoch,
+                            commit: request.commit,
+                        },
+                    )
+                    .await
+            }
+            Err(r) => Err(r),
+        };
+        let answer = match decided {
+            Ok(Reply::Ok { producer_epoch }) => EndTxnResponse {
+                error_code: ErrorCode::None as i32,
+                error_message: String::new(),
+                producer_epoch: i32::from(producer_epoch),
+            },
+            Ok(other) => {
+                let (code, message) = failure(&other).unwrap_or((
+                    ErrorCode::UnknownServerError,
+                    format!("unexpected {other:?}"),
+                ));
+                EndTxnResponse {
+                    error_code: code as i32,
+                    error_message: message,
+                    producer_epoch: -1,
+                }
+            }
+            Err(r) => EndTxnResponse {
+                error_code: r.code as i32,
+                error_message: r.message,
+                producer_epoch: -1,
+            },
+        };
+        Ok(Response::new(answer))
+    }
+
+    async fn list_transactions(
+        &self,
+        request: Request<ListTransactionsRequest>,
+    ) -> Result<Response<ListTransactionsResponse>, Status> {
+        let mut states = Vec::new();
+        for name in request.into_inner().states {
+            match TxnState::from_name(&name) {
+                Some(state) => states.push(state),
+                None => {
+                    return Ok(Response::new(ListTransactionsResponse {
+                        error_code: ErrorCode::InvalidRequest as i32,
+                        error_message: format!("unknown transaction state {name:?}"),
+                        ..ListTransactionsResponse::default()
+                    }))
+                }
+            }
+        }
+        let (txns, owned) = self.core.list(&states);
+        Ok(Response::new(ListTransactionsResponse {
+            error_code: ErrorCode::None as i32,
+            error_message: String::new(),
+            transactions: txns
+                .into_iter()
+                .map(|(partition, meta)| description(&self.core, partition, meta))
+                .collect(),
+            owned_partitions: owned,
+        }))
+    }
+
+    async fn describe_transaction(
+        &self,
+        request: Request<DescribeTransactionRequest>,
+    ) -> Result<Response<DescribeTransactionResponse>, Status> {
+        let id = request.into_inner().transactional_id;
+        let answer = match self.core.describe(&id) {
+            Ok((partition, meta)) => DescribeTransactionResponse {
+                error_code: ErrorCode::None as i32,
+                error_message: String::new(),
+                transaction: Some(description(&self.core, partition, meta)),
+            },
+            Err(r) => DescribeTransactionResponse {
+                error_code: r.code as i32,
+                error_message: r.message,
+                transaction: None,
+            },
+        };
+        Ok(Response::new(answer))
+    }
+
+    async fn abort_transaction(
+        &self,
+        request: Request<AbortTransactionRequest>,
+    ) -> Result<Response<AbortTransactionResponse>, Status> {
+        let id = request.into_inner().transactional_id;
+        let (code, message) = match self.core.handle(&id, decide::Request::Abort).await {
+            Ok(reply) => failure(&reply).unwrap_or((ErrorCode::None, String::new())),
+            Err(r) => (r.code, r.message),
+        };
+        Ok(Response::new(AbortTransactionResponse {
+            error_code: code as i32,
+            error_message: message,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partitions_are_grouped_per_topic_for_the_wire() {
+        let tp = |topic: &str, partition| TopicPartition {
+            topic: topic.into(),
+            partition,
+        };
+        assert_eq!(
+            topics_of([tp("b", 1), tp("a", 0), tp("b", 0)]),
+            vec![
+                TxnTopicPartitions {
+                    topic: "a".into(),
+                    partitions: vec![0]
+                },
+                TxnTopicPartitions {
+                    topic: "b".into(),
+                    partitions: vec![1, 0]
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn producer_epochs_outside_i16_are_invalid_requests() {
+        assert_eq!(producer_epoch(5), Ok(5));
+        assert_eq!(
+            producer_epoch(-1).map_err(|r| r.code),
+            Err(ErrorCode::InvalidRequest)
+        );
+        assert_eq!(
+            producer_epoch(40_000).map_err(|r| r.code),
+            Err(ErrorCode::InvalidRequest)
+        );
+    }
+}
