@@ -4,7 +4,9 @@
 mod consume;
 mod dev;
 mod produce;
+mod produce_txn;
 mod topic;
+mod txn;
 
 use clap::{Parser, Subcommand};
 
@@ -38,6 +40,9 @@ enum Command {
     Produce(produce::ProduceArgs),
     /// Print one record value per line.
     Consume(consume::ConsumeArgs),
+    /// List, describe and abort transactions; find hanging ones.
+    #[command(subcommand)]
+    Txn(txn::TxnCommand),
 }
 
 #[tokio::main]
@@ -55,6 +60,7 @@ async fn main() -> std::process::ExitCode {
         Command::Topic(command) => topic::run(&cli.bootstrap, command).await,
         Command::Produce(args) => produce::run(&cli.bootstrap, args).await,
         Command::Consume(args) => consume::run(&cli.bootstrap, args).await,
+        Command::Txn(command) => txn::run(&cli.bootstrap, command).await,
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -1,6 +1,7 @@
 //! `idem produce TOPIC`: one record per stdin line, optionally `key<SEP>value`. Prints
 //! every acknowledged record as `partition@offset` on stdout and exits non-zero if any
-//! record was not acknowledged.
+//! record was not acknowledged. With `--transactional-id` the records are written in
+//! transactions (see [`crate::produce_txn`]).
 
 use std::time::Duration;
 
@@ -21,9 +22,30 @@ pub struct ProduceArgs {
     /// How long a record may be retried before it counts as failed (ms).
     #[arg(long, default_value_t = 120_000)]
     delivery_timeout_ms: u64,
+    /// Write the records in transactions of this transactional id (exactly-once;
+    /// --delivery does not apply). A running producer of the same id is fenced.
+    #[arg(long)]
+    transactional_id: Option<String>,
+    /// With --transactional-id: commit after every N records (and at the end of stdin).
+    /// Default: one transaction for all of stdin.
+    #[arg(long, requires = "transactional_id", value_parser = clap::value_parser!(u64).range(1..))]
+    commit_every: Option<u64>,
 }
 
 pub async fn run(bootstrap: &str, args: ProduceArgs) -> anyhow::Result<()> {
+    if let Some(transactional_id) = &args.transactional_id {
+        return crate::produce_txn::run(
+            bootstrap,
+            crate::produce_txn::TxnProduce {
+                topic: &args.topic,
+                transactional_id,
+                commit_every: args.commit_every,
+                key_separator: args.key_separator.as_deref(),
+                delivery_timeout: Duration::from_millis(args.delivery_timeout_ms),
+            },
+        )
+        .await;
+    }
     let config = ProducerConfig {
         delivery_timeout: Duration::from_millis(args.delivery_timeout_ms),
         ..ProducerConfig::new(bootstrap).with_delivery(args.delivery)
@@ -65,7 +87,7 @@ pub async fn run(bootstrap: &str, args: ProduceArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn split(line: &str, separator: Option<&str>) -> (Option<Bytes>, Bytes) {
+pub(crate) fn split(line: &str, separator: Option<&str>) -> (Option<Bytes>, Bytes) {
     match separator.and_then(|sep| line.split_once(sep)) {
         Some((key, value)) => (
             Some(Bytes::copy_from_slice(key.as_bytes())),

@@ -1,0 +1,140 @@
+//! `idem txn list | describe ID | find-hanging | abort ID`: the operator's view of
+//! transactions, from the coordinators (what they hold) and the brokers (what is open
+//! in the partitions). Every command exits non-zero when a coordinator or broker could
+//! not be asked.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use idem_client::{Admin, TransactionDescription};
+
+#[derive(Debug, clap::Subcommand)]
+pub enum TxnCommand {
+    /// Every transactional id the live coordinators hold.
+    List,
+    /// One transactional id as its coordinator holds it.
+    Describe { transactional_id: String },
+    /// Transactions open at the brokers that no coordinator is going to end, or that
+    /// have been open longer than --max-age-ms.
+    FindHanging {
+        /// Report transactions a coordinator knows once open this long (ms).
+        #[arg(long, default_value_t = 300_000)]
+        max_age_ms: u64,
+    },
+    /// Abort the open transaction of a transactional id; its producer is fenced.
+    Abort { transactional_id: String },
+}
+
+pub async fn run(bootstrap: &str, command: TxnCommand) -> anyhow::Result<()> {
+    let admin = Admin::connect(bootstrap)
+        .await
+        .with_context(|| format!("connecting to {bootstrap}"))?;
+    match command {
+        TxnCommand::List => {
+            let transactions = admin
+                .list_transactions()
+                .await
+                .context("listing transactions")?;
+            if transactions.is_empty() {
+                println!("no transactional ids");
+                return Ok(());
+            }
+            println!(
+                "{:<24} {:>12} {:>6} {:<15} {:>10} {:>10}  partitions",
+                "transactional_id", "producer_id", "epoch", "state", "timeout_ms", "open_ms"
+            );
+            let now = now_ms();
+            for t in &transactions {
+                println!(
+                    "{:<24} {:>12} {:>6} {:<15} {:>10} {:>10}  {}",
+                    t.transactional_id,
+                    t.producer_id,
+                    t.producer_epoch,
+                    t.state.to_string(),
+                    t.timeout_ms,
+                    t.txn_start_ms
+                        .map_or_else(|| "-".to_string(), |s| (now - s).max(0).to_string()),
+                    partitions(t)
+                );
+            }
+        }
+        TxnCommand::Describe { transactional_id } => {
+            let t = admin
+                .describe_transaction(&transactional_id)
+                .await
+                .with_context(|| format!("describing transactional id {transactional_id:?}"))?;
+            println!("transactional_id:  {}", t.transactional_id);
+            println!("producer_id:       {}", t.producer_id);
+            println!("producer_epoch:    {}", t.producer_epoch);
+            println!("state:             {}", t.state);
+            println!("timeout_ms:        {}", t.timeout_ms);
+            println!("partitions:        {}", partitions(&t));
+            println!(
+                "txn_start_ms:      {}",
+                t.txn_start_ms
+                    .map_or_else(|| "-".to_string(), |s| s.to_string())
+            );
+            println!("last_update_ms:    {}", t.last_update_ms);
+            println!("coordinator_id:    {}", t.coordinator_id);
+            println!("txn_log_partition: {}", t.txn_log_partition);
+        }
+        TxnCommand::FindHanging { max_age_ms } => {
+            let hanging = admin
+                .find_hanging(Duration::from_millis(max_age_ms))
+                .await
+                .context("looking for hanging transactions")?;
+            if hanging.is_empty() {
+                println!("no hanging transactions");
+                return Ok(());
+            }
+            println!(
+                "{:<24} {:>9} {:>12} {:>6} {:>12} {:>6} {:<24}  reason",
+                "topic",
+                "partition",
+                "producer_id",
+                "epoch",
+                "first_offset",
+                "broker",
+                "transactional_id"
+            );
+            for h in &hanging {
+                println!(
+                    "{:<24} {:>9} {:>12} {:>6} {:>12} {:>6} {:<24}  {}",
+                    h.open.topic,
+                    h.open.partition,
+                    h.open.producer_id,
+                    h.open.producer_epoch,
+                    h.open.first_offset,
+                    h.open.broker_id,
+                    h.transactional_id.as_deref().unwrap_or("-"),
+                    h.reason
+                );
+            }
+        }
+        TxnCommand::Abort { transactional_id } => {
+            admin
+                .abort_transaction(&transactional_id)
+                .await
+                .with_context(|| format!("aborting the transaction of {transactional_id:?}"))?;
+            println!("aborted the open transaction of {transactional_id}");
+        }
+    }
+    Ok(())
+}
+
+fn partitions(t: &TransactionDescription) -> String {
+    if t.partitions.is_empty() {
+        return "-".into();
+    }
+    t.partitions
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
