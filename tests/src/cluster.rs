@@ -1,7 +1,8 @@
-//! `Cluster`: a real etcd and N `idem-broker` processes (ids 1..=N) registered in it,
-//! with the faults a test injects by broker id (SIGKILL, SIGSTOP/SIGCONT, restart) and
-//! the waits it needs (leadership and ISR change on etcd's and the brokers' clocks, so
-//! they are polled, bounded). Everything is reaped on drop.
+//! `Cluster`: a real etcd, N `idem-broker` processes (ids 1..=N) and M
+//! `idem-coordinator` processes (ids 1..=M) registered in it, with the faults a test
+//! injects by id (SIGKILL, SIGSTOP/SIGCONT, restart) and the waits it needs (leadership,
+//! ISR and coordinator ownership change on etcd's and the processes' clocks, so they
+//! are polled, bounded). Everything is reaped on drop.
 
 use std::time::{Duration, Instant};
 
@@ -9,16 +10,20 @@ use idem_proto::v1::{CreatableTopic, CreateTopicsRequest, MetadataRequest, Parti
 use idem_proto::ErrorCode;
 
 use crate::etcd::EtcdServer;
-use crate::{raw, replicas, BrokerProcess};
+use crate::{raw, replicas, BrokerProcess, CoordinatorProcess};
+
+/// Partitions of `__transaction_state` in test clusters: few, so ownership moves fast.
+pub const TXN_LOG_PARTITIONS: i32 = 4;
 
 /// Longest a test waits for the cluster to reach a state.
 const PATIENCE: Duration = Duration::from_secs(30);
 
 pub struct Cluster {
-    // Brokers first: they are dropped (killed) before etcd, which lives as long as the
-    // cluster and is reached only through the brokers.
+    // Processes first: they are dropped (killed) before etcd, which lives as long as
+    // the cluster.
+    coordinators: Vec<CoordinatorProcess>,
     brokers: Vec<BrokerProcess>,
-    _etcd: EtcdServer,
+    etcd: EtcdServer,
 }
 
 impl Cluster {
@@ -42,8 +47,100 @@ impl Cluster {
             })
             .collect();
         Cluster {
+            coordinators: Vec::new(),
             brokers,
-            _etcd: etcd,
+            etcd,
+        }
+    }
+
+    /// [`Cluster::start`] plus `m` coordinators (2-second leases, transactions checked
+    /// for timeouts every 100 ms) with `coordinator_extra` flags each; returns once the
+    /// coordinators own every partition of the transaction log.
+    pub async fn start_with_coordinators(
+        n: i32,
+        m: i32,
+        broker_extra: &[&str],
+        coordinator_extra: &[&str],
+    ) -> Cluster {
+        let mut cluster = Cluster::start(n, broker_extra);
+        for id in 1..=m {
+            let process = cluster.spawn_coordinator(id, coordinator_extra);
+            cluster.coordinators.push(process);
+        }
+        cluster.wait_for_coordinators().await;
+        cluster
+    }
+
+    fn spawn_coordinator(&self, id: i32, extra: &[&str]) -> CoordinatorProcess {
+        let id = id.to_string();
+        let endpoint = self.etcd.endpoint();
+        // Coordinators learn the other brokers from this one's metadata.
+        let bootstrap = self.broker(1).bootstrap();
+        let partitions = TXN_LOG_PARTITIONS.to_string();
+        let mut args = vec![
+            "--id",
+            id.as_str(),
+            "--etcd",
+            endpoint.as_str(),
+            "--bootstrap",
+            bootstrap.as_str(),
+            "--lease-ttl-ms",
+            "2000",
+            "--txn-log-partitions",
+            partitions.as_str(),
+            "--txn-check-interval-ms",
+            "100",
+        ];
+        args.extend_from_slice(extra);
+        CoordinatorProcess::coordinator(&args)
+    }
+
+    /// The address of a running broker, for a client's bootstrap setting.
+    pub fn bootstrap(&self) -> String {
+        self.broker(self.observer(&[])).bootstrap()
+    }
+
+    pub fn coordinator(&self, id: i32) -> &CoordinatorProcess {
+        &self.coordinators[index(id)]
+    }
+
+    pub fn kill_coordinator(&mut self, id: i32) {
+        self.coordinators[index(id)].kill();
+    }
+
+    pub fn restart_coordinator(&mut self, id: i32) {
+        self.coordinators[index(id)].restart();
+    }
+
+    pub fn pause_coordinator(&self, id: i32) {
+        self.coordinators[index(id)].pause();
+    }
+
+    pub fn resume_coordinator(&self, id: i32) {
+        self.coordinators[index(id)].resume();
+    }
+
+    /// Waits until the running coordinators together own and have loaded every
+    /// partition of the transaction log.
+    pub async fn wait_for_coordinators(&self) {
+        let started = Instant::now();
+        loop {
+            let mut owned = Vec::new();
+            for process in self.coordinators.iter().filter(|c| c.is_running()) {
+                if let Ok(partitions) = crate::txn::owned_partitions(&process.bootstrap()).await {
+                    owned.extend(partitions);
+                }
+            }
+            owned.sort_unstable();
+            owned.dedup();
+            if owned.len() == TXN_LOG_PARTITIONS as usize {
+                return;
+            }
+            assert!(
+                started.elapsed() < PATIENCE,
+                "coordinators own only {owned:?} of {TXN_LOG_PARTITIONS} transaction log partitions"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 

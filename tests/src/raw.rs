@@ -73,6 +73,24 @@ pub fn idempotent_batch(
     )
 }
 
+/// A transactional batch from `producer_id`/`epoch` starting at `base_sequence`.
+pub fn transactional_batch(
+    producer_id: i64,
+    epoch: i16,
+    base_sequence: i32,
+    values: &[&str],
+) -> Bytes {
+    batch::encode(
+        ProducerInfo {
+            producer_id,
+            producer_epoch: epoch,
+            base_sequence,
+        },
+        batch::ATTR_TRANSACTIONAL,
+        &records(values),
+    )
+}
+
 /// Produces one batch to one partition with acks=all and returns the partition's answer.
 pub async fn produce(
     client: &mut RawClient,

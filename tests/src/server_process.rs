@@ -1,6 +1,7 @@
-//! A real `idem-broker` process: started on a free port with its own data dir,
-//! killed (SIGKILL), stopped (SIGTERM, clean shutdown) and restarted on the same port
-//! and data dir so clients can keep their bootstrap address.
+//! A real `idem-broker` or `idem-coordinator` process: started on a free port (a
+//! broker with its own data dir), killed (SIGKILL), paused (SIGSTOP), stopped (SIGTERM,
+//! clean shutdown) and restarted on the same port and data dir so clients can keep
+//! their address.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -10,7 +11,36 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::binaries::binary;
 
-pub struct BrokerProcess {
+/// Which binary a [`ServerProcess`] runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Program {
+    Broker,
+    Coordinator,
+}
+
+impl Program {
+    fn binary(self) -> &'static str {
+        match self {
+            Program::Broker => "idem-broker",
+            Program::Coordinator => "idem-coordinator",
+        }
+    }
+
+    /// The line the process prints once it is bound (followed by its address).
+    fn banner(self) -> &'static str {
+        match self {
+            Program::Broker => "idem-broker listening on ",
+            Program::Coordinator => "idem-coordinator listening on ",
+        }
+    }
+}
+
+/// A broker (the default constructors) or a coordinator ([`ServerProcess::coordinator`]).
+pub type BrokerProcess = ServerProcess;
+pub type CoordinatorProcess = ServerProcess;
+
+pub struct ServerProcess {
+    program: Program,
     child: Option<Child>,
     addr: SocketAddr,
     data_dir: PathBuf,
@@ -19,7 +49,7 @@ pub struct BrokerProcess {
     _tmp: Option<tempfile::TempDir>,
 }
 
-impl BrokerProcess {
+impl ServerProcess {
     /// Starts a broker on a free port in a fresh temporary data dir.
     pub fn start() -> Self {
         Self::start_with(&[])
@@ -36,14 +66,36 @@ impl BrokerProcess {
         let tmp = tempfile::tempdir().map_err(|e| format!("temp data dir: {e}"))?;
         let data_dir = tmp.path().join("data");
         let extra_args: Vec<String> = extra_args.iter().map(|s| s.to_string()).collect();
-        let (child, addr) = try_spawn(&data_dir, "127.0.0.1:0", &extra_args)?;
-        Ok(BrokerProcess {
+        let (child, addr) = try_spawn(Program::Broker, &data_dir, "127.0.0.1:0", &extra_args)?;
+        Ok(ServerProcess {
+            program: Program::Broker,
             child: Some(child),
             addr,
             data_dir,
             extra_args,
             _tmp: Some(tmp),
         })
+    }
+
+    /// Starts an `idem-coordinator` on a free port with `args` (its `--data-dir`, for
+    /// the solo mode, is a fresh temporary dir the caller may pass via `{data_dir}`).
+    pub fn coordinator(args: &[&str]) -> Self {
+        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("temp data dir: {e}"));
+        let data_dir = tmp.path().join("data");
+        let extra_args: Vec<String> = args
+            .iter()
+            .map(|s| s.replace("{data_dir}", &data_dir.display().to_string()))
+            .collect();
+        let (child, addr) = try_spawn(Program::Coordinator, &data_dir, "127.0.0.1:0", &extra_args)
+            .unwrap_or_else(|e| panic!("{e}"));
+        ServerProcess {
+            program: Program::Coordinator,
+            child: Some(child),
+            addr,
+            data_dir,
+            extra_args,
+            _tmp: Some(tmp),
+        }
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -78,7 +130,7 @@ impl BrokerProcess {
     }
 
     fn signal(&self, signal: &str) {
-        crate::signal::send(self.child.as_ref().expect("broker is running"), signal);
+        crate::signal::send(self.child.as_ref().expect("the process is running"), signal);
     }
 
     /// SIGTERM and wait for the clean shutdown to finish.
@@ -90,16 +142,26 @@ impl BrokerProcess {
                 .status()
                 .expect("run kill");
             assert!(status.success(), "kill -TERM {pid} failed");
-            let exit = child.wait().expect("wait for broker");
-            assert!(exit.success(), "broker exited with {exit} after SIGTERM");
+            let exit = child.wait().expect("wait for the process");
+            assert!(
+                exit.success(),
+                "{} exited with {exit} after SIGTERM",
+                self.program.binary()
+            );
         }
     }
 
     /// Starts the broker again on the same port and data dir.
     pub fn restart(&mut self) {
         self.kill();
-        let (child, addr) = spawn(&self.data_dir, &self.addr.to_string(), &self.extra_args);
-        assert_eq!(addr, self.addr, "restarted broker must keep its port");
+        let (child, addr) = try_spawn(
+            self.program,
+            &self.data_dir,
+            &self.addr.to_string(),
+            &self.extra_args,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(addr, self.addr, "a restarted process must keep its port");
         self.child = Some(child);
     }
 
@@ -108,28 +170,27 @@ impl BrokerProcess {
     }
 }
 
-impl Drop for BrokerProcess {
+impl Drop for ServerProcess {
     fn drop(&mut self) {
         self.kill();
     }
 }
 
-fn spawn(data_dir: &Path, listen: &str, extra_args: &[String]) -> (Child, SocketAddr) {
-    try_spawn(data_dir, listen, extra_args).unwrap_or_else(|e| panic!("{e}"))
-}
-
-/// Starts the broker and waits for its "listening" line; if it exits first, the error
+/// Starts the process and waits for its "listening" line; if it exits first, the error
 /// holds its exit status and everything it wrote to stderr.
 fn try_spawn(
+    program: Program,
     data_dir: &Path,
     listen: &str,
     extra_args: &[String],
 ) -> Result<(Child, SocketAddr), String> {
-    let mut child = Command::new(binary("idem-broker"))
-        .arg("--listen")
-        .arg(listen)
-        .arg("--data-dir")
-        .arg(data_dir)
+    let name = program.binary();
+    let mut command = Command::new(binary(name));
+    command.arg("--listen").arg(listen);
+    if program == Program::Broker {
+        command.arg("--data-dir").arg(data_dir);
+    }
+    let mut child = command
         .args(extra_args)
         .env(
             "IDEM_LOG",
@@ -138,9 +199,9 @@ fn try_spawn(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("spawn idem-broker: {e}"))?;
+        .map_err(|e| format!("spawn {name}: {e}"))?;
     // Echo the broker's log into the test's output and keep it for error reports.
-    let stderr = child.stderr.take().ok_or("broker stderr")?;
+    let stderr = child.stderr.take().ok_or("stderr")?;
     let log = Arc::new(Mutex::new(String::new()));
     let echo = {
         let log = log.clone();
@@ -153,31 +214,31 @@ fn try_spawn(
             }
         })
     };
-    let stdout = child.stdout.take().ok_or("broker stdout")?;
+    let stdout = child.stdout.take().ok_or("stdout")?;
     let mut lines = BufReader::new(stdout).lines();
     // The broker prints its address once it is bound; until then it accepts nothing.
     let addr = loop {
         match lines.next() {
             Some(Ok(line)) => {
-                if let Some(addr) = line.strip_prefix("idem-broker listening on ") {
+                if let Some(addr) = line.strip_prefix(program.banner()) {
                     break addr
                         .trim()
                         .parse()
-                        .map_err(|e| format!("broker address {addr:?}: {e}"))?;
+                        .map_err(|e| format!("{name} address {addr:?}: {e}"))?;
                 }
             }
-            Some(Err(e)) => return Err(format!("reading broker stdout: {e}")),
+            Some(Err(e)) => return Err(format!("reading {name} stdout: {e}")),
             None => {
                 let status = child.wait();
                 let _ = echo.join();
                 let log = log.lock().unwrap_or_else(PoisonError::into_inner).clone();
                 return Err(format!(
-                    "idem-broker exited before listening ({status:?}):\n{log}"
+                    "{name} exited before listening ({status:?}):\n{log}"
                 ));
             }
         }
     };
-    // Keep draining stdout so the broker never blocks on a full pipe.
+    // Keep draining stdout so the process never blocks on a full pipe.
     std::thread::spawn(move || for _ in lines {});
     Ok((child, addr))
 }

@@ -13,4 +13,5 @@ mod membership;
 mod producer_ids;
 mod replication;
 mod storage;
+mod transactions;
 mod unclean_election;

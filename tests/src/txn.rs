@@ -1,0 +1,207 @@
+//! Transaction helpers for end-to-end tests: a bare coordinator client for exact control
+//! of the wire, transactional producers with short timeouts, and readers that return
+//! what a consumer of either isolation level sees, read to the partition's end (the LSO
+//! for read_committed, the high watermark for read_uncommitted).
+
+use std::time::{Duration, Instant};
+
+use idem_client::{
+    Admin, Consumer, ConsumerConfig, ConsumerRecord, Isolation, OffsetSpec, TransactionalConfig,
+    TransactionalProducer,
+};
+use idem_proto::v1::txn_coordinator_client::TxnCoordinatorClient;
+use idem_proto::v1::{FindCoordinatorRequest, FindCoordinatorResponse, ListTransactionsRequest};
+use idem_proto::ErrorCode;
+use tonic::transport::Channel;
+
+use crate::raw;
+
+/// Longest a test waits for markers to land and the LSO to catch up.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+pub type RawCoordinator = TxnCoordinatorClient<Channel>;
+
+pub async fn coordinator_client(address: &str) -> Result<RawCoordinator, tonic::transport::Error> {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
+        .expect("endpoint")
+        .connect_timeout(Duration::from_secs(2))
+        .timeout(Duration::from_secs(10))
+        .connect()
+        .await?;
+    Ok(TxnCoordinatorClient::new(channel))
+}
+
+/// The transaction log partitions a coordinator owns and has loaded.
+pub async fn owned_partitions(address: &str) -> Result<Vec<i32>, String> {
+    let mut client = coordinator_client(address)
+        .await
+        .map_err(|e| e.to_string())?;
+    let answer = client
+        .list_transactions(ListTransactionsRequest { states: Vec::new() })
+        .await
+        .map_err(|e| e.to_string())?
+        .into_inner();
+    Ok(answer.owned_partitions)
+}
+
+/// Asks a broker which coordinator owns `transactional_id`, until one does.
+pub async fn find_coordinator(bootstrap: &str, transactional_id: &str) -> FindCoordinatorResponse {
+    let started = Instant::now();
+    let mut broker = raw::connect(bootstrap).await;
+    loop {
+        let answer = broker
+            .find_coordinator(FindCoordinatorRequest {
+                transactional_id: transactional_id.into(),
+            })
+            .await
+            .expect("FindCoordinator")
+            .into_inner();
+        if answer.error_code() == ErrorCode::None {
+            return answer;
+        }
+        assert!(
+            started.elapsed() < PATIENCE,
+            "no coordinator for {transactional_id}: {}",
+            answer.error_message
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A transactional producer with short request timeouts, initialised.
+pub async fn producer(bootstrap: &str, transactional_id: &str) -> TransactionalProducer {
+    producer_with_timeout(bootstrap, transactional_id, Duration::from_secs(60)).await
+}
+
+/// [`producer`] with the transaction timeout a test needs.
+pub async fn producer_with_timeout(
+    bootstrap: &str,
+    transactional_id: &str,
+    transaction_timeout: Duration,
+) -> TransactionalProducer {
+    let config = TransactionalConfig {
+        transaction_timeout,
+        request_timeout: Duration::from_secs(5),
+        delivery_timeout: Duration::from_secs(60),
+        linger: Duration::ZERO,
+        ..TransactionalConfig::new(bootstrap, transactional_id)
+    };
+    let producer = TransactionalProducer::connect(config)
+        .await
+        .expect("transactional producer connects");
+    producer
+        .init_transactions()
+        .await
+        .expect("init_transactions");
+    producer
+}
+
+/// `(high watermark, last stable offset)` of a partition, from its leader.
+pub async fn offsets(admin: &Admin, topic: &str, partition: i32) -> (i64, i64) {
+    let hw = admin
+        .list_offsets(
+            topic,
+            partition,
+            OffsetSpec::Latest,
+            Isolation::ReadUncommitted,
+        )
+        .await
+        .expect("high watermark");
+    let lso = admin
+        .list_offsets(
+            topic,
+            partition,
+            OffsetSpec::Latest,
+            Isolation::ReadCommitted,
+        )
+        .await
+        .expect("last stable offset");
+    (hw, lso)
+}
+
+/// Waits until no transaction holds back `topic`'s partitions: the LSO equals the high
+/// watermark (every marker is written and replicated). Returns the high watermarks.
+pub async fn wait_until_stable(bootstrap: &str, topic: &str, partitions: &[i32]) -> Vec<i64> {
+    let admin = Admin::connect(bootstrap).await.expect("admin connects");
+    let started = Instant::now();
+    let mut ends = Vec::new();
+    for p in partitions {
+        loop {
+            let (hw, lso) = offsets(&admin, topic, *p).await;
+            if hw == lso {
+                ends.push(hw);
+                break;
+            }
+            assert!(
+                started.elapsed() < PATIENCE,
+                "{topic}-{p}: last stable offset {lso} still lags the high watermark {hw}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    ends
+}
+
+/// Everything a consumer of `isolation` reads from the start of the given partitions
+/// to their current end (LSO or high watermark).
+pub async fn read(
+    bootstrap: &str,
+    topic: &str,
+    partitions: &[i32],
+    isolation: Isolation,
+) -> Vec<ConsumerRecord> {
+    let admin = Admin::connect(bootstrap).await.expect("admin connects");
+    let mut ends = Vec::new();
+    for p in partitions {
+        let end = admin
+            .list_offsets(topic, *p, OffsetSpec::Latest, isolation)
+            .await
+            .expect("list offsets");
+        ends.push(end);
+    }
+    let config = ConsumerConfig {
+        isolation,
+        max_wait: Duration::from_millis(50),
+        ..ConsumerConfig::default()
+    };
+    let mut consumer = Consumer::connect(bootstrap, config)
+        .await
+        .expect("consumer connects");
+    consumer.assign(partitions.iter().map(|p| (topic.to_string(), *p)).collect());
+    for p in partitions {
+        consumer.seek_to_beginning(topic, *p).expect("seek");
+    }
+    let started = Instant::now();
+    let mut records = Vec::new();
+    loop {
+        let mut done = true;
+        for (p, end) in partitions.iter().zip(&ends) {
+            if consumer.position(topic, *p).await.expect("position") < *end {
+                done = false;
+            }
+        }
+        if done {
+            break;
+        }
+        assert!(
+            started.elapsed() < PATIENCE,
+            "{topic}: the consumer never reached the end offsets {ends:?}"
+        );
+        records.extend(consumer.poll(Duration::from_secs(5)).await.expect("poll"));
+    }
+    records
+}
+
+/// The values a consumer of `isolation` reads, in partition order.
+pub async fn values(
+    bootstrap: &str,
+    topic: &str,
+    partitions: &[i32],
+    isolation: Isolation,
+) -> Vec<String> {
+    read(bootstrap, topic, partitions, isolation)
+        .await
+        .iter()
+        .map(crate::sdk::value)
+        .collect()
+}

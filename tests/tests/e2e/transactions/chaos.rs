@@ -1,0 +1,185 @@
+//! Many transactions while partition leaders and coordinators are killed under them:
+//! every committed transaction is visible exactly once and whole, no aborted record is
+//! ever returned by a read_committed fetch, each partition keeps the producer's order,
+//! and at the end no partition's LSO lags its high watermark. The faults land at fixed
+//! points of the run (during a commit), so the checks are the same on every run.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use idem_client::{ClientError, Isolation, ProducerRecord, TransactionalProducer};
+use idem_tests::txn::{self, wait_until_stable};
+use idem_tests::Cluster;
+
+const TOPICS: [&str; 2] = ["chaos-orders", "chaos-stock"];
+const PARTITIONS: [i32; 2] = [0, 1];
+const TRANSACTIONS: usize = 30;
+const ID: &str = "chaos-writer";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Committed,
+    Aborted,
+    /// The producer lost track (an error on commit): all or nothing may be visible.
+    Unknown,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Fault {
+    KillLeader(&'static str, i32),
+    KillCoordinator,
+}
+
+fn fault_at(transaction: usize) -> Option<Fault> {
+    match transaction {
+        4 => Some(Fault::KillLeader(TOPICS[0], 0)),
+        8 => Some(Fault::KillCoordinator),
+        12 => Some(Fault::KillLeader(TOPICS[1], 1)),
+        16 => Some(Fault::KillCoordinator),
+        20 => Some(Fault::KillLeader(TOPICS[0], 1)),
+        24 => Some(Fault::KillCoordinator),
+        _ => None,
+    }
+}
+
+fn value(transaction: usize, topic: &str, partition: i32) -> String {
+    format!("t{transaction:03}-{topic}-{partition}")
+}
+
+async fn write_all(
+    producer: &TransactionalProducer,
+    transaction: usize,
+) -> Result<(), ClientError> {
+    let mut deliveries = Vec::new();
+    for topic in TOPICS {
+        for partition in PARTITIONS {
+            let record = ProducerRecord::new(topic, value(transaction, topic, partition))
+                .partition(partition);
+            deliveries.push(producer.send(record).await?);
+        }
+    }
+    for delivery in deliveries {
+        delivery.await?;
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_leader_and_coordinator_kills_when_transactions_commit_and_abort_then_read_committed_sees_each_committed_one_exactly_once(
+) {
+    let mut cluster = Cluster::start_with_coordinators(3, 2, &[], &[]).await;
+    for topic in TOPICS {
+        cluster
+            .create_topic(topic, PARTITIONS.len() as i32, 3)
+            .await;
+    }
+    let bootstrap = cluster.bootstrap();
+    let mut producer = Arc::new(txn::producer(&bootstrap, ID).await);
+    let mut outcomes = Vec::with_capacity(TRANSACTIONS);
+
+    for transaction in 0..TRANSACTIONS {
+        let commit = transaction % 4 != 3;
+        producer.begin().expect("begin");
+        let written = write_all(&producer, transaction).await;
+        let ending = {
+            let producer = producer.clone();
+            let commit = commit && written.is_ok();
+            tokio::spawn(async move {
+                if commit {
+                    producer.commit().await.map(|()| Outcome::Committed)
+                } else {
+                    producer.abort().await.map(|()| Outcome::Aborted)
+                }
+            })
+        };
+        // The fault lands while the transaction ends (markers in flight).
+        match fault_at(transaction) {
+            Some(Fault::KillLeader(topic, partition)) => {
+                let leader = cluster.leader_of(topic, partition).await;
+                cluster.kill(leader.leader_id);
+                cluster.new_leader(topic, partition, &leader).await;
+                cluster.restart(leader.leader_id);
+            }
+            Some(Fault::KillCoordinator) => {
+                let owner = txn::find_coordinator(&bootstrap, ID).await.coordinator_id;
+                cluster.kill_coordinator(owner);
+                // The survivor takes every partition over before the victim returns.
+                cluster.wait_for_coordinators().await;
+                cluster.restart_coordinator(owner);
+            }
+            None => {}
+        }
+        let outcome = match ending.await.expect("end task") {
+            Ok(outcome) => outcome,
+            Err(e) => {
+                eprintln!(
+                    "transaction {transaction}: ending failed ({e}); a new instance takes over"
+                );
+                producer = Arc::new(txn::producer(&bootstrap, ID).await);
+                Outcome::Unknown
+            }
+        };
+        outcomes.push(outcome);
+    }
+
+    let committed = outcomes
+        .iter()
+        .filter(|o| **o == Outcome::Committed)
+        .count();
+    assert!(
+        committed >= TRANSACTIONS / 2,
+        "most transactions commit despite the faults: {outcomes:?}"
+    );
+    cluster.wait_for_coordinators().await;
+    for topic in TOPICS {
+        wait_until_stable(&bootstrap, topic, &PARTITIONS).await;
+        for partition in PARTITIONS {
+            let read = txn::read(&bootstrap, topic, &[partition], Isolation::ReadCommitted).await;
+            let seen: Vec<String> = read.iter().map(idem_tests::sdk::value).collect();
+            let mut counts: HashMap<&str, usize> = HashMap::new();
+            for v in &seen {
+                *counts.entry(v.as_str()).or_default() += 1;
+            }
+            assert!(
+                counts.values().all(|n| *n == 1),
+                "{topic}-{partition}: a duplicate in {seen:?}"
+            );
+            let mut expected = BTreeMap::new();
+            for (transaction, outcome) in outcomes.iter().enumerate() {
+                let v = value(transaction, topic, partition);
+                let visible = counts.contains_key(v.as_str());
+                match outcome {
+                    Outcome::Committed => assert!(visible, "{v}: committed but not visible"),
+                    Outcome::Aborted => assert!(!visible, "{v}: aborted but visible"),
+                    Outcome::Unknown => {}
+                }
+                if visible {
+                    expected.insert(transaction, v);
+                }
+            }
+            let in_order: Vec<String> = expected.into_values().collect();
+            assert_eq!(
+                seen, in_order,
+                "{topic}-{partition}: the producer's order is kept"
+            );
+        }
+    }
+    // An unknown outcome is all or nothing across the four partitions.
+    for (transaction, outcome) in outcomes.iter().enumerate() {
+        if *outcome != Outcome::Unknown {
+            continue;
+        }
+        let mut visible = 0;
+        for topic in TOPICS {
+            let seen = txn::values(&bootstrap, topic, &PARTITIONS, Isolation::ReadCommitted).await;
+            visible += PARTITIONS
+                .iter()
+                .filter(|p| seen.contains(&value(transaction, topic, **p)))
+                .count();
+        }
+        assert!(
+            visible == 0 || visible == 4,
+            "transaction {transaction} is partly visible ({visible} of 4)"
+        );
+    }
+}

@@ -1,0 +1,12 @@
+//! Transactions (issue 5): writes to several partitions become visible all together or
+//! not at all, zombies are fenced, abandoned transactions are rolled back, and no
+//! transaction can hang — each proved against real brokers, coordinators and etcd.
+
+mod bad_requests;
+mod chaos;
+mod coordinator_crash;
+mod hanging;
+mod marker_failover;
+mod producer_timeout;
+mod seed_example;
+mod zombie_fencing;
