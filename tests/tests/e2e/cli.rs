@@ -16,7 +16,14 @@ struct DevServer {
 impl DevServer {
     fn start(data_dir: &Path, listen: &str) -> Self {
         let mut child = Command::new(binary("idem"))
-            .args(["dev", "--listen", listen, "--data-dir"])
+            .args([
+                "dev",
+                "--listen",
+                listen,
+                "--coordinator-listen",
+                "127.0.0.1:0",
+                "--data-dir",
+            ])
             .arg(data_dir)
             .stdout(Stdio::piped())
             .spawn()
@@ -28,7 +35,7 @@ impl DevServer {
             .expect("stdout line");
         let addr = first
             .strip_prefix("idem dev: broker listening on ")
-            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|rest| rest.split([' ', ',']).next())
             .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
             .to_string();
         std::thread::spawn(move || for _ in lines {});
@@ -120,8 +127,49 @@ fn given_idem_dev_when_a_user_follows_the_readme_then_records_round_trip_and_sur
     values.sort();
     assert_eq!(values, vec!["order-1", "order-2", "order-3"]);
 
+    // The dev coordinator commits a transactional produce; a read_committed consume
+    // sees it, and `idem txn list` shows the id completed.
+    let transactional = idem(
+        &addr,
+        &[
+            "produce",
+            "demo",
+            "--transactional-id",
+            "cli-txn",
+            "--commit-every",
+            "2",
+        ],
+        "t-1\nt-2\nt-3\n",
+    );
+    assert!(
+        transactional.status.success(),
+        "{}",
+        String::from_utf8_lossy(&transactional.stderr)
+    );
+    let consumed = idem(
+        &addr,
+        &["consume", "demo", "--from-beginning", "--max-messages", "6"],
+        "",
+    );
+    let mut values: Vec<String> = stdout(&consumed).lines().map(str::to_string).collect();
+    values.sort();
+    assert_eq!(
+        values,
+        vec!["order-1", "order-2", "order-3", "t-1", "t-2", "t-3"]
+    );
+    let txns = idem(&addr, &["txn", "list"], "");
+    assert!(
+        stdout(&txns)
+            .lines()
+            .any(|l| l.starts_with("cli-txn") && l.contains("CompleteCommit")),
+        "{}",
+        stdout(&txns)
+    );
+
     let listed = idem(&addr, &["topic", "list"], "");
-    assert_eq!(stdout(&listed).trim(), "demo");
+    let listed = stdout(&listed);
+    let user_topics: Vec<&str> = listed.lines().filter(|t| !t.starts_with("__")).collect();
+    assert_eq!(user_topics, vec!["demo"]);
     let described = idem(&addr, &["topic", "describe", "demo"], "");
     assert!(
         stdout(&described).contains("3 partition(s)"),
@@ -159,7 +207,7 @@ fn given_idem_dev_when_a_user_follows_the_readme_then_records_round_trip_and_sur
     values.sort();
     assert_eq!(
         values,
-        vec!["order-1", "order-2", "order-3"],
+        vec!["order-1", "order-2", "order-3", "t-1", "t-2", "t-3"],
         "the data survived the restart"
     );
 }
