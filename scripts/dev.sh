@@ -7,4 +7,5 @@ cd "$(dirname "$0")/.."
 scripts/install-deps.sh protoc
 cargo install --locked --path cli
 cargo install --locked --path broker
+cargo install --locked --path coordinator
 exec "${CARGO_HOME:-$HOME/.cargo}/bin/idem" dev "$@"
