@@ -50,6 +50,39 @@ pub fn partition_for_key(key: &[u8], partitions: i32) -> i32 {
     to_positive(murmur2(key)) % partitions.max(1)
 }
 
+/// A producer's partitioners, one per topic, each starting its sticky round-robin at a
+/// per-producer random point (shared by [`crate::Producer`] and
+/// [`crate::TransactionalProducer`]).
+#[derive(Debug)]
+pub(crate) struct TopicPartitioners {
+    batch_size: usize,
+    seed: std::collections::hash_map::RandomState,
+    by_topic: std::sync::Mutex<std::collections::HashMap<String, Partitioner>>,
+}
+
+impl TopicPartitioners {
+    pub(crate) fn new(batch_size: usize) -> Self {
+        TopicPartitioners {
+            batch_size,
+            seed: std::collections::hash_map::RandomState::new(),
+            by_topic: std::sync::Mutex::new(std::collections::HashMap::new()),
+        }
+    }
+
+    /// The partition of `topic` (of `count`) for a record with `key` of `size` bytes.
+    pub(crate) fn choose(&self, topic: &str, key: Option<&[u8]>, size: usize, count: i32) -> i32 {
+        use std::hash::BuildHasher;
+        let Ok(mut by_topic) = self.by_topic.lock() else {
+            return partition_for_key(key.unwrap_or_default(), count);
+        };
+        let partitioner = by_topic.entry(topic.to_string()).or_insert_with(|| {
+            let start = self.seed.hash_one(topic) as u32;
+            Partitioner::new(self.batch_size, start)
+        });
+        partitioner.partition(key, size, count)
+    }
+}
+
 /// Per-topic partition choice: stable for keys, sticky round-robin for null keys.
 #[derive(Debug, Clone)]
 pub struct Partitioner {

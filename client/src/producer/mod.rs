@@ -9,10 +9,8 @@ pub mod config;
 pub mod inflight;
 pub(crate) mod sender;
 
-use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
 use std::future::Future;
-use std::hash::BuildHasher;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -29,7 +27,7 @@ use self::inflight::ProducerIdAndEpoch;
 use self::sender::{PartitionMsg, PartitionSender};
 use crate::connection::{Connection, MAX_MESSAGE_BYTES};
 use crate::error::ClientError;
-use crate::partitioner::Partitioner;
+use crate::partitioner::TopicPartitioners;
 
 /// Records a partition task may have queued in its channel before `send` waits (the
 /// task itself stops taking records at `buffer_memory`).
@@ -121,15 +119,15 @@ struct Inner {
     /// The id every partition starts with (exactly-once only).
     producer: Option<ProducerIdAndEpoch>,
     partitions: Mutex<HashMap<String, HashMap<i32, mpsc::Sender<PartitionMsg>>>>,
-    partitioners: Mutex<HashMap<String, Partitioner>>,
+    partitioners: TopicPartitioners,
     tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     closed: AtomicBool,
-    seed: RandomState,
 }
 
 impl Producer {
     /// Validates `config`, connects, and in exactly-once mode obtains a producer id.
     pub async fn connect(config: ProducerConfig) -> Result<Producer, ClientError> {
+        let partitioners = TopicPartitioners::new(config.batch_size);
         config.validate()?;
         let conn = Connection::connect(&config.bootstrap, config.request_timeout).await?;
         let producer = if config.delivery.idempotent() {
@@ -149,10 +147,9 @@ impl Producer {
                 conn,
                 producer,
                 partitions: Mutex::new(HashMap::new()),
-                partitioners: Mutex::new(HashMap::new()),
+                partitioners,
                 tasks: Mutex::new(Vec::new()),
                 closed: AtomicBool::new(false),
-                seed: RandomState::new(),
             }),
         })
     }
@@ -212,7 +209,10 @@ impl Producer {
                     partition: Some(p),
                 })
             }
-            None => self.choose_partition(&topic, record.key.as_deref(), size, count),
+            None => self
+                .inner
+                .partitioners
+                .choose(&topic, record.key.as_deref(), size, count),
         };
         let sender = self.partition_sender(&topic, partition)?;
         let (ticket, rx) = oneshot::channel();
@@ -260,17 +260,6 @@ impl Producer {
         for task in tasks {
             let _ = task.await;
         }
-    }
-
-    fn choose_partition(&self, topic: &str, key: Option<&[u8]>, size: usize, count: i32) -> i32 {
-        let Ok(mut partitioners) = self.inner.partitioners.lock() else {
-            return crate::partitioner::partition_for_key(key.unwrap_or_default(), count);
-        };
-        let partitioner = partitioners.entry(topic.to_string()).or_insert_with(|| {
-            let start = self.inner.seed.hash_one(topic) as u32;
-            Partitioner::new(self.inner.config.batch_size, start)
-        });
-        partitioner.partition(key, size, count)
     }
 
     /// The channel of a partition's task, starting the task on first use.

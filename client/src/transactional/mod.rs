@@ -19,9 +19,7 @@ pub mod config;
 pub mod errors;
 pub mod state;
 
-use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
-use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::{mpsc, oneshot};
@@ -33,7 +31,7 @@ use self::state::{TxnMachine, TxnState};
 use crate::connection::Connection;
 use crate::coordinator::CoordinatorLink;
 use crate::error::ClientError;
-use crate::partitioner::Partitioner;
+use crate::partitioner::TopicPartitioners;
 use crate::producer::config::ProducerConfig;
 use crate::producer::inflight::ProducerIdAndEpoch;
 use crate::producer::sender::{PartitionMsg, PartitionSender, TxnBinding};
@@ -62,8 +60,7 @@ struct Inner {
     /// Serialises the calls that talk to the coordinator (init, registration, commit,
     /// abort), so none overlaps another of the same producer.
     control: tokio::sync::Mutex<()>,
-    partitioners: Mutex<HashMap<String, Partitioner>>,
-    seed: RandomState,
+    partitioners: TopicPartitioners,
 }
 
 #[derive(Debug, Default)]
@@ -85,6 +82,7 @@ impl TransactionalProducer {
     /// Validates `config` and connects to the bootstrap broker; talks to no coordinator
     /// yet (see [`TransactionalProducer::init_transactions`]).
     pub async fn connect(config: TransactionalConfig) -> Result<Self, ClientError> {
+        let partitioners = TopicPartitioners::new(config.batch_size);
         config.validate()?;
         let conn = Connection::connect(&config.bootstrap, config.request_timeout).await?;
         Ok(TransactionalProducer {
@@ -96,8 +94,7 @@ impl TransactionalProducer {
                 config,
                 shared: Mutex::new(Shared::default()),
                 control: tokio::sync::Mutex::new(()),
-                partitioners: Mutex::new(HashMap::new()),
-                seed: RandomState::new(),
+                partitioners,
             }),
         })
     }
@@ -172,7 +169,10 @@ impl TransactionalProducer {
                     partition: Some(p),
                 })
             }
-            None => self.choose_partition(&topic, record.key.as_deref(), size, count),
+            None => self
+                .inner
+                .partitioners
+                .choose(&topic, record.key.as_deref(), size, count),
         };
         let sender = match self.partition_sender(generation, &topic, partition)? {
             Some(sender) => sender,
@@ -383,17 +383,6 @@ impl TransactionalProducer {
             .senders
             .insert((topic.to_string(), partition), tx.clone());
         Ok(tx)
-    }
-
-    fn choose_partition(&self, topic: &str, key: Option<&[u8]>, size: usize, count: i32) -> i32 {
-        let Ok(mut partitioners) = self.inner.partitioners.lock() else {
-            return crate::partitioner::partition_for_key(key.unwrap_or_default(), count);
-        };
-        let partitioner = partitioners.entry(topic.to_string()).or_insert_with(|| {
-            let start = self.inner.seed.hash_one(topic) as u32;
-            Partitioner::new(self.inner.config.batch_size, start)
-        });
-        partitioner.partition(key, size, count)
     }
 
     fn log_end(
