@@ -7,6 +7,7 @@ mod chaos;
 mod coordinator_crash;
 mod hanging;
 mod marker_failover;
+mod paused_coordinator;
 mod producer_timeout;
 mod seed_example;
 mod zombie_fencing;
