@@ -411,6 +411,15 @@ impl PartitionLog {
         self.active().base_offset()
     }
 
+    /// `(base offset, next offset)` of every segment but the active one, in order.
+    pub fn sealed_segments(&self) -> Vec<(i64, i64)> {
+        let sealed = self.segments.len().saturating_sub(1);
+        self.segments[..sealed]
+            .iter()
+            .map(|s| (s.base_offset(), s.next_offset()))
+            .collect()
+    }
+
     /// The offset below which data is known to be on disk, as persisted in the
     /// `recovery-point` file.
     pub fn recovery_point(&self) -> i64 {

@@ -8,6 +8,7 @@
 
 mod consumer_read;
 mod marker;
+mod txn_recovery;
 
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
@@ -25,6 +26,7 @@ use crate::producer_state::{self, BatchMetadata, Decision, ProducerStateTable};
 use crate::replication::epoch_history::EpochHistory;
 use crate::replication::replica_set::{ReplicaSet, Role};
 use crate::txn_index::TxnIndex;
+use txn_recovery::recover_transactions;
 
 pub use consumer_read::{stored_batches, ConsumerRead};
 pub use marker::OpenTransaction;
@@ -101,7 +103,8 @@ impl Partition {
         let producers = rebuild_producer_state(dir, &log, now_ms())?;
         let log_end = log.log_end_offset();
         // Opening makes the whole log visible (see `high_watermark` below).
-        let (epochs, txns) = epochs_and_transactions(&log, log_end)?;
+        let epochs = epoch_history(&log)?;
+        let txns = recover_transactions(dir, &log, log_end)?;
         let (high_watermark, _) = watch::channel(log_end);
         let (last_stable, _) = watch::channel(txns.last_stable_offset(log_end));
         let (log_end_watch, _) = watch::channel(log_end);
@@ -232,6 +235,7 @@ impl Partition {
         // Read the marker before appending: a control batch whose record cannot be read
         // must not reach the log, where it would be a transaction end nobody can apply.
         let marker = read_marker(buf)?;
+        let sealed_base = inner.log.active_segment_base();
         let info = inner.log.append(buf, leader_epoch)?;
         self.epoch_history().record(leader_epoch, info.base_offset);
         if let Some(rolled_at) = info.rolled_at {
@@ -239,6 +243,8 @@ impl Partition {
             if let Err(e) = producer_state::write_snapshot(&self.dir, rolled_at, &inner.producers) {
                 tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "producer state snapshot failed");
             }
+            // So is the transaction index: it holds what the sealed segment contributes.
+            txn_recovery::write_file(&self.dir, &inner.txns.seal(sealed_base, rolled_at));
         }
         let stored = batch::decode_header(buf)?;
         inner.producers.apply_batch(&stored, marker, now_ms());
@@ -386,7 +392,7 @@ impl Partition {
         // only a walk of what remains knows.
         let end = inner.log.log_end_offset();
         let high_watermark = (*self.high_watermark.borrow()).min(end);
-        inner.txns = epochs_and_transactions(&inner.log, high_watermark)?.1;
+        inner.txns = recover_transactions(&self.dir, &inner.log, high_watermark)?;
         self.local_end.fetch_min(end, Ordering::SeqCst);
         self.log_end.send_replace(end);
         self.high_watermark.send_if_modified(|hw| {
@@ -625,29 +631,14 @@ fn check_in_range(log: &PartitionLog, offset: i64) -> Result<i64, BrokerError> {
     Ok(log_end)
 }
 
-/// The epoch history and the transaction index of a log, in one walk of its batch
-/// headers (and control records). Completed transactions whose marker is below
-/// `high_watermark` are dropped as the walk goes, so a long log's history of committed
-/// transactions is never held at once.
-fn epochs_and_transactions(
-    log: &PartitionLog,
-    high_watermark: i64,
-) -> Result<(EpochHistory, TxnIndex), BrokerError> {
-    const PRUNE_EVERY: usize = 1024;
+/// The leader-epoch history of a log, from one walk of its batch headers.
+fn epoch_history(log: &PartitionLog) -> Result<EpochHistory, BrokerError> {
     let mut history = EpochHistory::default();
-    let mut txns = TxnIndex::new();
-    let mut walked = 0usize;
-    log.for_each_batch(log.log_start_offset(), |header, marker| {
+    log.for_each_header(log.log_start_offset(), |header| {
         history.record(header.partition_leader_epoch, header.base_offset);
-        txns.apply(header, marker);
-        walked += 1;
-        if walked.is_multiple_of(PRUNE_EVERY) {
-            txns.prune_stable(high_watermark);
-        }
         ControlFlow::Continue(())
     })?;
-    txns.prune_stable(high_watermark);
-    Ok((history, txns))
+    Ok(history)
 }
 
 fn rebuild_producer_state(

@@ -330,3 +330,163 @@ async fn given_idle_producers_then_open_transactions_and_internal_topics_keep_th
         ErrorCode::InvalidProducerEpoch
     );
 }
+
+/// A transactional batch of one 1 KiB record: four fill a 4 KiB test segment.
+fn big(producer_id: i64, seq: i32) -> Vec<u8> {
+    let producer = ProducerInfo {
+        producer_id,
+        producer_epoch: 0,
+        base_sequence: seq,
+    };
+    let record = Record {
+        value: Some(bytes::Bytes::from(vec![b'x'; 1024])),
+        ..Record::default()
+    };
+    batch::encode(producer, ATTR_TRANSACTIONAL, &[record]).to_vec()
+}
+
+/// Transactions spread over many segments: short ones committed or aborted, a long one
+/// (producer 100) open across several segment boundaries and then aborted, and one
+/// (producer 200) still open at the end.
+async fn history_across_segments(p: &Partition) {
+    marker(p, 100, 0, ControlType::Begin).await.expect("begin");
+    produce(p, &big(100, 0)).await.expect("long data");
+    for round in 1..=8i64 {
+        marker(p, round, 0, ControlType::Begin)
+            .await
+            .expect("begin");
+        produce(p, &big(round, 0)).await.expect("data");
+        produce(p, &big(round, 1)).await.expect("data");
+        let end = if round % 2 == 0 {
+            ControlType::Abort
+        } else {
+            ControlType::Commit
+        };
+        marker(p, round, 1, end).await.expect("end");
+        if round == 5 {
+            marker(p, 100, 1, ControlType::Abort)
+                .await
+                .expect("long abort");
+            marker(p, 200, 0, ControlType::Begin).await.expect("begin");
+            produce(p, &big(200, 0)).await.expect("open data");
+        }
+    }
+}
+
+fn txn_index_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .expect("dir")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "txnindex"))
+        .collect();
+    files.sort();
+    files
+}
+
+#[tokio::test]
+async fn given_sealed_segments_then_reopening_from_their_index_files_equals_walking_the_log() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let before = {
+        let p = open("orders", dir.path());
+        history_across_segments(&p).await;
+        let state = observed(&p);
+        let sealed = p.lock().log.sealed_segments().len();
+        assert!(sealed >= 4, "the history spans {sealed} sealed segments");
+        assert_eq!(
+            txn_index_files(dir.path()).len(),
+            sealed,
+            "one per sealed segment"
+        );
+        let visible: Vec<i64> = state.2.iter().map(|(_, pid)| *pid).collect();
+        assert_eq!(
+            visible,
+            vec![1, 1, 3, 3, 5, 5],
+            "only committed rounds, before the open one"
+        );
+        assert_eq!(state.1.len(), 1, "producer 200 is open");
+        p.shutdown().expect("shutdown");
+        state
+    };
+    assert_eq!(
+        observed(&open("orders", dir.path())),
+        before,
+        "from the files"
+    );
+
+    // Without files the log is walked, and the walk writes them again.
+    let files = txn_index_files(dir.path());
+    for file in &files {
+        std::fs::remove_file(file).expect("remove");
+    }
+    assert_eq!(
+        observed(&open("orders", dir.path())),
+        before,
+        "from the log"
+    );
+    assert_eq!(txn_index_files(dir.path()), files, "rewritten by the walk");
+
+    // A torn file in the middle: the files before it are used, the rest is walked.
+    let torn = &files[files.len() / 2];
+    let bytes = std::fs::read(torn).expect("read");
+    std::fs::write(torn, &bytes[..bytes.len() - 3]).expect("tear");
+    assert_eq!(
+        observed(&open("orders", dir.path())),
+        before,
+        "past a torn file"
+    );
+    assert_eq!(std::fs::read(torn).expect("read"), bytes, "rewritten whole");
+}
+
+#[tokio::test]
+async fn given_a_truncation_into_an_earlier_segment_then_later_index_files_go_and_the_state_follows_the_log(
+) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = open("orders", dir.path());
+    history_across_segments(&p).await;
+    let sealed = p.lock().log.sealed_segments();
+    // Cut inside an early sealed segment: producer 100's abort and everything after go.
+    let (base, next) = sealed[1];
+    let mut cut = None;
+    p.lock()
+        .log
+        .for_each_header(base, |header| {
+            if header.base_offset > base && header.base_offset < next {
+                cut = Some(header.base_offset);
+                return ControlFlow::Break(());
+            }
+            ControlFlow::Continue(())
+        })
+        .expect("walk");
+    let cut = cut.expect("a batch boundary inside the segment");
+    p.truncate_to(cut).expect("truncate");
+    let active = p.lock().log.active_segment_base();
+    for file in txn_index_files(dir.path()) {
+        let name = file.file_stem().and_then(|s| s.to_str()).expect("name");
+        let file_base: i64 = name.parse().expect("offset name");
+        assert!(
+            file_base < active,
+            "{} survived the truncation",
+            file.display()
+        );
+    }
+    let open_now: Vec<i64> = p
+        .open_transactions()
+        .iter()
+        .map(|t| t.producer_id)
+        .collect();
+    assert!(
+        open_now.contains(&100),
+        "the long transaction is open again: {open_now:?}"
+    );
+    assert!(
+        p.offsets().last_stable_offset <= 1,
+        "and holds the LSO at its begin"
+    );
+    let truncated = observed(&p);
+    p.shutdown().expect("shutdown");
+    assert_eq!(
+        observed(&open("orders", dir.path())),
+        truncated,
+        "reopen agrees"
+    );
+}

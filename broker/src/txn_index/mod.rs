@@ -10,11 +10,15 @@
 //! Invariant: `last_stable_offset(hw) <= hw`, and no offset at or past the first offset
 //! of an open or not yet stable transaction is below it.
 
+pub mod segment_file;
+
 use std::collections::HashMap;
 
 use idem_proto::batch::BatchHeader;
 use idem_proto::control::ControlMarker;
 use idem_proto::v1::ControlType;
+
+pub use segment_file::SegmentTxns;
 
 /// One aborted transaction in this partition: `producer_id`'s batches with
 /// `first_offset <= base_offset < last_offset` belong to it; `last_offset` is its ABORT
@@ -56,6 +60,38 @@ pub struct TxnIndex {
 impl TxnIndex {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The index as of the end of the sealed segments whose files are `sealed` (in
+    /// segment order). Only valid at an offset where no completed transaction is still
+    /// unstable, i.e. the last segment's end is at or below the high watermark.
+    pub fn resume(sealed: impl IntoIterator<Item = SegmentTxns>) -> Self {
+        let mut index = TxnIndex::new();
+        for segment in sealed {
+            index.aborted.extend(segment.aborted);
+            index.open = segment.open.into_iter().collect();
+        }
+        index
+    }
+
+    /// What the segment `[base_offset, next_offset)` contributes, called once every
+    /// batch below `next_offset` and none after it is applied: the aborts whose marker
+    /// lies in it and the transactions open at its end.
+    pub fn seal(&self, base_offset: i64, next_offset: i64) -> SegmentTxns {
+        let start = self
+            .aborted
+            .partition_point(|a| a.last_offset < base_offset);
+        let aborted = self.aborted[start..]
+            .iter()
+            .take_while(|a| a.last_offset < next_offset)
+            .copied()
+            .collect();
+        SegmentTxns {
+            base_offset,
+            next_offset,
+            aborted,
+            open: self.open_transactions(),
+        }
     }
 
     /// Records one batch as stored in the log (`marker`: what a control batch says).
@@ -351,6 +387,35 @@ mod tests {
                 assert_eq!(got, want, "[{from}, {to})");
             }
         }
+    }
+
+    #[test]
+    fn given_sealed_segments_then_resuming_from_them_equals_the_walked_index() {
+        let mut log = Log::new();
+        let mut sealed = Vec::new();
+        let mut base = 0;
+        let mut seal = |log: &Log, sealed: &mut Vec<SegmentTxns>| {
+            sealed.push(log.index.seal(base, log.next));
+            base = log.next;
+        };
+        log.marker(1, ControlType::Begin);
+        log.data(1, 2, true);
+        log.marker(2, ControlType::Begin);
+        seal(&log, &mut sealed); // both open across the boundary
+        log.marker(1, ControlType::Abort);
+        log.data(3, 1, false);
+        seal(&log, &mut sealed); // 1 aborted here, 2 still open
+        log.data(2, 1, true);
+        log.marker(2, ControlType::Abort);
+        log.marker(4, ControlType::Begin);
+        seal(&log, &mut sealed);
+        assert_eq!(sealed[0].aborted, vec![]);
+        assert_eq!(sealed[0].open, vec![(1, 0), (2, 3)]);
+        assert_eq!(sealed[1].aborted.len(), 1);
+        assert_eq!(sealed[2].open, vec![(4, log.next - 1)]);
+        let mut walked = log.index.clone();
+        walked.prune_stable(log.next);
+        assert_eq!(TxnIndex::resume(sealed), walked);
     }
 
     #[test]
