@@ -30,6 +30,10 @@ pub struct ProduceArgs {
     /// Default: one transaction for all of stdin.
     #[arg(long, requires = "transactional_id", value_parser = clap::value_parser!(u64).range(1..))]
     commit_every: Option<u64>,
+    /// With --transactional-id: how long a transaction may stay open before the
+    /// coordinator aborts it (ms); the coordinator refuses values above its maximum.
+    #[arg(long, requires = "transactional_id", default_value_t = 60_000)]
+    transaction_timeout_ms: u64,
 }
 
 pub async fn run(bootstrap: &str, args: ProduceArgs) -> anyhow::Result<()> {
@@ -42,6 +46,7 @@ pub async fn run(bootstrap: &str, args: ProduceArgs) -> anyhow::Result<()> {
                 commit_every: args.commit_every,
                 key_separator: args.key_separator.as_deref(),
                 delivery_timeout: Duration::from_millis(args.delivery_timeout_ms),
+                transaction_timeout: Duration::from_millis(args.transaction_timeout_ms),
             },
         )
         .await;

@@ -22,11 +22,13 @@ pub struct TxnProduce<'a> {
     pub commit_every: Option<u64>,
     pub key_separator: Option<&'a str>,
     pub delivery_timeout: Duration,
+    pub transaction_timeout: Duration,
 }
 
 pub async fn run(bootstrap: &str, args: TxnProduce<'_>) -> anyhow::Result<()> {
     let config = TransactionalConfig {
         delivery_timeout: args.delivery_timeout,
+        transaction_timeout: args.transaction_timeout,
         ..TransactionalConfig::new(bootstrap, args.transactional_id)
     };
     let producer = TransactionalProducer::connect(config)
