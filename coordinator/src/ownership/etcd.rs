@@ -130,11 +130,12 @@ impl EtcdOwnership {
         (self.config.lease_ttl.as_millis() as i64 / 1000).max(1)
     }
 
-    /// Grants a lease and creates the member key bound to it.
+    /// Grants a lease and creates the member key bound to it. While an earlier
+    /// incarnation's key still lives, waits for it to go; the lease is granted per
+    /// attempt, so the wait (which can outlast a TTL) never leaves us holding a lease
+    /// that already expired.
     async fn register(&self, patience: Duration) -> Result<(), CoordinatorError> {
         let mut client = self.client.clone();
-        let granted_at = now_ms();
-        let lease = bounded("lease grant", client.lease_grant(self.ttl_secs(), None)).await?;
         let key = keys::member_key(&self.prefix, self.config.coordinator_id);
         let value = serde_json::to_string(&MemberValue {
             id: self.config.coordinator_id,
@@ -143,6 +144,8 @@ impl EtcdOwnership {
         .unwrap_or_default();
         let deadline = tokio::time::Instant::now() + patience;
         loop {
+            let granted_at = now_ms();
+            let lease = bounded("lease grant", client.lease_grant(self.ttl_secs(), None)).await?;
             let create = Txn::new()
                 .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
                 .and_then([TxnOp::put(
@@ -153,8 +156,14 @@ impl EtcdOwnership {
                 .or_else([TxnOp::get(key.as_str(), None)]);
             let answer = bounded("register", client.txn(create)).await?;
             if answer.succeeded() {
-                break;
+                self.lease_id.store(lease.id(), Ordering::SeqCst);
+                self.valid_until_ms
+                    .store(granted_at + lease.ttl() * 1000, Ordering::SeqCst);
+                tracing::info!(coordinator_id = self.config.coordinator_id, lease_id = lease.id(), %key, "coordinator registered in etcd");
+                return Ok(());
             }
+            // Unused; it would lapse on its own, revoking just tidies etcd.
+            let _ = bounded("lease revoke", client.lease_revoke(lease.id())).await;
             if tokio::time::Instant::now() >= deadline {
                 return Err(CoordinatorError::Config(format!(
                     "coordinator id {} is registered by another live coordinator ({key}); \
@@ -165,11 +174,6 @@ impl EtcdOwnership {
             tracing::warn!(coordinator_id = self.config.coordinator_id, %key, "coordinator id is registered; waiting for its lease to lapse");
             wait_for_delete(&mut client, &key, deadline).await;
         }
-        self.lease_id.store(lease.id(), Ordering::SeqCst);
-        self.valid_until_ms
-            .store(granted_at + lease.ttl() * 1000, Ordering::SeqCst);
-        tracing::info!(coordinator_id = self.config.coordinator_id, lease_id = lease.id(), %key, "coordinator registered in etcd");
-        Ok(())
     }
 
     fn lose_all(&self, reason: &str) {
