@@ -60,9 +60,20 @@ pub struct CoordinatorConfig {
     )]
     pub max_transaction_timeout_ms: i32,
 
-    /// How often open transactions are checked against their timeout.
+    /// How often open transactions are checked against their timeout (and idle
+    /// transactional ids against their expiration).
     #[arg(long, env = "IDEM_TXN_CHECK_INTERVAL_MS", default_value_t = 1000)]
     pub txn_check_interval_ms: u64,
+
+    /// A transactional id with no transaction under way and no request for this long is
+    /// retired: persisted as Dead and forgotten, so its next InitProducerId gets a new
+    /// producer id (Kafka's `transactional.id.expiration.ms`, default 7 days).
+    #[arg(
+        long,
+        env = "IDEM_TRANSACTIONAL_ID_EXPIRATION_MS",
+        default_value_t = 604_800_000
+    )]
+    pub transactional_id_expiration_ms: i64,
 
     /// Lease the next producer-id block in the background once 90% of the current one
     /// is handed out.
@@ -92,6 +103,7 @@ impl CoordinatorConfig {
             lease_ttl_ms: 5000,
             max_transaction_timeout_ms: 900_000,
             txn_check_interval_ms: 1000,
+            transactional_id_expiration_ms: 604_800_000,
             pid_prefetch: true,
         }
     }
@@ -106,6 +118,11 @@ impl CoordinatorConfig {
         if self.max_transaction_timeout_ms < 1 {
             return Err(CoordinatorError::Config(
                 "--max-transaction-timeout-ms must be at least 1".into(),
+            ));
+        }
+        if self.transactional_id_expiration_ms < 1 {
+            return Err(CoordinatorError::Config(
+                "--transactional-id-expiration-ms must be at least 1".into(),
             ));
         }
         if self.txn_check_interval_ms == 0 || self.lease_ttl_ms < 1000 {

@@ -109,6 +109,7 @@ impl BoundCoordinator {
             CoreSettings {
                 coordinator_id: config.coordinator_id,
                 max_transaction_timeout_ms: config.max_transaction_timeout_ms,
+                transactional_id_expiration_ms: config.transactional_id_expiration_ms,
             },
             conn,
             pids,

@@ -33,7 +33,8 @@ use crate::ownership::token::OwnershipToken;
 use crate::ownership::{Claim, OwnerInfo, Ownership};
 use crate::producer_ids::SharedProducerIds;
 use crate::txn::decide::{
-    decide, Context, Decision, Effect, Reply, Request, TopicPartition, TxnError, TxnMetadata,
+    decide, is_expired, Context, Decision, Effect, Reply, Request, TopicPartition, TxnError,
+    TxnMetadata,
 };
 use crate::txn::state::TxnState;
 
@@ -71,6 +72,7 @@ pub fn txn_error_code(error: TxnError) -> ErrorCode {
 pub struct CoreSettings {
     pub coordinator_id: i32,
     pub max_transaction_timeout_ms: i32,
+    pub transactional_id_expiration_ms: i64,
 }
 
 enum Slot {
@@ -562,23 +564,35 @@ impl Coordinator {
         }
     }
 
-    /// Feeds `Tick` to every open transaction past its timeout.
+    /// Feeds `Tick` to every open transaction past its timeout, and `Expire` to every
+    /// idle transactional id past its expiration.
     pub fn tick(self: &Arc<Self>) {
         let now = now_ms();
+        let idle_ms = self.settings.transactional_id_expiration_ms;
         for part in self.ready_partitions() {
             for meta in part.snapshot() {
-                let expired = meta.state == TxnState::Ongoing
+                let timed_out = meta.state == TxnState::Ongoing
                     && now - meta.txn_start_ms > i64::from(meta.timeout_ms);
-                if !expired || !part.start_tick(&meta.transactional_id) {
+                let (request, what) = if timed_out {
+                    (Request::Tick, "transaction timed out; aborting")
+                } else if is_expired(&meta, idle_ms, now) {
+                    (
+                        Request::Expire { idle_ms },
+                        "transactional id idle past its expiration; retiring it",
+                    )
+                } else {
+                    continue;
+                };
+                if !part.start_tick(&meta.transactional_id) {
                     continue;
                 }
                 let this = self.clone();
                 let part = part.clone();
                 tokio::spawn(async move {
                     let id = meta.transactional_id;
-                    tracing::info!(partition = part.index, transactional_id = %id, producer_id = meta.producer_id, epoch = meta.producer_epoch, "transaction timed out; aborting");
-                    if let Err(refusal) = this.run_request(&part, &id, Request::Tick).await {
-                        tracing::warn!(transactional_id = %id, code = ?refusal.code, message = %refusal.message, "timing out a transaction failed");
+                    tracing::info!(partition = part.index, transactional_id = %id, producer_id = meta.producer_id, epoch = meta.producer_epoch, "{what}");
+                    if let Err(refusal) = this.run_request(&part, &id, request).await {
+                        tracing::warn!(transactional_id = %id, code = ?refusal.code, message = %refusal.message, "timer-driven request failed");
                     }
                     part.end_tick(&id);
                 });

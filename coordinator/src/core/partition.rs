@@ -13,6 +13,7 @@ use crate::log::record::LogRecord;
 use crate::log::writer::TxnLogWriter;
 use crate::ownership::token::OwnershipToken;
 use crate::txn::decide::TxnMetadata;
+use crate::txn::state::TxnState;
 
 pub struct LogPartition {
     pub index: i32,
@@ -68,11 +69,16 @@ impl LogPartition {
             .unwrap_or_default()
     }
 
-    /// Appends `meta` to the log, then makes it the current state.
+    /// Appends `meta` to the log, then makes it the current state; a Dead id is
+    /// forgotten (the next InitProducerId of that id starts afresh).
     pub async fn persist(&self, meta: TxnMetadata) -> Result<(), CoordinatorError> {
         self.writer.append(LogRecord::Txn(meta.clone())).await?;
         if let Ok(mut txns) = self.txns.lock() {
-            txns.insert(meta.transactional_id.clone(), meta);
+            if meta.state == TxnState::Dead {
+                txns.remove(&meta.transactional_id);
+            } else {
+                txns.insert(meta.transactional_id.clone(), meta);
+            }
         }
         Ok(())
     }

@@ -20,6 +20,7 @@ use crate::log::record::LogRecord;
 use crate::log::writer::TxnLogWriter;
 use crate::ownership::token::OwnershipToken;
 use crate::txn::decide::TxnMetadata;
+use crate::txn::state::TxnState;
 
 const FETCH_MAX_BYTES: i32 = 8 * 1024 * 1024;
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
@@ -48,6 +49,10 @@ impl Replay {
         value: Option<&[u8]>,
     ) -> Result<(), CoordinatorError> {
         match LogRecord::decode(key, value) {
+            Ok(LogRecord::Txn(meta)) if meta.state == TxnState::Dead => {
+                self.txns.remove(&meta.transactional_id);
+                Ok(())
+            }
             Ok(LogRecord::Txn(meta)) => {
                 self.txns.insert(meta.transactional_id.clone(), meta);
                 Ok(())
@@ -334,6 +339,26 @@ mod tests {
         assert_eq!(txns.len(), 2);
         assert_eq!(txns["a"], meta("a", 1, TxnState::PrepareCommit));
         assert_eq!(txns["b"], meta("b", 0, TxnState::Empty));
+    }
+
+    #[test]
+    fn a_dead_record_forgets_its_id_and_a_later_record_brings_it_back() {
+        let log = stored_batch(
+            0,
+            &[
+                LogRecord::Txn(meta("a", 3, TxnState::CompleteCommit)),
+                LogRecord::Txn(meta("b", 0, TxnState::Empty)),
+                LogRecord::Txn(meta("a", 3, TxnState::Dead)),
+                LogRecord::Txn(meta("b", 0, TxnState::Dead)),
+                LogRecord::Txn(meta("b", 0, TxnState::Empty)),
+            ],
+        );
+        let mut replay = Replay::new(0);
+        apply_batches(&mut replay, &log, 0, 5).expect("applies");
+        let txns = replay.into_txns();
+        assert!(!txns.contains_key("a"), "retired");
+        assert_eq!(txns["b"], meta("b", 0, TxnState::Empty), "started afresh");
+        assert_eq!(txns.len(), 1);
     }
 
     #[test]

@@ -63,6 +63,12 @@ pub enum Request {
     /// Operators: abort the open transaction under the next epoch (fencing its
     /// producer), as a timeout would.
     Abort,
+    /// Internal: the coordinator's timer; an id with no transaction under way and no
+    /// change for longer than `idle_ms` is retired (persisted as Dead, then forgotten),
+    /// as Kafka's `transactional.id.expiration.ms` does.
+    Expire {
+        idle_ms: i64,
+    },
 }
 
 /// Why a request is refused (each maps to the wire code of the same name).
@@ -178,6 +184,17 @@ pub fn decide(
             }
             _ => Decision::Act(Vec::new()),
         },
+        Request::Expire { idle_ms } => match current {
+            Some(meta) if is_expired(meta, *idle_ms, ctx.now_ms) => {
+                Decision::Act(vec![Effect::Persist(TxnMetadata {
+                    state: TxnState::Dead,
+                    partitions: BTreeSet::new(),
+                    last_update_ms: ctx.now_ms,
+                    ..meta.clone()
+                })])
+            }
+            _ => Decision::Act(Vec::new()),
+        },
         Request::Abort => match current {
             Some(meta) if meta.state == TxnState::Ongoing => {
                 let producer_epoch = meta.producer_epoch.saturating_add(1);
@@ -192,6 +209,15 @@ pub fn decide(
             _ => reply(TxnError::InvalidTxnState),
         },
     }
+}
+
+/// Whether `meta` may be retired: nothing under way (Empty or Complete*) and idle for
+/// longer than `idle_ms`.
+pub fn is_expired(meta: &TxnMetadata, idle_ms: i64, now_ms: i64) -> bool {
+    matches!(
+        meta.state,
+        TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort
+    ) && now_ms.saturating_sub(meta.last_update_ms) > idle_ms
 }
 
 fn reply(error: TxnError) -> Decision {

@@ -655,3 +655,76 @@ fn given_no_open_transaction_when_an_operator_aborts_then_invalid_txn_state_and_
     );
     assert_eq!(current, prepared);
 }
+
+#[test]
+fn given_an_idle_id_when_expire_then_only_an_id_with_nothing_under_way_is_retired() {
+    let mut current = None;
+    let expire = || Request::Expire { idle_ms: 100 };
+    apply(
+        &mut current,
+        Request::InitProducerId { timeout_ms: 60_000 },
+        with_fresh(0, 7),
+    );
+    assert!(
+        apply(&mut current, expire(), ctx(100)).is_empty(),
+        "not idle long enough"
+    );
+    apply(
+        &mut current,
+        Request::AddPartitions {
+            producer_id: 7,
+            producer_epoch: 0,
+            partitions: vec![tp("orders", 0)],
+        },
+        ctx(150),
+    );
+    assert!(
+        apply(&mut current, expire(), ctx(10_000)).is_empty(),
+        "an open transaction is never retired"
+    );
+    apply(
+        &mut current,
+        Request::EndTxn {
+            producer_id: 7,
+            producer_epoch: 0,
+            commit: true,
+        },
+        ctx(10_000),
+    );
+    assert!(
+        apply(&mut current, expire(), ctx(20_000)).is_empty(),
+        "nor one whose markers are being written"
+    );
+    apply(&mut current, Request::MarkersWritten, ctx(20_000));
+    assert_eq!(
+        current.as_ref().map(|m| m.state),
+        Some(TxnState::CompleteCommit)
+    );
+    assert!(apply(&mut current, expire(), ctx(20_100)).is_empty());
+
+    let effects = apply(&mut current, expire(), ctx(20_101));
+    assert!(
+        replies(&effects).is_empty(),
+        "a timer request has no caller"
+    );
+    let dead = current.clone().expect("persisted");
+    assert_eq!(dead.state, TxnState::Dead);
+    assert!(dead.partitions.is_empty());
+    assert_eq!((dead.producer_id, dead.last_update_ms), (7, 20_101));
+    assert!(
+        apply(&mut current, expire(), ctx(99_999)).is_empty(),
+        "Dead is final"
+    );
+}
+
+#[test]
+fn given_an_empty_id_idle_past_its_expiration_then_it_is_retired() {
+    let mut current = None;
+    apply(
+        &mut current,
+        Request::InitProducerId { timeout_ms: 60_000 },
+        with_fresh(0, 7),
+    );
+    apply(&mut current, Request::Expire { idle_ms: 100 }, ctx(101));
+    assert_eq!(current.map(|m| m.state), Some(TxnState::Dead));
+}

@@ -6,6 +6,7 @@ mod bad_requests;
 mod chaos;
 mod coordinator_crash;
 mod hanging;
+mod id_expiration;
 mod marker_failover;
 mod paused_coordinator;
 mod producer_timeout;
