@@ -1,12 +1,15 @@
 //! Bad transactional requests get a clear error and change nothing: timeouts out of
 //! range, unknown ids, stale epochs, unknown topics, the wrong coordinator, and markers
-//! from a coordinator epoch the partition has already seen superseded.
+//! and transaction-log writes from a coordinator epoch the partition has already seen
+//! superseded.
 
+use idem_proto::txn::{txn_log_partition, TXN_LOG_TOPIC};
 use idem_proto::v1::{
     AddPartitionsToTxnRequest, ControlType, DescribeTransactionRequest, EndTxnRequest,
     TxnInitProducerIdRequest, TxnTopicPartitions, WriteTxnMarkersRequest,
 };
 use idem_proto::ErrorCode;
+use idem_tests::cluster::TXN_LOG_PARTITIONS;
 use idem_tests::txn::{self, RawCoordinator};
 use idem_tests::{raw, Cluster};
 
@@ -196,4 +199,32 @@ async fn given_bad_transactional_requests_then_each_gets_its_error_and_nothing_c
         txn::wait_until_stable(&bootstrap, TOPIC, &[0]).await,
         before
     );
+
+    // A transaction-log write from a lower coordinator epoch than the owner's (the
+    // writer's producer epoch is the coordinator epoch) is refused and appends nothing.
+    let log_partition = txn_log_partition(id, TXN_LOG_PARTITIONS);
+    let batches = raw::read_batches(&mut broker, TXN_LOG_TOPIC, log_partition).await;
+    let (last, _) = batches
+        .last()
+        .expect("the owner wrote its partition of the log");
+    assert_eq!(
+        i32::from(last.producer_epoch),
+        owner.coordinator_epoch,
+        "the log is written under the coordinator epoch"
+    );
+    let stale = raw::produce(
+        &mut broker,
+        TXN_LOG_TOPIC,
+        log_partition,
+        raw::idempotent_batch(last.producer_id, last.producer_epoch - 1, 0, &["stale"]),
+    )
+    .await;
+    assert_eq!(
+        stale.error_code(),
+        ErrorCode::InvalidProducerEpoch,
+        "{}",
+        stale.error_message
+    );
+    let after = raw::read_batches(&mut broker, TXN_LOG_TOPIC, log_partition).await;
+    assert_eq!(after.len(), batches.len(), "nothing appended");
 }
