@@ -89,6 +89,13 @@ pub struct BrokerConfig {
     /// coordinators are found in etcd and this setting is ignored.
     #[arg(long = "coordinator", env = "IDEM_COORDINATOR")]
     pub coordinator: Option<String>,
+
+    /// Benchmark mode that DISCARDS DATA: Produce decodes and checks each batch (header,
+    /// CRC, records) and answers success with made-up offsets, without writing the log
+    /// or the producer state. It measures the transport limit (`idem bench produce
+    /// --null`); nothing produced can be read back. Default false.
+    #[arg(long, env = "IDEM_NULL_PRODUCE", default_value_t = false)]
+    pub null_produce: bool,
 }
 
 impl BrokerConfig {
@@ -113,6 +120,7 @@ impl BrokerConfig {
             etcd_endpoints: Vec::new(),
             etcd_prefix: "/idem".into(),
             coordinator: None,
+            null_produce: false,
         }
     }
 }

@@ -153,7 +153,8 @@ impl BoundBroker {
             config.max_fetch_bytes,
         )
         .with_membership(membership.clone())
-        .with_coordinator(config.coordinator.clone());
+        .with_coordinator(config.coordinator.clone())
+        .with_null_produce(config.null_produce);
         if config.coordinator.is_some() && membership.is_some() {
             tracing::warn!("--coordinator is ignored in a cluster: coordinators are found in etcd");
         }

@@ -29,6 +29,9 @@ use crate::error::BrokerError;
 use crate::partition::{stored_batches, PartitionOffsets};
 use crate::topics::{PartitionView, TopicRegistry};
 
+mod null_produce;
+use null_produce::NullProduce;
+
 /// `ListOffsets` timestamp asking for the log start offset.
 pub const EARLIEST_TIMESTAMP: i64 = -2;
 /// `ListOffsets` timestamp asking for the end of what the isolation level can read.
@@ -45,6 +48,8 @@ pub struct BrokerService {
     membership: Option<Arc<Membership>>,
     /// `--coordinator` of a single-node broker.
     static_coordinator: Option<String>,
+    /// `--null-produce`: Produce validates and discards (benchmarks only).
+    null_produce: Option<NullProduce>,
 }
 
 /// What one partition of a Fetch answers when it succeeds.
@@ -70,7 +75,21 @@ impl BrokerService {
             max_fetch_bytes,
             membership: None,
             static_coordinator: None,
+            null_produce: None,
         }
+    }
+
+    /// `--null-produce`: Produce validates each batch and writes nothing (benchmarks only;
+    /// see `service/null_produce.rs`). Logs a loud warning when enabled.
+    pub fn with_null_produce(mut self, enabled: bool) -> Self {
+        if enabled {
+            tracing::warn!(
+                broker_id = self.broker_id,
+                "NULL PRODUCE MODE: this broker DISCARDS every record it is sent and answers with fake offsets; for benchmarks only, never for data"
+            );
+        }
+        self.null_produce = enabled.then(NullProduce::default);
+        self
     }
 
     /// The transaction coordinator of a single-node broker (`--coordinator`).
@@ -148,18 +167,23 @@ impl BrokerService {
         acks: i32,
         timeout: Duration,
     ) -> PartitionProduceResponse {
-        let result = match self.topics.partition(topic, partition) {
-            Ok(p) => p.append(records, acks, timeout).await,
-            Err(e) => Err(e),
+        // (base offset, log start offset) of the accepted batch.
+        let result = match (self.topics.partition(topic, partition), &self.null_produce) {
+            (Ok(_), Some(null)) => null.accept(records).map(|base_offset| (base_offset, 0)),
+            (Ok(p), None) => p
+                .append(records, acks, timeout)
+                .await
+                .map(|outcome| (outcome.base_offset, outcome.log_start_offset)),
+            (Err(e), _) => Err(e),
         };
         match result {
-            Ok(outcome) => PartitionProduceResponse {
+            Ok((base_offset, log_start_offset)) => PartitionProduceResponse {
                 partition,
                 error_code: ErrorCode::None as i32,
                 error_message: String::new(),
-                base_offset: outcome.base_offset,
+                base_offset,
                 log_append_time_ms: -1,
-                log_start_offset: outcome.log_start_offset,
+                log_start_offset,
             },
             Err(e) => {
                 log_refusal(topic, partition, &e);

@@ -1,11 +1,16 @@
 //! The transaction RPCs of a single-node broker, called through the gRPC trait without a
 //! network: WriteTxnMarkers per-partition results, FindCoordinator with and without
 //! `--coordinator`, Metadata's coordinators and LSO, ListOpenTransactions, and the
-//! isolation levels of ListOffsets.
+//! isolation levels of ListOffsets; and `--null-produce`, which must check batches like
+//! the real path and write nothing.
 
 use idem_pidstore::SledPidStore;
+use idem_proto::batch::{self, ProducerInfo, Record};
 use idem_proto::v1::broker_server::Broker as _;
-use idem_proto::v1::{ListOffsetsPartition, ListOffsetsTopic, TxnTopicPartitions};
+use idem_proto::v1::{
+    ListOffsetsPartition, ListOffsetsTopic, PartitionProduceData, TopicProduceData,
+    TxnTopicPartitions,
+};
 
 use super::*;
 use crate::log::LogConfig;
@@ -226,5 +231,102 @@ async fn given_a_coordinator_flag_then_it_answers_for_every_id_with_the_local_pa
             coordinator_id: 0,
             address: "127.0.0.1:9094".into()
         }]
+    );
+}
+
+fn produce_request(records: Bytes) -> ProduceRequest {
+    ProduceRequest {
+        acks: -1,
+        timeout_ms: 5_000,
+        transactional_id: String::new(),
+        topics: vec![TopicProduceData {
+            name: "orders".into(),
+            partitions: vec![PartitionProduceData {
+                partition: 0,
+                records,
+            }],
+        }],
+    }
+}
+
+async fn produce(service: &BrokerService, records: Bytes) -> (ErrorCode, i64) {
+    let answer = service
+        .produce(Request::new(produce_request(records)))
+        .await
+        .expect("answer")
+        .into_inner();
+    let p = &answer.topics[0].partitions[0];
+    let code = ErrorCode::try_from(p.error_code).expect("known code");
+    (code, p.base_offset)
+}
+
+fn three_records() -> Bytes {
+    let records: Vec<Record> = (0..3)
+        .map(|i| Record {
+            value: Some(Bytes::from(format!("order-{i}"))),
+            timestamp_ms: 1_000,
+            ..Record::default()
+        })
+        .collect();
+    batch::encode(ProducerInfo::NONE, 0, &records)
+}
+
+/// The batch with one byte of its last record flipped: its CRC no longer matches.
+fn corrupted(records: &Bytes) -> Bytes {
+    let mut bytes = records.to_vec();
+    if let Some(last) = bytes.last_mut() {
+        *last ^= 0xff;
+    }
+    Bytes::from(bytes)
+}
+
+#[tokio::test]
+async fn given_null_produce_when_a_valid_batch_arrives_then_it_succeeds_and_the_log_stays_empty() {
+    let b = broker(None).await;
+    let service = BrokerService {
+        null_produce: Some(NullProduce::default()),
+        ..b.service
+    };
+    assert_eq!(
+        produce(&service, three_records()).await,
+        (ErrorCode::None, 0)
+    );
+    // Offsets are made up but still increase by the records answered.
+    assert_eq!(
+        produce(&service, three_records()).await,
+        (ErrorCode::None, 3)
+    );
+    let offsets = service
+        .topics
+        .partition("orders", 0)
+        .expect("partition")
+        .offsets();
+    assert_eq!((offsets.log_end_offset, offsets.high_watermark), (0, 0));
+}
+
+#[tokio::test]
+async fn given_null_produce_when_a_corrupt_batch_arrives_then_it_is_refused_like_a_real_append() {
+    let real = broker(None).await;
+    let null = broker(None).await;
+    let null_service = null.service.with_null_produce(true);
+    let bad = corrupted(&three_records());
+    let refused_for_real = produce(&real.service, bad.clone()).await;
+    assert_eq!(refused_for_real, (ErrorCode::CorruptMessage, -1));
+    assert_eq!(produce(&null_service, bad).await, refused_for_real);
+    let unknown = ProduceRequest {
+        topics: vec![TopicProduceData {
+            name: "nope".into(),
+            ..produce_request(three_records()).topics[0].clone()
+        }],
+        ..produce_request(three_records())
+    };
+    let answer = null_service
+        .produce(Request::new(unknown))
+        .await
+        .expect("answer")
+        .into_inner();
+    assert_eq!(
+        answer.topics[0].partitions[0].error_code,
+        ErrorCode::UnknownTopicOrPartition as i32
     );
 }
