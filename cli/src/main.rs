@@ -1,6 +1,7 @@
 //! `idem`: the command line for idem. `dev` runs a whole single-node idem in this
 //! process; the other commands are clients of a running cluster (`--bootstrap`).
 
+mod bench;
 mod consume;
 mod dev;
 mod produce;
@@ -43,6 +44,9 @@ enum Command {
     /// List, describe and abort transactions; find hanging ones.
     #[command(subcommand)]
     Txn(txn::TxnCommand),
+    /// Measure throughput and latency of each delivery mode (verified by reading back).
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
 }
 
 #[tokio::main]
@@ -61,6 +65,7 @@ async fn main() -> std::process::ExitCode {
         Command::Produce(args) => produce::run(&cli.bootstrap, args).await,
         Command::Consume(args) => consume::run(&cli.bootstrap, args).await,
         Command::Txn(command) => txn::run(&cli.bootstrap, command).await,
+        Command::Bench(command) => bench::run(&cli.bootstrap, command).await,
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

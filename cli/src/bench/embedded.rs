@@ -1,0 +1,96 @@
+//! An in-process `idem dev` for `--embedded` runs: one broker on the embedded store and
+//! one solo transaction coordinator, both on free loopback ports, serving from tasks of
+//! this runtime until [`Embedded::stop`].
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::Context;
+use idem_broker::config::BrokerConfig;
+use idem_broker::server::BoundBroker;
+use idem_coordinator::config::CoordinatorConfig;
+use idem_coordinator::server::BoundCoordinator;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// How long `stop` waits for the servers to wind down (the broker's own grace for
+/// connected clients is 2 s).
+const STOP_WAIT: Duration = Duration::from_secs(5);
+
+/// A running broker and coordinator; stop them with [`Embedded::stop`].
+pub struct Embedded {
+    pub broker: SocketAddr,
+    pub coordinator: SocketAddr,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<anyhow::Result<()>>>,
+}
+
+/// Starts a broker (with `--null-produce` when `null_produce`) and a coordinator
+/// keeping their data in `data_dir`.
+pub async fn start_embedded(data_dir: &Path, null_produce: bool) -> anyhow::Result<Embedded> {
+    let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
+    let config = BrokerConfig {
+        null_produce,
+        ..BrokerConfig::single_node(data_dir.to_path_buf(), loopback)
+    };
+    let broker = BoundBroker::bind(config)
+        .await
+        .with_context(|| format!("starting the embedded broker in {}", data_dir.display()))?;
+    let broker_addr = broker.local_addr();
+    let coordinator = BoundCoordinator::bind(
+        CoordinatorConfig::solo(
+            data_dir.join("coordinator"),
+            loopback,
+            broker_addr.to_string(),
+        ),
+        None,
+    )
+    .await
+    .context("starting the embedded transaction coordinator")?;
+    let coordinator_addr = coordinator.local_addr();
+    let broker = broker.with_coordinator(Some(coordinator_addr.to_string()));
+    let (stop, stopped) = watch::channel(false);
+    let until_stopped = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let coordinator_stop = until_stopped(stopped.clone());
+    let broker_stop = until_stopped(stopped);
+    let tasks = vec![
+        tokio::spawn(async move {
+            coordinator
+                .serve(coordinator_stop)
+                .await
+                .context("serving the embedded coordinator")
+        }),
+        tokio::spawn(async move {
+            broker
+                .serve(broker_stop)
+                .await
+                .context("serving the embedded broker")
+        }),
+    ];
+    Ok(Embedded {
+        broker: broker_addr,
+        coordinator: coordinator_addr,
+        stop,
+        tasks,
+    })
+}
+
+impl Embedded {
+    /// Stops both servers and waits (a bounded time) for them to finish.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        for task in self.tasks {
+            match tokio::time::timeout(STOP_WAIT, task).await {
+                Ok(Ok(Ok(()))) => {}
+                Ok(Ok(Err(e))) => {
+                    tracing::warn!(error = %format!("{e:#}"), "embedded server stopped with an error")
+                }
+                Ok(Err(e)) => tracing::warn!(error = %e, "embedded server task failed"),
+                Err(_) => tracing::warn!("embedded server did not stop in time; leaving it"),
+            }
+        }
+    }
+}

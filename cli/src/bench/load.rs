@@ -1,0 +1,323 @@
+//! One bench producer: sends stamped records as fast as it may (or at a fixed rate)
+//! until its time or its count runs out, measuring each record from `send` to its
+//! acknowledgement. A collector task awaits the acknowledgements while the sender goes
+//! on, so the pipeline stays full and each latency is taken when its ack arrives.
+//!
+//! What counts as acknowledged: a record whose delivery succeeded; in the
+//! transactional mode, only the records of transactions that committed.
+
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use futures::stream::{FuturesUnordered, StreamExt};
+use idem_client::{
+    ClientError, DeliveryFuture, Producer, ProducerRecord, TransactionalConfig,
+    TransactionalProducer, TxnErrorClass,
+};
+use tokio::sync::mpsc;
+
+use super::latency::Latencies;
+use super::modes::Mode;
+use super::payload::{self, Stamp};
+use super::seqset::SeqSet;
+
+/// Kafka's `buffer.memory` is 32 MiB for the whole producer; the SDK's limit is per
+/// partition, so it is split to keep the queue (and with it the latency measured at
+/// saturation) comparable.
+const PRODUCER_BUFFER_BYTES: usize = 32 * 1024 * 1024;
+
+/// What one producer sends.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub topic: String,
+    pub record_size: usize,
+    pub until: Until,
+    /// Records per second for this producer; `None`: as fast as acknowledgements allow.
+    pub rate: Option<f64>,
+    /// Commit interval of the transactional mode.
+    pub txn_every: Duration,
+    /// The run's shared start: send times in stamps count from it, and pacing too.
+    pub start: Instant,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub enum Until {
+    Deadline(Instant),
+    Records(u64),
+}
+
+impl Plan {
+    fn more(&self, seq: u64) -> bool {
+        match self.until {
+            Until::Deadline(deadline) => Instant::now() < deadline,
+            Until::Records(n) => seq < n,
+        }
+    }
+
+    /// Waits for the send time of record `seq` when a rate is set.
+    async fn pace(&self, seq: u64) {
+        if let Some(rate) = self.rate {
+            let due = self.start + Duration::from_secs_f64(seq as f64 / rate);
+            if due > Instant::now() {
+                tokio::time::sleep_until(due.into()).await;
+            }
+        }
+    }
+
+    fn value(&self, producer: u32, sequence: u64) -> bytes::Bytes {
+        let sent_nanos = u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        payload::encode(
+            Stamp {
+                producer,
+                sequence,
+                sent_nanos,
+            },
+            self.record_size,
+        )
+    }
+}
+
+/// What one producer did.
+#[derive(Debug)]
+pub struct Sent {
+    pub producer: u32,
+    /// Records handed to `send` (sequences `0..sent`).
+    pub sent: u64,
+    pub acked: SeqSet,
+    /// Records whose delivery failed.
+    pub failed: u64,
+    pub aborted_txns: u64,
+    pub first_failure: Option<String>,
+    pub latencies: Latencies,
+}
+
+/// A connected producer of one mode, ready to run.
+pub enum Driver {
+    Plain(Producer),
+    Transactional(TransactionalProducer),
+}
+
+impl Driver {
+    /// Connects (and gets a producer id, or initialises transactions) before the clock
+    /// starts, so the run measures sending only.
+    pub async fn connect(
+        mode: Mode,
+        bootstrap: &str,
+        partitions: i32,
+        transactional_id: &str,
+    ) -> anyhow::Result<Driver> {
+        match mode.producer_config(bootstrap) {
+            Some(mut config) => {
+                let per_partition = PRODUCER_BUFFER_BYTES / partitions.max(1) as usize;
+                config.buffer_memory = per_partition.max(config.batch_size);
+                let producer = Producer::connect(config)
+                    .await
+                    .with_context(|| format!("connecting a {mode} producer to {bootstrap}"))?;
+                Ok(Driver::Plain(producer))
+            }
+            None => {
+                let config = TransactionalConfig::new(bootstrap, transactional_id);
+                let producer = TransactionalProducer::connect(config)
+                    .await
+                    .with_context(|| {
+                        format!("connecting a transactional producer to {bootstrap}")
+                    })?;
+                producer.init_transactions().await.with_context(|| {
+                    format!("initialising transactions of {transactional_id:?} (is a transaction coordinator running?)")
+                })?;
+                Ok(Driver::Transactional(producer))
+            }
+        }
+    }
+
+    /// Sends per `plan` as producer `index`; bumps `progress` per acknowledged record.
+    pub async fn run(
+        self,
+        index: u32,
+        plan: Plan,
+        progress: Arc<AtomicU64>,
+    ) -> anyhow::Result<Sent> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let collector = tokio::spawn(collect(rx, progress));
+        let (sent, outcome) = match &self {
+            Driver::Plain(producer) => {
+                let mut seq = 0;
+                let result = send_plain(producer, index, &plan, &tx, &mut seq).await;
+                (seq, result.map(|()| Committed::AllAcked))
+            }
+            Driver::Transactional(producer) => {
+                let mut seq = 0;
+                let result = send_in_transactions(producer, index, &plan, &tx, &mut seq).await;
+                (
+                    seq,
+                    result.map(|(ranges, aborted)| Committed::Ranges(ranges, aborted)),
+                )
+            }
+        };
+        drop(tx);
+        match &self {
+            Driver::Plain(producer) => producer.close().await,
+            Driver::Transactional(producer) => producer.close().await,
+        }
+        let collected = collector
+            .await
+            .context("the acknowledgement collector failed")?;
+        let (acked, aborted_txns) = match outcome? {
+            Committed::AllAcked => (collected.acked, 0),
+            Committed::Ranges(ranges, aborted) => {
+                let mut acked = SeqSet::default();
+                for range in ranges {
+                    acked.insert_range(range);
+                }
+                (acked, aborted)
+            }
+        };
+        Ok(Sent {
+            producer: index,
+            sent,
+            acked,
+            failed: collected.failed,
+            aborted_txns,
+            first_failure: collected.first_failure,
+            latencies: collected.latencies,
+        })
+    }
+}
+
+enum Committed {
+    /// Every successful delivery counts.
+    AllAcked,
+    /// Only these sequences count (committed transactions), and how many aborted.
+    Ranges(Vec<Range<u64>>, u64),
+}
+
+struct InFlight {
+    seq: u64,
+    sent_at: Instant,
+    delivery: DeliveryFuture,
+}
+
+async fn send_plain(
+    producer: &Producer,
+    index: u32,
+    plan: &Plan,
+    tx: &mpsc::UnboundedSender<InFlight>,
+    seq: &mut u64,
+) -> anyhow::Result<()> {
+    while plan.more(*seq) {
+        plan.pace(*seq).await;
+        let value = plan.value(index, *seq);
+        let sent_at = Instant::now();
+        let delivery = producer
+            .send(&plan.topic, None, value)
+            .await
+            .with_context(|| format!("sending to {}", plan.topic))?;
+        let _ = tx.send(InFlight {
+            seq: *seq,
+            sent_at,
+            delivery,
+        });
+        *seq += 1;
+    }
+    Ok(())
+}
+
+/// Transactions of `plan.txn_every` each; returns the committed sequence ranges and the
+/// number of aborted transactions.
+async fn send_in_transactions(
+    producer: &TransactionalProducer,
+    index: u32,
+    plan: &Plan,
+    tx: &mpsc::UnboundedSender<InFlight>,
+    seq: &mut u64,
+) -> anyhow::Result<(Vec<Range<u64>>, u64)> {
+    let mut committed = Vec::new();
+    let mut aborted = 0;
+    while plan.more(*seq) {
+        producer.begin().context("beginning a transaction")?;
+        let first = *seq;
+        let commit_at = Instant::now() + plan.txn_every;
+        let mut failed = None;
+        while plan.more(*seq) && Instant::now() < commit_at {
+            plan.pace(*seq).await;
+            let value = plan.value(index, *seq);
+            let sent_at = Instant::now();
+            match producer
+                .send(ProducerRecord::new(plan.topic.as_str(), value))
+                .await
+            {
+                Ok(delivery) => {
+                    let _ = tx.send(InFlight {
+                        seq: *seq,
+                        sent_at,
+                        delivery,
+                    });
+                    *seq += 1;
+                }
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        let result = match failed {
+            Some(e) => Err(e),
+            None => producer.commit().await,
+        };
+        match result {
+            Ok(()) => committed.push(first..*seq),
+            Err(e) if e.txn_class() == TxnErrorClass::Abortable => {
+                tracing::warn!(error = %e, "a bench transaction could not commit; aborting it");
+                producer
+                    .abort()
+                    .await
+                    .context("aborting a failed transaction")?;
+                aborted += 1;
+            }
+            Err(e) => return Err(e).context("committing a transaction"),
+        }
+    }
+    Ok((committed, aborted))
+}
+
+#[derive(Default)]
+struct Collected {
+    acked: SeqSet,
+    failed: u64,
+    first_failure: Option<String>,
+    latencies: Latencies,
+}
+
+/// Awaits every delivery handed over, in whatever order they complete.
+async fn collect(mut rx: mpsc::UnboundedReceiver<InFlight>, progress: Arc<AtomicU64>) -> Collected {
+    let mut collected = Collected::default();
+    let mut pending = FuturesUnordered::new();
+    let mut open = true;
+    loop {
+        tokio::select! {
+            next = rx.recv(), if open => match next {
+                Some(InFlight { seq, sent_at, delivery }) => pending.push(async move {
+                    let result: Result<_, ClientError> = delivery.await;
+                    (seq, sent_at.elapsed(), result)
+                }),
+                None => open = false,
+            },
+            Some((seq, latency, result)) = pending.next(), if !pending.is_empty() => match result {
+                Ok(_) => {
+                    collected.latencies.record(latency);
+                    collected.acked.insert(seq);
+                    progress.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    collected.failed += 1;
+                    collected.first_failure.get_or_insert_with(|| e.to_string());
+                }
+            },
+            else => break,
+        }
+    }
+    collected
+}

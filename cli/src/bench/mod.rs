@@ -1,0 +1,34 @@
+//! `idem bench`: measured throughput and latency of every delivery mode, each result
+//! verified by reading back what was written, so that a fast wrong answer cannot look
+//! good. `produce` compares the modes' producer throughput and ack latency; `e2e`
+//! measures send-to-consume latency through a read_committed consumer.
+
+mod args;
+mod e2e;
+mod embedded;
+mod latency;
+mod load;
+mod modes;
+mod payload;
+mod produce;
+mod progress;
+mod report;
+mod seqset;
+mod target;
+mod topic;
+mod verify;
+
+#[derive(Debug, clap::Subcommand)]
+pub enum BenchCommand {
+    /// Producer throughput and latency per delivery mode, verified by reading back.
+    Produce(produce::ProduceArgs),
+    /// End-to-end latency from send to a read_committed consumer, at a fixed rate.
+    E2e(e2e::E2eArgs),
+}
+
+pub async fn run(bootstrap: &str, command: BenchCommand) -> anyhow::Result<()> {
+    match command {
+        BenchCommand::Produce(args) => produce::run(bootstrap, args).await,
+        BenchCommand::E2e(args) => e2e::run(bootstrap, args).await,
+    }
+}

@@ -1,0 +1,216 @@
+//! `idem bench produce`: each mode in turn writes to a fresh topic for the same time
+//! (or the same number of records) with the same producers, then the topic is read
+//! back and checked; one row per mode. `--null` measures the transport limit instead:
+//! an embedded broker that validates and discards every batch.
+
+use std::time::Instant;
+
+use anyhow::Context;
+
+use super::args::{parse_modes, Amount, LoadArgs, ModeList};
+use super::latency::Latencies;
+use super::load::{Driver, Plan, Sent, Until};
+use super::modes::Mode;
+use super::progress::{self, Progress};
+use super::report::{self, Measured, ModeReport};
+use super::target::Target;
+use super::topic;
+use super::verify::{self, ReadBack};
+
+/// The producer path `--null` runs when no mode is named: no producer id needed.
+const NULL_DEFAULT: Mode = Mode::AtLeastOnceUnordered;
+
+#[derive(Debug, clap::Args)]
+pub struct ProduceArgs {
+    #[command(flatten)]
+    pub load: LoadArgs,
+    /// Concurrent producers, each with its own connection.
+    #[arg(long, default_value_t = 1)]
+    pub producers: u32,
+    /// Comma list of modes, or `all`: at-most-once, at-least-once,
+    /// at-least-once-unordered, exactly-once, transactional. Default exactly-once.
+    #[arg(long, value_parser = parse_modes)]
+    pub modes: Option<ModeList>,
+    /// Total records per second across producers (default: as fast as acks allow), e.g.
+    /// half the peak rate to measure latency under moderate load.
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// Transport limit: needs `--embedded`, whose broker then runs with --null-produce
+    /// (decodes each batch and discards it). Nothing is verified.
+    #[arg(long)]
+    pub null: bool,
+}
+
+impl ProduceArgs {
+    fn modes(&self) -> anyhow::Result<Vec<Mode>> {
+        self.load.validate()?;
+        anyhow::ensure!(self.producers >= 1, "--producers must be at least 1");
+        anyhow::ensure!(
+            self.rate.is_none_or(|r| r.is_finite() && r > 0.0),
+            "--rate must be a positive number of records per second"
+        );
+        if !self.null {
+            return Ok(self.modes.clone().map_or(vec![Mode::ExactlyOnce], |m| m.0));
+        }
+        anyhow::ensure!(
+            self.load.embedded,
+            "--null needs --embedded: it starts its own in-process broker with --null-produce, which discards every record (a real cluster is never put in that mode)"
+        );
+        let modes = self.modes.clone().map_or(vec![NULL_DEFAULT], |m| m.0);
+        anyhow::ensure!(
+            !modes.contains(&Mode::Transactional),
+            "--null cannot run the transactional mode: the coordinator's own transaction log would be discarded too"
+        );
+        Ok(modes)
+    }
+}
+
+pub async fn run(bootstrap: &str, args: ProduceArgs) -> anyhow::Result<()> {
+    let modes = args.modes()?;
+    let target = Target::open(&args.load, bootstrap, args.null).await?;
+    let result = run_modes(&target, &args, &modes).await;
+    target.close().await;
+    let mut rows = result?;
+    report::add_ratios(&mut rows);
+    if args.load.json {
+        println!("{}", report::json(&rows)?);
+    } else {
+        print!("{}", report::table(&rows));
+    }
+    Ok(())
+}
+
+async fn run_modes(
+    target: &Target,
+    args: &ProduceArgs,
+    modes: &[Mode],
+) -> anyhow::Result<Vec<ModeReport>> {
+    if !args.load.json {
+        let amount = match args.load.amount() {
+            Amount::Duration(d) => format!("{:.1}s per mode", d.as_secs_f64()),
+            Amount::Records(n) => format!("{n} records per mode"),
+        };
+        println!(
+            "idem bench produce: {} producer(s), {}-byte records, {} partition(s), replication factor {}, {amount}{}; {}",
+            args.producers,
+            args.load.record_size,
+            args.load.partitions,
+            args.load.replication_factor,
+            args.rate.map_or(String::new(), |r| format!(", {r:.0} records/s")),
+            target.describe()
+        );
+    }
+    let mut rows = Vec::with_capacity(modes.len());
+    for mode in modes {
+        rows.push(run_mode(target, args, *mode).await?);
+    }
+    Ok(rows)
+}
+
+async fn run_mode(target: &Target, args: &ProduceArgs, mode: Mode) -> anyhow::Result<ModeReport> {
+    let load = &args.load;
+    let label = if args.null {
+        format!("null/{mode}")
+    } else {
+        mode.name().to_string()
+    };
+    let topic = topic::fresh_name(&load.topic_prefix, mode.name());
+    topic::create(
+        &target.bootstrap,
+        &topic,
+        load.partitions,
+        load.replication_factor,
+    )
+    .await?;
+    let mut drivers = Vec::with_capacity(args.producers as usize);
+    for index in 0..args.producers {
+        let transactional_id = format!("{topic}-{index}");
+        drivers.push(
+            Driver::connect(mode, &target.bootstrap, load.partitions, &transactional_id).await?,
+        );
+    }
+    let visible = progress::visible(load.json);
+    let amount = load.amount();
+    let progress = Progress::start(&label, amount, visible);
+    let start = Instant::now();
+    let tasks: Vec<_> = drivers
+        .into_iter()
+        .zip(0u32..)
+        .map(|(driver, index)| {
+            let plan = Plan {
+                topic: topic.clone(),
+                record_size: load.record_size,
+                until: match amount {
+                    Amount::Duration(d) => Until::Deadline(start + d),
+                    Amount::Records(n) => Until::Records(share(n, args.producers, index)),
+                },
+                rate: args.rate.map(|r| r / f64::from(args.producers)),
+                txn_every: std::time::Duration::from_millis(load.txn_ms),
+                start,
+            };
+            tokio::spawn(driver.run(index, plan, progress.counter()))
+        })
+        .collect();
+    let mut sent = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        sent.push(task.await.context("a bench producer task failed")??);
+    }
+    let elapsed = start.elapsed();
+    progress.finish();
+    let measured = measure(&sent, load.record_size, elapsed);
+    let check = if args.null {
+        None
+    } else {
+        let verification = verify::verify(ReadBack {
+            bootstrap: &target.bootstrap,
+            topic: &topic,
+            partitions: load.partitions,
+            sent: &sent,
+            label: format!("verify {label}"),
+            progress_visible: visible,
+        })
+        .await?;
+        Some((verification, verification.passed(mode, measured.acked)))
+    };
+    Ok(ModeReport::new(label, measured, check))
+}
+
+/// Producer `index`'s part of `total` records.
+fn share(total: u64, producers: u32, index: u32) -> u64 {
+    let producers = u64::from(producers.max(1));
+    total / producers + u64::from(u64::from(index) < total % producers)
+}
+
+fn measure(sent: &[Sent], record_size: usize, elapsed: std::time::Duration) -> Measured {
+    let mut latencies = Latencies::new();
+    for s in sent {
+        latencies.merge(&s.latencies);
+        if let Some(failure) = &s.first_failure {
+            tracing::warn!(producer = s.producer, failed = s.failed, first_error = %failure, "records failed");
+        }
+    }
+    Measured {
+        acked: sent.iter().map(|s| s.acked.len()).sum(),
+        sent: sent.iter().map(|s| s.sent).sum(),
+        failed: sent.iter().map(|s| s.failed).sum(),
+        aborted_transactions: sent.iter().map(|s| s.aborted_txns).sum(),
+        record_size,
+        elapsed,
+        latency: latencies.percentiles(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shares_add_up_to_the_total() {
+        for (total, producers) in [(10, 3), (2, 5), (3000, 1)] {
+            let sum: u64 = (0..producers).map(|i| share(total, producers, i)).sum();
+            assert_eq!(sum, total);
+        }
+        assert_eq!(share(10, 3, 0), 4);
+        assert_eq!(share(10, 3, 2), 3);
+    }
+}

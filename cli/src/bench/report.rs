@@ -1,0 +1,194 @@
+//! The results of `idem bench produce`: one row per mode, as a table for people or as
+//! `{"modes": [...]}` for machines. Throughput counts acknowledged records only (for a
+//! transactional run, committed ones) over the mode's wall time, drain included.
+
+use std::time::Duration;
+
+use super::latency::Percentiles;
+use super::verify::Verification;
+
+pub const AT_LEAST_ONCE: &str = "at-least-once";
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ModeReport {
+    pub mode: String,
+    pub records_per_sec: f64,
+    pub mb_per_sec: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub p999_ms: f64,
+    pub max_ms: f64,
+    /// `None` when the run is not verified (`--null`).
+    pub verified: Option<bool>,
+    /// Records acknowledged (committed, for a transactional run).
+    pub records: u64,
+    /// Records handed to `send`.
+    pub sent: u64,
+    pub failed: u64,
+    pub aborted_transactions: u64,
+    pub seconds: f64,
+    /// This mode's records/s over at-least-once's, when at-least-once ran too.
+    pub ratio_vs_at_least_once: Option<f64>,
+    pub check: Option<Verification>,
+}
+
+/// The measured part of a mode's row.
+pub struct Measured {
+    pub acked: u64,
+    pub sent: u64,
+    pub failed: u64,
+    pub aborted_transactions: u64,
+    pub record_size: usize,
+    pub elapsed: Duration,
+    pub latency: Percentiles,
+}
+
+impl ModeReport {
+    pub fn new(mode: String, m: Measured, check: Option<(Verification, bool)>) -> Self {
+        let seconds = m.elapsed.as_secs_f64().max(1e-9);
+        let records_per_sec = m.acked as f64 / seconds;
+        ModeReport {
+            mode,
+            records_per_sec,
+            mb_per_sec: records_per_sec * m.record_size as f64 / 1e6,
+            p50_ms: m.latency.p50_ms,
+            p99_ms: m.latency.p99_ms,
+            p999_ms: m.latency.p999_ms,
+            max_ms: m.latency.max_ms,
+            verified: check.map(|(_, passed)| passed),
+            records: m.acked,
+            sent: m.sent,
+            failed: m.failed,
+            aborted_transactions: m.aborted_transactions,
+            seconds,
+            ratio_vs_at_least_once: None,
+            check: check.map(|(v, _)| v),
+        }
+    }
+}
+
+/// Fills in each row's ratio to at-least-once, when that mode ran.
+pub fn add_ratios(rows: &mut [ModeReport]) {
+    let base = rows
+        .iter()
+        .find(|r| r.mode == AT_LEAST_ONCE)
+        .map(|r| r.records_per_sec)
+        .filter(|rate| *rate > 0.0);
+    for row in rows {
+        row.ratio_vs_at_least_once = base.map(|b| row.records_per_sec / b);
+    }
+}
+
+#[derive(serde::Serialize)]
+struct Document<'a> {
+    modes: &'a [ModeReport],
+}
+
+pub fn json(rows: &[ModeReport]) -> anyhow::Result<String> {
+    Ok(serde_json::to_string_pretty(&Document { modes: rows })?)
+}
+
+pub fn table(rows: &[ModeReport]) -> String {
+    let with_ratio = rows.iter().any(|r| r.ratio_vs_at_least_once.is_some());
+    let mut out = format!(
+        "{:<32} {:>11} {:>9} {:>9} {:>9} {:>9}",
+        "mode", "records/s", "MB/s", "p50 ms", "p99 ms", "p99.9 ms"
+    );
+    if with_ratio {
+        out.push_str(&format!(" {:>16}", "vs at-least-once"));
+    }
+    out.push_str("  verified\n");
+    for r in rows {
+        out.push_str(&format!(
+            "{:<32} {:>11.0} {:>9.1} {:>9.2} {:>9.2} {:>9.2}",
+            r.mode, r.records_per_sec, r.mb_per_sec, r.p50_ms, r.p99_ms, r.p999_ms
+        ));
+        if with_ratio {
+            let ratio = r
+                .ratio_vs_at_least_once
+                .map_or("-".to_string(), |x| format!("{x:.3}"));
+            out.push_str(&format!(" {ratio:>16}"));
+        }
+        out.push_str(&format!("  {}\n", verdict(r)));
+    }
+    out
+}
+
+fn verdict(r: &ModeReport) -> String {
+    let (Some(passed), Some(v)) = (r.verified, r.check) else {
+        return "n/a".into();
+    };
+    let mut notes = Vec::new();
+    for (count, what) in [
+        (v.lost, "lost"),
+        (v.duplicates, "duplicates"),
+        (v.out_of_order, "out of order"),
+        (v.unacked_read, "unacked read"),
+        (v.foreign, "foreign"),
+    ] {
+        if count > 0 {
+            notes.push(format!("{count} {what}"));
+        }
+    }
+    if v.stalled {
+        notes.push("read stalled".into());
+    }
+    match (passed, notes.is_empty()) {
+        (true, true) => "yes".into(),
+        (true, false) => format!("yes ({})", notes.join(", ")),
+        (false, _) => format!("NO ({})", notes.join(", ")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(mode: &str, acked: u64) -> ModeReport {
+        ModeReport::new(
+            mode.into(),
+            Measured {
+                acked,
+                sent: acked,
+                failed: 0,
+                aborted_transactions: 0,
+                record_size: 1000,
+                elapsed: Duration::from_secs(2),
+                latency: Percentiles::default(),
+            },
+            Some((Verification::default(), true)),
+        )
+    }
+
+    #[test]
+    fn rates_and_ratios_follow_at_least_once() {
+        let mut rows = vec![row("exactly-once", 1000), row(AT_LEAST_ONCE, 2000)];
+        add_ratios(&mut rows);
+        assert_eq!(rows[0].records_per_sec, 500.0);
+        assert_eq!(rows[0].mb_per_sec, 0.5);
+        assert_eq!(rows[0].ratio_vs_at_least_once, Some(0.5));
+        assert!(table(&rows).contains("vs at-least-once"));
+        let doc: serde_json::Value =
+            serde_json::from_str(&json(&rows).expect("json")).expect("valid json");
+        let first = &doc["modes"][0];
+        for key in [
+            "mode",
+            "records_per_sec",
+            "mb_per_sec",
+            "p50_ms",
+            "p99_ms",
+            "p999_ms",
+            "verified",
+        ] {
+            assert!(!first[key].is_null(), "{key}");
+        }
+    }
+
+    #[test]
+    fn without_at_least_once_there_is_no_ratio_column() {
+        let mut rows = vec![row("exactly-once", 1000)];
+        add_ratios(&mut rows);
+        assert_eq!(rows[0].ratio_vs_at_least_once, None);
+        assert!(!table(&rows).contains("vs at-least-once"));
+    }
+}

@@ -1,0 +1,56 @@
+//! Each run writes to a topic of its own, created fresh, so that reading it back shows
+//! exactly what that run wrote.
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use idem_client::{Admin, NewTopic};
+
+/// How long a new topic may take to have a leader for every partition.
+const READY_WITHIN: Duration = Duration::from_secs(30);
+
+/// `<prefix>-<what>-<unix ms>`.
+pub fn fresh_name(prefix: &str, what: &str) -> String {
+    let unix_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    format!("{prefix}-{what}-{unix_ms}")
+}
+
+/// Creates `name` and waits until every partition has a leader.
+pub async fn create(
+    bootstrap: &str,
+    name: &str,
+    partitions: i32,
+    replication_factor: i32,
+) -> anyhow::Result<()> {
+    let admin = Admin::connect(bootstrap)
+        .await
+        .with_context(|| format!("connecting to {bootstrap}"))?;
+    admin
+        .create_topic_with(NewTopic {
+            name: name.to_string(),
+            partitions,
+            replication_factor,
+            unclean_leader_election: false,
+        })
+        .await
+        .with_context(|| format!("creating topic {name:?}"))?;
+    let deadline = Instant::now() + READY_WITHIN;
+    loop {
+        let metadata = admin.metadata(&[name]).await?;
+        let ready = metadata.topic(name).is_some_and(|t| {
+            t.error.is_none()
+                && t.partitions.len() == partitions as usize
+                && t.partitions.iter().all(|p| p.leader_id >= 0)
+        });
+        if ready {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "topic {name:?} has no leader for every partition after {READY_WITHIN:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
