@@ -2,6 +2,7 @@
 //! by the guarantee they defend.
 
 mod bad_input;
+mod bench;
 mod chaos;
 mod cli;
 mod cluster_topics;

@@ -1,0 +1,135 @@
+//! `idem bench` reports only what it verified: every mode it runs reads its topic back
+//! and says so, `--null` measures the transport without touching a log, `e2e` counts
+//! every record it sent through a read_committed consumer, and flags that make no sense
+//! together are refused with a message saying why.
+
+use std::process::{Command, Output};
+
+use idem_tests::binaries::binary;
+
+const MODES: [&str; 5] = [
+    "at-most-once",
+    "at-least-once",
+    "at-least-once-unordered",
+    "exactly-once",
+    "transactional",
+];
+
+fn bench(args: &[&str]) -> Output {
+    Command::new(binary("idem"))
+        .arg("bench")
+        .args(args)
+        .env("IDEM_LOG", "error")
+        .output()
+        .expect("run idem bench")
+}
+
+fn succeeded(output: &Output) -> String {
+    assert!(
+        output.status.success(),
+        "idem bench failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout.clone()).expect("UTF-8 stdout")
+}
+
+/// Every value of `"key": value` in `json`, in document order, as the raw token
+/// (strings without their quotes). The bench's JSON is flat enough for this: no key
+/// the tests read is nested under another with the same name.
+fn values(json: &str, key: &str) -> Vec<String> {
+    let needle = format!("\"{key}\":");
+    json.match_indices(&needle)
+        .map(|(at, _)| {
+            let rest = json[at + needle.len()..].trim_start();
+            let end = rest.find([',', '}', '\n']).unwrap_or(rest.len());
+            rest[..end].trim().trim_matches('"').to_string()
+        })
+        .collect()
+}
+
+fn numbers(json: &str, key: &str) -> Vec<f64> {
+    values(json, key)
+        .iter()
+        .map(|v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("{key} is not a number: {v:?}"))
+        })
+        .collect()
+}
+
+#[test]
+fn given_every_mode_when_benched_embedded_then_each_reports_throughput_and_verifies() {
+    let json = succeeded(&bench(&[
+        "produce",
+        "--embedded",
+        "--records",
+        "3000",
+        "--modes",
+        "all",
+        "--json",
+    ]));
+    assert!(json.contains("\"modes\": ["), "{json}");
+    assert_eq!(values(&json, "mode"), MODES, "{json}");
+    let rates = numbers(&json, "records_per_sec");
+    assert_eq!(rates.len(), MODES.len());
+    assert!(rates.iter().all(|r| *r > 0.0), "{json}");
+    assert_eq!(
+        values(&json, "verified"),
+        vec!["true"; MODES.len()],
+        "{json}"
+    );
+    for key in ["mb_per_sec", "p50_ms", "p99_ms", "p999_ms"] {
+        assert_eq!(numbers(&json, key).len(), MODES.len(), "{key}");
+    }
+    assert_eq!(
+        numbers(&json, "records"),
+        vec![3000.0; MODES.len()],
+        "{json}"
+    );
+}
+
+#[test]
+fn given_null_mode_when_benched_then_it_reports_the_transport_rate_unverified() {
+    let json = succeeded(&bench(&[
+        "produce",
+        "--embedded",
+        "--null",
+        "--records",
+        "2000",
+        "--json",
+    ]));
+    let rates = numbers(&json, "records_per_sec");
+    assert_eq!(rates.len(), 1, "{json}");
+    assert!(rates[0] > 0.0, "{json}");
+    assert_eq!(values(&json, "verified"), vec!["null"], "{json}");
+}
+
+#[test]
+fn given_an_e2e_run_then_every_record_is_read_once_and_latencies_are_ordered() {
+    let json = succeeded(&bench(&[
+        "e2e",
+        "--embedded",
+        "--records",
+        "500",
+        "--rate",
+        "2000",
+        "--json",
+    ]));
+    assert_eq!(numbers(&json, "count"), vec![500.0], "{json}");
+    let p50 = numbers(&json, "p50_ms")[0];
+    let p99 = numbers(&json, "p99_ms")[0];
+    assert!(p50 > 0.0 && p50 <= p99, "{json}");
+    assert_eq!(values(&json, "verified"), vec!["true"], "{json}");
+}
+
+#[test]
+fn given_null_without_embedded_then_the_bench_refuses_and_says_why() {
+    let output = bench(&["produce", "--null", "--records", "10"]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--null needs --embedded"), "{stderr}");
+    assert!(
+        output.stdout.is_empty(),
+        "nothing on stdout for a refused run"
+    );
+}
