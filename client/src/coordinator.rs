@@ -288,23 +288,22 @@ impl CoordinatorLink {
         }
     }
 
-    /// Registers `partitions` of `topic` in the open transaction (all or nothing).
+    /// Registers the partitions of each topic in the open transaction (all or nothing).
     pub(crate) async fn add_partitions(
         &self,
         transactional_id: &str,
         producer: ProducerIdAndEpoch,
-        topic: &str,
-        partitions: Vec<i32>,
+        topics: impl IntoIterator<Item = (String, Vec<i32>)>,
         deadline: Instant,
     ) -> Result<(), ClientError> {
         let request = AddPartitionsToTxnRequest {
             transactional_id: transactional_id.to_string(),
             producer_id: producer.producer_id,
             producer_epoch: i32::from(producer.producer_epoch),
-            topics: vec![TxnTopicPartitions {
-                topic: topic.to_string(),
-                partitions,
-            }],
+            topics: topics
+                .into_iter()
+                .map(|(topic, partitions)| TxnTopicPartitions { topic, partitions })
+                .collect(),
         };
         self.call(transactional_id, deadline, |mut c| {
             let request = request.clone();

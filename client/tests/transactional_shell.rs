@@ -43,6 +43,8 @@ struct State {
     next_offset: HashMap<i32, i64>,
     /// Every produce is answered with this code.
     produce_error: Option<ErrorCode>,
+    /// The partitions of each AddPartitionsToTxn call, in call order.
+    add_calls: Vec<Vec<i32>>,
 }
 
 #[derive(Clone, Default)]
@@ -74,7 +76,7 @@ impl Broker for Fake {
             topics: vec![TopicMetadata {
                 error_code: 0,
                 name: "t".into(),
-                partitions: (0..2)
+                partitions: (0..6)
                     .map(|p| PartitionMetadata {
                         partition: p,
                         leader_id: 1,
@@ -227,6 +229,9 @@ impl TxnCoordinator for Fake {
     ) -> Result<Response<AddPartitionsToTxnResponse>, Status> {
         let request = request.into_inner();
         let mut state = self.0.lock().expect("state");
+        let call = request.topics.iter().flat_map(|t| t.partitions.clone());
+        let call: Vec<i32> = call.collect();
+        state.add_calls.push(call);
         let code = if request.producer_epoch != state.epoch {
             ErrorCode::ProducerFenced
         } else {
@@ -518,4 +523,43 @@ async fn given_no_send_then_commit_ends_locally_and_keeps_the_epoch() {
     producer.abort().await.expect("abort");
     assert_eq!(producer.producer_id().map(|p| p.producer_epoch), Some(1));
     assert_eq!(fake.events(), vec![Event::Init]);
+}
+
+#[tokio::test]
+async fn given_first_sends_to_many_partitions_then_registrations_are_batched_and_none_holds_up_send(
+) {
+    let (fake, producer) = start().await;
+    producer.init_transactions().await.expect("init");
+    producer.begin().expect("begin");
+    let mut deliveries = Vec::new();
+    for partition in 0..6 {
+        let record = ProducerRecord::new("t", format!("p{partition}")).partition(partition);
+        deliveries.push(producer.send(record).await.expect("send"));
+    }
+    producer.commit().await.expect("commit");
+    for d in deliveries {
+        d.await.expect("acknowledged");
+    }
+    let state = fake.0.lock().expect("state");
+    let mut registered: Vec<i32> = state.add_calls.iter().flatten().copied().collect();
+    registered.sort_unstable();
+    assert_eq!(
+        registered,
+        (0..6).collect::<Vec<_>>(),
+        "each partition once"
+    );
+    assert!(
+        state.add_calls.len() <= 2,
+        "six first sends need at most two round trips: {:?}",
+        state.add_calls
+    );
+    // No batch of a partition before its registration.
+    for (i, event) in state.events.iter().enumerate() {
+        if let Event::Produce { partition, .. } = event {
+            assert!(
+                state.events[..i].contains(&Event::Add(*partition)),
+                "partition {partition} produced before it was registered"
+            );
+        }
+    }
 }

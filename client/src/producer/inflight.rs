@@ -394,6 +394,14 @@ impl PartitionInflight {
         self.take()
     }
 
+    /// The partition can never send (its transaction registration was refused): every
+    /// queued batch, and every later one, fails with `cause`.
+    pub fn abandon(&mut self, cause: ClientError) -> Vec<Command> {
+        self.broken_by = Some(cause);
+        self.fail_broken();
+        self.take()
+    }
+
     /// Time passed: expire batches past their delivery timeout, send due retries.
     pub fn tick(&mut self, now: Instant) -> Vec<Command> {
         self.settle(now);

@@ -25,6 +25,7 @@ use super::inflight::{
 use super::RecordMetadata;
 use crate::connection::Connection;
 use crate::error::{self, ClientError};
+use crate::transactional::registrar::Registered;
 
 /// Where a record's result goes.
 pub(crate) type Ticket = oneshot::Sender<Result<RecordMetadata, ClientError>>;
@@ -62,6 +63,9 @@ pub(crate) struct PartitionSender {
     tickets: HashMap<BatchId, Vec<Ticket>>,
     requests: FuturesUnordered<BoxFuture<'static, (BatchId, u32, Outcome)>>,
     producer_id_request: Option<BoxFuture<'static, ProducerIdAndEpoch>>,
+    /// Transactional: the coordinator's answer to this partition's registration; until
+    /// it arrives nothing is sent (the identity comes with it).
+    registration: Option<Registered>,
     flush_waiters: Vec<(Option<BatchId>, oneshot::Sender<()>)>,
     last_pushed: Option<BatchId>,
     receiving: bool,
@@ -71,21 +75,27 @@ enum Event {
     Message(Option<PartitionMsg>),
     Answer(BatchId, u32, Outcome),
     ProducerId(ProducerIdAndEpoch),
+    Registered(Result<ProducerIdAndEpoch, ClientError>),
     Timer,
 }
 
 impl PartitionSender {
     /// Starts the task of `topic`/`partition`; it ends once `rx` is closed and every
-    /// record handed to it is completed.
+    /// record handed to it is completed. A transactional partition starts with no
+    /// identity and `registration` pending: the identity comes with its answer.
     pub(crate) fn spawn(
         topic: Arc<str>,
         partition: i32,
         conn: Connection,
         config: Arc<ProducerConfig>,
         producer: Option<ProducerIdAndEpoch>,
-        txn: Option<TxnBinding>,
+        txn: Option<(TxnBinding, Registered)>,
         rx: mpsc::Receiver<PartitionMsg>,
     ) -> tokio::task::JoinHandle<()> {
+        let (txn, registration) = match txn {
+            Some((binding, registered)) => (Some(binding), Some(registered)),
+            None => (None, None),
+        };
         let span = tracing::debug_span!("partition_sender", topic = %topic, partition);
         let inflight_config = InflightConfig {
             transactional: txn.is_some(),
@@ -103,6 +113,7 @@ impl PartitionSender {
             tickets: HashMap::new(),
             requests: FuturesUnordered::new(),
             producer_id_request: None,
+            registration,
             flush_waiters: Vec::new(),
             last_pushed: None,
             receiving: true,
@@ -136,6 +147,7 @@ impl PartitionSender {
                 && self.accumulator.buffered_bytes() + self.inflight.buffered_bytes()
                     < self.config.buffer_memory;
             let awaiting_id = self.producer_id_request.is_some();
+            let awaiting_registration = self.registration.is_some();
             let event = tokio::select! {
                 msg = self.rx.recv(), if accepting => Event::Message(msg),
                 Some((batch, attempt, outcome)) = self.requests.next(), if !self.requests.is_empty() => {
@@ -143,6 +155,9 @@ impl PartitionSender {
                 }
                 Some(producer) = OptionFuture::from(self.producer_id_request.as_mut()), if awaiting_id => {
                     Event::ProducerId(producer)
+                }
+                Some(answer) = OptionFuture::from(self.registration.as_mut()), if awaiting_registration => {
+                    Event::Registered(answer.unwrap_or(Err(ClientError::Closed)))
                 }
                 // Always armed (an hour when nothing is due), so the select never runs
                 // out of branches.
@@ -177,6 +192,17 @@ impl PartitionSender {
                 Event::ProducerId(producer) => {
                     self.producer_id_request = None;
                     let commands = self.inflight.on_producer_id(producer, Instant::now());
+                    self.execute(commands);
+                }
+                Event::Registered(answer) => {
+                    self.registration = None;
+                    let commands = match answer {
+                        Ok(producer) => self.inflight.on_producer_id(producer, Instant::now()),
+                        Err(e) => {
+                            self.record_txn_failure(&e);
+                            self.inflight.abandon(e)
+                        }
+                    };
                     self.execute(commands);
                 }
                 Event::Timer => {}
@@ -249,6 +275,8 @@ impl PartitionSender {
                     self.send(batch, attempt, records);
                 }
                 Command::Complete { batch, result } => self.complete(batch, result),
+                // A transactional partition's identity comes with its registration.
+                Command::InitProducerId if self.registration.is_some() => {}
                 Command::InitProducerId => self.request_producer_id(None),
                 Command::BumpProducerEpoch { current } => self.request_producer_id(Some(current)),
                 Command::RefreshMetadata => self.refresh_metadata(),
@@ -287,6 +315,15 @@ impl PartitionSender {
         }));
     }
 
+    /// The transaction this partition belongs to can no longer commit.
+    fn record_txn_failure(&self, e: &ClientError) {
+        if let Some(txn) = &self.txn {
+            if let Ok(mut first) = txn.failures.lock() {
+                first.get_or_insert_with(|| e.clone());
+            }
+        }
+    }
+
     fn complete(&mut self, batch: BatchId, result: Result<i64, ClientError>) {
         let Some(tickets) = self.tickets.remove(&batch) else {
             return;
@@ -308,11 +345,7 @@ impl PartitionSender {
             }
             Err(e) => {
                 tracing::warn!(batch = batch.0, records = tickets.len(), error = %e, "batch failed");
-                if let Some(txn) = &self.txn {
-                    if let Ok(mut first) = txn.failures.lock() {
-                        first.get_or_insert_with(|| e.clone());
-                    }
-                }
+                self.record_txn_failure(&e);
                 for ticket in tickets {
                     let _ = ticket.send(Err(e.clone()));
                 }

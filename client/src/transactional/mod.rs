@@ -3,9 +3,10 @@
 //!
 //! How it works (docs/transactions.md): `init_transactions` gets the transactional id's
 //! producer id at a new epoch from its coordinator (fencing any older instance). The
-//! first `send` to a partition in a transaction registers the partition with the
-//! coordinator (AddPartitionsToTxn) before any batch of it leaves; the partition then
-//! gets its own task on the exactly-once data path (acks=all, at most 5 batches in
+//! first `send` to a partition in a transaction queues the partition's registration
+//! with the coordinator (AddPartitionsToTxn, batched across partitions: see
+//! `registrar`) without waiting for it; no batch of the partition leaves before it is
+//! answered. The partition gets its own task on the exactly-once data path (acks=all, at most 5 batches in
 //! flight, ordered retries, sequences from 0) under the transaction's identity, with
 //! transactional batches. `commit` closes those tasks, waits for every record handed
 //! over, and commits only if none failed; the coordinator's answer carries the next
@@ -17,6 +18,7 @@
 
 pub mod config;
 pub mod errors;
+pub(crate) mod registrar;
 pub mod state;
 
 use std::collections::HashMap;
@@ -27,6 +29,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use self::config::TransactionalConfig;
+use self::registrar::Registrar;
 use self::state::{TxnMachine, TxnState};
 use crate::connection::Connection;
 use crate::coordinator::CoordinatorLink;
@@ -52,13 +55,14 @@ struct Inner {
     producer_config: Arc<ProducerConfig>,
     transactional_id: Arc<str>,
     conn: Connection,
-    coordinator: CoordinatorLink,
+    coordinator: Arc<CoordinatorLink>,
     /// The state machine and the open transaction's partition tasks, under one lock: a
     /// send either takes its partition's channel before `commit` takes the tasks (and
     /// `commit` then waits for its record) or is refused.
     shared: Mutex<Shared>,
-    /// Serialises the calls that talk to the coordinator (init, registration, commit,
-    /// abort), so none overlaps another of the same producer.
+    /// Serialises the calls that talk to the coordinator (init, commit, abort), so none
+    /// overlaps another of the same producer. Registrations need no lock: they belong to
+    /// partition tasks, which commit and abort drain before EndTxn.
     control: tokio::sync::Mutex<()>,
     partitioners: TopicPartitioners,
 }
@@ -72,6 +76,8 @@ struct Shared {
 /// The partition tasks of the open transaction.
 #[derive(Debug, Default)]
 struct OpenTxn {
+    /// Registers the transaction's partitions; started by the first partition.
+    registrar: Option<Registrar>,
     senders: HashMap<(String, i32), mpsc::Sender<PartitionMsg>>,
     tasks: Vec<JoinHandle<()>>,
     /// The first failed batch of the transaction.
@@ -89,7 +95,7 @@ impl TransactionalProducer {
             inner: Arc::new(Inner {
                 producer_config: Arc::new(config.producer_config()),
                 transactional_id: Arc::from(config.transactional_id.as_str()),
-                coordinator: CoordinatorLink::new(conn.clone()),
+                coordinator: Arc::new(CoordinatorLink::new(conn.clone())),
                 conn,
                 config,
                 shared: Mutex::new(Shared::default()),
@@ -176,7 +182,7 @@ impl TransactionalProducer {
         };
         let sender = match self.partition_sender(generation, &topic, partition)? {
             Some(sender) => sender,
-            None => self.register(generation, &topic, partition).await?,
+            None => self.join(generation, &topic, partition)?,
         };
         let (ticket, rx) = oneshot::channel();
         sender
@@ -323,46 +329,34 @@ impl TransactionalProducer {
             .cloned())
     }
 
-    /// Registers the partition with the coordinator (once per transaction, however many
-    /// sends race for it) and starts its task.
-    async fn register(
+    /// Adds the partition to the open transaction (once, however many sends race for
+    /// it): queues its registration with the coordinator and starts its task, which
+    /// sends nothing until the registration is answered. Does not wait: records keep
+    /// accumulating meanwhile, and a refused registration fails them (the transaction
+    /// becomes abortable, or the producer fenced).
+    fn join(
         &self,
         generation: u64,
         topic: &str,
         partition: i32,
     ) -> Result<mpsc::Sender<PartitionMsg>, ClientError> {
-        let _control = self.inner.control.lock().await;
-        if let Some(sender) = self.partition_sender(generation, topic, partition)? {
-            return Ok(sender);
-        }
-        self.check_send(Some(generation))?;
-        let producer = self.shared()?.machine.will_register(generation)?;
-        let result = self
-            .inner
-            .coordinator
-            .add_partitions(
-                &self.inner.transactional_id,
-                producer,
-                topic,
-                vec![partition],
-                self.deadline(),
-            )
-            .await;
+        let deadline = self.deadline();
         let mut shared = self.shared()?;
-        if let Err(e) = result {
-            tracing::warn!(topic, partition, error = %e, "cannot add the partition to the transaction");
-            return Err(shared.machine.fail(e));
-        }
-        // The control lock kept commit and abort out; only a failure seen meanwhile
-        // can have ended the transaction's hopes.
         shared.machine.check_send(Some(generation))?;
-        tracing::debug!(
-            topic,
-            partition,
-            producer_id = producer.producer_id,
-            producer_epoch = producer.producer_epoch,
-            "partition joined the transaction"
-        );
+        let key = (topic.to_string(), partition);
+        if let Some(sender) = shared.open.senders.get(&key) {
+            return Ok(sender.clone());
+        }
+        let producer = shared.machine.will_register(generation)?;
+        let registrar = shared.open.registrar.get_or_insert_with(|| {
+            Registrar::spawn(
+                self.inner.coordinator.clone(),
+                self.inner.transactional_id.clone(),
+                producer,
+                deadline,
+            )
+        });
+        let registered = registrar.register(topic, partition);
         let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
         let binding = TxnBinding {
             transactional_id: self.inner.transactional_id.clone(),
@@ -373,15 +367,12 @@ impl TransactionalProducer {
             partition,
             self.inner.conn.clone(),
             self.inner.producer_config.clone(),
-            Some(producer),
-            Some(binding),
+            None,
+            Some((binding, registered)),
             rx,
         );
         shared.open.tasks.push(task);
-        shared
-            .open
-            .senders
-            .insert((topic.to_string(), partition), tx.clone());
+        shared.open.senders.insert(key, tx.clone());
         Ok(tx)
     }
 
@@ -414,10 +405,13 @@ impl TransactionalProducer {
 /// them is acknowledged or failed; returns the first failure.
 async fn drain(open: OpenTxn) -> Option<ClientError> {
     let OpenTxn {
+        registrar,
         senders,
         tasks,
         failures,
     } = open;
+    // The registrar answers what is queued, then ends with the transaction.
+    drop(registrar);
     // A send that took a channel before this point still delivers into it: its task
     // ends only when that clone is gone too.
     drop(senders);

@@ -1,0 +1,108 @@
+//! Registers the open transaction's partitions with the coordinator without holding up
+//! `send`: a partition's first record only queues a registration, and the partition's
+//! task sends nothing until the registration is answered. Registrations queued while
+//! one AddPartitionsToTxn is in flight go out together in the next, so a transaction
+//! that spreads over many partitions pays one or two round trips, not one per
+//! partition.
+//!
+//! Invariant: no batch of a partition leaves before the coordinator accepted the
+//! partition into the transaction (the broker would refuse it: no BEGIN yet). One
+//! registrar belongs to one transaction; it ends when the transaction's partition
+//! tasks are drained (its queue's sender is dropped with the transaction).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use crate::coordinator::CoordinatorLink;
+use crate::error::ClientError;
+use crate::producer::inflight::ProducerIdAndEpoch;
+
+/// The answer a partition's task waits for: the identity to send under, or why the
+/// partition cannot join the transaction.
+pub(crate) type Registered = oneshot::Receiver<Result<ProducerIdAndEpoch, ClientError>>;
+
+struct Registration {
+    topic: String,
+    partition: i32,
+    done: oneshot::Sender<Result<ProducerIdAndEpoch, ClientError>>,
+}
+
+/// The sending side, held by the open transaction.
+#[derive(Debug)]
+pub(crate) struct Registrar {
+    queue: mpsc::UnboundedSender<Registration>,
+}
+
+impl std::fmt::Debug for Registration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.topic, self.partition)
+    }
+}
+
+impl Registrar {
+    /// Starts the registrar of a transaction of `producer`; each AddPartitionsToTxn may
+    /// take until `deadline`.
+    pub(crate) fn spawn(
+        coordinator: Arc<CoordinatorLink>,
+        transactional_id: Arc<str>,
+        producer: ProducerIdAndEpoch,
+        deadline: Instant,
+    ) -> Self {
+        let (queue, rx) = mpsc::unbounded_channel();
+        tokio::spawn(run(coordinator, transactional_id, producer, deadline, rx));
+        Registrar { queue }
+    }
+
+    /// Queues `topic`/`partition`; the receiver resolves once the coordinator answered.
+    pub(crate) fn register(&self, topic: &str, partition: i32) -> Registered {
+        let (done, registered) = oneshot::channel();
+        let registration = Registration {
+            topic: topic.to_string(),
+            partition,
+            done,
+        };
+        if let Err(mpsc::error::SendError(r)) = self.queue.send(registration) {
+            let _ = r.done.send(Err(ClientError::Closed));
+        }
+        registered
+    }
+}
+
+async fn run(
+    coordinator: Arc<CoordinatorLink>,
+    transactional_id: Arc<str>,
+    producer: ProducerIdAndEpoch,
+    deadline: Instant,
+    mut rx: mpsc::UnboundedReceiver<Registration>,
+) {
+    while let Some(first) = rx.recv().await {
+        let mut batch = vec![first];
+        while let Ok(more) = rx.try_recv() {
+            batch.push(more);
+        }
+        let mut topics: BTreeMap<String, Vec<i32>> = BTreeMap::new();
+        for r in &batch {
+            topics.entry(r.topic.clone()).or_default().push(r.partition);
+        }
+        let result = coordinator
+            .add_partitions(&transactional_id, producer, topics, deadline)
+            .await;
+        match &result {
+            Ok(()) => tracing::debug!(
+                producer_id = producer.producer_id,
+                producer_epoch = producer.producer_epoch,
+                partitions = ?batch,
+                "partitions joined the transaction"
+            ),
+            Err(e) => {
+                tracing::warn!(partitions = ?batch, error = %e, "cannot add the partitions to the transaction")
+            }
+        }
+        for r in batch {
+            let _ = r.done.send(result.clone().map(|()| producer));
+        }
+    }
+}
