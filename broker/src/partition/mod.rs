@@ -34,6 +34,13 @@ pub use marker::OpenTransaction;
 /// `acks` value asking for every in-sync replica.
 pub const ACKS_ALL: i32 = -1;
 
+/// How long a produced batch that is ahead of its producer's sequence waits for the
+/// batches before it. A producer has up to 5 requests of a partition in flight and the
+/// broker serves them concurrently, so a later batch can reach the partition first;
+/// refusing it at once would cost the producer a retry and its backoff. A gap still
+/// open after this long is refused (the earlier batch was lost, not late).
+const SEQUENCE_GAP_WAIT: Duration = Duration::from_millis(500);
+
 /// Settings every partition of a broker shares.
 #[derive(Debug, Clone)]
 pub struct PartitionSettings {
@@ -75,6 +82,8 @@ pub struct Partition {
     inner: Mutex<PartitionInner>,
     /// Offset below which every batch is on disk; the group-commit lock.
     durable: tokio::sync::Mutex<i64>,
+    /// Woken after every append: batches waiting for an earlier one re-check.
+    appended: tokio::sync::Notify,
     /// The high watermark; fetches wait on it for new data.
     high_watermark: watch::Sender<i64>,
     /// The last stable offset; read_committed fetches wait on it.
@@ -119,6 +128,7 @@ impl Partition {
                 txns,
             }),
             durable: tokio::sync::Mutex::new(log_end),
+            appended: tokio::sync::Notify::new(),
             high_watermark,
             last_stable,
             log_end: log_end_watch,
@@ -161,23 +171,18 @@ impl Partition {
         // Every batch records the leader epoch it was written in (followers' truncation
         // after a failover compares epochs).
         let leader_epoch = self.replica_set().leader_epoch;
-        let (outcome, durable_end) = {
-            let mut inner = self.lock();
-            if let Some(original) = check_producer(&inner.producers, &header)? {
-                let outcome = AppendOutcome {
-                    base_offset: original.first_offset,
-                    duplicate: true,
-                    log_start_offset: inner.log.log_start_offset(),
-                };
-                (outcome, original.last_offset + 1)
-            } else {
-                let info = self.append_to_log(&mut inner, &mut buf, leader_epoch)?;
-                let outcome = AppendOutcome {
-                    base_offset: info.base_offset,
-                    duplicate: false,
-                    log_start_offset: inner.log.log_start_offset(),
-                };
-                (outcome, info.last_offset + 1)
+        let gap_deadline = tokio::time::Instant::now() + SEQUENCE_GAP_WAIT.min(timeout);
+        let (outcome, durable_end) = loop {
+            // Registered before the check, so an append right after it is not missed.
+            let appended = self.appended.notified();
+            tokio::pin!(appended);
+            appended.as_mut().enable();
+            match self.check_and_append(&header, &mut buf, leader_epoch) {
+                Err(e) if is_sequence_gap(&e) && tokio::time::Instant::now() < gap_deadline => {
+                    // Past the deadline the loop checks once more, then refuses.
+                    let _ = tokio::time::timeout_at(gap_deadline, appended).await;
+                }
+                result => break result?,
             }
         };
         if outcome.duplicate {
@@ -226,6 +231,32 @@ impl Partition {
     /// producer snapshot when a segment rolled, the producer state and the transaction
     /// index, read from the header as stored (and a control batch's marker), so both
     /// replicas derive identical state from identical bytes.
+    /// Under the partition lock: a duplicate gets its original offsets, anything the
+    /// producer state accepts is appended.
+    fn check_and_append(
+        &self,
+        header: &BatchHeader,
+        buf: &mut [u8],
+        leader_epoch: i32,
+    ) -> Result<(AppendOutcome, i64), BrokerError> {
+        let mut inner = self.lock();
+        if let Some(original) = check_producer(&inner.producers, header)? {
+            let outcome = AppendOutcome {
+                base_offset: original.first_offset,
+                duplicate: true,
+                log_start_offset: inner.log.log_start_offset(),
+            };
+            return Ok((outcome, original.last_offset + 1));
+        }
+        let info = self.append_to_log(&mut inner, buf, leader_epoch)?;
+        let outcome = AppendOutcome {
+            base_offset: info.base_offset,
+            duplicate: false,
+            log_start_offset: inner.log.log_start_offset(),
+        };
+        Ok((outcome, info.last_offset + 1))
+    }
+
     fn append_to_log(
         &self,
         inner: &mut PartitionInner,
@@ -251,6 +282,7 @@ impl Partition {
         inner.txns.apply(&stored, marker);
         inner.txns.prune_stable(*self.high_watermark.borrow());
         self.publish_last_stable(inner);
+        self.appended.notify_waiters();
         Ok(info)
     }
 
@@ -571,6 +603,22 @@ fn refuse_unsupported_batch(header: &BatchHeader) -> Result<(), BrokerError> {
 }
 
 /// `Some(original)` for a duplicate; `None` when the batch is the next one to append.
+/// A refusal an earlier batch of the same producer, still in flight, may resolve: the
+/// batch is ahead of the sequence the broker expects, or the producer's first batch has
+/// not arrived yet.
+fn is_sequence_gap(e: &BrokerError) -> bool {
+    match e {
+        BrokerError::OutOfOrderSequence { expected, got, .. } => {
+            // Sequences wrap from i32::MAX to 0; "ahead" is a short way forward.
+            let modulus = i64::from(i32::MAX) + 1;
+            let ahead = (i64::from(*got) - i64::from(*expected)).rem_euclid(modulus);
+            (1..modulus / 2).contains(&ahead)
+        }
+        BrokerError::UnknownProducerId { .. } => true,
+        _ => false,
+    }
+}
+
 fn check_producer(
     producers: &ProducerStateTable,
     header: &BatchHeader,

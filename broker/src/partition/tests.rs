@@ -490,3 +490,64 @@ async fn given_a_truncation_into_an_earlier_segment_then_later_index_files_go_an
         "reopen agrees"
     );
 }
+
+#[tokio::test]
+async fn given_a_later_batch_arriving_first_then_it_waits_for_the_earlier_one_and_both_append_in_order(
+) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = open("orders", dir.path());
+    produce(&p, &data(9, 0, 0, 2, false)).await.expect("first"); // seq 0..=1
+                                                                 // Requests in flight together: seq 4..=5 reaches the partition before 2..=3.
+    let later = data(9, 0, 4, 2, false);
+    let earlier = data(9, 0, 2, 2, false);
+    let (later, earlier) = tokio::join!(produce(&p, &later), produce(&p, &earlier));
+    assert_eq!((earlier.expect("earlier"), later.expect("later")), (2, 4));
+    // And a new producer's second batch ahead of its first.
+    let second = data(11, 0, 3, 1, false);
+    let first = data(11, 0, 0, 3, false);
+    let (second, first) = tokio::join!(produce(&p, &second), produce(&p, &first));
+    assert_eq!((first.expect("first"), second.expect("second")), (6, 9));
+}
+
+#[tokio::test]
+async fn given_a_gap_no_batch_fills_then_the_batch_is_refused_after_the_wait_and_nothing_changes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = open("orders", dir.path());
+    produce(&p, &data(9, 0, 0, 2, false)).await.expect("first");
+    let started = std::time::Instant::now();
+    let refused = produce(&p, &data(9, 0, 5, 1, false)).await;
+    assert!(
+        matches!(
+            refused,
+            Err(BrokerError::OutOfOrderSequence {
+                expected: 2,
+                got: 5,
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    assert!(
+        started.elapsed() >= SEQUENCE_GAP_WAIT,
+        "refused before the wait"
+    );
+    assert_eq!(p.offsets().log_end_offset, 2);
+    // A sequence behind the expected one is no gap: refused at once.
+    let started = std::time::Instant::now();
+    let stale = produce(&p, &data(9, 0, 1, 1, false)).await;
+    assert!(
+        matches!(
+            stale,
+            Err(BrokerError::OutOfOrderSequence {
+                expected: 2,
+                got: 1,
+                ..
+            })
+        ),
+        "{stale:?}"
+    );
+    assert!(
+        started.elapsed() < SEQUENCE_GAP_WAIT,
+        "waited for a stale batch"
+    );
+}
