@@ -309,13 +309,17 @@ pub fn validate_produced(buf: &[u8]) -> Result<BatchHeader, BatchError> {
             "last_offset_delta disagrees with record_count",
         ));
     }
-    let records = records(buf)?;
-    for (i, record) in records.iter().enumerate() {
-        if record.offset - header.base_offset != i as i64 {
-            return Err(BatchError::MalformedRecords(
-                "record offset deltas are not consecutive",
-            ));
-        }
+    // Walked without copying a key or value: this runs on every produced batch.
+    let mut next_delta: i64 = 0;
+    let mut consecutive = true;
+    walk_records(buf, |_, record| {
+        consecutive &= i64::from(record.offset_delta) == next_delta;
+        next_delta += 1;
+    })?;
+    if !consecutive {
+        return Err(BatchError::MalformedRecords(
+            "record offset deltas are not consecutive",
+        ));
     }
     Ok(header)
 }
@@ -330,6 +334,58 @@ pub fn assign(buf: &mut [u8], base_offset: i64, partition_leader_epoch: i32) {
 /// The records of the single batch at the start of `buf`, with absolute offsets.
 /// Does not check the CRC (call [`verify`] first).
 pub fn records(buf: &[u8]) -> Result<Vec<StoredRecord>, BatchError> {
+    let mut out = Vec::new();
+    walk_records(buf, |header, raw| {
+        let headers = raw
+            .headers()
+            .map(|(k, v)| (k.to_string(), Bytes::copy_from_slice(v.unwrap_or_default())))
+            .collect();
+        out.push(StoredRecord {
+            offset: header.base_offset + i64::from(raw.offset_delta),
+            timestamp_ms: header.base_timestamp + raw.timestamp_delta,
+            key: raw.key.map(Bytes::copy_from_slice),
+            value: raw.value.map(Bytes::copy_from_slice),
+            headers,
+        });
+    })?;
+    Ok(out)
+}
+
+/// One record's fields, borrowed from its batch.
+struct RawRecord<'a> {
+    timestamp_delta: i64,
+    offset_delta: i32,
+    key: Option<&'a [u8]>,
+    value: Option<&'a [u8]>,
+    /// `header_count` (key, value) pairs, already checked by [`walk_records`].
+    header_bytes: &'a [u8],
+    header_count: i32,
+}
+
+impl<'a> RawRecord<'a> {
+    fn headers(&self) -> impl Iterator<Item = (&'a str, Option<&'a [u8]>)> {
+        let mut reader = Reader {
+            buf: self.header_bytes,
+            at: 0,
+        };
+        // The walk validated every pair, so a failure here cannot happen; it ends the
+        // iteration rather than panicking.
+        (0..self.header_count).map_while(move |_| {
+            let key = reader.slice().ok()??;
+            let key = std::str::from_utf8(key).ok()?;
+            let value = reader.slice().ok()?;
+            Some((key, value))
+        })
+    }
+}
+
+/// Checks the framing of every record of the single batch at the start of `buf` and
+/// hands each to `visit` without copying it; returns the batch header. Does not check
+/// the CRC (call [`verify`] first).
+fn walk_records<'a>(
+    buf: &'a [u8],
+    mut visit: impl FnMut(&BatchHeader, RawRecord<'a>),
+) -> Result<BatchHeader, BatchError> {
     let header = decode_header(buf)?;
     let size = header.size();
     if buf.len() < size {
@@ -340,7 +396,7 @@ pub fn records(buf: &[u8]) -> Result<Vec<StoredRecord>, BatchError> {
     }
     let body = &buf[HEADER_LEN..size];
     let mut reader = Reader { buf: body, at: 0 };
-    let mut out = Vec::with_capacity(header.record_count.max(0) as usize);
+    let mut found: i64 = 0;
     while reader.at < body.len() {
         let length = reader.i32()?;
         if length < 0 || reader.remaining() < length as usize {
@@ -349,42 +405,46 @@ pub fn records(buf: &[u8]) -> Result<Vec<StoredRecord>, BatchError> {
         let end = reader.at + length as usize;
         let timestamp_delta = reader.i64()?;
         let offset_delta = reader.i32()?;
-        let key = reader.nullable(body)?;
-        let value = reader.nullable(body)?;
+        let key = reader.slice()?;
+        let value = reader.slice()?;
         let header_count = reader.i32()?;
         if header_count < 0 {
             return Err(BatchError::MalformedRecords("negative header count"));
         }
-        let mut headers = Vec::new();
+        let headers_start = reader.at;
         for _ in 0..header_count {
             let k = reader
-                .nullable(body)?
+                .slice()?
                 .ok_or(BatchError::MalformedRecords("null header key"))?;
-            let k = String::from_utf8(k.to_vec())
+            std::str::from_utf8(k)
                 .map_err(|_| BatchError::MalformedRecords("header key is not UTF-8"))?;
-            let v = reader.nullable(body)?.unwrap_or_default();
-            headers.push((k, v));
+            reader.slice()?;
         }
         if reader.at != end {
             return Err(BatchError::MalformedRecords(
                 "record length disagrees with its fields",
             ));
         }
-        out.push(StoredRecord {
-            offset: header.base_offset + i64::from(offset_delta),
-            timestamp_ms: header.base_timestamp + timestamp_delta,
-            key,
-            value,
-            headers,
-        });
+        visit(
+            &header,
+            RawRecord {
+                timestamp_delta,
+                offset_delta,
+                key,
+                value,
+                header_bytes: &body[headers_start..end],
+                header_count,
+            },
+        );
+        found += 1;
     }
-    if out.len() as i64 != i64::from(header.record_count) {
+    if found != i64::from(header.record_count) {
         return Err(BatchError::RecordCountMismatch {
             declared: header.record_count,
-            found: out.len() as i32,
+            found: found.min(i64::from(i32::MAX)) as i32,
         });
     }
-    Ok(out)
+    Ok(header)
 }
 
 struct Reader<'a> {
@@ -392,7 +452,7 @@ struct Reader<'a> {
     at: usize,
 }
 
-impl Reader<'_> {
+impl<'a> Reader<'a> {
     fn remaining(&self) -> usize {
         self.buf.len() - self.at
     }
@@ -414,7 +474,8 @@ impl Reader<'_> {
         let at = self.take(8)?;
         Ok(be_i64(self.buf, at))
     }
-    fn nullable(&mut self, body: &[u8]) -> Result<Option<Bytes>, BatchError> {
+    /// A nullable length-prefixed field (-1 = null), borrowed.
+    fn slice(&mut self) -> Result<Option<&'a [u8]>, BatchError> {
         let len = self.i32()?;
         if len == -1 {
             return Ok(None);
@@ -423,7 +484,7 @@ impl Reader<'_> {
             return Err(BatchError::MalformedRecords("negative field length"));
         }
         let at = self.take(len as usize)?;
-        Ok(Some(Bytes::copy_from_slice(&body[at..at + len as usize])))
+        Ok(Some(&self.buf[at..at + len as usize]))
     }
 }
 
