@@ -39,6 +39,14 @@ pub struct ProduceArgs {
     /// (decodes each batch and discards it). Nothing is verified.
     #[arg(long)]
     pub null: bool,
+    /// With `--embedded`: also measure the transport limit in the same run, against a
+    /// second in-process broker with --null-produce (the `null/...` row).
+    #[arg(long, requires = "embedded", conflicts_with = "null")]
+    pub with_null: bool,
+    /// Run the whole list of modes this many times, interleaved, and report each mode's
+    /// median round: on a shared machine one round's noise can move a ratio by 10%.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub rounds: u32,
 }
 
 impl ProduceArgs {
@@ -68,9 +76,23 @@ impl ProduceArgs {
 pub async fn run(bootstrap: &str, args: ProduceArgs) -> anyhow::Result<()> {
     let modes = args.modes()?;
     let target = Target::open(&args.load, bootstrap, args.null).await?;
-    let result = run_modes(&target, &args, &modes).await;
+    let null_target = if args.with_null {
+        match Target::open(&args.load, bootstrap, true).await {
+            Ok(t) => Some(t),
+            Err(e) => {
+                target.close().await;
+                return Err(e);
+            }
+        }
+    } else {
+        None
+    };
+    let result = run_modes(&target, null_target.as_ref(), &args, &modes).await;
     target.close().await;
-    let mut rows = result?;
+    if let Some(t) = null_target {
+        t.close().await;
+    }
+    let mut rows = report::median_of_rounds(result?);
     report::add_ratios(&mut rows);
     if args.load.json {
         println!("{}", report::json(&rows)?);
@@ -82,6 +104,7 @@ pub async fn run(bootstrap: &str, args: ProduceArgs) -> anyhow::Result<()> {
 
 async fn run_modes(
     target: &Target,
+    null_target: Option<&Target>,
     args: &ProduceArgs,
     modes: &[Mode],
 ) -> anyhow::Result<Vec<ModeReport>> {
@@ -99,17 +122,33 @@ async fn run_modes(
             args.rate.map_or(String::new(), |r| format!(", {r:.0} records/s")),
             target.describe()
         );
+        if args.rounds > 1 {
+            println!(
+                "{} rounds of every mode, interleaved; each row is the mode's median round",
+                args.rounds
+            );
+        }
     }
-    let mut rows = Vec::with_capacity(modes.len());
-    for mode in modes {
-        rows.push(run_mode(target, args, *mode).await?);
+    let mut rows = Vec::with_capacity(modes.len() * args.rounds as usize);
+    for _ in 0..args.rounds {
+        for mode in modes {
+            rows.push(run_mode(target, args, *mode, args.null).await?);
+        }
+        if let Some(null_target) = null_target {
+            rows.push(run_mode(null_target, args, NULL_DEFAULT, true).await?);
+        }
     }
     Ok(rows)
 }
 
-async fn run_mode(target: &Target, args: &ProduceArgs, mode: Mode) -> anyhow::Result<ModeReport> {
+async fn run_mode(
+    target: &Target,
+    args: &ProduceArgs,
+    mode: Mode,
+    null: bool,
+) -> anyhow::Result<ModeReport> {
     let load = &args.load;
-    let label = if args.null {
+    let label = if null {
         format!("null/{mode}")
     } else {
         mode.name().to_string()
@@ -158,7 +197,7 @@ async fn run_mode(target: &Target, args: &ProduceArgs, mode: Mode) -> anyhow::Re
     let elapsed = start.elapsed();
     progress.finish();
     let measured = measure(&sent, load.record_size, elapsed);
-    let check = if args.null {
+    let check = if null {
         None
     } else {
         let verification = verify::verify(ReadBack {

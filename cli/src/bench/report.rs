@@ -29,6 +29,9 @@ pub struct ModeReport {
     pub seconds: f64,
     /// This mode's records/s over at-least-once's, when at-least-once ran too.
     pub ratio_vs_at_least_once: Option<f64>,
+    /// records/s of every round of this mode (`--rounds`), in run order; the row is the
+    /// median one.
+    pub round_records_per_sec: Vec<f64>,
     pub check: Option<Verification>,
 }
 
@@ -62,9 +65,37 @@ impl ModeReport {
             aborted_transactions: m.aborted_transactions,
             seconds,
             ratio_vs_at_least_once: None,
+            round_records_per_sec: vec![records_per_sec],
             check: check.map(|(v, _)| v),
         }
     }
+}
+
+/// One row per mode (in first-run order) from the rows of every round: the round with
+/// the median records/s, carrying every round's rate; verified only if every round was.
+pub fn median_of_rounds(rows: Vec<ModeReport>) -> Vec<ModeReport> {
+    let mut by_mode: Vec<(String, Vec<ModeReport>)> = Vec::new();
+    for row in rows {
+        match by_mode.iter_mut().find(|(mode, _)| *mode == row.mode) {
+            Some((_, rounds)) => rounds.push(row),
+            None => by_mode.push((row.mode.clone(), vec![row])),
+        }
+    }
+    by_mode
+        .into_iter()
+        .filter_map(|(_, mut rounds)| {
+            let rates: Vec<f64> = rounds.iter().map(|r| r.records_per_sec).collect();
+            let verified = rounds
+                .iter()
+                .try_fold(true, |all, r| Some(all && r.verified?));
+            rounds.sort_by(|a, b| a.records_per_sec.total_cmp(&b.records_per_sec));
+            let middle = (rounds.len() - 1) / 2;
+            let mut median = rounds.into_iter().nth(middle)?;
+            median.round_records_per_sec = rates;
+            median.verified = verified;
+            Some(median)
+        })
+        .collect()
 }
 
 /// Fills in each row's ratio to at-least-once, when that mode ran.
@@ -109,7 +140,15 @@ pub fn table(rows: &[ModeReport]) -> String {
                 .map_or("-".to_string(), |x| format!("{x:.3}"));
             out.push_str(&format!(" {ratio:>16}"));
         }
-        out.push_str(&format!("  {}\n", verdict(r)));
+        out.push_str(&format!("  {}", verdict(r)));
+        if r.round_records_per_sec.len() > 1 {
+            let (lo, hi) = r
+                .round_records_per_sec
+                .iter()
+                .fold((f64::MAX, f64::MIN), |(lo, hi), x| (lo.min(*x), hi.max(*x)));
+            out.push_str(&format!("  [rounds {lo:.0}..{hi:.0}]"));
+        }
+        out.push('\n');
     }
     out
 }
@@ -182,6 +221,27 @@ mod tests {
         ] {
             assert!(!first[key].is_null(), "{key}");
         }
+    }
+
+    #[test]
+    fn rounds_reduce_to_the_median_round_and_all_must_verify() {
+        let mut failed = row("exactly-once", 3000);
+        failed.verified = Some(false);
+        let rows = median_of_rounds(vec![
+            row("exactly-once", 1000),
+            row(AT_LEAST_ONCE, 2000),
+            failed,
+            row(AT_LEAST_ONCE, 4000),
+            row("exactly-once", 2000),
+            row(AT_LEAST_ONCE, 1000),
+        ]);
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[0].mode, "exactly-once");
+        assert_eq!(rows[0].records_per_sec, 1000.0, "median of 500, 1500, 1000");
+        assert_eq!(rows[0].round_records_per_sec, vec![500.0, 1500.0, 1000.0]);
+        assert_eq!(rows[0].verified, Some(false), "one round failed");
+        assert_eq!(rows[1].records_per_sec, 1000.0);
+        assert_eq!(rows[1].verified, Some(true));
     }
 
     #[test]

@@ -133,3 +133,41 @@ fn given_null_without_embedded_then_the_bench_refuses_and_says_why() {
         "nothing on stdout for a refused run"
     );
 }
+
+#[test]
+fn given_rounds_and_with_null_then_each_mode_reports_its_median_round_beside_the_transport_limit() {
+    let json = succeeded(&bench(&[
+        "produce",
+        "--embedded",
+        "--records",
+        "500",
+        "--modes",
+        "exactly-once",
+        "--with-null",
+        "--rounds",
+        "2",
+        "--json",
+    ]));
+    assert_eq!(
+        values(&json, "mode"),
+        vec!["exactly-once", "null/at-least-once-unordered"],
+        "{json}"
+    );
+    assert_eq!(values(&json, "verified"), vec!["true", "null"], "{json}");
+    let rates = numbers(&json, "records_per_sec");
+    assert!(rates.iter().all(|r| *r > 0.0), "{json}");
+    // Each row carries both rounds' rates, and its own rate is one of them.
+    let rounds: Vec<&str> = json.matches("\"round_records_per_sec\": [").collect();
+    assert_eq!(rounds.len(), 2, "{json}");
+    let first_rounds = json
+        .split("\"round_records_per_sec\": [")
+        .nth(1)
+        .and_then(|rest| rest.split(']').next())
+        .expect("rounds of the first row");
+    let first_rounds: Vec<f64> = first_rounds
+        .split(',')
+        .map(|v| v.trim().parse().expect("a rate"))
+        .collect();
+    assert_eq!(first_rounds.len(), 2, "{json}");
+    assert!(first_rounds.contains(&rates[0]), "{json}");
+}
