@@ -5,6 +5,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use idem_broker::log::FlushPolicy;
+
 use super::modes::Mode;
 
 /// What every bench shares: the load, where it runs and how it is reported.
@@ -35,6 +37,11 @@ pub struct LoadArgs {
     /// Where `--embedded` makes its temporary directory (default: the system's).
     #[arg(long, requires = "embedded")]
     pub data_dir: Option<PathBuf>,
+    /// The embedded broker's flush policy: `every-append` (the default: each
+    /// acknowledged batch is on disk, group commit) or `never` (leave it to the OS, like
+    /// Kafka's default, which its published figures use).
+    #[arg(long, requires = "embedded", default_value = "every-append")]
+    pub flush: FlushPolicy,
     /// Print one JSON document on stdout and nothing else; no progress bar.
     #[arg(long)]
     pub json: bool,

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use idem_broker::config::BrokerConfig;
+use idem_broker::log::FlushPolicy;
 use idem_broker::server::BoundBroker;
 use idem_coordinator::config::CoordinatorConfig;
 use idem_coordinator::server::BoundCoordinator;
@@ -26,12 +27,17 @@ pub struct Embedded {
     tasks: Vec<JoinHandle<anyhow::Result<()>>>,
 }
 
-/// Starts a broker (with `--null-produce` when `null_produce`) and a coordinator
-/// keeping their data in `data_dir`.
-pub async fn start_embedded(data_dir: &Path, null_produce: bool) -> anyhow::Result<Embedded> {
+/// Starts a broker (with `--null-produce` when `null_produce`, and the given flush
+/// policy) and a coordinator keeping their data in `data_dir`.
+pub async fn start_embedded(
+    data_dir: &Path,
+    null_produce: bool,
+    flush: FlushPolicy,
+) -> anyhow::Result<Embedded> {
     let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
     let config = BrokerConfig {
         null_produce,
+        flush,
         ..BrokerConfig::single_node(data_dir.to_path_buf(), loopback)
     };
     let broker = BoundBroker::bind(config)

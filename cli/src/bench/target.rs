@@ -31,7 +31,7 @@ impl Target {
             None => builder.tempdir(),
         }
         .context("creating the embedded broker's temporary directory")?;
-        let embedded = start_embedded(dir.path(), null_produce).await?;
+        let embedded = start_embedded(dir.path(), null_produce, load.flush).await?;
         Ok(Target {
             bootstrap: embedded.broker.to_string(),
             embedded: Some((embedded, dir)),
