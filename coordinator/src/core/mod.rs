@@ -68,6 +68,10 @@ pub fn txn_error_code(error: TxnError) -> ErrorCode {
     }
 }
 
+/// How long a request waits for its id's previous transaction to complete before it is
+/// answered CONCURRENT_TRANSACTIONS (and the producer retries after a backoff).
+const COMPLETION_WAIT: Duration = Duration::from_secs(2);
+
 #[derive(Debug, Clone, Copy)]
 pub struct CoreSettings {
     pub coordinator_id: i32,
@@ -345,9 +349,32 @@ impl Coordinator {
         if let Request::AddPartitions { partitions, .. } = &request {
             self.check_partitions(partitions).await?;
         }
-        self.run_request(&part, transactional_id, request)
-            .await?
-            .ok_or_else(|| Refusal::new(ErrorCode::UnknownServerError, "no answer was decided"))
+        // A request that finds the previous transaction still completing (its markers
+        // being written) waits for it here rather than sending the producer away to
+        // retry after a backoff: a producer's next transaction starts right after its
+        // commit, while the commit's markers are still on their way.
+        let deadline = tokio::time::Instant::now() + COMPLETION_WAIT;
+        loop {
+            let completed = part.completed.notified();
+            tokio::pin!(completed);
+            completed.as_mut().enable();
+            let reply = self
+                .run_request(&part, transactional_id, request.clone())
+                .await?;
+            match reply {
+                Some(Reply::Error(TxnError::ConcurrentTransactions))
+                    if tokio::time::Instant::now() < deadline =>
+                {
+                    // Past the deadline the loop decides once more, then answers.
+                    let _ = tokio::time::timeout_at(deadline, completed).await;
+                }
+                reply => {
+                    return reply.ok_or_else(|| {
+                        Refusal::new(ErrorCode::UnknownServerError, "no answer was decided")
+                    })
+                }
+            }
+        }
     }
 
     /// Every partition exists (so its transaction can always be ended) and none is the

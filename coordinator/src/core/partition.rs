@@ -24,6 +24,9 @@ pub struct LogPartition {
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Ids a timer-driven abort is under way for, so ticks do not pile up.
     ticking: Mutex<HashSet<String>>,
+    /// Woken whenever a transaction of this partition completes (its markers are
+    /// written): requests that found it still completing try again.
+    pub completed: tokio::sync::Notify,
 }
 
 impl LogPartition {
@@ -42,6 +45,7 @@ impl LogPartition {
             txns: Mutex::new(txns),
             locks: Mutex::new(HashMap::new()),
             ticking: Mutex::new(HashSet::new()),
+            completed: tokio::sync::Notify::new(),
         }
     }
 
@@ -73,12 +77,19 @@ impl LogPartition {
     /// forgotten (the next InitProducerId of that id starts afresh).
     pub async fn persist(&self, meta: TxnMetadata) -> Result<(), CoordinatorError> {
         self.writer.append(LogRecord::Txn(meta.clone())).await?;
+        let completed = matches!(
+            meta.state,
+            TxnState::CompleteCommit | TxnState::CompleteAbort
+        );
         if let Ok(mut txns) = self.txns.lock() {
             if meta.state == TxnState::Dead {
                 txns.remove(&meta.transactional_id);
             } else {
                 txns.insert(meta.transactional_id.clone(), meta);
             }
+        }
+        if completed {
+            self.completed.notify_waiters();
         }
         Ok(())
     }

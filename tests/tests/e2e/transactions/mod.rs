@@ -8,6 +8,7 @@ mod coordinator_crash;
 mod hanging;
 mod id_expiration;
 mod marker_failover;
+mod next_transaction;
 mod paused_coordinator;
 mod producer_timeout;
 mod seed_example;

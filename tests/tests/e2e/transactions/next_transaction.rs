@@ -1,0 +1,121 @@
+//! A producer's next transaction starts right after its commit, while the commit's
+//! markers may still be on their way: a registration that finds the previous
+//! transaction completing waits for it at the coordinator and is then accepted, instead
+//! of being sent away with CONCURRENT_TRANSACTIONS to retry after a backoff.
+
+use std::time::{Duration, Instant};
+
+use idem_client::{Isolation, ProducerRecord};
+use idem_proto::txn::{txn_log_partition, TXN_LOG_TOPIC};
+use idem_proto::v1::{AddPartitionsToTxnRequest, TxnTopicPartitions};
+use idem_proto::ErrorCode;
+use idem_tests::cluster::TXN_LOG_PARTITIONS;
+use idem_tests::txn::{self, values, wait_until_stable};
+use idem_tests::Cluster;
+
+const ORDERS: &str = "orders";
+const AUDIT: &str = "audit";
+/// How long the marker of the first transaction is held back.
+const HELD: Duration = Duration::from_millis(1000);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_commit_whose_markers_are_delayed_when_the_next_transaction_registers_then_it_waits_and_is_accepted(
+) {
+    // A paused follower leaves the ISR after a second, so the transaction log (RF 3)
+    // keeps taking writes while the fault lasts.
+    let brokers = ["--replica-lag-time-max-ms", "1000"];
+    let cluster = Cluster::start_with_coordinators(3, 1, &brokers, &[]).await;
+    // Replication factor 1: while its only broker is paused, no marker lands there.
+    cluster.create_topic(ORDERS, 1, 1).await;
+    cluster.create_topic(AUDIT, 1, 3).await;
+    let orders_leader = cluster.leader_of(ORDERS, 0).await.leader_id;
+    // Clients bootstrap from a broker that stays up.
+    let bootstrap = cluster
+        .broker(cluster.observer(&[orders_leader]))
+        .bootstrap();
+    // An id whose transaction-log partition another broker leads, so persisting the
+    // commit does not wait for the paused broker.
+    let mut id = String::new();
+    for candidate in (0..).map(|i| format!("ledger-{i}")) {
+        let log_partition = txn_log_partition(&candidate, TXN_LOG_PARTITIONS);
+        if cluster
+            .leader_of(TXN_LOG_TOPIC, log_partition)
+            .await
+            .leader_id
+            != orders_leader
+        {
+            id = candidate;
+            break;
+        }
+    }
+    let producer = txn::producer(&bootstrap, &id).await;
+    producer.begin().expect("begin");
+    producer
+        .send(ProducerRecord::new(ORDERS, "order-1").partition(0))
+        .await
+        .expect("send")
+        .await
+        .expect("acked");
+    cluster.pause(orders_leader);
+    // Answered once PrepareCommit is persisted; the ORDERS marker cannot land yet.
+    producer.commit().await.expect("commit decided");
+    let next = producer.producer_id().expect("initialised");
+
+    // The next transaction registers a partition while the first is still completing.
+    let owner = txn::find_coordinator(&bootstrap, &id).await;
+    let mut coordinator = txn::coordinator_client(&owner.address)
+        .await
+        .expect("coordinator");
+    let started = Instant::now();
+    let registration = tokio::spawn(async move {
+        coordinator
+            .add_partitions_to_txn(AddPartitionsToTxnRequest {
+                transactional_id: id,
+                producer_id: next.producer_id,
+                producer_epoch: i32::from(next.producer_epoch),
+                topics: vec![TxnTopicPartitions {
+                    topic: AUDIT.into(),
+                    partitions: vec![0],
+                }],
+            })
+            .await
+            .expect("AddPartitionsToTxn")
+            .into_inner()
+    });
+    // The fault lasts HELD; then the marker lands and the commit completes.
+    tokio::time::sleep(HELD).await;
+    cluster.resume(orders_leader);
+    let answer = registration.await.expect("registration task");
+    assert_eq!(
+        answer.error_code(),
+        ErrorCode::None,
+        "{}",
+        answer.error_message
+    );
+    assert!(
+        started.elapsed() >= HELD,
+        "answered after {:?}, before the first transaction could complete",
+        started.elapsed()
+    );
+
+    // The producer carries on: its second transaction commits through the same
+    // registration, and both transactions are visible once.
+    producer.begin().expect("begin");
+    producer
+        .send(ProducerRecord::new(AUDIT, "audit-2").partition(0))
+        .await
+        .expect("send")
+        .await
+        .expect("acked");
+    producer.commit().await.expect("second commit");
+    wait_until_stable(&bootstrap, ORDERS, &[0]).await;
+    wait_until_stable(&bootstrap, AUDIT, &[0]).await;
+    assert_eq!(
+        values(&bootstrap, ORDERS, &[0], Isolation::ReadCommitted).await,
+        vec!["order-1"]
+    );
+    assert_eq!(
+        values(&bootstrap, AUDIT, &[0], Isolation::ReadCommitted).await,
+        vec!["audit-2"]
+    );
+}
