@@ -15,6 +15,7 @@ mod progress;
 mod report;
 mod seqset;
 mod target;
+mod targets;
 mod topic;
 mod verify;
 

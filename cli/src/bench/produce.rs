@@ -14,6 +14,7 @@ use super::modes::Mode;
 use super::progress::{self, Progress};
 use super::report::{self, Measured, ModeReport};
 use super::target::Target;
+use super::targets;
 use super::topic;
 use super::verify::{self, ReadBack};
 
@@ -94,10 +95,11 @@ pub async fn run(bootstrap: &str, args: ProduceArgs) -> anyhow::Result<()> {
     }
     let mut rows = report::median_of_rounds(result?);
     report::add_ratios(&mut rows);
+    let checks = targets::check(&rows);
     if args.load.json {
-        println!("{}", report::json(&rows)?);
+        println!("{}", report::json(&rows, &checks)?);
     } else {
-        print!("{}", report::table(&rows));
+        print!("{}{}", report::table(&rows), targets::table(&checks));
     }
     Ok(())
 }

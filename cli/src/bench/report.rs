@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use super::latency::Percentiles;
+use super::targets::{paired_ratio, TargetCheck};
 use super::verify::Verification;
 
 pub const AT_LEAST_ONCE: &str = "at-least-once";
@@ -47,6 +48,29 @@ pub struct Measured {
 }
 
 impl ModeReport {
+    /// A row with nothing measured (tests build rows from it).
+    #[cfg(test)]
+    pub fn empty() -> Self {
+        ModeReport {
+            mode: String::new(),
+            records_per_sec: 0.0,
+            mb_per_sec: 0.0,
+            p50_ms: 0.0,
+            p99_ms: 0.0,
+            p999_ms: 0.0,
+            max_ms: 0.0,
+            verified: None,
+            records: 0,
+            sent: 0,
+            failed: 0,
+            aborted_transactions: 0,
+            seconds: 0.0,
+            ratio_vs_at_least_once: None,
+            round_records_per_sec: Vec::new(),
+            check: None,
+        }
+    }
+
     pub fn new(mode: String, m: Measured, check: Option<(Verification, bool)>) -> Self {
         let seconds = m.elapsed.as_secs_f64().max(1e-9);
         let records_per_sec = m.acked as f64 / seconds;
@@ -98,25 +122,27 @@ pub fn median_of_rounds(rows: Vec<ModeReport>) -> Vec<ModeReport> {
         .collect()
 }
 
-/// Fills in each row's ratio to at-least-once, when that mode ran.
+/// Fills in each row's ratio to at-least-once (paired per round), when that mode ran.
 pub fn add_ratios(rows: &mut [ModeReport]) {
-    let base = rows
-        .iter()
-        .find(|r| r.mode == AT_LEAST_ONCE)
-        .map(|r| r.records_per_sec)
-        .filter(|rate| *rate > 0.0);
+    let Some(base) = rows.iter().find(|r| r.mode == AT_LEAST_ONCE).cloned() else {
+        return;
+    };
     for row in rows {
-        row.ratio_vs_at_least_once = base.map(|b| row.records_per_sec / b);
+        row.ratio_vs_at_least_once = paired_ratio(row, &base);
     }
 }
 
 #[derive(serde::Serialize)]
 struct Document<'a> {
     modes: &'a [ModeReport],
+    targets: &'a [TargetCheck],
 }
 
-pub fn json(rows: &[ModeReport]) -> anyhow::Result<String> {
-    Ok(serde_json::to_string_pretty(&Document { modes: rows })?)
+pub fn json(rows: &[ModeReport], targets: &[TargetCheck]) -> anyhow::Result<String> {
+    Ok(serde_json::to_string_pretty(&Document {
+        modes: rows,
+        targets,
+    })?)
 }
 
 pub fn table(rows: &[ModeReport]) -> String {
@@ -208,7 +234,7 @@ mod tests {
         assert_eq!(rows[0].ratio_vs_at_least_once, Some(0.5));
         assert!(table(&rows).contains("vs at-least-once"));
         let doc: serde_json::Value =
-            serde_json::from_str(&json(&rows).expect("json")).expect("valid json");
+            serde_json::from_str(&json(&rows, &[]).expect("json")).expect("valid json");
         let first = &doc["modes"][0];
         for key in [
             "mode",

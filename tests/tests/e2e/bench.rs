@@ -170,4 +170,11 @@ fn given_rounds_and_with_null_then_each_mode_reports_its_median_round_beside_the
         .collect();
     assert_eq!(first_rounds.len(), 2, "{json}");
     assert!(first_rounds.contains(&rates[0]), "{json}");
+    // The target that these two rows allow is checked and reported.
+    assert_eq!(
+        values(&json, "name"),
+        vec!["exactly-once / null/at-least-once-unordered"],
+        "{json}"
+    );
+    assert_eq!(values(&json, "goal"), vec!["0.5"], "{json}");
 }
