@@ -76,24 +76,7 @@ impl ProduceArgs {
 
 pub async fn run(bootstrap: &str, args: ProduceArgs) -> anyhow::Result<()> {
     let modes = args.modes()?;
-    let target = Target::open(&args.load, bootstrap, args.null).await?;
-    let null_target = if args.with_null {
-        match Target::open(&args.load, bootstrap, true).await {
-            Ok(t) => Some(t),
-            Err(e) => {
-                target.close().await;
-                return Err(e);
-            }
-        }
-    } else {
-        None
-    };
-    let result = run_modes(&target, null_target.as_ref(), &args, &modes).await;
-    target.close().await;
-    if let Some(t) = null_target {
-        t.close().await;
-    }
-    let mut rows = report::median_of_rounds(result?);
+    let mut rows = report::median_of_rounds(run_modes(bootstrap, &args, &modes).await?);
     report::add_ratios(&mut rows);
     let checks = targets::check(&rows);
     if args.load.json {
@@ -104,25 +87,40 @@ pub async fn run(bootstrap: &str, args: ProduceArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Runs every mode (and the null row) `--rounds` times. An embedded target is started
+/// afresh for each run and removed after it: data left by earlier runs (gigabytes after
+/// a few rounds) made later runs pay for page-cache writeback or memory pressure, and
+/// rounds of the same mode differed by 3x.
 async fn run_modes(
-    target: &Target,
-    null_target: Option<&Target>,
+    bootstrap: &str,
     args: &ProduceArgs,
     modes: &[Mode],
 ) -> anyhow::Result<Vec<ModeReport>> {
+    let mut runs: Vec<(Mode, bool)> = modes.iter().map(|m| (*m, args.null)).collect();
+    if args.with_null {
+        runs.push((NULL_DEFAULT, true));
+    }
+    let shared = if args.load.embedded {
+        None
+    } else {
+        Some(Target::open(&args.load, bootstrap, false).await?)
+    };
     if !args.load.json {
         let amount = match args.load.amount() {
             Amount::Duration(d) => format!("{:.1}s per mode", d.as_secs_f64()),
             Amount::Records(n) => format!("{n} records per mode"),
         };
+        let target = shared.as_ref().map_or_else(
+            || "embedded idem dev, a fresh one (and data dir) per run".to_string(),
+            Target::describe,
+        );
         println!(
-            "idem bench produce: {} producer(s), {}-byte records, {} partition(s), replication factor {}, {amount}{}; {}",
+            "idem bench produce: {} producer(s), {}-byte records, {} partition(s), replication factor {}, {amount}{}; {target}",
             args.producers,
             args.load.record_size,
             args.load.partitions,
             args.load.replication_factor,
             args.rate.map_or(String::new(), |r| format!(", {r:.0} records/s")),
-            target.describe()
         );
         if args.rounds > 1 {
             println!(
@@ -131,16 +129,35 @@ async fn run_modes(
             );
         }
     }
-    let mut rows = Vec::with_capacity(modes.len() * args.rounds as usize);
-    for _ in 0..args.rounds {
-        for mode in modes {
-            rows.push(run_mode(target, args, *mode, args.null).await?);
-        }
-        if let Some(null_target) = null_target {
-            rows.push(run_mode(null_target, args, NULL_DEFAULT, true).await?);
+    let mut rows = Vec::with_capacity(runs.len() * args.rounds as usize);
+    let mut failure = None;
+    'rounds: for _ in 0..args.rounds {
+        for (mode, null) in &runs {
+            let result = match &shared {
+                Some(target) => run_mode(target, args, *mode, *null).await,
+                None => {
+                    let target = Target::open(&args.load, bootstrap, *null).await?;
+                    let result = run_mode(&target, args, *mode, *null).await;
+                    target.close().await;
+                    result
+                }
+            };
+            match result {
+                Ok(row) => rows.push(row),
+                Err(e) => {
+                    failure = Some(e);
+                    break 'rounds;
+                }
+            }
         }
     }
-    Ok(rows)
+    if let Some(target) = shared {
+        target.close().await;
+    }
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(rows),
+    }
 }
 
 async fn run_mode(

@@ -73,7 +73,7 @@ pub fn table(checks: &[TargetCheck]) -> String {
     );
     for c in checks {
         out.push_str(&format!(
-            "{:<56} {:>7.3} {:>7.2}  {}\n",
+            "{:<56} {:>7.4} {:>7.2}  {}\n",
             c.name,
             c.ratio,
             c.goal,
