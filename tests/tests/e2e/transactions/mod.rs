@@ -9,6 +9,7 @@ mod hanging;
 mod id_expiration;
 mod marker_failover;
 mod next_transaction;
+mod operator_cli;
 mod paused_coordinator;
 mod producer_timeout;
 mod seed_example;
