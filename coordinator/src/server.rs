@@ -11,10 +11,10 @@ use std::time::Duration;
 
 use idem_client::Connection;
 use idem_pidstore::{EtcdPidStore, PidBlockStore, ProducerIdManager};
+use idem_proto::transport::accept_without_nagle;
 use idem_proto::v1::txn_coordinator_server::TxnCoordinatorServer;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
-use tonic::transport::server::TcpIncoming;
 
 use crate::config::{CoordinatorConfig, Mode};
 use crate::core::{Coordinator, CoreSettings};
@@ -221,36 +221,5 @@ async fn time_out_transactions(core: Arc<Coordinator>, every: Duration) {
     loop {
         tick.tick().await;
         core.tick();
-    }
-}
-
-/// The accepted connections of `listener`, each with Nagle's algorithm off. Tonic's
-/// `Server::tcp_nodelay` applies only to listeners it binds itself, not to a stream of
-/// connections handed in; with Nagle on, a response split over several writes waits
-/// for the client's delayed ACK (about 40 ms a round trip on Linux).
-pub fn accept_without_nagle(listener: TcpListener) -> TcpIncoming {
-    TcpIncoming::from(listener).with_nodelay(Some(true))
-}
-
-#[cfg(test)]
-mod nagle_tests {
-    use futures::StreamExt;
-
-    use super::*;
-
-    #[tokio::test]
-    async fn accepted_connections_have_nagle_off() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let address = listener.local_addr().expect("address");
-        let mut incoming = accept_without_nagle(listener);
-        let _client = tokio::net::TcpStream::connect(address)
-            .await
-            .expect("connect");
-        let accepted = incoming
-            .next()
-            .await
-            .expect("a connection")
-            .expect("accepted");
-        assert!(accepted.nodelay().expect("nodelay"), "Nagle is on");
     }
 }

@@ -4,6 +4,7 @@
 
 pub mod batch;
 pub mod control;
+pub mod transport;
 pub mod txn;
 
 /// Generated protobuf types and gRPC stubs of package `idem.v1`.

@@ -10,7 +10,10 @@ use idem_client::{
     TransactionalProducer,
 };
 use idem_proto::v1::txn_coordinator_client::TxnCoordinatorClient;
-use idem_proto::v1::{FindCoordinatorRequest, FindCoordinatorResponse, ListTransactionsRequest};
+use idem_proto::v1::{
+    DescribeTransactionRequest, FindCoordinatorRequest, FindCoordinatorResponse,
+    ListTransactionsRequest, TransactionDescription,
+};
 use idem_proto::ErrorCode;
 use tonic::transport::Channel;
 
@@ -204,4 +207,27 @@ pub async fn values(
         .iter()
         .map(crate::sdk::value)
         .collect()
+}
+
+/// What the owning coordinator says of `transactional_id`: its description, or the
+/// code it refused with (TRANSACTIONAL_ID_NOT_FOUND for an id it does not hold).
+pub async fn describe(
+    bootstrap: &str,
+    transactional_id: &str,
+) -> Result<TransactionDescription, ErrorCode> {
+    let coordinator = find_coordinator(bootstrap, transactional_id).await;
+    let mut client = coordinator_client(&coordinator.address)
+        .await
+        .expect("coordinator connects");
+    let response = client
+        .describe_transaction(DescribeTransactionRequest {
+            transactional_id: transactional_id.into(),
+        })
+        .await
+        .expect("DescribeTransaction")
+        .into_inner();
+    match response.transaction {
+        Some(t) if response.error_code() == ErrorCode::None => Ok(t),
+        _ => Err(response.error_code()),
+    }
 }

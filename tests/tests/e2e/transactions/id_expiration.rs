@@ -6,7 +6,6 @@
 use std::time::{Duration, Instant};
 
 use idem_client::{Isolation, ProducerRecord, TxnErrorClass};
-use idem_proto::v1::DescribeTransactionRequest;
 use idem_proto::ErrorCode;
 use idem_tests::txn::{self, values, wait_until_stable};
 use idem_tests::Cluster;
@@ -17,21 +16,7 @@ const ID: &str = "short-lived";
 
 /// What DescribeTransaction says of `ID`: its state, or the refusal's code.
 async fn describe(bootstrap: &str) -> Result<String, ErrorCode> {
-    let coordinator = txn::find_coordinator(bootstrap, ID).await;
-    let mut client = txn::coordinator_client(&coordinator.address)
-        .await
-        .expect("coordinator");
-    let response = client
-        .describe_transaction(DescribeTransactionRequest {
-            transactional_id: ID.into(),
-        })
-        .await
-        .expect("DescribeTransaction")
-        .into_inner();
-    match response.transaction {
-        Some(t) if response.error_code == 0 => Ok(t.state),
-        _ => Err(ErrorCode::try_from(response.error_code).expect("known code")),
-    }
+    txn::describe(bootstrap, ID).await.map(|t| t.state)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

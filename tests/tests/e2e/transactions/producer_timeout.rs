@@ -8,7 +8,6 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use idem_client::{Admin, Consumer, ConsumerConfig, Isolation, ProducerRecord};
-use idem_proto::v1::DescribeTransactionRequest;
 use idem_tests::binaries::binary;
 use idem_tests::txn::{self, values, wait_until_stable};
 use idem_tests::Cluster;
@@ -68,18 +67,8 @@ async fn given_a_producer_gone_mid_transaction_when_its_timeout_passes_then_the_
         vec!["after-1"]
     );
 
-    let coordinator = txn::find_coordinator(&bootstrap, "abandoned").await;
-    let mut client = txn::coordinator_client(&coordinator.address)
+    let described = txn::describe(&bootstrap, "abandoned")
         .await
-        .expect("coordinator");
-    let described = client
-        .describe_transaction(DescribeTransactionRequest {
-            transactional_id: "abandoned".into(),
-        })
-        .await
-        .expect("DescribeTransaction")
-        .into_inner()
-        .transaction
         .expect("described");
     assert_eq!(described.state, "CompleteAbort");
     assert!(
@@ -164,18 +153,8 @@ async fn given_a_producer_process_killed_mid_transaction_then_its_records_are_ab
         vec!["killed-1", "killed-2", "killed-3", "after-1"],
         "its records stay in the log, aborted"
     );
-    let coordinator = txn::find_coordinator(&bootstrap, "killed").await;
-    let mut client = txn::coordinator_client(&coordinator.address)
+    let described = txn::describe(&bootstrap, "killed")
         .await
-        .expect("coordinator");
-    let described = client
-        .describe_transaction(DescribeTransactionRequest {
-            transactional_id: "killed".into(),
-        })
-        .await
-        .expect("DescribeTransaction")
-        .into_inner()
-        .transaction
         .expect("described");
     assert_eq!(described.state, "CompleteAbort");
 }
