@@ -6,6 +6,12 @@
 #   scripts/bench-cluster.sh --modes all --duration 10s --rounds 3
 #   scripts/bench-cluster.sh --modes exactly-once --rate 20000 --duration 20s
 #
+# With `--fresh ROUNDS MODES` first, every run gets a cluster of its own (topics left by
+# earlier runs cost the brokers CPU: one follower fetch loop per partition), and
+# `idem bench report` combines the runs as rounds of one:
+#
+#   scripts/bench-cluster.sh --fresh 3 all --duration 2s
+#
 # Everything lives in a temporary directory and is stopped and removed on exit. The
 # ports (etcd 23790/23800, brokers 19091-19093, coordinator 19301) must be free.
 set -euo pipefail
@@ -15,19 +21,13 @@ cargo build --release --bins >&2
 bin="$(realpath "${CARGO_TARGET_DIR:-target}")/release"
 work="$(mktemp -d /tmp/idem-bench-cluster.XXXXXX)"
 pids=()
-cleanup() {
+stop_cluster() {
   if ((${#pids[@]})); then kill "${pids[@]}" 2>/dev/null || true; fi
   wait 2>/dev/null || true
-  rm -rf "$work"
+  pids=()
+  rm -rf "$work/cluster"
 }
-trap cleanup EXIT
-
-etcd_url=http://127.0.0.1:23790
-etcd --name bench --data-dir "$work/etcd" \
-  --listen-client-urls "$etcd_url" --advertise-client-urls "$etcd_url" \
-  --listen-peer-urls http://127.0.0.1:23800 --initial-advertise-peer-urls http://127.0.0.1:23800 \
-  --initial-cluster bench=http://127.0.0.1:23800 >"$work/etcd.log" 2>&1 &
-pids+=($!)
+trap 'stop_cluster; rm -rf "$work"' EXIT
 
 # Waits (up to 30 s) until the command succeeds; says which step timed out.
 await() {
@@ -41,19 +41,53 @@ await() {
   trap - EXIT
   exit 1
 }
-await etcd curl -fsS "$etcd_url/health"
 
-for id in 1 2 3; do
-  IDEM_LOG=warn "$bin/idem-broker" --id "$id" --etcd "$etcd_url" --etcd-prefix /bench \
-    --pid-store etcd --listen "127.0.0.1:1909$id" --data-dir "$work/broker-$id" \
-    >"$work/broker-$id.log" 2>&1 &
+start_cluster() {
+  local dir="$work/cluster" etcd_url=http://127.0.0.1:23790
+  mkdir -p "$dir"
+  etcd --name bench --data-dir "$dir/etcd" \
+    --listen-client-urls "$etcd_url" --advertise-client-urls "$etcd_url" \
+    --listen-peer-urls http://127.0.0.1:23800 --initial-advertise-peer-urls http://127.0.0.1:23800 \
+    --initial-cluster bench=http://127.0.0.1:23800 >"$work/etcd.log" 2>&1 &
   pids+=($!)
-done
-"$bin/idem-coordinator" --id 1 --etcd "$etcd_url" --etcd-prefix /bench \
-  --bootstrap 127.0.0.1:19091 --listen 127.0.0.1:19301 >"$work/coordinator.log" 2>&1 &
-pids+=($!)
-for id in 1 2 3; do
-  await "broker $id" "$bin/idem" --bootstrap "127.0.0.1:1909$id" topic list
-done
+  await etcd curl -fsS "$etcd_url/health"
+  for id in 1 2 3; do
+    IDEM_LOG=warn "$bin/idem-broker" --id "$id" --etcd "$etcd_url" --etcd-prefix /bench \
+      --pid-store etcd --listen "127.0.0.1:1909$id" --data-dir "$dir/broker-$id" \
+      >"$work/broker-$id.log" 2>&1 &
+    pids+=($!)
+  done
+  "$bin/idem-coordinator" --id 1 --etcd "$etcd_url" --etcd-prefix /bench \
+    --bootstrap 127.0.0.1:19091 --listen 127.0.0.1:19301 >"$work/coordinator.log" 2>&1 &
+  pids+=($!)
+  for id in 1 2 3; do
+    await "broker $id" "$bin/idem" --bootstrap "127.0.0.1:1909$id" topic list
+  done
+}
 
-"$bin/idem" --bootstrap 127.0.0.1:19091 bench produce --replication-factor 3 "$@"
+if [[ "${1:-}" != "--fresh" ]]; then
+  start_cluster
+  "$bin/idem" --bootstrap 127.0.0.1:19091 bench produce --replication-factor 3 "$@"
+  exit 0
+fi
+
+rounds=$2
+modes=$3
+shift 3
+if [[ "$modes" == all ]]; then
+  modes=at-most-once,at-least-once,at-least-once-unordered,exactly-once,transactional
+fi
+runs=()
+for round in $(seq "$rounds"); do
+  for mode in ${modes//,/ }; do
+    start_cluster
+    out="$work/round-$round-$mode.json"
+    echo "bench-cluster: round $round, $mode" >&2
+    "$bin/idem" --bootstrap 127.0.0.1:19091 bench produce --replication-factor 3 \
+      --modes "$mode" --json "$@" >"$out"
+    runs+=("$out")
+    stop_cluster
+  done
+done
+echo "idem bench produce, replication factor 3, a fresh cluster per run, $rounds round(s): $*"
+"$bin/idem" bench report "${runs[@]}"

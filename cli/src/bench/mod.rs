@@ -4,6 +4,7 @@
 //! measures send-to-consume latency through a read_committed consumer.
 
 mod args;
+mod combine;
 mod e2e;
 mod embedded;
 mod latency;
@@ -25,11 +26,14 @@ pub enum BenchCommand {
     Produce(produce::ProduceArgs),
     /// End-to-end latency from send to a read_committed consumer, at a fixed rate.
     E2e(e2e::E2eArgs),
+    /// One table from several `produce --json` outputs, taken as rounds of one run.
+    Report(combine::ReportArgs),
 }
 
 pub async fn run(bootstrap: &str, command: BenchCommand) -> anyhow::Result<()> {
     match command {
         BenchCommand::Produce(args) => produce::run(bootstrap, args).await,
         BenchCommand::E2e(args) => e2e::run(bootstrap, args).await,
+        BenchCommand::Report(args) => combine::run(args),
     }
 }

@@ -10,7 +10,7 @@ use super::verify::Verification;
 
 pub const AT_LEAST_ONCE: &str = "at-least-once";
 
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct ModeReport {
     pub mode: String,
     pub records_per_sec: f64,

@@ -22,7 +22,7 @@ use super::seqset::SeqSet;
 /// judged: missing records then show as lost).
 const STALL: Duration = Duration::from_secs(15);
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Verification {
     pub read: u64,
     pub lost: u64,

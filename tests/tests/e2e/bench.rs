@@ -178,3 +178,50 @@ fn given_rounds_and_with_null_then_each_mode_reports_its_median_round_beside_the
     );
     assert_eq!(values(&json, "goal"), vec!["0.5"], "{json}");
 }
+
+#[test]
+fn given_json_outputs_of_several_runs_then_report_combines_them_as_rounds() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut files = Vec::new();
+    for round in 0..2 {
+        for mode in ["at-least-once", "transactional"] {
+            let json = succeeded(&bench(&[
+                "produce",
+                "--embedded",
+                "--records",
+                "300",
+                "--modes",
+                mode,
+                "--json",
+            ]));
+            let file = dir.path().join(format!("{round}-{mode}.json"));
+            std::fs::write(&file, json).expect("write");
+            files.push(file.to_string_lossy().into_owned());
+        }
+    }
+    let mut args = vec!["report", "--json"];
+    args.extend(files.iter().map(String::as_str));
+    let json = succeeded(&bench(&args));
+    assert_eq!(
+        values(&json, "mode"),
+        vec!["at-least-once", "transactional"],
+        "{json}"
+    );
+    assert_eq!(values(&json, "verified"), vec!["true", "true"], "{json}");
+    assert_eq!(
+        json.matches("\"round_records_per_sec\": [").count(),
+        2,
+        "{json}"
+    );
+    assert_eq!(
+        values(&json, "name"),
+        vec!["transactional / at-least-once"],
+        "{json}"
+    );
+    // Anything else is refused with the file's name.
+    let junk = dir.path().join("junk.json");
+    std::fs::write(&junk, "{}").expect("write");
+    let refused = bench(&["report", junk.to_str().expect("path")]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("junk.json"));
+}
