@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
-use idem_client::{Admin, NewTopic};
+use idem_client::{Admin, Isolation, NewTopic, OffsetSpec};
 
 /// How long a new topic may take to have a leader for every partition.
 const READY_WITHIN: Duration = Duration::from_secs(30);
@@ -17,7 +17,7 @@ pub fn fresh_name(prefix: &str, what: &str) -> String {
     format!("{prefix}-{what}-{unix_ms}")
 }
 
-/// Creates `name` and waits until every partition has a leader.
+/// Creates `name` and waits until every partition's leader serves it.
 pub async fn create(
     bootstrap: &str,
     name: &str,
@@ -44,7 +44,9 @@ pub async fn create(
                 && t.partitions.len() == partitions as usize
                 && t.partitions.iter().all(|p| p.leader_id >= 0)
         });
-        if ready {
+        // The metadata can name a leader before that broker has opened the partition;
+        // the first batches would then be refused and retried inside the measurement.
+        if ready && leaders_serve(&admin, name, partitions).await {
             return Ok(());
         }
         anyhow::ensure!(
@@ -53,4 +55,22 @@ pub async fn create(
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Whether every partition's leader answers ListOffsets for it.
+async fn leaders_serve(admin: &Admin, name: &str, partitions: i32) -> bool {
+    for partition in 0..partitions {
+        let answered = admin
+            .list_offsets(
+                name,
+                partition,
+                OffsetSpec::Latest,
+                Isolation::ReadUncommitted,
+            )
+            .await;
+        if answered.is_err() {
+            return false;
+        }
+    }
+    true
 }
