@@ -18,8 +18,13 @@ pub enum TopicCommand {
         #[arg(long)]
         unclean_leader_election: bool,
     },
-    /// List topic names.
-    List,
+    /// List topic names (internal ones, such as `__transaction_state`, with
+    /// --internal).
+    List {
+        /// Also list idem's internal topics (names starting with `__`).
+        #[arg(long)]
+        internal: bool,
+    },
     /// Partitions of a topic with leader, replicas, ISR and offsets.
     Describe { name: String },
 }
@@ -46,9 +51,11 @@ pub async fn run(bootstrap: &str, command: TopicCommand) -> anyhow::Result<()> {
                 .with_context(|| format!("creating topic {name:?}"))?;
             println!("created topic {name} with {partitions} partition(s)");
         }
-        TopicCommand::List => {
+        TopicCommand::List { internal } => {
             for topic in admin.metadata(&[]).await?.topics {
-                println!("{}", topic.name);
+                if internal || !topic.name.starts_with("__") {
+                    println!("{}", topic.name);
+                }
             }
         }
         TopicCommand::Describe { name } => {

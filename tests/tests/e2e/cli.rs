@@ -167,9 +167,11 @@ fn given_idem_dev_when_a_user_follows_the_readme_then_records_round_trip_and_sur
     );
 
     let listed = idem(&addr, &["topic", "list"], "");
-    let listed = stdout(&listed);
-    let user_topics: Vec<&str> = listed.lines().filter(|t| !t.starts_with("__")).collect();
-    assert_eq!(user_topics, vec!["demo"]);
+    assert_eq!(stdout(&listed).lines().collect::<Vec<_>>(), vec!["demo"]);
+    let all = idem(&addr, &["topic", "list", "--internal"], "");
+    let mut all: Vec<String> = stdout(&all).lines().map(str::to_string).collect();
+    all.sort();
+    assert_eq!(all, vec!["__transaction_state", "demo"]);
     let described = idem(&addr, &["topic", "describe", "demo"], "");
     assert!(
         stdout(&described).contains("3 partition(s)"),
