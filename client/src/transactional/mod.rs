@@ -340,7 +340,6 @@ impl TransactionalProducer {
         topic: &str,
         partition: i32,
     ) -> Result<mpsc::Sender<PartitionMsg>, ClientError> {
-        let deadline = self.deadline();
         let mut shared = self.shared()?;
         shared.machine.check_send(Some(generation))?;
         let key = (topic.to_string(), partition);
@@ -353,7 +352,7 @@ impl TransactionalProducer {
                 self.inner.coordinator.clone(),
                 self.inner.transactional_id.clone(),
                 producer,
-                deadline,
+                self.inner.config.delivery_timeout,
             )
         });
         let registered = registrar.register(topic, partition);

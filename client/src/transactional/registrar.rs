@@ -12,6 +12,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
@@ -43,16 +44,17 @@ impl std::fmt::Debug for Registration {
 }
 
 impl Registrar {
-    /// Starts the registrar of a transaction of `producer`; each AddPartitionsToTxn may
-    /// take until `deadline`.
+    /// Starts the registrar of a transaction of `producer`; each AddPartitionsToTxn,
+    /// retries included, may take `patience` from when it is sent (a transaction may
+    /// outlast it, so no deadline is fixed at the start).
     pub(crate) fn spawn(
         coordinator: Arc<CoordinatorLink>,
         transactional_id: Arc<str>,
         producer: ProducerIdAndEpoch,
-        deadline: Instant,
+        patience: Duration,
     ) -> Self {
         let (queue, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(coordinator, transactional_id, producer, deadline, rx));
+        tokio::spawn(run(coordinator, transactional_id, producer, patience, rx));
         Registrar { queue }
     }
 
@@ -75,7 +77,7 @@ async fn run(
     coordinator: Arc<CoordinatorLink>,
     transactional_id: Arc<str>,
     producer: ProducerIdAndEpoch,
-    deadline: Instant,
+    patience: Duration,
     mut rx: mpsc::UnboundedReceiver<Registration>,
 ) {
     while let Some(first) = rx.recv().await {
@@ -88,7 +90,12 @@ async fn run(
             topics.entry(r.topic.clone()).or_default().push(r.partition);
         }
         let result = coordinator
-            .add_partitions(&transactional_id, producer, topics, deadline)
+            .add_partitions(
+                &transactional_id,
+                producer,
+                topics,
+                Instant::now() + patience,
+            )
             .await;
         match &result {
             Ok(()) => tracing::debug!(
