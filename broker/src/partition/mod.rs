@@ -181,15 +181,22 @@ impl Partition {
         let gap_deadline = arrived + SEQUENCE_GAP_WAIT.min(timeout);
         let mut waited = false;
         let result = loop {
-            // Registered before the check, so an append right after it is not missed.
-            let appended = self.appended.notified();
-            tokio::pin!(appended);
-            appended.as_mut().enable();
             match self.check_and_append(&header, &mut buf, leader_epoch) {
                 Err(e) if is_sequence_gap(&e) && tokio::time::Instant::now() < gap_deadline => {
                     waited = true;
-                    // Past the deadline the loop checks once more, then refuses.
-                    let _ = tokio::time::timeout_at(gap_deadline, appended).await;
+                    // Only a batch that found a gap registers for wake-ups (the common
+                    // path stays as it was), then looks once more: an append between
+                    // the refusal and the registration is not missed.
+                    let appended = self.appended.notified();
+                    tokio::pin!(appended);
+                    appended.as_mut().enable();
+                    match self.check_and_append(&header, &mut buf, leader_epoch) {
+                        Err(e) if is_sequence_gap(&e) => {
+                            // Past the deadline the loop checks once more, then refuses.
+                            let _ = tokio::time::timeout_at(gap_deadline, appended).await;
+                        }
+                        result => break result,
+                    }
                 }
                 result => break result,
             }
@@ -243,11 +250,6 @@ impl Partition {
         (isr < min).then_some((isr, min))
     }
 
-    /// Appends one batch (offsets are the log end's) and updates everything derived
-    /// from the log the same way on leader and follower: the leader-epoch history, a
-    /// producer snapshot when a segment rolled, the producer state and the transaction
-    /// index, read from the header as stored (and a control batch's marker), so both
-    /// replicas derive identical state from identical bytes.
     /// Under the partition lock: a duplicate gets its original offsets, anything the
     /// producer state accepts is appended.
     fn check_and_append(
@@ -274,6 +276,11 @@ impl Partition {
         Ok((outcome, info.last_offset + 1))
     }
 
+    /// Appends one batch (offsets are the log end's) and updates everything derived
+    /// from the log the same way on leader and follower: the leader-epoch history, a
+    /// producer snapshot when a segment rolled, the producer state and the transaction
+    /// index, read from the header as stored (and a control batch's marker), so both
+    /// replicas derive identical state from identical bytes.
     fn append_to_log(
         &self,
         inner: &mut PartitionInner,
@@ -619,7 +626,6 @@ fn refuse_unsupported_batch(header: &BatchHeader) -> Result<(), BrokerError> {
     Ok(())
 }
 
-/// `Some(original)` for a duplicate; `None` when the batch is the next one to append.
 /// A refusal an earlier batch of the same producer, still in flight, may resolve: the
 /// batch is ahead of the sequence the broker expects, or the producer's first batch has
 /// not arrived yet.
@@ -636,6 +642,7 @@ fn is_sequence_gap(e: &BrokerError) -> bool {
     }
 }
 
+/// `Some(original)` for a duplicate; `None` when the batch is the next one to append.
 fn check_producer(
     producers: &ProducerStateTable,
     header: &BatchHeader,
