@@ -17,6 +17,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# etcd (and protoc, which the release build needs) when missing, as the test command does.
+scripts/install-deps.sh protoc etcd >&2
 cargo build --release --bins >&2
 bin="$(realpath "${CARGO_TARGET_DIR:-target}")/release"
 work="$(mktemp -d /tmp/idem-bench-cluster.XXXXXX)"
@@ -28,6 +30,9 @@ stop_cluster() {
   rm -rf "$work/cluster"
 }
 trap 'stop_cluster; rm -rf "$work"' EXIT
+
+# Whether something accepts TCP connections on 127.0.0.1:$1 (bash only, no curl needed).
+listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 # Waits (up to 30 s) until the command succeeds; says which step timed out.
 await() {
@@ -50,7 +55,7 @@ start_cluster() {
     --listen-peer-urls http://127.0.0.1:23800 --initial-advertise-peer-urls http://127.0.0.1:23800 \
     --initial-cluster bench=http://127.0.0.1:23800 >"$work/etcd.log" 2>&1 &
   pids+=($!)
-  await etcd curl -fsS "$etcd_url/health"
+  await etcd listening 23790
   for id in 1 2 3; do
     IDEM_LOG=warn "$bin/idem-broker" --id "$id" --etcd "$etcd_url" --etcd-prefix /bench \
       --pid-store etcd --listen "127.0.0.1:1909$id" --data-dir "$dir/broker-$id" \
