@@ -10,14 +10,13 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
 use serde::{Deserialize, Serialize};
-use tokio::task::JoinHandle;
 
 use crate::cluster::catalog::{CatalogError, CatalogSnapshot, EtcdCatalog, PartitionState};
 use crate::cluster::membership::Membership;
 use crate::coordinators::CoordinatorView;
 use crate::error::BrokerError;
 use crate::partition::{now_ms, Partition, PartitionSettings};
-use crate::replication::follower::{self, Following};
+use crate::replication::fetchers::{Fetchers, Following, PartitionKey};
 use crate::replication::replica_set::Role;
 
 const TOPICS_FILE: &str = "topics.json";
@@ -109,9 +108,6 @@ struct Topic {
     partitions: Vec<PartitionView>,
 }
 
-/// A partition by topic name and index.
-type PartitionKey = (String, i32);
-
 /// The etcd side of a clustered broker.
 pub struct ClusterCatalog {
     pub broker_id: i32,
@@ -155,8 +151,8 @@ pub struct TopicRegistry {
     cluster: Option<ClusterCatalog>,
     // Serialises creations (single node) and catalog syncs (cluster).
     create_lock: tokio::sync::Mutex<()>,
-    /// The fetch loop of every partition this broker follows.
-    followers: std::sync::Mutex<HashMap<PartitionKey, (Following, JoinHandle<()>)>>,
+    /// One fetcher per leader this broker follows partitions of.
+    fetchers: std::sync::Mutex<Fetchers>,
     /// The membership generation the last catalog sync saw: after the broker lost its
     /// lease and registered again, it leads nothing until it has re-read the catalog.
     synced_generation: std::sync::atomic::AtomicU64,
@@ -199,7 +195,7 @@ impl TopicRegistry {
             topics: RwLock::new(topics),
             cluster: None,
             create_lock: tokio::sync::Mutex::new(()),
-            followers: std::sync::Mutex::new(HashMap::new()),
+            fetchers: std::sync::Mutex::new(Fetchers::default()),
             synced_generation: std::sync::atomic::AtomicU64::new(u64::MAX),
             coordinators: RwLock::new(CoordinatorView::default()),
         })
@@ -222,7 +218,7 @@ impl TopicRegistry {
             topics: RwLock::new(BTreeMap::new()),
             cluster: Some(cluster),
             create_lock: tokio::sync::Mutex::new(()),
-            followers: std::sync::Mutex::new(HashMap::new()),
+            fetchers: std::sync::Mutex::new(Fetchers::default()),
             synced_generation: std::sync::atomic::AtomicU64::new(u64::MAX),
             coordinators: RwLock::new(CoordinatorView::default()),
         })
@@ -451,13 +447,14 @@ impl TopicRegistry {
         Ok(changed)
     }
 
-    /// One fetch loop per followed partition, restarted when its leader or epoch changes.
+    /// Hands every followed partition to its leader's fetcher; a partition whose leader
+    /// or epoch changed starts over with a truncation check.
     fn reconcile_followers(&self, cluster: &ClusterCatalog) {
-        let mut wanted: HashMap<(String, i32), (Following, Arc<Partition>)> = HashMap::new();
+        let mut wanted: HashMap<PartitionKey, (Following, Arc<Partition>)> = HashMap::new();
         for (name, topic) in self.read().iter() {
             for view in &topic.partitions {
                 let Some(local) = &view.local else { continue };
-                if view.leader == self.broker_id {
+                if view.leader == self.broker_id || view.leader < 0 {
                     continue;
                 }
                 let following = Following {
@@ -468,29 +465,10 @@ impl TopicRegistry {
                 wanted.insert((name.clone(), view.index), (following, local.clone()));
             }
         }
-        let mut followers = self
-            .followers
+        self.fetchers
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        followers.retain(|key, (following, task)| {
-            let keep = wanted.get(key).is_some_and(|(w, _)| w == following);
-            if !keep {
-                task.abort();
-            }
-            keep
-        });
-        for (key, (following, partition)) in wanted {
-            if followers.contains_key(&key) {
-                continue;
-            }
-            tracing::info!(topic = %key.0, partition = key.1, leader = following.leader, leader_epoch = following.leader_epoch, "following");
-            let task = tokio::spawn(follower::follow(
-                partition,
-                following,
-                cluster.membership.clone(),
-            ));
-            followers.insert(key, (following, task));
-        }
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .reconcile(self.broker_id, wanted, &cluster.membership);
     }
 
     /// Leader duty: publishes ISR shrinks (a follower lagging past `lag_limit_ms`) and

@@ -396,10 +396,28 @@ impl Partition {
         }
     }
 
-    /// Follower side: appends batches fetched from the leader at the offsets the leader
-    /// gave them, makes them durable, and rebuilds producer state from them exactly as
-    /// the leader did. Returns the new log end.
-    pub async fn append_replicated(&self, records: &[u8]) -> Result<i64, BrokerError> {
+    /// Follower side: appends batches fetched from `leader` in `leader_epoch` at the
+    /// offsets the leader gave them, makes them durable, and rebuilds producer state
+    /// from them exactly as the leader did. Returns the new log end. Refused unless
+    /// this replica still follows that leader in that epoch (a fetch answered just
+    /// before this broker took over must not land in its log).
+    pub async fn append_replicated(
+        &self,
+        records: &[u8],
+        leader: i32,
+        leader_epoch: i32,
+    ) -> Result<i64, BrokerError> {
+        let (role, current_epoch) = {
+            let replicas = self.replica_set();
+            (replicas.role, replicas.leader_epoch)
+        };
+        if role != (Role::Follower { leader }) || current_epoch != leader_epoch {
+            return Err(BrokerError::NotLeaderOrFollower {
+                topic: self.topic.clone(),
+                partition: self.index,
+                leader: -1,
+            });
+        }
         {
             let mut inner = self.lock();
             for item in batch::Batches::new(records) {

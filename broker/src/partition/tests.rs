@@ -551,3 +551,54 @@ async fn given_a_gap_no_batch_fills_then_the_batch_is_refused_after_the_wait_and
         "waited for a stale batch"
     );
 }
+
+#[tokio::test]
+async fn given_replicated_batches_then_only_the_followed_leader_and_epoch_may_append_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let leader = Partition::open("orders", 0, &dir.path().join("leader"), settings(), 1)
+        .expect("open leader");
+    produce(&leader, &data(9, 0, 0, 3, false))
+        .await
+        .expect("produce");
+    let (records, _) = leader
+        .read_for_follower(2, 0, 1 << 20, None)
+        .expect("read for follower");
+    let follower = Partition::open("orders", 0, &dir.path().join("follower"), settings(), 2)
+        .expect("open follower");
+    let follow = |leader_id: i32, epoch: i32| {
+        follower.set_replication(
+            Role::Follower { leader: leader_id },
+            epoch,
+            vec![1, 2],
+            vec![1, 2],
+            1,
+        )
+    };
+    follow(1, 3);
+    for (from, epoch, why) in [(1, 2, "an older epoch"), (3, 3, "another leader")] {
+        let refused = follower.append_replicated(&records, from, epoch).await;
+        assert_eq!(
+            refused.map_err(|e| e.code()),
+            Err(ErrorCode::NotLeaderOrFollower),
+            "{why}"
+        );
+        assert_eq!(
+            follower.offsets().log_end_offset,
+            0,
+            "{why} changed the log"
+        );
+    }
+    // This broker took over: a fetch answered by the old leader must not land.
+    follower.set_replication(Role::Leader, 4, vec![1, 2], vec![2], 1);
+    let refused = follower.append_replicated(&records, 1, 3).await;
+    assert!(refused.is_err(), "appended as leader");
+    assert_eq!(follower.offsets().log_end_offset, 0);
+    follow(1, 5);
+    assert_eq!(
+        follower
+            .append_replicated(&records, 1, 5)
+            .await
+            .expect("append"),
+        3
+    );
+}

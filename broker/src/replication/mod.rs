@@ -1,6 +1,7 @@
 //! Replication: the pure rules of a partition's replica set (high watermark, ISR) and
-//! the follower's fetch loop.
+//! the followers' fetchers, one per leader.
 
 pub mod epoch_history;
-pub mod follower;
+pub mod fetcher;
+pub mod fetchers;
 pub mod replica_set;

@@ -1,0 +1,455 @@
+//! One leader's fetcher: pulls every partition this broker follows from that leader in
+//! one long-poll Fetch (naming this broker as the replica and, per partition, the
+//! leader epoch it follows), appends the leader's batches at the leader's offsets,
+//! makes them durable, and follows the leader's high watermark. Before a partition's
+//! first fetch, and again after an error or a reconnection, it asks the leader where
+//! its latest epoch ends and cuts any tail the leader does not have (KIP-101).
+//!
+//! A partition the leader refuses is left out of the fetch for a short pause; the
+//! others go on. A broken connection starts everything over.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::join_all;
+use idem_proto::v1::broker_client::BrokerClient;
+use idem_proto::v1::{
+    FetchPartition, FetchPartitionResponse, FetchRequest, FetchTopic, IsolationLevel,
+    OffsetForLeaderEpochRequest,
+};
+use idem_proto::ErrorCode;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::cluster::membership::Membership;
+use crate::partition::Partition;
+use crate::replication::epoch_history::truncation_point;
+use crate::replication::fetchers::{FetcherShared, Following, PartitionKey};
+
+/// After the connection to the leader failed.
+const RECONNECT_PAUSE: Duration = Duration::from_millis(200);
+/// A partition the leader refused (not leader yet, fenced epoch) sits out this long.
+const PARTITION_PAUSE: Duration = Duration::from_millis(100);
+const MAX_WAIT_MS: i32 = 500;
+/// Per partition and per fetch, as Kafka's replica.fetch.max.bytes and
+/// replica.fetch.response.max.bytes.
+const PARTITION_MAX_BYTES: i32 = 1024 * 1024;
+const RESPONSE_MAX_BYTES: i32 = 8 * 1024 * 1024;
+
+/// A followed partition as this fetcher sees it.
+pub(crate) struct Followed {
+    pub(crate) following: Following,
+    pub(crate) partition: Arc<Partition>,
+    /// Must ask the leader where our latest epoch ends before fetching.
+    must_truncate: bool,
+    /// Left out of fetches until then.
+    paused_until: Option<Instant>,
+}
+
+impl Followed {
+    fn fetchable(&self, now: Instant) -> bool {
+        !self.must_truncate && self.paused_until.is_none_or(|until| until <= now)
+    }
+
+    fn pause(&mut self) {
+        self.paused_until = Some(Instant::now() + PARTITION_PAUSE);
+        self.must_truncate = true;
+    }
+}
+
+/// Runs until aborted.
+pub async fn run(me: i32, leader: i32, shared: Arc<FetcherShared>, membership: Arc<Membership>) {
+    let mut version = shared.subscribe();
+    let mut followed: HashMap<PartitionKey, Followed> = HashMap::new();
+    loop {
+        match leader_client(&membership, leader).await {
+            Some(client) => {
+                // A new connection may mean a restarted leader: check every tail again.
+                followed.values_mut().for_each(|f| f.must_truncate = true);
+                let reason =
+                    fetch_until_failure(&shared, &mut version, &mut followed, client).await;
+                tracing::debug!(me, leader, reason, "follower fetch interrupted");
+            }
+            None => tracing::debug!(leader, "leader is not registered; waiting"),
+        }
+        tokio::time::sleep(RECONNECT_PAUSE).await;
+    }
+}
+
+async fn leader_client(membership: &Membership, leader: i32) -> Option<BrokerClient<Channel>> {
+    let brokers = membership.live_brokers().await.ok()?;
+    let address = brokers.into_iter().find(|b| b.broker_id == leader)?.address;
+    let endpoint = Endpoint::from_shared(format!("http://{address}"))
+        .ok()?
+        .tcp_nodelay(true)
+        .connect_timeout(Duration::from_secs(2));
+    let channel = endpoint.connect().await.ok()?;
+    Some(
+        BrokerClient::new(channel)
+            .max_decoding_message_size(RESPONSE_MAX_BYTES as usize + 1024 * 1024),
+    )
+}
+
+/// Brings `followed` in line with the registry's assignment: new partitions (or a new
+/// leader epoch) start with a truncation check, dropped ones are forgotten.
+fn refresh(shared: &FetcherShared, followed: &mut HashMap<PartitionKey, Followed>) {
+    let assignment = shared.assignment();
+    followed.retain(|key, f| {
+        assignment
+            .get(key)
+            .is_some_and(|(following, _)| *following == f.following)
+    });
+    for (key, (following, partition)) in assignment.iter() {
+        followed.entry(key.clone()).or_insert_with(|| Followed {
+            following: *following,
+            partition: partition.clone(),
+            must_truncate: true,
+            paused_until: None,
+        });
+    }
+}
+
+/// Fetches until the connection fails; returns why.
+async fn fetch_until_failure(
+    shared: &FetcherShared,
+    version: &mut watch::Receiver<u64>,
+    followed: &mut HashMap<PartitionKey, Followed>,
+    mut client: BrokerClient<Channel>,
+) -> String {
+    let mut round: usize = 0;
+    loop {
+        version.mark_unchanged();
+        refresh(shared, followed);
+        if let Err(reason) = truncate_divergent_tails(followed, &client).await {
+            return reason;
+        }
+        let now = Instant::now();
+        let Some(request) = fetch_request(followed, now, round) else {
+            // Nothing to fetch: wait for a new assignment or the end of a pause.
+            let resume = followed.values().filter_map(|f| f.paused_until).min();
+            let resumed = async {
+                match resume {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = version.changed() => {}
+                () = resumed => {}
+            }
+            continue;
+        };
+        round = round.wrapping_add(1);
+        let response = tokio::select! {
+            response = client.fetch(request) => response,
+            // New partitions should not wait for a long-poll they are not part of.
+            _ = version.changed() => continue,
+        };
+        let response = match response {
+            Ok(response) => response.into_inner(),
+            Err(status) => return status.to_string(),
+        };
+        let answers = response.topics.into_iter().flat_map(|topic| {
+            let name = topic.name;
+            topic
+                .partitions
+                .into_iter()
+                .map(move |p| ((name.clone(), p.partition), p))
+        });
+        let applied = answers.filter_map(|(key, answer)| {
+            let f = followed.get(&key)?;
+            Some(apply(shared, key, f.following, f.partition.clone(), answer))
+        });
+        for (key, outcome) in join_all(applied).await {
+            if let Err(reason) = outcome {
+                tracing::debug!(
+                    topic = key.0,
+                    partition = key.1,
+                    reason,
+                    "follower fetch refused"
+                );
+                if let Some(f) = followed.get_mut(&key) {
+                    f.pause();
+                }
+            }
+        }
+    }
+}
+
+/// One Fetch for every partition not waiting on a truncation check or a pause; the
+/// starting partition rotates each round so no partition always comes last under the
+/// response's byte limit.
+fn fetch_request(
+    followed: &HashMap<PartitionKey, Followed>,
+    now: Instant,
+    round: usize,
+) -> Option<FetchRequest> {
+    let mut ready: Vec<(&PartitionKey, &Followed)> =
+        followed.iter().filter(|(_, f)| f.fetchable(now)).collect();
+    if ready.is_empty() {
+        return None;
+    }
+    ready.sort_by(|a, b| a.0.cmp(b.0));
+    let start = round % ready.len();
+    ready.rotate_left(start);
+    let me = ready[0].1.following.me;
+    let mut topics: Vec<FetchTopic> = Vec::new();
+    for ((topic, index), f) in ready {
+        let wanted = FetchPartition {
+            partition: *index,
+            fetch_offset: f.partition.offsets().log_end_offset,
+            partition_max_bytes: PARTITION_MAX_BYTES,
+            current_leader_epoch: Some(f.following.leader_epoch),
+        };
+        match topics.last_mut() {
+            Some(last) if last.name == *topic => last.partitions.push(wanted),
+            _ => topics.push(FetchTopic {
+                name: topic.clone(),
+                partitions: vec![wanted],
+            }),
+        }
+    }
+    Some(FetchRequest {
+        max_wait_ms: MAX_WAIT_MS,
+        min_bytes: 1,
+        max_bytes: RESPONSE_MAX_BYTES,
+        isolation_level: IsolationLevel::ReadUncommitted as i32,
+        topics,
+        replica_id: Some(me),
+    })
+}
+
+/// Applies one partition's answer: append what came, follow the high watermark, or cut
+/// a tail the leader does not have.
+async fn apply(
+    shared: &FetcherShared,
+    key: PartitionKey,
+    following: Following,
+    partition: Arc<Partition>,
+    answer: FetchPartitionResponse,
+) -> (PartitionKey, Result<(), String>) {
+    let result = async {
+        match answer.error_code() {
+            ErrorCode::None => {
+                if !answer.records.is_empty() {
+                    // The registry may have moved this partition on (this broker now
+                    // leads it) while the fetch was out.
+                    if !shared.still_follows(&key, following) {
+                        return Ok(());
+                    }
+                    partition
+                        .append_replicated(
+                            &answer.records,
+                            following.leader,
+                            following.leader_epoch,
+                        )
+                        .await
+                        .map_err(|e| e.to_string())?;
+                }
+                partition.follow_high_watermark(answer.high_watermark);
+                Ok(())
+            }
+            ErrorCode::OffsetOutOfRange
+                if answer.high_watermark >= 0
+                    && answer.high_watermark < partition.offsets().log_end_offset =>
+            {
+                // Our tail is not on the leader: keep only what the ISR agreed on.
+                partition
+                    .truncate_to(answer.high_watermark)
+                    .map_err(|e| e.to_string())
+            }
+            code => Err(format!("{}: {}", code.as_str_name(), answer.error_message)),
+        }
+    }
+    .await;
+    (key, result)
+}
+
+/// Why a truncation check did not pass.
+enum CheckFailed {
+    /// The call did not reach the leader or got no answer: reconnect.
+    Transport(String),
+    /// The leader answered with an error for this partition: pause it.
+    Refused(String),
+}
+
+/// Runs the truncation check of every partition that needs one, concurrently; a
+/// partition whose check the leader refuses sits out a pause and tries again. A
+/// transport failure ends the connection (returned).
+async fn truncate_divergent_tails(
+    followed: &mut HashMap<PartitionKey, Followed>,
+    client: &BrokerClient<Channel>,
+) -> Result<(), String> {
+    let checks = followed
+        .iter()
+        .filter(|(_, f)| f.must_truncate && f.paused_until.is_none_or(|t| t <= Instant::now()))
+        .map(|(key, f)| {
+            let mut client = client.clone();
+            let partition = f.partition.clone();
+            let following = f.following;
+            async move {
+                let result = truncate_divergent_tail(&partition, following, &mut client).await;
+                (key.clone(), result)
+            }
+        });
+    let mut transport = Ok(());
+    for (key, result) in join_all(checks).await {
+        let Some(f) = followed.get_mut(&key) else {
+            continue;
+        };
+        match result {
+            Ok(()) => {
+                f.must_truncate = false;
+                f.paused_until = None;
+            }
+            Err(CheckFailed::Refused(reason)) => {
+                tracing::debug!(
+                    topic = key.0,
+                    partition = key.1,
+                    reason,
+                    "truncation check refused"
+                );
+                f.pause();
+            }
+            Err(CheckFailed::Transport(reason)) => transport = Err(reason),
+        }
+    }
+    transport
+}
+
+/// KIP-101: asks the leader where our latest epoch ends in its log and cuts whatever we
+/// hold past that point, before fetching anything.
+async fn truncate_divergent_tail(
+    partition: &Partition,
+    following: Following,
+    client: &mut BrokerClient<Channel>,
+) -> Result<(), CheckFailed> {
+    let Some(latest) = partition.latest_epoch() else {
+        return Ok(()); // an empty log has nothing to disagree on
+    };
+    let answer = client
+        .offset_for_leader_epoch(OffsetForLeaderEpochRequest {
+            topic: partition.topic().to_string(),
+            partition: partition.index(),
+            leader_epoch: latest,
+            current_leader_epoch: following.leader_epoch,
+        })
+        .await
+        .map_err(|s| CheckFailed::Transport(s.to_string()))?
+        .into_inner();
+    if answer.error_code() != ErrorCode::None {
+        return Err(CheckFailed::Refused(format!(
+            "{}: {}",
+            answer.error_code().as_str_name(),
+            answer.error_message
+        )));
+    }
+    let local_end = partition.offsets().log_end_offset;
+    if let Some(cut) = truncation_point(local_end, (answer.leader_epoch, answer.end_offset)) {
+        tracing::warn!(
+            topic = partition.topic(),
+            partition = partition.index(),
+            local_end,
+            cut,
+            our_epoch = latest,
+            leader_epoch = answer.leader_epoch,
+            "cutting a tail the new leader does not have"
+        );
+        partition
+            .truncate_to(cut)
+            .map_err(|e| CheckFailed::Refused(e.to_string()))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::partition::PartitionSettings;
+
+    pub(crate) fn followed(
+        dir: &std::path::Path,
+        topic: &str,
+        index: i32,
+    ) -> (PartitionKey, Followed) {
+        let partition = Partition::open(
+            topic,
+            index,
+            &dir.join(format!("{topic}-{index}")),
+            PartitionSettings {
+                log: crate::log::LogConfig::default(),
+                max_batch_bytes: 1 << 20,
+                producer_id_expiration_ms: 60_000,
+            },
+            2,
+        )
+        .expect("open partition");
+        let following = Following {
+            me: 2,
+            leader: 1,
+            leader_epoch: 7,
+        };
+        let f = Followed {
+            following,
+            partition: Arc::new(partition),
+            must_truncate: false,
+            paused_until: None,
+        };
+        ((topic.to_string(), index), f)
+    }
+
+    /// `(topic, partition)` in request order.
+    fn asked(request: &FetchRequest) -> Vec<(String, i32)> {
+        request
+            .topics
+            .iter()
+            .flat_map(|t| t.partitions.iter().map(|p| (t.name.clone(), p.partition)))
+            .collect()
+    }
+
+    #[test]
+    fn given_followed_partitions_then_one_fetch_asks_for_every_ready_one_and_rotates_the_start() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut all: HashMap<PartitionKey, Followed> = [
+            followed(dir.path(), "a", 0),
+            followed(dir.path(), "a", 1),
+            followed(dir.path(), "b", 0),
+            followed(dir.path(), "c", 0),
+            followed(dir.path(), "d", 0),
+        ]
+        .into_iter()
+        .collect();
+        let now = Instant::now();
+        all.get_mut(&("c".to_string(), 0)).expect("c").must_truncate = true;
+        all.get_mut(&("d".to_string(), 0)).expect("d").paused_until =
+            Some(now + Duration::from_secs(60));
+        let first = fetch_request(&all, now, 0).expect("a request");
+        assert_eq!(
+            asked(&first),
+            [("a".into(), 0), ("a".into(), 1), ("b".into(), 0)]
+        );
+        assert_eq!(first.replica_id, Some(2));
+        assert_eq!(
+            first.topics.len(),
+            2,
+            "partitions of one topic share an entry"
+        );
+        let partition = &first.topics[0].partitions[0];
+        assert_eq!(partition.current_leader_epoch, Some(7));
+        assert_eq!(partition.fetch_offset, 0);
+        let next = fetch_request(&all, now, 1).expect("a request");
+        assert_eq!(
+            asked(&next),
+            [("a".into(), 1), ("b".into(), 0), ("a".into(), 0)]
+        );
+        // A pause ends by itself; a truncation check must pass first.
+        let later = fetch_request(&all, now + Duration::from_secs(61), 0).expect("a request");
+        assert_eq!(asked(&later).len(), 4);
+        for f in all.values_mut() {
+            f.must_truncate = true;
+        }
+        assert!(fetch_request(&all, now, 0).is_none());
+    }
+}
