@@ -27,6 +27,14 @@ pub struct LoadArgs {
     /// Send this many records per mode (across all producers) instead of a duration.
     #[arg(long)]
     pub records: Option<u64>,
+    /// How long a partition's open batch waits for more records, in milliseconds
+    /// (Kafka's linger.ms); default: the SDK's (5).
+    #[arg(long)]
+    pub linger_ms: Option<u64>,
+    /// A batch is sealed once it holds about this many bytes (Kafka's batch.size);
+    /// default: the SDK's (65536).
+    #[arg(long)]
+    pub batch_size: Option<usize>,
     /// Commit interval of the transactional mode, in milliseconds.
     #[arg(long, default_value_t = 100)]
     pub txn_ms: u64,
@@ -48,6 +56,13 @@ pub struct LoadArgs {
     /// Topics are named `<prefix>-<mode>-<unix ms>`.
     #[arg(long, default_value = "bench")]
     pub topic_prefix: String,
+}
+
+impl LoadArgs {
+    /// The producer's linger, when `--linger-ms` overrides the SDK's.
+    pub fn linger(&self) -> Option<Duration> {
+        self.linger_ms.map(Duration::from_millis)
+    }
 }
 
 /// How long or how much a run sends.
@@ -85,6 +100,10 @@ impl LoadArgs {
             "--duration must be positive"
         );
         anyhow::ensure!(self.txn_ms >= 1, "--txn-ms must be at least 1");
+        anyhow::ensure!(
+            self.batch_size.is_none_or(|b| b >= self.record_size),
+            "--batch-size must hold at least one record of --record-size bytes"
+        );
         anyhow::ensure!(
             !self.topic_prefix.is_empty(),
             "--topic-prefix must not be empty"

@@ -81,13 +81,7 @@ async fn measure(target: &Target, args: &E2eArgs) -> anyhow::Result<E2eReport> {
         load.replication_factor,
     )
     .await?;
-    let driver = Driver::connect(
-        args.mode,
-        &target.bootstrap,
-        load.partitions,
-        &format!("{topic}-0"),
-    )
-    .await?;
+    let driver = Driver::connect(args.mode, &target.bootstrap, load, &format!("{topic}-0")).await?;
     let mut consumer = Consumer::connect(
         &target.bootstrap,
         ConsumerConfig {

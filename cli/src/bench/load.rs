@@ -19,6 +19,7 @@ use idem_client::{
 };
 use tokio::sync::mpsc;
 
+use super::args::LoadArgs;
 use super::latency::Latencies;
 use super::modes::Mode;
 use super::payload::{self, Stamp};
@@ -106,12 +107,14 @@ impl Driver {
     pub async fn connect(
         mode: Mode,
         bootstrap: &str,
-        partitions: i32,
+        load: &LoadArgs,
         transactional_id: &str,
     ) -> anyhow::Result<Driver> {
         match mode.producer_config(bootstrap) {
             Some(mut config) => {
-                let per_partition = PRODUCER_BUFFER_BYTES / partitions.max(1) as usize;
+                config.linger = load.linger().unwrap_or(config.linger);
+                config.batch_size = load.batch_size.unwrap_or(config.batch_size);
+                let per_partition = PRODUCER_BUFFER_BYTES / load.partitions.max(1) as usize;
                 config.buffer_memory = per_partition.max(config.batch_size);
                 let producer = Producer::connect(config)
                     .await
@@ -119,7 +122,9 @@ impl Driver {
                 Ok(Driver::Plain(producer))
             }
             None => {
-                let config = TransactionalConfig::new(bootstrap, transactional_id);
+                let mut config = TransactionalConfig::new(bootstrap, transactional_id);
+                config.linger = load.linger().unwrap_or(config.linger);
+                config.batch_size = load.batch_size.unwrap_or(config.batch_size);
                 let producer = TransactionalProducer::connect(config)
                     .await
                     .with_context(|| {

@@ -183,9 +183,7 @@ async fn run_mode(
     let mut drivers = Vec::with_capacity(args.producers as usize);
     for index in 0..args.producers {
         let transactional_id = format!("{topic}-{index}");
-        drivers.push(
-            Driver::connect(mode, &target.bootstrap, load.partitions, &transactional_id).await?,
-        );
+        drivers.push(Driver::connect(mode, &target.bootstrap, load, &transactional_id).await?);
     }
     let visible = progress::visible(load.json);
     let amount = load.amount();

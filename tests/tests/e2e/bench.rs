@@ -123,6 +123,41 @@ fn given_an_e2e_run_then_every_record_is_read_once_and_latencies_are_ordered() {
 }
 
 #[test]
+fn given_a_long_linger_then_every_record_waits_for_it_and_a_batch_smaller_than_a_record_is_refused()
+{
+    // 20 records a second: a batch opened by one record is sealed by the linger, so its
+    // records wait 200 ms on average (the SDK's 5 ms linger gives about 11 ms here;
+    // only the last records are flushed sooner).
+    let json = succeeded(&bench(&[
+        "e2e",
+        "--embedded",
+        "--duration",
+        "2s",
+        "--rate",
+        "20",
+        "--linger-ms",
+        "400",
+        "--json",
+    ]));
+    let p50 = numbers(&json, "p50_ms")[0];
+    assert!(p50 >= 100.0, "the linger was not applied: {json}");
+    let output = bench(&[
+        "produce",
+        "--embedded",
+        "--batch-size",
+        "100",
+        "--records",
+        "1",
+    ]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--batch-size must hold at least one record"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn given_null_without_embedded_then_the_bench_refuses_and_says_why() {
     let output = bench(&["produce", "--null", "--records", "10"]);
     assert!(!output.status.success());
