@@ -1,22 +1,25 @@
-//! One leader's fetcher: pulls every partition this broker follows from that leader in
-//! one long-poll Fetch (naming this broker as the replica and, per partition, the
-//! leader epoch it follows), appends the leader's batches at the leader's offsets,
-//! makes them durable, and follows the leader's high watermark. Before a partition's
-//! first fetch, and again after an error or a reconnection, it asks the leader where
-//! its latest epoch ends and cuts any tail the leader does not have (KIP-101).
+//! One leader's fetcher: follows every partition this broker replicates from that
+//! leader, naming this broker as the replica and, per partition, the leader epoch it
+//! follows. It appends the leader's batches at the leader's offsets, makes them
+//! durable, and follows the leader's high watermark. Before a partition's first fetch,
+//! and again after an error or a reconnection, it asks the leader where its latest
+//! epoch ends and cuts any tail the leader does not have (KIP-101).
 //!
-//! A partition the leader refuses is left out of the fetch for a short pause; the
-//! others go on. A broken connection starts everything over.
+//! Quiet partitions share one long-poll Fetch; a partition that gets data fetches on
+//! its own until it is quiet again (see [`fetch_until_failure`]). A partition the
+//! leader refuses is left out for a short pause while the others go on. A broken
+//! connection starts everything over.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::join_all;
+use futures::stream::{FuturesUnordered, StreamExt};
 use idem_proto::v1::broker_client::BrokerClient;
 use idem_proto::v1::{
-    FetchPartition, FetchPartitionResponse, FetchRequest, FetchTopic, IsolationLevel,
-    OffsetForLeaderEpochRequest,
+    FetchPartition, FetchPartitionResponse, FetchRequest, FetchResponse, FetchTopic,
+    IsolationLevel, OffsetForLeaderEpochRequest,
 };
 use idem_proto::ErrorCode;
 use tokio::sync::watch;
@@ -46,11 +49,13 @@ pub(crate) struct Followed {
     must_truncate: bool,
     /// Left out of fetches until then.
     paused_until: Option<Instant>,
+    /// In a fetch loop of its own (see [`fetch_until_failure`]), not the shared one.
+    busy: bool,
 }
 
 impl Followed {
     fn fetchable(&self, now: Instant) -> bool {
-        !self.must_truncate && self.paused_until.is_none_or(|until| until <= now)
+        !self.busy && !self.must_truncate && self.paused_until.is_none_or(|until| until <= now)
     }
 
     fn pause(&mut self) {
@@ -67,7 +72,11 @@ pub async fn run(me: i32, leader: i32, shared: Arc<FetcherShared>, membership: A
         match leader_client(&membership, leader).await {
             Some(client) => {
                 // A new connection may mean a restarted leader: check every tail again.
-                followed.values_mut().for_each(|f| f.must_truncate = true);
+                // The busy partitions' loops ended with the old connection.
+                for f in followed.values_mut() {
+                    f.must_truncate = true;
+                    f.busy = false;
+                }
                 let reason =
                     fetch_until_failure(&shared, &mut version, &mut followed, client).await;
                 tracing::debug!(me, leader, reason, "follower fetch interrupted");
@@ -107,80 +116,164 @@ fn refresh(shared: &FetcherShared, followed: &mut HashMap<PartitionKey, Followed
             partition: partition.clone(),
             must_truncate: true,
             paused_until: None,
+            busy: false,
         });
     }
 }
 
 /// Fetches until the connection fails; returns why.
+///
+/// Quiet partitions share one long-poll. A partition whose answer brings data leaves
+/// it for a fetch loop of its own (append, fsync, fetch again) and comes back once a
+/// whole long-poll brings nothing: a busy partition never waits for another's fsync,
+/// and an idle broker pays one long-poll per leader, not one per partition.
 async fn fetch_until_failure(
-    shared: &FetcherShared,
+    shared: &Arc<FetcherShared>,
     version: &mut watch::Receiver<u64>,
     followed: &mut HashMap<PartitionKey, Followed>,
-    mut client: BrokerClient<Channel>,
+    client: BrokerClient<Channel>,
 ) -> String {
     let mut round: usize = 0;
+    let mut busy = FuturesUnordered::new();
     loop {
         version.mark_unchanged();
         refresh(shared, followed);
         if let Err(reason) = truncate_divergent_tails(followed, &client).await {
             return reason;
         }
-        let now = Instant::now();
-        let Some(request) = fetch_request(followed, now, round) else {
-            // Nothing to fetch: wait for a new assignment or the end of a pause.
-            let resume = followed.values().filter_map(|f| f.paused_until).min();
-            let resumed = async {
-                match resume {
-                    Some(at) => tokio::time::sleep_until(at).await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                _ = version.changed() => {}
-                () = resumed => {}
+        let request = fetch_request(followed, Instant::now(), round);
+        let shared_fetch = async {
+            match request {
+                Some(request) => client.clone().fetch(request).await,
+                None => std::future::pending().await,
             }
-            continue;
+        };
+        let resume = followed.values().filter_map(|f| f.paused_until).min();
+        let resumed = async {
+            match resume {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
         };
         round = round.wrapping_add(1);
-        let response = tokio::select! {
-            response = client.fetch(request) => response,
-            // New partitions should not wait for a long-poll they are not part of.
-            _ = version.changed() => continue,
-        };
-        let response = match response {
-            Ok(response) => response.into_inner(),
-            Err(status) => return status.to_string(),
-        };
-        let answers = response.topics.into_iter().flat_map(|topic| {
-            let name = topic.name;
-            topic
-                .partitions
-                .into_iter()
-                .map(move |p| ((name.clone(), p.partition), p))
-        });
-        let applied = answers.filter_map(|(key, answer)| {
-            let f = followed.get(&key)?;
-            Some(apply(shared, key, f.following, f.partition.clone(), answer))
-        });
-        for (key, outcome) in join_all(applied).await {
-            if let Err(reason) = outcome {
-                tracing::debug!(
-                    topic = key.0,
-                    partition = key.1,
-                    reason,
-                    "follower fetch refused"
-                );
-                if let Some(f) = followed.get_mut(&key) {
-                    f.pause();
+        // Anything but the shared fetch's answer drops it and asks again with the
+        // partitions as they are now (a cancelled long-poll costs no data).
+        tokio::select! {
+            response = shared_fetch => {
+                let response = match response {
+                    Ok(response) => response.into_inner(),
+                    Err(status) => return status.to_string(),
+                };
+                for (key, answer) in answers(response) {
+                    let Some(f) = followed.get_mut(&key) else { continue };
+                    if answer.error_code() == ErrorCode::None && !answer.records.is_empty() {
+                        f.busy = true;
+                        busy.push(follow_while_busy(
+                            shared.clone(),
+                            client.clone(),
+                            key,
+                            f.following,
+                            f.partition.clone(),
+                            answer,
+                        ));
+                    } else if let Err(reason) = apply(shared, &key, f.following, &f.partition, answer).await {
+                        refused(&key, &reason);
+                        f.pause();
+                    }
                 }
             }
+            Some((key, following, outcome)) = busy.next(), if !busy.is_empty() => {
+                // A loop of a since-replaced assignment says nothing about the new one.
+                let Some(f) = followed.get_mut(&key).filter(|f| f.following == following) else {
+                    continue;
+                };
+                f.busy = false;
+                match outcome {
+                    Ok(()) => {}
+                    Err(FetchFailed::Refused(reason)) => {
+                        refused(&key, &reason);
+                        f.pause();
+                    }
+                    Err(FetchFailed::Transport(reason)) => return reason,
+                }
+            }
+            _ = version.changed() => {}
+            () = resumed => {}
         }
     }
 }
 
-/// One Fetch for every partition not waiting on a truncation check or a pause; the
-/// starting partition rotates each round so no partition always comes last under the
-/// response's byte limit.
+fn refused(key: &PartitionKey, reason: &str) {
+    tracing::debug!(
+        topic = key.0,
+        partition = key.1,
+        reason,
+        "follower fetch refused"
+    );
+}
+
+/// Why fetching a partition stopped.
+enum FetchFailed {
+    /// The call did not reach the leader or got no answer: reconnect.
+    Transport(String),
+    /// The leader answered with an error for this partition: pause it.
+    Refused(String),
+}
+
+/// Every partition's answer, by key.
+fn answers(
+    response: FetchResponse,
+) -> impl Iterator<Item = (PartitionKey, FetchPartitionResponse)> {
+    response.topics.into_iter().flat_map(|topic| {
+        let name = topic.name;
+        topic
+            .partitions
+            .into_iter()
+            .map(move |p| ((name.clone(), p.partition), p))
+    })
+}
+
+/// A busy partition's own loop: applies `first`, then fetches this partition alone
+/// until a long-poll brings nothing (or the registry moved it on). Returns its key.
+async fn follow_while_busy(
+    shared: Arc<FetcherShared>,
+    mut client: BrokerClient<Channel>,
+    key: PartitionKey,
+    following: Following,
+    partition: Arc<Partition>,
+    first: FetchPartitionResponse,
+) -> (PartitionKey, Following, Result<(), FetchFailed>) {
+    let outcome = async {
+        let mut answer = first;
+        loop {
+            let brought_data = !answer.records.is_empty();
+            apply(&shared, &key, following, &partition, answer)
+                .await
+                .map_err(FetchFailed::Refused)?;
+            if !brought_data || !shared.still_follows(&key, following) {
+                return Ok(());
+            }
+            let request = request_for(following.me, [(&key, following, partition.as_ref())]);
+            let response = client
+                .fetch(request)
+                .await
+                .map_err(|s| FetchFailed::Transport(s.to_string()))?
+                .into_inner();
+            answer = answers(response)
+                .find(|(k, _)| *k == key)
+                .map(|(_, a)| a)
+                .ok_or_else(|| {
+                    FetchFailed::Refused("the leader's answer lacks the partition".into())
+                })?;
+        }
+    }
+    .await;
+    (key, following, outcome)
+}
+
+/// One Fetch for every quiet partition not waiting on a truncation check or a pause;
+/// the starting partition rotates each round so no partition always comes last under
+/// the response's byte limit.
 fn fetch_request(
     followed: &HashMap<PartitionKey, Followed>,
     now: Instant,
@@ -195,13 +288,26 @@ fn fetch_request(
     let start = round % ready.len();
     ready.rotate_left(start);
     let me = ready[0].1.following.me;
+    Some(request_for(
+        me,
+        ready
+            .into_iter()
+            .map(|(key, f)| (key, f.following, f.partition.as_ref())),
+    ))
+}
+
+/// A follower's Fetch for `partitions`, each from its log end, in the given order.
+fn request_for<'a>(
+    me: i32,
+    partitions: impl IntoIterator<Item = (&'a PartitionKey, Following, &'a Partition)>,
+) -> FetchRequest {
     let mut topics: Vec<FetchTopic> = Vec::new();
-    for ((topic, index), f) in ready {
+    for ((topic, index), following, partition) in partitions {
         let wanted = FetchPartition {
             partition: *index,
-            fetch_offset: f.partition.offsets().log_end_offset,
+            fetch_offset: partition.offsets().log_end_offset,
             partition_max_bytes: PARTITION_MAX_BYTES,
-            current_leader_epoch: Some(f.following.leader_epoch),
+            current_leader_epoch: Some(following.leader_epoch),
         };
         match topics.last_mut() {
             Some(last) if last.name == *topic => last.partitions.push(wanted),
@@ -211,68 +317,52 @@ fn fetch_request(
             }),
         }
     }
-    Some(FetchRequest {
+    FetchRequest {
         max_wait_ms: MAX_WAIT_MS,
         min_bytes: 1,
         max_bytes: RESPONSE_MAX_BYTES,
         isolation_level: IsolationLevel::ReadUncommitted as i32,
         topics,
         replica_id: Some(me),
-    })
+    }
 }
 
 /// Applies one partition's answer: append what came, follow the high watermark, or cut
 /// a tail the leader does not have.
 async fn apply(
     shared: &FetcherShared,
-    key: PartitionKey,
+    key: &PartitionKey,
     following: Following,
-    partition: Arc<Partition>,
+    partition: &Partition,
     answer: FetchPartitionResponse,
-) -> (PartitionKey, Result<(), String>) {
-    let result = async {
-        match answer.error_code() {
-            ErrorCode::None => {
-                if !answer.records.is_empty() {
-                    // The registry may have moved this partition on (this broker now
-                    // leads it) while the fetch was out.
-                    if !shared.still_follows(&key, following) {
-                        return Ok(());
-                    }
-                    partition
-                        .append_replicated(
-                            &answer.records,
-                            following.leader,
-                            following.leader_epoch,
-                        )
-                        .await
-                        .map_err(|e| e.to_string())?;
+) -> Result<(), String> {
+    match answer.error_code() {
+        ErrorCode::None => {
+            if !answer.records.is_empty() {
+                // The registry may have moved this partition on (this broker now leads
+                // it) while the fetch was out.
+                if !shared.still_follows(key, following) {
+                    return Ok(());
                 }
-                partition.follow_high_watermark(answer.high_watermark);
-                Ok(())
-            }
-            ErrorCode::OffsetOutOfRange
-                if answer.high_watermark >= 0
-                    && answer.high_watermark < partition.offsets().log_end_offset =>
-            {
-                // Our tail is not on the leader: keep only what the ISR agreed on.
                 partition
-                    .truncate_to(answer.high_watermark)
-                    .map_err(|e| e.to_string())
+                    .append_replicated(&answer.records, following.leader, following.leader_epoch)
+                    .await
+                    .map_err(|e| e.to_string())?;
             }
-            code => Err(format!("{}: {}", code.as_str_name(), answer.error_message)),
+            partition.follow_high_watermark(answer.high_watermark);
+            Ok(())
         }
+        ErrorCode::OffsetOutOfRange
+            if answer.high_watermark >= 0
+                && answer.high_watermark < partition.offsets().log_end_offset =>
+        {
+            // Our tail is not on the leader: keep only what the ISR agreed on.
+            partition
+                .truncate_to(answer.high_watermark)
+                .map_err(|e| e.to_string())
+        }
+        code => Err(format!("{}: {}", code.as_str_name(), answer.error_message)),
     }
-    .await;
-    (key, result)
-}
-
-/// Why a truncation check did not pass.
-enum CheckFailed {
-    /// The call did not reach the leader or got no answer: reconnect.
-    Transport(String),
-    /// The leader answered with an error for this partition: pause it.
-    Refused(String),
 }
 
 /// Runs the truncation check of every partition that needs one, concurrently; a
@@ -304,7 +394,7 @@ async fn truncate_divergent_tails(
                 f.must_truncate = false;
                 f.paused_until = None;
             }
-            Err(CheckFailed::Refused(reason)) => {
+            Err(FetchFailed::Refused(reason)) => {
                 tracing::debug!(
                     topic = key.0,
                     partition = key.1,
@@ -313,7 +403,7 @@ async fn truncate_divergent_tails(
                 );
                 f.pause();
             }
-            Err(CheckFailed::Transport(reason)) => transport = Err(reason),
+            Err(FetchFailed::Transport(reason)) => transport = Err(reason),
         }
     }
     transport
@@ -325,7 +415,7 @@ async fn truncate_divergent_tail(
     partition: &Partition,
     following: Following,
     client: &mut BrokerClient<Channel>,
-) -> Result<(), CheckFailed> {
+) -> Result<(), FetchFailed> {
     let Some(latest) = partition.latest_epoch() else {
         return Ok(()); // an empty log has nothing to disagree on
     };
@@ -337,10 +427,10 @@ async fn truncate_divergent_tail(
             current_leader_epoch: following.leader_epoch,
         })
         .await
-        .map_err(|s| CheckFailed::Transport(s.to_string()))?
+        .map_err(|s| FetchFailed::Transport(s.to_string()))?
         .into_inner();
     if answer.error_code() != ErrorCode::None {
-        return Err(CheckFailed::Refused(format!(
+        return Err(FetchFailed::Refused(format!(
             "{}: {}",
             answer.error_code().as_str_name(),
             answer.error_message
@@ -359,7 +449,7 @@ async fn truncate_divergent_tail(
         );
         partition
             .truncate_to(cut)
-            .map_err(|e| CheckFailed::Refused(e.to_string()))?;
+            .map_err(|e| FetchFailed::Refused(e.to_string()))?;
     }
     Ok(())
 }
@@ -396,6 +486,7 @@ pub(crate) mod tests {
             partition: Arc::new(partition),
             must_truncate: false,
             paused_until: None,
+            busy: false,
         };
         ((topic.to_string(), index), f)
     }
@@ -418,6 +509,7 @@ pub(crate) mod tests {
             followed(dir.path(), "b", 0),
             followed(dir.path(), "c", 0),
             followed(dir.path(), "d", 0),
+            followed(dir.path(), "e", 0),
         ]
         .into_iter()
         .collect();
@@ -425,6 +517,7 @@ pub(crate) mod tests {
         all.get_mut(&("c".to_string(), 0)).expect("c").must_truncate = true;
         all.get_mut(&("d".to_string(), 0)).expect("d").paused_until =
             Some(now + Duration::from_secs(60));
+        all.get_mut(&("e".to_string(), 0)).expect("e").busy = true;
         let first = fetch_request(&all, now, 0).expect("a request");
         assert_eq!(
             asked(&first),
@@ -444,7 +537,8 @@ pub(crate) mod tests {
             asked(&next),
             [("a".into(), 1), ("b".into(), 0), ("a".into(), 0)]
         );
-        // A pause ends by itself; a truncation check must pass first.
+        // A pause ends by itself; a truncation check must pass first; a busy partition
+        // is fetched by its own loop.
         let later = fetch_request(&all, now + Duration::from_secs(61), 0).expect("a request");
         assert_eq!(asked(&later).len(), 4);
         for f in all.values_mut() {
