@@ -33,8 +33,13 @@ use crate::replication::fetchers::{FetcherShared, Following, PartitionKey};
 
 /// After the connection to the leader failed.
 const RECONNECT_PAUSE: Duration = Duration::from_millis(200);
-/// A partition the leader refused (not leader yet, fenced epoch) sits out this long.
-const PARTITION_PAUSE: Duration = Duration::from_millis(100);
+/// A partition the leader refused sits out a pause that starts short and doubles with
+/// every refusal in a row. The common refusal is brief: a new topic or a new leader
+/// epoch reaches the follower's catalog before the leader's, and the leader answers
+/// UNKNOWN_TOPIC_OR_PARTITION or NOT_LEADER_OR_FOLLOWER for a few milliseconds (a
+/// fixed 100 ms pause made every new topic's first acks=all writes wait 70 to 100 ms).
+const FIRST_PAUSE: Duration = Duration::from_millis(5);
+const MAX_PAUSE: Duration = Duration::from_millis(500);
 const MAX_WAIT_MS: i32 = 500;
 /// Per partition and per fetch, as Kafka's replica.fetch.max.bytes and
 /// replica.fetch.response.max.bytes.
@@ -51,6 +56,8 @@ pub(crate) struct Followed {
     paused_until: Option<Instant>,
     /// In a fetch loop of its own (see [`fetch_until_failure`]), not the shared one.
     busy: bool,
+    /// Refusals since the leader last answered this partition without an error.
+    refusals: u32,
 }
 
 impl Followed {
@@ -59,9 +66,17 @@ impl Followed {
     }
 
     fn pause(&mut self) {
-        self.paused_until = Some(Instant::now() + PARTITION_PAUSE);
+        self.paused_until = Some(Instant::now() + pause_after(self.refusals));
+        self.refusals = self.refusals.saturating_add(1);
         self.must_truncate = true;
     }
+}
+
+/// The pause after `earlier` refusals in a row.
+fn pause_after(earlier: u32) -> Duration {
+    FIRST_PAUSE
+        .saturating_mul(1 << earlier.min(16))
+        .min(MAX_PAUSE)
 }
 
 /// Runs until aborted.
@@ -117,6 +132,7 @@ fn refresh(shared: &FetcherShared, followed: &mut HashMap<PartitionKey, Followed
             must_truncate: true,
             paused_until: None,
             busy: false,
+            refusals: 0,
         });
     }
 }
@@ -176,9 +192,14 @@ async fn fetch_until_failure(
                             f.partition.clone(),
                             answer,
                         ));
-                    } else if let Err(reason) = apply(shared, &key, f.following, &f.partition, answer).await {
-                        refused(&key, &reason);
-                        f.pause();
+                    } else {
+                        match apply(shared, &key, f.following, &f.partition, answer).await {
+                            Ok(()) => f.refusals = 0,
+                            Err(reason) => {
+                                refused(&key, &reason);
+                                f.pause();
+                            }
+                        }
                     }
                 }
             }
@@ -189,7 +210,7 @@ async fn fetch_until_failure(
                 };
                 f.busy = false;
                 match outcome {
-                    Ok(()) => {}
+                    Ok(()) => f.refusals = 0,
                     Err(FetchFailed::Refused(reason)) => {
                         refused(&key, &reason);
                         f.pause();
@@ -487,6 +508,7 @@ pub(crate) mod tests {
             must_truncate: false,
             paused_until: None,
             busy: false,
+            refusals: 0,
         };
         ((topic.to_string(), index), f)
     }
@@ -545,5 +567,18 @@ pub(crate) mod tests {
             f.must_truncate = true;
         }
         assert!(fetch_request(&all, now, 0).is_none());
+    }
+
+    #[test]
+    fn given_refusals_in_a_row_then_the_pause_doubles_up_to_its_limit() {
+        let pauses: Vec<u128> = (0..10).map(|n| pause_after(n).as_millis()).collect();
+        assert_eq!(pauses, [5, 10, 20, 40, 80, 160, 320, 500, 500, 500]);
+        assert_eq!(pause_after(u32::MAX), MAX_PAUSE);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (_, mut f) = followed(dir.path(), "a", 0);
+        f.pause();
+        f.pause();
+        assert_eq!(f.refusals, 2);
+        assert!(f.must_truncate, "a refused partition checks its tail again");
     }
 }
