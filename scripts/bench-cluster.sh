@@ -12,6 +12,12 @@
 #
 #   scripts/bench-cluster.sh --fresh 3 all --duration 2s
 #
+# The brokers take their settings from the environment too, e.g. `IDEM_FLUSH=never`
+# (leave flushing to the OS, like Kafka's default) instead of an fsync per append.
+# `IDEM_BENCH_LOGS=DIR` keeps every broker's log in DIR (appended across runs), logged
+# at `IDEM_BENCH_LOG` (default warn); `IDEM_BENCH_LOG=warn,idem_broker::partition=debug`
+# logs the timing of every produce, which `scripts/produce-timing.sh` summarises.
+#
 # Everything lives in a temporary directory and is stopped and removed on exit. The
 # ports (etcd 23790/23800, brokers 19091-19093, coordinator 19301) must be free.
 set -euo pipefail
@@ -27,6 +33,15 @@ stop_cluster() {
   if ((${#pids[@]})); then kill "${pids[@]}" 2>/dev/null || true; fi
   wait 2>/dev/null || true
   pids=()
+  if [[ -n "${IDEM_BENCH_LOGS:-}" ]]; then
+    mkdir -p "$IDEM_BENCH_LOGS"
+    for id in 1 2 3; do
+      if [[ -f "$work/broker-$id.log" ]]; then
+        cat "$work/broker-$id.log" >>"$IDEM_BENCH_LOGS/broker-$id.log"
+        rm -f "$work/broker-$id.log"
+      fi
+    done
+  fi
   rm -rf "$work/cluster"
 }
 trap 'stop_cluster; rm -rf "$work"' EXIT
@@ -57,7 +72,7 @@ start_cluster() {
   pids+=($!)
   await etcd listening 23790
   for id in 1 2 3; do
-    IDEM_LOG=warn "$bin/idem-broker" --id "$id" --etcd "$etcd_url" --etcd-prefix /bench \
+    IDEM_LOG="${IDEM_BENCH_LOG:-warn}" "$bin/idem-broker" --id "$id" --etcd "$etcd_url" --etcd-prefix /bench \
       --pid-store etcd --listen "127.0.0.1:1909$id" --data-dir "$dir/broker-$id" \
       >"$work/broker-$id.log" 2>&1 &
     pids+=($!)

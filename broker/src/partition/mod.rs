@@ -219,10 +219,23 @@ impl Partition {
                 "duplicate batch answered with its original offsets"
             );
         }
+        let appended_at = tokio::time::Instant::now();
         self.make_visible(durable_end).await?;
+        let synced_at = tokio::time::Instant::now();
         if acks == ACKS_ALL {
             self.await_high_watermark(durable_end, timeout).await?;
         }
+        // Where a produce's time goes, for latency work (docs/benchmarks.md): the
+        // append (with any wait for an earlier batch), the local fsync, and the wait for
+        // the in-sync followers.
+        tracing::debug!(
+            topic = %self.topic,
+            partition = self.index,
+            append_us = micros(appended_at - arrived),
+            sync_us = micros(synced_at - appended_at),
+            replicate_us = micros(synced_at.elapsed()),
+            "produce timing"
+        );
         Ok(outcome)
     }
 
@@ -619,6 +632,10 @@ impl Partition {
     fn lock(&self) -> MutexGuard<'_, PartitionInner> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// Control batches are written only through `WriteTxnMarkers` (the coordinator), never
