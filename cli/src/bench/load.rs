@@ -6,6 +6,7 @@
 //! What counts as acknowledged: a record whose delivery succeeded; in the
 //! transactional mode, only the records of transactions that committed.
 
+use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -88,6 +89,10 @@ pub struct Sent {
     /// Records handed to `send` (sequences `0..sent`).
     pub sent: u64,
     pub acked: SeqSet,
+    /// Per partition, the offset just past the last record acknowledged there: the
+    /// read-back must reach it (with acks=1 the high watermark may still be below it
+    /// when the producer closes).
+    pub acked_ends: HashMap<i32, i64>,
     /// Records whose delivery failed.
     pub failed: u64,
     pub aborted_txns: u64,
@@ -184,6 +189,7 @@ impl Driver {
             producer: index,
             sent,
             acked,
+            acked_ends: collected.acked_ends,
             failed: collected.failed,
             aborted_txns,
             first_failure: collected.first_failure,
@@ -291,6 +297,7 @@ async fn send_in_transactions(
 #[derive(Default)]
 struct Collected {
     acked: SeqSet,
+    acked_ends: HashMap<i32, i64>,
     failed: u64,
     first_failure: Option<String>,
     latencies: Latencies,
@@ -311,7 +318,11 @@ async fn collect(mut rx: mpsc::UnboundedReceiver<InFlight>, progress: Arc<Atomic
                 None => open = false,
             },
             Some((seq, latency, result)) = pending.next(), if !pending.is_empty() => match result {
-                Ok(_) => {
+                Ok(metadata) => {
+                    if metadata.offset >= 0 {
+                        let end = collected.acked_ends.entry(metadata.partition).or_default();
+                        *end = (*end).max(metadata.offset + 1);
+                    }
                     collected.latencies.record(latency);
                     collected.acked.insert(seq);
                     progress.fetch_add(1, Ordering::Relaxed);

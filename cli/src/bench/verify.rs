@@ -1,5 +1,6 @@
 //! Reads a bench topic back with a read_committed consumer, from the beginning to the
-//! high watermark taken once every producer closed, and compares what it finds with
+//! high watermark taken once every producer closed (or past the last acknowledged
+//! offset, if that is further), and compares what it finds with
 //! what was acknowledged: lost records (acknowledged, never read), duplicates, records
 //! out of their producer's order within a partition, and records read that were never
 //! acknowledged (for a transactional run: data of a transaction that did not commit).
@@ -68,7 +69,7 @@ pub async fn verify(run: ReadBack<'_>) -> anyhow::Result<Verification> {
             .list_offsets(run.topic, p, OffsetSpec::Latest, Isolation::ReadUncommitted)
             .await
             .with_context(|| format!("looking up the end of {}/{p}", run.topic))?;
-        ends.push((p, end));
+        ends.push((p, read_back_end(end, run.sent, p)));
     }
     let config = ConsumerConfig {
         isolation: Isolation::ReadCommitted,
@@ -122,6 +123,15 @@ pub async fn verify(run: ReadBack<'_>) -> anyhow::Result<Verification> {
     };
     progress.finish();
     Ok(check.finish(stalled))
+}
+
+/// Where reading `partition` back may stop: at the high watermark taken after the
+/// producers closed, or past the last acknowledged record if that is further (with
+/// acks=1 the followers may still be catching up, so the high watermark lags).
+fn read_back_end(high_watermark: i64, sent: &[Sent], partition: i32) -> i64 {
+    sent.iter()
+        .filter_map(|s| s.acked_ends.get(&partition).copied())
+        .fold(high_watermark, i64::max)
 }
 
 /// Judges records one by one as they are read.
@@ -200,6 +210,7 @@ mod tests {
             producer,
             sent,
             acked: set,
+            acked_ends: HashMap::new(),
             failed: 0,
             aborted_txns: 0,
             first_failure: None,
@@ -270,5 +281,21 @@ mod tests {
         assert!(result.passed(Mode::AtMostOnce, 2));
         assert!(!result.passed(Mode::ExactlyOnce, 2));
         assert!(!result.passed(Mode::Transactional, 2));
+    }
+
+    #[test]
+    fn given_acks_beyond_the_high_watermark_then_the_read_back_goes_past_the_last_one() {
+        let mut first = sent(0, 10, 0..10);
+        first.acked_ends = [(0, 7), (1, 3)].into();
+        let mut second = sent(1, 10, 0..10);
+        second.acked_ends = [(0, 9)].into();
+        let producers = [first, second];
+        assert_eq!(read_back_end(5, &producers, 0), 9);
+        assert_eq!(
+            read_back_end(5, &producers, 1),
+            5,
+            "the watermark is further"
+        );
+        assert_eq!(read_back_end(0, &producers, 2), 0, "nothing acked there");
     }
 }
