@@ -32,7 +32,7 @@ pub struct LoadArgs {
     #[arg(long)]
     pub linger_ms: Option<u64>,
     /// A batch is sealed once it holds about this many bytes (Kafka's batch.size);
-    /// default: the SDK's (65536).
+    /// default: the SDK's (262144).
     #[arg(long)]
     pub batch_size: Option<usize>,
     /// Commit interval of the transactional mode, in milliseconds.

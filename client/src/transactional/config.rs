@@ -25,7 +25,7 @@ pub struct TransactionalConfig {
     /// also bounds each coordinator call with its retries. Default 120 s. Must be at
     /// least `linger + request_timeout`.
     pub delivery_timeout: Duration,
-    /// A batch is sealed once it holds about this many bytes. Default 64 KiB.
+    /// A batch is sealed once it holds about this many bytes. Default 256 KiB.
     pub batch_size: usize,
     /// How long a partition's open batch waits for more records. Default 5 ms.
     pub linger: Duration,
@@ -92,7 +92,7 @@ mod tests {
         assert_eq!(c.transaction_timeout, Duration::from_secs(60));
         assert_eq!(c.request_timeout, Duration::from_secs(30));
         assert_eq!(c.delivery_timeout, Duration::from_secs(120));
-        assert_eq!(c.batch_size, 64 * 1024);
+        assert_eq!(c.batch_size, 256 * 1024);
         assert_eq!(c.linger, Duration::from_millis(5));
         assert_eq!(c.transaction_timeout_ms(), 60_000);
         assert!(c.validate().is_ok());
