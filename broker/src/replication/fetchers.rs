@@ -140,15 +140,6 @@ impl Fetchers {
             }
         }
     }
-
-    /// The number of fetcher tasks (one per leader followed).
-    pub fn len(&self) -> usize {
-        self.running.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.running.is_empty()
-    }
 }
 
 impl Drop for Fetchers {
