@@ -73,14 +73,8 @@ pub async fn run(bootstrap: &str, args: E2eArgs) -> anyhow::Result<()> {
 
 async fn measure(target: &Target, args: &E2eArgs) -> anyhow::Result<E2eReport> {
     let load = &args.load;
-    let topic = topic::fresh_name(&load.topic_prefix, &format!("e2e-{}", args.mode));
-    topic::create(
-        &target.bootstrap,
-        &topic,
-        load.partitions,
-        load.replication_factor,
-    )
-    .await?;
+    let topic =
+        topic::create_for_run(&target.bootstrap, load, &format!("e2e-{}", args.mode)).await?;
     let driver = Driver::connect(args.mode, &target.bootstrap, load, &format!("{topic}-0")).await?;
     let mut consumer = Consumer::connect(
         &target.bootstrap,

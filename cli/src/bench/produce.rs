@@ -172,14 +172,7 @@ async fn run_mode(
     } else {
         mode.name().to_string()
     };
-    let topic = topic::fresh_name(&load.topic_prefix, mode.name());
-    topic::create(
-        &target.bootstrap,
-        &topic,
-        load.partitions,
-        load.replication_factor,
-    )
-    .await?;
+    let topic = topic::create_for_run(&target.bootstrap, load, mode.name()).await?;
     let mut drivers = Vec::with_capacity(args.producers as usize);
     for index in 0..args.producers {
         let transactional_id = format!("{topic}-{index}");

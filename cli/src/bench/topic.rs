@@ -6,19 +6,33 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::Context;
 use idem_client::{Admin, Isolation, NewTopic, OffsetSpec};
 
+use super::args::LoadArgs;
+
 /// How long a new topic may take to have a leader for every partition.
 const READY_WITHIN: Duration = Duration::from_secs(30);
 
 /// `<prefix>-<what>-<unix ms>`.
-pub fn fresh_name(prefix: &str, what: &str) -> String {
+fn fresh_name(prefix: &str, what: &str) -> String {
     let unix_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis());
     format!("{prefix}-{what}-{unix_ms}")
 }
 
+/// Creates a fresh topic for one run (`<prefix>-<what>-<unix ms>`) with the load's
+/// partitions and replication factor, ready to serve; returns its name.
+pub async fn create_for_run(
+    bootstrap: &str,
+    load: &LoadArgs,
+    what: &str,
+) -> anyhow::Result<String> {
+    let name = fresh_name(&load.topic_prefix, what);
+    create(bootstrap, &name, load.partitions, load.replication_factor).await?;
+    Ok(name)
+}
+
 /// Creates `name` and waits until every partition's leader serves it.
-pub async fn create(
+async fn create(
     bootstrap: &str,
     name: &str,
     partitions: i32,
