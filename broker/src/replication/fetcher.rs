@@ -15,7 +15,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::join_all;
-use futures::stream::{FuturesUnordered, StreamExt};
 use idem_proto::v1::broker_client::BrokerClient;
 use idem_proto::v1::{
     FetchPartition, FetchPartitionResponse, FetchRequest, FetchResponse, FetchTopic,
@@ -23,6 +22,7 @@ use idem_proto::v1::{
 };
 use idem_proto::ErrorCode;
 use tokio::sync::watch;
+use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tonic::transport::{Channel, Endpoint};
 
@@ -150,7 +150,9 @@ async fn fetch_until_failure(
     client: BrokerClient<Channel>,
 ) -> String {
     let mut round: usize = 0;
-    let mut busy = FuturesUnordered::new();
+    // Busy partitions' loops are tasks of their own, so they run on every worker and
+    // go on while this loop awaits anything else; dropping the set ends them.
+    let mut busy = JoinSet::new();
     loop {
         version.mark_unchanged();
         refresh(shared, followed);
@@ -184,7 +186,7 @@ async fn fetch_until_failure(
                     let Some(f) = followed.get_mut(&key) else { continue };
                     if answer.error_code() == ErrorCode::None && !answer.records.is_empty() {
                         f.busy = true;
-                        busy.push(follow_while_busy(
+                        busy.spawn(follow_while_busy(
                             shared.clone(),
                             client.clone(),
                             key,
@@ -203,7 +205,12 @@ async fn fetch_until_failure(
                     }
                 }
             }
-            Some((key, following, outcome)) = busy.next(), if !busy.is_empty() => {
+            Some(joined) = busy.join_next(), if !busy.is_empty() => {
+                // A loop that panicked leaves its partition marked busy: start over.
+                let (key, following, outcome) = match joined {
+                    Ok(ended) => ended,
+                    Err(e) => return format!("a partition's fetch loop failed: {e}"),
+                };
                 // A loop of a since-replaced assignment says nothing about the new one.
                 let Some(f) = followed.get_mut(&key).filter(|f| f.following == following) else {
                     continue;
