@@ -195,7 +195,7 @@ async fn fetch_until_failure(
                             answer,
                         ));
                     } else {
-                        match apply(shared, &key, f.following, &f.partition, answer).await {
+                        match apply(f.following, &f.partition, answer).await {
                             Ok(()) => f.refusals = 0,
                             Err(reason) => {
                                 refused(&key, &reason);
@@ -275,7 +275,7 @@ async fn follow_while_busy(
         let mut answer = first;
         loop {
             let brought_data = !answer.records.is_empty();
-            apply(&shared, &key, following, &partition, answer)
+            apply(following, &partition, answer)
                 .await
                 .map_err(FetchFailed::Refused)?;
             if !brought_data || !shared.still_follows(&key, following) {
@@ -358,8 +358,6 @@ fn request_for<'a>(
 /// Applies one partition's answer: append what came, follow the high watermark, or cut
 /// a tail the leader does not have.
 async fn apply(
-    shared: &FetcherShared,
-    key: &PartitionKey,
     following: Following,
     partition: &Partition,
     answer: FetchPartitionResponse,
@@ -367,11 +365,8 @@ async fn apply(
     match answer.error_code() {
         ErrorCode::None => {
             if !answer.records.is_empty() {
-                // The registry may have moved this partition on (this broker now leads
-                // it) while the fetch was out.
-                if !shared.still_follows(key, following) {
-                    return Ok(());
-                }
+                // Refused if the registry moved this partition on (say, this broker
+                // now leads it) while the fetch was out.
                 partition
                     .append_replicated(&answer.records, following.leader, following.leader_epoch)
                     .await
