@@ -219,23 +219,26 @@ impl Partition {
                 "duplicate batch answered with its original offsets"
             );
         }
-        let appended_at = tokio::time::Instant::now();
+        // Where a produce's time goes, for latency work (docs/benchmarks.md): the
+        // append (with any wait for an earlier batch), the local fsync, and the wait for
+        // the in-sync followers. The clock is read only when that log is on.
+        let timed = tracing::enabled!(tracing::Level::DEBUG);
+        let appended_at = timed.then(tokio::time::Instant::now);
         self.make_visible(durable_end).await?;
-        let synced_at = tokio::time::Instant::now();
+        let synced_at = timed.then(tokio::time::Instant::now);
         if acks == ACKS_ALL {
             self.await_high_watermark(durable_end, timeout).await?;
         }
-        // Where a produce's time goes, for latency work (docs/benchmarks.md): the
-        // append (with any wait for an earlier batch), the local fsync, and the wait for
-        // the in-sync followers.
-        tracing::debug!(
-            topic = %self.topic,
-            partition = self.index,
-            append_us = micros(appended_at - arrived),
-            sync_us = micros(synced_at - appended_at),
-            replicate_us = micros(synced_at.elapsed()),
-            "produce timing"
-        );
+        if let (Some(appended_at), Some(synced_at)) = (appended_at, synced_at) {
+            tracing::debug!(
+                topic = %self.topic,
+                partition = self.index,
+                append_us = micros(appended_at - arrived),
+                sync_us = micros(synced_at - appended_at),
+                replicate_us = micros(synced_at.elapsed()),
+                "produce timing"
+            );
+        }
         Ok(outcome)
     }
 
