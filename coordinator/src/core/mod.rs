@@ -13,6 +13,7 @@
 
 pub mod markers;
 pub mod partition;
+pub mod successor;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -40,6 +41,7 @@ use crate::txn::state::TxnState;
 
 use self::markers::{write_markers, MarkerJob};
 use self::partition::LogPartition;
+use self::successor::{park_until_completed, Parked};
 
 /// A request answered with an error code instead of a decision.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -365,6 +367,14 @@ impl Coordinator {
                 Some(Reply::Error(TxnError::ConcurrentTransactions))
                     if tokio::time::Instant::now() < deadline =>
                 {
+                    if matches!(request, Request::AddPartitions { .. }) {
+                        if let Some(answer) =
+                            park_until_completed(&part, transactional_id, &request, deadline).await
+                        {
+                            return answer;
+                        }
+                        continue;
+                    }
                     // Past the deadline the loop decides once more, then answers.
                     let _ = tokio::time::timeout_at(deadline, completed).await;
                 }
@@ -434,21 +444,31 @@ impl Coordinator {
         let effects = self
             .decide_with_fresh_id(transactional_id, current.as_ref(), &request)
             .await?;
-        let outcome = self.carry_out(part, effects).await;
+        let outcome = self.carry_out(part, effects, None).await;
         drop(guard);
         let (reply, end) = outcome?;
         if let Some(job) = end {
-            let this = self.clone();
-            let part = part.clone();
-            let id = transactional_id.to_string();
-            tokio::spawn(async move {
-                if let Err(e) = this.finish(&part, &id, &job).await {
-                    tracing::warn!(partition = part.index, transactional_id = %id, error = %e, "completing a transaction failed");
-                    this.refuse(&part, e);
-                }
-            });
+            self.spawn_finish(part, transactional_id, job);
         }
         Ok(reply)
+    }
+
+    /// Writes a prepared outcome's end markers and completes it, in the background.
+    fn spawn_finish(
+        self: &Arc<Self>,
+        part: &Arc<LogPartition>,
+        transactional_id: &str,
+        job: MarkerJob,
+    ) {
+        let this = self.clone();
+        let part = part.clone();
+        let id = transactional_id.to_string();
+        tokio::spawn(async move {
+            if let Err(e) = this.finish(&part, &id, &job).await {
+                tracing::warn!(partition = part.index, transactional_id = %id, error = %e, "completing a transaction failed");
+                this.refuse(&part, e);
+            }
+        });
     }
 
     async fn decide_with_fresh_id(
@@ -482,15 +502,31 @@ impl Coordinator {
     }
 
     /// Carries out the effects in order; the end markers (if any) are handed back to be
-    /// written after the id's lock is released.
+    /// written after the id's lock is released. `completing`, the Complete record of
+    /// the id's previous transaction, is persisted first: in the same append as the
+    /// effects' first record when they start with one.
     async fn carry_out(
         &self,
         part: &LogPartition,
         effects: Vec<Effect>,
+        mut completing: Option<TxnMetadata>,
     ) -> Result<(Option<Reply>, Option<MarkerJob>), Refusal> {
         let mut reply = None;
         let mut end = None;
         for effect in effects {
+            let effect = match (completing.take(), effect) {
+                (Some(done), Effect::Persist(meta)) => {
+                    part.persist_all(vec![done, meta])
+                        .await
+                        .map_err(|e| self.refuse(part, e))?;
+                    continue;
+                }
+                (Some(done), other) => {
+                    part.persist(done).await.map_err(|e| self.refuse(part, e))?;
+                    other
+                }
+                (None, other) => other,
+            };
             match effect {
                 Effect::Persist(meta) => {
                     part.persist(meta).await.map_err(|e| self.refuse(part, e))?;
@@ -534,13 +570,16 @@ impl Coordinator {
                 Effect::Reply(r) => reply = Some(r),
             }
         }
+        if let Some(done) = completing {
+            part.persist(done).await.map_err(|e| self.refuse(part, e))?;
+        }
         Ok((reply, end))
     }
 
     /// Writes the end markers of a prepared outcome, then completes it.
     async fn finish(
-        &self,
-        part: &LogPartition,
+        self: &Arc<Self>,
+        part: &Arc<LogPartition>,
         transactional_id: &str,
         job: &MarkerJob,
     ) -> Result<(), CoordinatorError> {
@@ -568,7 +607,13 @@ impl Coordinator {
         ) {
             for effect in effects {
                 match effect {
-                    Effect::Persist(meta) => part.persist(meta).await?,
+                    Effect::Persist(meta) => match part.successors.take(transactional_id) {
+                        Some(parked) => {
+                            self.complete_with(part, transactional_id, meta, parked)
+                                .await
+                        }
+                        None => part.persist(meta).await?,
+                    },
                     other => {
                         tracing::warn!(?other, "unexpected effect of MarkersWritten ignored")
                     }
@@ -576,6 +621,40 @@ impl Coordinator {
             }
         }
         Ok(())
+    }
+
+    /// Completes the id's transaction (`done` is its Complete record) together with the
+    /// registration parked for its next one, and answers that registration. Runs under
+    /// the id's lock.
+    async fn complete_with(
+        self: &Arc<Self>,
+        part: &Arc<LogPartition>,
+        transactional_id: &str,
+        done: TxnMetadata,
+        parked: Parked,
+    ) {
+        let outcome = match self
+            .decide_with_fresh_id(transactional_id, Some(&done), &parked.request)
+            .await
+        {
+            Ok(effects) => self.carry_out(part, effects, Some(done)).await,
+            Err(refusal) => match part.persist(done).await {
+                Ok(()) => Err(refusal),
+                Err(e) => Err(self.refuse(part, e)),
+            },
+        };
+        let answer = outcome.and_then(|(reply, end)| {
+            if let Some(job) = end {
+                self.spawn_finish(part, transactional_id, job);
+            }
+            reply
+                .ok_or_else(|| Refusal::new(ErrorCode::UnknownServerError, "no answer was decided"))
+        });
+        if let Err(refusal) = &answer {
+            tracing::warn!(partition = part.index, transactional_id, code = ?refusal.code, message = %refusal.message, "completing a transaction with its next registration failed");
+        }
+        // The handler may be gone (its client hung up); the decision stands regardless.
+        let _ = parked.answer.send(answer);
     }
 
     /// The answer for a failed effect; a fenced claim is dropped.

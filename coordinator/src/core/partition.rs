@@ -8,6 +8,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
+use crate::core::successor::Successors;
 use crate::error::CoordinatorError;
 use crate::log::record::LogRecord;
 use crate::log::writer::TxnLogWriter;
@@ -27,6 +28,8 @@ pub struct LogPartition {
     /// Woken whenever a transaction of this partition completes (its markers are
     /// written): requests that found it still completing try again.
     pub completed: tokio::sync::Notify,
+    /// Registrations parked until their id's previous transaction completes.
+    pub successors: Successors,
 }
 
 impl LogPartition {
@@ -46,6 +49,7 @@ impl LogPartition {
             locks: Mutex::new(HashMap::new()),
             ticking: Mutex::new(HashSet::new()),
             completed: tokio::sync::Notify::new(),
+            successors: Successors::default(),
         }
     }
 
@@ -76,16 +80,27 @@ impl LogPartition {
     /// Appends `meta` to the log, then makes it the current state; a Dead id is
     /// forgotten (the next InitProducerId of that id starts afresh).
     pub async fn persist(&self, meta: TxnMetadata) -> Result<(), CoordinatorError> {
-        self.writer.append(LogRecord::Txn(meta.clone())).await?;
-        let completed = matches!(
-            meta.state,
-            TxnState::CompleteCommit | TxnState::CompleteAbort
-        );
+        self.persist_all(vec![meta]).await
+    }
+
+    /// Appends `metas` to the log in one batch (all or none of them), then makes each
+    /// the current state of its id, in order.
+    pub async fn persist_all(&self, metas: Vec<TxnMetadata>) -> Result<(), CoordinatorError> {
+        let records = metas.iter().cloned().map(LogRecord::Txn).collect();
+        self.writer.append_all(records).await?;
+        let completed = metas.iter().any(|meta| {
+            matches!(
+                meta.state,
+                TxnState::CompleteCommit | TxnState::CompleteAbort
+            )
+        });
         if let Ok(mut txns) = self.txns.lock() {
-            if meta.state == TxnState::Dead {
-                txns.remove(&meta.transactional_id);
-            } else {
-                txns.insert(meta.transactional_id.clone(), meta);
+            for meta in metas {
+                if meta.state == TxnState::Dead {
+                    txns.remove(&meta.transactional_id);
+                } else {
+                    txns.insert(meta.transactional_id.clone(), meta);
+                }
             }
         }
         if completed {

@@ -37,8 +37,9 @@ pub struct WriterIdentity {
     pub producer_epoch: i16,
 }
 
+/// Records that go out in one batch, in order; `done` gets the first one's offset.
 struct Append {
-    record: LogRecord,
+    records: Vec<LogRecord>,
     done: oneshot::Sender<Result<i64, CoordinatorError>>,
 }
 
@@ -63,9 +64,16 @@ impl TxnLogWriter {
 
     /// Appends `record` (acks=all) and returns its offset.
     pub async fn append(&self, record: LogRecord) -> Result<i64, CoordinatorError> {
+        self.append_all(vec![record]).await
+    }
+
+    /// Appends `records` in one batch (acks=all), so they land all together or not at
+    /// all, and returns the first one's offset.
+    pub async fn append_all(&self, records: Vec<LogRecord>) -> Result<i64, CoordinatorError> {
+        debug_assert!(!records.is_empty(), "an append carries at least one record");
         let (done, answer) = oneshot::channel();
         self.queue
-            .send(Append { record, done })
+            .send(Append { records, done })
             .map_err(|_| CoordinatorError::ownership_lost(self.partition, "writer stopped"))?;
         answer
             .await
@@ -82,10 +90,14 @@ async fn run(
     let mut next_sequence: i32 = 0;
     let mut failed: Option<String> = None;
     while let Some(first) = rx.recv().await {
+        let mut count = first.records.len();
         let mut appends = vec![first];
-        while appends.len() < MAX_RECORDS_PER_BATCH {
+        while count < MAX_RECORDS_PER_BATCH {
             match rx.try_recv() {
-                Ok(more) => appends.push(more),
+                Ok(more) => {
+                    count += more.records.len();
+                    appends.push(more);
+                }
                 Err(_) => break,
             }
         }
@@ -101,8 +113,9 @@ async fn run(
         let now = now_ms();
         let records: Vec<Record> = appends
             .iter()
-            .map(|a| {
-                let (key, value) = a.record.encode();
+            .flat_map(|a| &a.records)
+            .map(|record| {
+                let (key, value) = record.encode();
                 Record {
                     key: Some(key),
                     value: Some(value),
@@ -123,8 +136,10 @@ async fn run(
         match send_until_answered(&conn, identity, &token, bytes).await {
             Ok(base_offset) => {
                 next_sequence = batch::sequence_add(next_sequence, records.len() as i32);
-                for (i, append) in appends.into_iter().enumerate() {
-                    let _ = append.done.send(Ok(base_offset + i as i64));
+                let mut offset = base_offset;
+                for append in appends {
+                    let _ = append.done.send(Ok(offset));
+                    offset += append.records.len() as i64;
                 }
             }
             Err(e) => {

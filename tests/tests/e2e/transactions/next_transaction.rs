@@ -1,7 +1,9 @@
 //! A producer's next transaction starts right after its commit, while the commit's
 //! markers may still be on their way: a registration that finds the previous
 //! transaction completing waits for it at the coordinator and is then accepted, instead
-//! of being sent away with CONCURRENT_TRANSACTIONS to retry after a backoff.
+//! of being sent away with CONCURRENT_TRANSACTIONS to retry after a backoff. The
+//! completion carries it out: the previous transaction's CompleteCommit and the next
+//! one's Ongoing go to the transaction log in one append.
 
 use std::time::{Duration, Instant};
 
@@ -10,6 +12,7 @@ use idem_proto::txn::{txn_log_partition, TXN_LOG_TOPIC};
 use idem_proto::v1::{AddPartitionsToTxnRequest, TxnTopicPartitions};
 use idem_proto::ErrorCode;
 use idem_tests::cluster::TXN_LOG_PARTITIONS;
+use idem_tests::raw;
 use idem_tests::txn::{self, values, wait_until_stable};
 use idem_tests::Cluster;
 
@@ -36,8 +39,9 @@ async fn given_a_commit_whose_markers_are_delayed_when_the_next_transaction_regi
     // An id whose transaction-log partition another broker leads, so persisting the
     // commit does not wait for the paused broker.
     let mut id = String::new();
+    let mut log_partition = 0;
     for candidate in (0..).map(|i| format!("ledger-{i}")) {
-        let log_partition = txn_log_partition(&candidate, TXN_LOG_PARTITIONS);
+        log_partition = txn_log_partition(&candidate, TXN_LOG_PARTITIONS);
         if cluster
             .leader_of(TXN_LOG_TOPIC, log_partition)
             .await
@@ -67,10 +71,11 @@ async fn given_a_commit_whose_markers_are_delayed_when_the_next_transaction_regi
         .await
         .expect("coordinator");
     let started = Instant::now();
+    let registering = id.clone();
     let registration = tokio::spawn(async move {
         coordinator
             .add_partitions_to_txn(AddPartitionsToTxnRequest {
-                transactional_id: id,
+                transactional_id: registering,
                 producer_id: next.producer_id,
                 producer_epoch: i32::from(next.producer_epoch),
                 topics: vec![TxnTopicPartitions {
@@ -97,6 +102,28 @@ async fn given_a_commit_whose_markers_are_delayed_when_the_next_transaction_regi
         "answered after {:?}, before the first transaction could complete",
         started.elapsed()
     );
+    // One append: the batch that completes the first transaction also opens the second.
+    let log_leader = cluster
+        .leader_of(TXN_LOG_TOPIC, log_partition)
+        .await
+        .leader_id;
+    let mut client = raw::connect(&cluster.broker(log_leader).bootstrap()).await;
+    let appends: Vec<Vec<String>> = raw::read_batches(&mut client, TXN_LOG_TOPIC, log_partition)
+        .await
+        .into_iter()
+        .map(|(_, records)| states_of(&id, &records))
+        .filter(|states| !states.is_empty())
+        .collect();
+    assert_eq!(
+        appends,
+        vec![
+            vec!["Empty"],
+            vec!["Ongoing"],
+            vec!["PrepareCommit"],
+            vec!["CompleteCommit", "Ongoing"]
+        ],
+        "the transaction log's batches of {id}, by state"
+    );
 
     // The producer carries on: its second transaction commits through the same
     // registration, and both transactions are visible once.
@@ -118,4 +145,17 @@ async fn given_a_commit_whose_markers_are_delayed_when_the_next_transaction_regi
         values(&bootstrap, AUDIT, &[0], Isolation::ReadCommitted).await,
         vec!["audit-2"]
     );
+}
+
+/// The states of `transactional_id`'s records among `records`, in order.
+fn states_of(transactional_id: &str, records: &[idem_proto::batch::StoredRecord]) -> Vec<String> {
+    records
+        .iter()
+        .filter(|r| r.key.as_deref() == Some(transactional_id.as_bytes()))
+        .filter_map(|r| {
+            let value = String::from_utf8_lossy(r.value.as_deref()?).into_owned();
+            let (_, after) = value.split_once("\"state\":\"")?;
+            after.split('"').next().map(str::to_string)
+        })
+        .collect()
 }
