@@ -1,9 +1,10 @@
 //! Registers the open transaction's partitions with the coordinator without holding up
 //! `send`: a partition's first record only queues a registration, and the partition's
-//! task sends nothing until the registration is answered. Registrations queued while
-//! one AddPartitionsToTxn is in flight go out together in the next, so a transaction
-//! that spreads over many partitions pays one or two round trips, not one per
-//! partition.
+//! task sends nothing until the registration is answered. Registrations queued at the
+//! same moment go out together in one AddPartitionsToTxn, and a call does not wait for
+//! the one before it: at a transaction's start the coordinator is often still
+//! completing the previous one, and it decides the calls that arrive meanwhile as one
+//! (one append, one round of BEGIN markers) instead of one after another.
 //!
 //! Invariant: no batch of a partition leaves before the coordinator accepted the
 //! partition into the transaction (the broker would refuse it: no BEGIN yet). One
@@ -85,31 +86,48 @@ async fn run(
         while let Ok(more) = rx.try_recv() {
             batch.push(more);
         }
-        let mut topics: BTreeMap<String, Vec<i32>> = BTreeMap::new();
-        for r in &batch {
-            topics.entry(r.topic.clone()).or_default().push(r.partition);
+        tokio::spawn(register(
+            coordinator.clone(),
+            transactional_id.clone(),
+            producer,
+            patience,
+            batch,
+        ));
+    }
+}
+
+/// One AddPartitionsToTxn for `batch`; answers every registration in it.
+async fn register(
+    coordinator: Arc<CoordinatorLink>,
+    transactional_id: Arc<str>,
+    producer: ProducerIdAndEpoch,
+    patience: Duration,
+    batch: Vec<Registration>,
+) {
+    let mut topics: BTreeMap<String, Vec<i32>> = BTreeMap::new();
+    for r in &batch {
+        topics.entry(r.topic.clone()).or_default().push(r.partition);
+    }
+    let result = coordinator
+        .add_partitions(
+            &transactional_id,
+            producer,
+            topics,
+            Instant::now() + patience,
+        )
+        .await;
+    match &result {
+        Ok(()) => tracing::debug!(
+            producer_id = producer.producer_id,
+            producer_epoch = producer.producer_epoch,
+            partitions = ?batch,
+            "partitions joined the transaction"
+        ),
+        Err(e) => {
+            tracing::warn!(partitions = ?batch, error = %e, "cannot add the partitions to the transaction")
         }
-        let result = coordinator
-            .add_partitions(
-                &transactional_id,
-                producer,
-                topics,
-                Instant::now() + patience,
-            )
-            .await;
-        match &result {
-            Ok(()) => tracing::debug!(
-                producer_id = producer.producer_id,
-                producer_epoch = producer.producer_epoch,
-                partitions = ?batch,
-                "partitions joined the transaction"
-            ),
-            Err(e) => {
-                tracing::warn!(partitions = ?batch, error = %e, "cannot add the partitions to the transaction")
-            }
-        }
-        for r in batch {
-            let _ = r.done.send(result.clone().map(|()| producer));
-        }
+    }
+    for r in batch {
+        let _ = r.done.send(result.clone().map(|()| producer));
     }
 }

@@ -41,7 +41,7 @@ use crate::txn::state::TxnState;
 
 use self::markers::{write_markers, MarkerJob};
 use self::partition::LogPartition;
-use self::successor::{park_until_completed, Parked};
+use self::successor::{park_behind_holder, park_until_completed, Parked, Turn};
 
 /// A request answered with an error code instead of a decision.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -433,7 +433,18 @@ impl Coordinator {
         request: Request,
     ) -> Result<Option<Reply>, Refusal> {
         let lock = part.lock_for(transactional_id);
-        let guard = lock.lock().await;
+        let guard = match lock.try_lock() {
+            Ok(guard) => guard,
+            // Busy: a registration joins the ones waiting for the holder, which carries
+            // them out as one before it lets go.
+            Err(_) if matches!(request, Request::AddPartitions { .. }) => {
+                match park_behind_holder(part, transactional_id, &request, &lock).await {
+                    Turn::Answered(answer) => return answer.map(Some),
+                    Turn::Mine(guard) => guard,
+                }
+            }
+            Err(_) => lock.lock().await,
+        };
         if part.token.is_lost() || !self.ownership.holds_lease() {
             return Err(Refusal::new(
                 ErrorCode::NotCoordinator,
@@ -445,12 +456,63 @@ impl Coordinator {
             .decide_with_fresh_id(transactional_id, current.as_ref(), &request)
             .await?;
         let outcome = self.carry_out(part, effects, None).await;
+        if outcome.is_ok() {
+            self.carry_out_parked(part, transactional_id).await;
+        }
         drop(guard);
         let (reply, end) = outcome?;
         if let Some(job) = end {
             self.spawn_finish(part, transactional_id, job);
         }
         Ok(reply)
+    }
+
+    /// Carries out the registrations that parked while the caller held the id's lock,
+    /// each round's as one decision; the caller still holds the lock. Registrations
+    /// waiting for a completion are left to it.
+    async fn carry_out_parked(self: &Arc<Self>, part: &Arc<LogPartition>, transactional_id: &str) {
+        loop {
+            let current = part.get(transactional_id);
+            if current.as_ref().is_some_and(|m| m.state.is_completing()) {
+                return;
+            }
+            let Some(parked) = part.successors.take(transactional_id) else {
+                return;
+            };
+            let outcome = match self
+                .decide_with_fresh_id(transactional_id, current.as_ref(), &parked.request)
+                .await
+            {
+                Ok(effects) => self.carry_out(part, effects, None).await,
+                Err(refusal) => Err(refusal),
+            };
+            let failed = outcome.is_err();
+            parked.answer(self.answer_of(part, transactional_id, outcome));
+            if failed {
+                return;
+            }
+        }
+    }
+
+    /// The answer to a parked request whose effects were carried out; its end markers
+    /// (if any) are written in the background.
+    fn answer_of(
+        self: &Arc<Self>,
+        part: &Arc<LogPartition>,
+        transactional_id: &str,
+        outcome: Result<(Option<Reply>, Option<MarkerJob>), Refusal>,
+    ) -> Result<Reply, Refusal> {
+        let answer = outcome.and_then(|(reply, end)| {
+            if let Some(job) = end {
+                self.spawn_finish(part, transactional_id, job);
+            }
+            reply
+                .ok_or_else(|| Refusal::new(ErrorCode::UnknownServerError, "no answer was decided"))
+        });
+        if let Err(refusal) = &answer {
+            tracing::warn!(partition = part.index, transactional_id, code = ?refusal.code, message = %refusal.message, "a parked registration failed");
+        }
+        answer
     }
 
     /// Writes a prepared outcome's end markers and completes it, in the background.
@@ -619,6 +681,7 @@ impl Coordinator {
                     }
                 }
             }
+            self.carry_out_parked(part, transactional_id).await;
         }
         Ok(())
     }
@@ -643,18 +706,7 @@ impl Coordinator {
                 Err(e) => Err(self.refuse(part, e)),
             },
         };
-        let answer = outcome.and_then(|(reply, end)| {
-            if let Some(job) = end {
-                self.spawn_finish(part, transactional_id, job);
-            }
-            reply
-                .ok_or_else(|| Refusal::new(ErrorCode::UnknownServerError, "no answer was decided"))
-        });
-        if let Err(refusal) = &answer {
-            tracing::warn!(partition = part.index, transactional_id, code = ?refusal.code, message = %refusal.message, "completing a transaction with its next registration failed");
-        }
-        // The handler may be gone (its client hung up); the decision stands regardless.
-        let _ = parked.answer.send(answer);
+        parked.answer(self.answer_of(part, transactional_id, outcome));
     }
 
     /// The answer for a failed effect; a fenced claim is dropped.

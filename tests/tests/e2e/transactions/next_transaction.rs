@@ -3,7 +3,8 @@
 //! transaction completing waits for it at the coordinator and is then accepted, instead
 //! of being sent away with CONCURRENT_TRANSACTIONS to retry after a backoff. The
 //! completion carries it out: the previous transaction's CompleteCommit and the next
-//! one's Ongoing go to the transaction log in one append.
+//! one's Ongoing go to the transaction log in one append, and registrations that
+//! arrive meanwhile (the SDK does not wait for one call before the next) join it.
 
 use std::time::{Duration, Instant};
 
@@ -30,7 +31,7 @@ async fn given_a_commit_whose_markers_are_delayed_when_the_next_transaction_regi
     let cluster = Cluster::start_with_coordinators(3, 1, &brokers, &[]).await;
     // Replication factor 1: while its only broker is paused, no marker lands there.
     cluster.create_topic(ORDERS, 1, 1).await;
-    cluster.create_topic(AUDIT, 1, 3).await;
+    cluster.create_topic(AUDIT, 2, 3).await;
     let orders_leader = cluster.leader_of(ORDERS, 0).await.leader_id;
     // Clients bootstrap from a broker that stays up.
     let bootstrap = cluster
@@ -65,57 +66,69 @@ async fn given_a_commit_whose_markers_are_delayed_when_the_next_transaction_regi
     producer.commit().await.expect("commit decided");
     let next = producer.producer_id().expect("initialised");
 
-    // The next transaction registers a partition while the first is still completing.
+    // The next transaction registers two partitions, in two calls, while the first is
+    // still completing.
     let owner = txn::find_coordinator(&bootstrap, &id).await;
-    let mut coordinator = txn::coordinator_client(&owner.address)
-        .await
-        .expect("coordinator");
     let started = Instant::now();
-    let registering = id.clone();
-    let registration = tokio::spawn(async move {
-        coordinator
-            .add_partitions_to_txn(AddPartitionsToTxnRequest {
-                transactional_id: registering,
-                producer_id: next.producer_id,
-                producer_epoch: i32::from(next.producer_epoch),
-                topics: vec![TxnTopicPartitions {
-                    topic: AUDIT.into(),
-                    partitions: vec![0],
-                }],
-            })
+    let mut registrations = Vec::new();
+    for partition in [0, 1] {
+        let mut coordinator = txn::coordinator_client(&owner.address)
             .await
-            .expect("AddPartitionsToTxn")
-            .into_inner()
-    });
+            .expect("coordinator");
+        let request = AddPartitionsToTxnRequest {
+            transactional_id: id.clone(),
+            producer_id: next.producer_id,
+            producer_epoch: i32::from(next.producer_epoch),
+            topics: vec![TxnTopicPartitions {
+                topic: AUDIT.into(),
+                partitions: vec![partition],
+            }],
+        };
+        registrations.push(tokio::spawn(async move {
+            coordinator
+                .add_partitions_to_txn(request)
+                .await
+                .expect("AddPartitionsToTxn")
+                .into_inner()
+        }));
+    }
     // The fault lasts HELD; then the marker lands and the commit completes.
     tokio::time::sleep(HELD).await;
     cluster.resume(orders_leader);
-    let answer = registration.await.expect("registration task");
-    assert_eq!(
-        answer.error_code(),
-        ErrorCode::None,
-        "{}",
-        answer.error_message
-    );
+    for registration in registrations {
+        let answer = registration.await.expect("registration task");
+        assert_eq!(
+            answer.error_code(),
+            ErrorCode::None,
+            "{}",
+            answer.error_message
+        );
+    }
     assert!(
         started.elapsed() >= HELD,
         "answered after {:?}, before the first transaction could complete",
         started.elapsed()
     );
-    // One append: the batch that completes the first transaction also opens the second.
+    // One append: the batch that completes the first transaction also opens the second,
+    // with both registrations' partitions.
     let log_leader = cluster
         .leader_of(TXN_LOG_TOPIC, log_partition)
         .await
         .leader_id;
     let mut client = raw::connect(&cluster.broker(log_leader).bootstrap()).await;
-    let appends: Vec<Vec<String>> = raw::read_batches(&mut client, TXN_LOG_TOPIC, log_partition)
-        .await
-        .into_iter()
-        .map(|(_, records)| states_of(&id, &records))
-        .filter(|states| !states.is_empty())
+    let appends: Vec<Vec<(String, String)>> =
+        raw::read_batches(&mut client, TXN_LOG_TOPIC, log_partition)
+            .await
+            .into_iter()
+            .map(|(_, records)| states_of(&id, &records))
+            .filter(|states| !states.is_empty())
+            .collect();
+    let states: Vec<Vec<&str>> = appends
+        .iter()
+        .map(|batch| batch.iter().map(|(state, _)| state.as_str()).collect())
         .collect();
     assert_eq!(
-        appends,
+        states,
         vec![
             vec!["Empty"],
             vec!["Ongoing"],
@@ -124,6 +137,11 @@ async fn given_a_commit_whose_markers_are_delayed_when_the_next_transaction_regi
         ],
         "the transaction log's batches of {id}, by state"
     );
+    let opened = &appends[3][1].1;
+    for partition in [0, 1] {
+        let entry = format!(r#"{{"topic":"{AUDIT}","partition":{partition}}}"#);
+        assert!(opened.contains(&entry), "{entry} missing from {opened}");
+    }
 
     // The producer carries on: its second transaction commits through the same
     // registration, and both transactions are visible once.
@@ -147,15 +165,20 @@ async fn given_a_commit_whose_markers_are_delayed_when_the_next_transaction_regi
     );
 }
 
-/// The states of `transactional_id`'s records among `records`, in order.
-fn states_of(transactional_id: &str, records: &[idem_proto::batch::StoredRecord]) -> Vec<String> {
+/// The state and the whole value of each of `transactional_id`'s records among
+/// `records`, in order.
+fn states_of(
+    transactional_id: &str,
+    records: &[idem_proto::batch::StoredRecord],
+) -> Vec<(String, String)> {
     records
         .iter()
         .filter(|r| r.key.as_deref() == Some(transactional_id.as_bytes()))
         .filter_map(|r| {
             let value = String::from_utf8_lossy(r.value.as_deref()?).into_owned();
             let (_, after) = value.split_once("\"state\":\"")?;
-            after.split('"').next().map(str::to_string)
+            let state = after.split('"').next()?.to_string();
+            Some((state, value))
         })
         .collect()
 }
