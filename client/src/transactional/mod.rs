@@ -78,10 +78,17 @@ struct Shared {
 struct OpenTxn {
     /// Registers the transaction's partitions; started by the first partition.
     registrar: Option<Registrar>,
-    senders: HashMap<(String, i32), mpsc::Sender<PartitionMsg>>,
+    /// By topic, then partition (looked up by `&str` on every send: no allocation).
+    senders: HashMap<String, HashMap<i32, mpsc::Sender<PartitionMsg>>>,
     tasks: Vec<JoinHandle<()>>,
     /// The first failed batch of the transaction.
     failures: Arc<Mutex<Option<ClientError>>>,
+}
+
+impl OpenTxn {
+    fn sender(&self, topic: &str, partition: i32) -> Option<&mpsc::Sender<PartitionMsg>> {
+        self.senders.get(topic)?.get(&partition)
+    }
 }
 
 impl TransactionalProducer {
@@ -322,11 +329,7 @@ impl TransactionalProducer {
     ) -> Result<Option<mpsc::Sender<PartitionMsg>>, ClientError> {
         let shared = self.shared()?;
         shared.machine.check_send(Some(generation))?;
-        Ok(shared
-            .open
-            .senders
-            .get(&(topic.to_string(), partition))
-            .cloned())
+        Ok(shared.open.sender(topic, partition).cloned())
     }
 
     /// Adds the partition to the open transaction (once, however many sends race for
@@ -342,8 +345,7 @@ impl TransactionalProducer {
     ) -> Result<mpsc::Sender<PartitionMsg>, ClientError> {
         let mut shared = self.shared()?;
         shared.machine.check_send(Some(generation))?;
-        let key = (topic.to_string(), partition);
-        if let Some(sender) = shared.open.senders.get(&key) {
+        if let Some(sender) = shared.open.sender(topic, partition) {
             return Ok(sender.clone());
         }
         let producer = shared.machine.will_register(generation)?;
@@ -371,7 +373,12 @@ impl TransactionalProducer {
             rx,
         );
         shared.open.tasks.push(task);
-        shared.open.senders.insert(key, tx.clone());
+        shared
+            .open
+            .senders
+            .entry(topic.to_string())
+            .or_default()
+            .insert(partition, tx.clone());
         Ok(tx)
     }
 
