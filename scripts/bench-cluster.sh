@@ -24,7 +24,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # etcd (and protoc, which the release build needs) when missing, as the test command does.
-scripts/install-deps.sh protoc etcd >&2
+scripts/install-deps.sh protoc etcd cc >&2
 cargo build --release --bins >&2
 bin="$(realpath "${CARGO_TARGET_DIR:-target}")/release"
 work="$(mktemp -d /tmp/idem-bench-cluster.XXXXXX)"

@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/install-deps.sh protoc
+scripts/install-deps.sh protoc cc
 cargo install --locked --path cli
 cargo install --locked --path broker
 cargo install --locked --path coordinator

@@ -3,7 +3,8 @@
 #   protoc -> protobuf-compiler (etcd-client's build compiles etcd's protos with it;
 #             idem's own protos need no protoc)
 #   etcd   -> etcd-server (the tests start real etcd servers)
-# Usage: scripts/install-deps.sh protoc [etcd]
+#   cc     -> gcc and make (tikv-jemalloc-sys builds jemalloc from its C sources)
+# Usage: scripts/install-deps.sh protoc [etcd] [cc]
 set -euo pipefail
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
@@ -13,6 +14,10 @@ for need in "$@"; do
   case "$need" in
     protoc) command -v protoc >/dev/null 2>&1 || [ -n "${PROTOC:-}" ] || missing+=(protobuf-compiler) ;;
     etcd) command -v etcd >/dev/null 2>&1 || [ -n "${IDEM_ETCD_BIN:-}" ] || missing+=(etcd-server) ;;
+    cc)
+      command -v cc >/dev/null 2>&1 || missing+=(gcc)
+      command -v make >/dev/null 2>&1 || missing+=(make)
+      ;;
     *) echo "install-deps: unknown dependency $need" >&2; exit 2 ;;
   esac
 done

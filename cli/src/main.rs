@@ -49,6 +49,10 @@ enum Command {
     Bench(bench::BenchCommand),
 }
 
+/// jemalloc, not glibc's malloc: see docs/benchmarks.md, "Memory churn".
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()

@@ -16,6 +16,10 @@ struct Args {
     coordinator: CoordinatorConfig,
 }
 
+/// jemalloc, not glibc's malloc: see docs/benchmarks.md, "Memory churn".
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
