@@ -5,10 +5,12 @@
 //! starts one replicated, fsynced write sooner than if the registration waited for the
 //! completion to be persisted and then persisted its own record.
 //!
-//! Registrations of the same producer that park while one is parked join it: the
-//! SDK registers a transaction's partitions as its records reach them, so the calls of
-//! a transaction's first milliseconds are decided as one (one append, one round of
-//! BEGIN markers) instead of one after another.
+//! A registration that finds another request of its id in progress parks too, and
+//! that request's handler carries out what parked before it lets go of the id. And
+//! registrations of the same producer that park while one is parked join it: the SDK
+//! registers a transaction's partitions as its records reach them, so the calls of a
+//! transaction's first milliseconds are decided as one (one append, one round of BEGIN
+//! markers) instead of one after another.
 //!
 //! Invariant: every parked handler is answered exactly once, by whichever side removes
 //! it from here: the completing task (which takes the whole registration and answers
