@@ -4,7 +4,8 @@
 //! of being sent away with CONCURRENT_TRANSACTIONS to retry after a backoff. The
 //! completion carries it out: the previous transaction's CompleteCommit and the next
 //! one's Ongoing go to the transaction log in one append, and registrations that
-//! arrive meanwhile (the SDK does not wait for one call before the next) join it.
+//! arrive meanwhile (the SDK does not wait for one call before the next) join it. A
+//! coordinator killed right after that append loads the new transaction whole.
 
 use std::time::{Duration, Instant};
 
@@ -28,7 +29,7 @@ async fn given_a_commit_whose_markers_are_delayed_when_the_next_transaction_regi
     // A paused follower leaves the ISR after a second, so the transaction log (RF 3)
     // keeps taking writes while the fault lasts.
     let brokers = ["--replica-lag-time-max-ms", "1000"];
-    let cluster = Cluster::start_with_coordinators(3, 1, &brokers, &[]).await;
+    let mut cluster = Cluster::start_with_coordinators(3, 1, &brokers, &[]).await;
     // Replication factor 1: while its only broker is paused, no marker lands there.
     cluster.create_topic(ORDERS, 1, 1).await;
     cluster.create_topic(AUDIT, 2, 3).await;
@@ -143,6 +144,13 @@ async fn given_a_commit_whose_markers_are_delayed_when_the_next_transaction_regi
         assert!(opened.contains(&entry), "{entry} missing from {opened}");
     }
 
+    // The coordinator dies right after that append; restarted, it must load the second
+    // transaction open with both partitions, or AUDIT-1 (BEGIN written, no data) would
+    // hang with nobody to end it.
+    cluster.kill_coordinator(owner.coordinator_id);
+    cluster.restart_coordinator(owner.coordinator_id);
+    cluster.wait_for_coordinators().await;
+
     // The producer carries on: its second transaction commits through the same
     // registration, and both transactions are visible once.
     producer.begin().expect("begin");
@@ -154,7 +162,7 @@ async fn given_a_commit_whose_markers_are_delayed_when_the_next_transaction_regi
         .expect("acked");
     producer.commit().await.expect("second commit");
     wait_until_stable(&bootstrap, ORDERS, &[0]).await;
-    wait_until_stable(&bootstrap, AUDIT, &[0]).await;
+    wait_until_stable(&bootstrap, AUDIT, &[0, 1]).await;
     assert_eq!(
         values(&bootstrap, ORDERS, &[0], Isolation::ReadCommitted).await,
         vec!["order-1"]
