@@ -71,5 +71,6 @@ pub use producer::inflight::ProducerIdAndEpoch;
 pub use producer::{DeliveryFuture, Producer, ProducerRecord, RecordMetadata};
 pub use transactional::config::TransactionalConfig;
 pub use transactional::errors::TxnErrorClass;
+pub use transactional::pipelined::PendingCommit;
 pub use transactional::state::TxnState;
 pub use transactional::TransactionalProducer;

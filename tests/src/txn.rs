@@ -145,6 +145,26 @@ pub async fn wait_until_stable(bootstrap: &str, topic: &str, partitions: &[i32])
     ends
 }
 
+/// Waits until the last stable offset of each of `topic`'s `partitions` reached
+/// `offset` (say, past a transaction's COMMIT marker while a later one is open).
+pub async fn wait_for_lso(bootstrap: &str, topic: &str, partitions: &[i32], offset: i64) {
+    let admin = Admin::connect(bootstrap).await.expect("admin connects");
+    let started = Instant::now();
+    for p in partitions {
+        loop {
+            let (_, lso) = offsets(&admin, topic, *p).await;
+            if lso >= offset {
+                break;
+            }
+            assert!(
+                started.elapsed() < PATIENCE,
+                "{topic}-{p}: last stable offset {lso} never reached {offset}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
 /// Everything a consumer of `isolation` reads from the start of the given partitions
 /// to their current end (LSO or high watermark).
 pub async fn read(

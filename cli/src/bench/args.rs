@@ -38,6 +38,11 @@ pub struct LoadArgs {
     /// Commit interval of the transactional mode, in milliseconds.
     #[arg(long, default_value_t = 100)]
     pub txn_ms: u64,
+    /// The transactional mode commits with `commit_and_begin` (the commit goes on in
+    /// the background while the next transaction is sent) instead of waiting in
+    /// `commit` and then calling `begin`, as a Kafka producer does.
+    #[arg(long)]
+    pub txn_pipelined: bool,
     /// Start an in-process `idem dev` (broker and coordinator) in a temporary directory
     /// instead of using `--bootstrap`.
     #[arg(long)]

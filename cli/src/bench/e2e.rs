@@ -108,6 +108,7 @@ async fn measure(target: &Target, args: &E2eArgs) -> anyhow::Result<E2eReport> {
         },
         rate: Some(args.rate),
         txn_every: Duration::from_millis(load.txn_ms),
+        txn_pipelined: load.txn_pipelined,
         start,
     };
     let mut producer = tokio::spawn(driver.run(0, plan, progress.counter()));

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use futures::stream::{FuturesUnordered, StreamExt};
 use idem_client::{
-    ClientError, DeliveryFuture, Producer, ProducerRecord, TransactionalConfig,
-    TransactionalProducer, TxnErrorClass,
+    ClientError, DeliveryFuture, PendingCommit, Producer, ProducerRecord, TransactionalConfig,
+    TransactionalProducer, TxnErrorClass, TxnState,
 };
 use tokio::sync::mpsc;
 
@@ -41,6 +41,8 @@ pub struct Plan {
     pub rate: Option<f64>,
     /// Commit interval of the transactional mode.
     pub txn_every: Duration,
+    /// Between transactions, `commit_and_begin` (else `commit`, then `begin`).
+    pub txn_pipelined: bool,
     /// The run's shared start: send times in stamps count from it, and pacing too.
     pub start: Instant,
 }
@@ -247,8 +249,13 @@ async fn send_in_transactions(
 ) -> anyhow::Result<(Vec<Range<u64>>, u64)> {
     let mut committed = Vec::new();
     let mut aborted = 0;
+    // A transaction committing in the background, and its records.
+    let mut pending: Option<(Range<u64>, PendingCommit)> = None;
+    let mut open = false;
     while plan.more(*seq) {
-        producer.begin().context("beginning a transaction")?;
+        if !open {
+            producer.begin().context("beginning a transaction")?;
+        }
         let first = *seq;
         let commit_at = Instant::now() + plan.txn_every;
         let mut failed = None;
@@ -274,10 +281,36 @@ async fn send_in_transactions(
                 }
             }
         }
+        let pipelined = plan.txn_pipelined && failed.is_none() && plan.more(*seq);
         let result = match failed {
             Some(e) => Err(e),
+            None if pipelined => match producer.commit_and_begin().await {
+                Ok(commit) => {
+                    // Waited for the one before it, so that one is decided.
+                    if let Some((range, previous)) = pending.replace((first..*seq, commit)) {
+                        settle(
+                            previous.committed().await,
+                            range,
+                            &mut committed,
+                            &mut aborted,
+                        )?;
+                    }
+                    open = true;
+                    continue;
+                }
+                Err(e) => Err(e),
+            },
             None => producer.commit().await,
         };
+        open = false;
+        if let Some((range, previous)) = pending.take() {
+            settle(
+                previous.committed().await,
+                range,
+                &mut committed,
+                &mut aborted,
+            )?;
+        }
         match result {
             Ok(()) => committed.push(first..*seq),
             Err(e) if e.txn_class() == TxnErrorClass::Abortable => {
@@ -289,6 +322,26 @@ async fn send_in_transactions(
                 aborted += 1;
             }
             Err(e) => return Err(e).context("committing a transaction"),
+        }
+    }
+    if let Some((range, previous)) = pending.take() {
+        // The run ended right after a pipelined commit: end the empty transaction too.
+        settle(
+            previous.committed().await,
+            range,
+            &mut committed,
+            &mut aborted,
+        )?;
+        if producer.state() == TxnState::AbortableError {
+            producer
+                .abort()
+                .await
+                .context("aborting a failed transaction")?;
+        } else {
+            producer
+                .commit()
+                .await
+                .context("committing the last transaction")?;
         }
     }
     Ok((committed, aborted))
@@ -336,4 +389,23 @@ async fn collect(mut rx: mpsc::UnboundedReceiver<InFlight>, progress: Arc<Atomic
         }
     }
     collected
+}
+
+/// Books the outcome of a transaction committed in the background; the aborted ones
+/// count, a fatal error ends the run.
+fn settle(
+    outcome: Result<(), ClientError>,
+    range: Range<u64>,
+    committed: &mut Vec<Range<u64>>,
+    aborted: &mut u64,
+) -> anyhow::Result<()> {
+    match outcome {
+        Ok(()) => committed.push(range),
+        Err(e) if e.txn_class() == TxnErrorClass::Abortable => {
+            tracing::warn!(error = %e, "a bench transaction committed in the background failed");
+            *aborted += 1;
+        }
+        Err(e) => return Err(e).context("committing a transaction in the background"),
+    }
+    Ok(())
 }

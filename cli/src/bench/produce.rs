@@ -195,6 +195,7 @@ async fn run_mode(
                 },
                 rate: args.rate.map(|r| r / f64::from(args.producers)),
                 txn_every: std::time::Duration::from_millis(load.txn_ms),
+                txn_pipelined: load.txn_pipelined,
                 start,
             };
             tokio::spawn(driver.run(index, plan, progress.counter()))

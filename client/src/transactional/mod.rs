@@ -18,6 +18,7 @@
 
 pub mod config;
 pub mod errors;
+pub mod pipelined;
 pub(crate) mod registrar;
 pub mod state;
 
@@ -29,7 +30,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use self::config::TransactionalConfig;
-use self::registrar::Registrar;
+use self::registrar::{known_identity, IdentityGate, Registrar};
 use self::state::{TxnMachine, TxnState};
 use crate::connection::Connection;
 use crate::coordinator::CoordinatorLink;
@@ -63,7 +64,7 @@ struct Inner {
     /// Serialises the calls that talk to the coordinator (init, commit, abort), so none
     /// overlaps another of the same producer. Registrations need no lock: they belong to
     /// partition tasks, which commit and abort drain before EndTxn.
-    control: tokio::sync::Mutex<()>,
+    control: Arc<tokio::sync::Mutex<()>>,
     partitioners: TopicPartitioners,
 }
 
@@ -83,6 +84,9 @@ struct OpenTxn {
     tasks: Vec<JoinHandle<()>>,
     /// The first failed batch of the transaction.
     failures: Arc<Mutex<Option<ClientError>>>,
+    /// Set when the transaction was begun while the one before it still commits
+    /// (`commit_and_begin`): its registrations wait for that commit's answer.
+    identity: Option<IdentityGate>,
 }
 
 impl OpenTxn {
@@ -106,7 +110,7 @@ impl TransactionalProducer {
                 conn,
                 config,
                 shared: Mutex::new(Shared::default()),
-                control: tokio::sync::Mutex::new(()),
+                control: Arc::new(tokio::sync::Mutex::new(())),
                 partitioners,
             }),
         })
@@ -349,11 +353,16 @@ impl TransactionalProducer {
             return Ok(sender.clone());
         }
         let producer = shared.machine.will_register(generation)?;
+        let identity = shared
+            .open
+            .identity
+            .clone()
+            .unwrap_or_else(|| known_identity(producer));
         let registrar = shared.open.registrar.get_or_insert_with(|| {
             Registrar::spawn(
                 self.inner.coordinator.clone(),
                 self.inner.transactional_id.clone(),
-                producer,
+                identity,
                 self.inner.config.delivery_timeout,
             )
         });
@@ -415,6 +424,7 @@ async fn drain(open: OpenTxn) -> Option<ClientError> {
         senders,
         tasks,
         failures,
+        identity: _,
     } = open;
     // The registrar answers what is queued, then ends with the transaction.
     drop(registrar);

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 use crate::coordinator::CoordinatorLink;
@@ -25,6 +25,29 @@ use crate::producer::inflight::ProducerIdAndEpoch;
 /// The answer a partition's task waits for: the identity to send under, or why the
 /// partition cannot join the transaction.
 pub(crate) type Registered = oneshot::Receiver<Result<ProducerIdAndEpoch, ClientError>>;
+
+/// The identity a transaction's registrations go out under: known when the
+/// transaction begins, or (the transaction `commit_and_begin` opened) once the commit
+/// before it is answered, with the epoch that answer carries; an error when that
+/// commit failed.
+pub(crate) type IdentityGate = watch::Receiver<Option<Result<ProducerIdAndEpoch, ClientError>>>;
+
+/// A gate that is open from the start.
+pub(crate) fn known_identity(producer: ProducerIdAndEpoch) -> IdentityGate {
+    watch::channel(Some(Ok(producer))).1
+}
+
+/// The identity once the gate has one; `Closed` when its sender went away without.
+async fn identity(mut gate: IdentityGate) -> Result<ProducerIdAndEpoch, ClientError> {
+    loop {
+        if let Some(identity) = gate.borrow_and_update().clone() {
+            return identity;
+        }
+        if gate.changed().await.is_err() {
+            return Err(ClientError::Closed);
+        }
+    }
+}
 
 struct Registration {
     topic: String,
@@ -45,13 +68,14 @@ impl std::fmt::Debug for Registration {
 }
 
 impl Registrar {
-    /// Starts the registrar of a transaction of `producer`; each AddPartitionsToTxn,
-    /// retries included, may take `patience` from when it is sent (a transaction may
-    /// outlast it, so no deadline is fixed at the start).
+    /// Starts the registrar of a transaction whose identity comes through `producer`;
+    /// nothing is sent before it is known. Each AddPartitionsToTxn, retries included,
+    /// may take `patience` from when it is sent (a transaction may outlast it, so no
+    /// deadline is fixed at the start).
     pub(crate) fn spawn(
         coordinator: Arc<CoordinatorLink>,
         transactional_id: Arc<str>,
-        producer: ProducerIdAndEpoch,
+        producer: IdentityGate,
         patience: Duration,
     ) -> Self {
         let (queue, rx) = mpsc::unbounded_channel();
@@ -77,10 +101,20 @@ impl Registrar {
 async fn run(
     coordinator: Arc<CoordinatorLink>,
     transactional_id: Arc<str>,
-    producer: ProducerIdAndEpoch,
+    producer: IdentityGate,
     patience: Duration,
     mut rx: mpsc::UnboundedReceiver<Registration>,
 ) {
+    let producer = match identity(producer).await {
+        Ok(producer) => producer,
+        Err(e) => {
+            // The commit before this transaction failed: none of it may be sent.
+            while let Some(registration) = rx.recv().await {
+                let _ = registration.done.send(Err(e.clone()));
+            }
+            return;
+        }
+    };
     while let Some(first) = rx.recv().await {
         let mut batch = vec![first];
         while let Ok(more) = rx.try_recv() {

@@ -161,6 +161,40 @@ impl TxnMachine {
         }
     }
 
+    /// `commit_and_begin`: the commit just started (`start_commit`) goes on in the
+    /// background and the next transaction opens at once; returns its generation. Its
+    /// identity is the one [`previous_done`](Self::previous_done) leaves.
+    pub(crate) fn begin_after_commit(&mut self) -> Result<u64, ClientError> {
+        match self.state {
+            TxnState::Committing => {
+                self.generation += 1;
+                self.registered = false;
+                self.state = TxnState::InTransaction;
+                Ok(self.generation)
+            }
+            _ => Err(self.refuse("begin the next transaction")),
+        }
+    }
+
+    /// The end of a commit that went on in the background: `epoch`, the one the
+    /// producer moves to (when the coordinator answered one); `failure`, why the
+    /// committed transaction did not commit (`None`: it did). A transaction that did not
+    /// commit takes the one begun after it down too: that one becomes abortable (or the
+    /// producer fenced). Returns the failure as the caller should report it.
+    pub(crate) fn previous_done(
+        &mut self,
+        epoch: Option<i16>,
+        failure: Option<ClientError>,
+    ) -> Result<(), ClientError> {
+        if let (Some(epoch), Some(producer)) = (epoch, self.producer.as_mut()) {
+            producer.producer_epoch = epoch;
+        }
+        match failure {
+            None => Ok(()),
+            Some(e) => Err(self.fail(e)),
+        }
+    }
+
     /// A send may join the open transaction (of `generation`, if given): its generation
     /// and the identity its batches carry.
     pub(crate) fn check_send(

@@ -386,6 +386,45 @@ fn a_commit_refused_with_invalid_txn_state_must_be_aborted() {
 }
 
 #[test]
+fn a_transaction_begun_after_a_commit_takes_the_commits_epoch_or_its_failure() {
+    // Committed: the next transaction goes on under the answered epoch.
+    let mut m = machine_in(TxnState::Committing);
+    let g = m.begin_after_commit().expect("next");
+    assert_eq!(m.state(), TxnState::InTransaction);
+    assert_eq!(m.check_send(None).map(|(gen, _)| gen).ok(), Some(g));
+    m.previous_done(Some(5), None).expect("committed");
+    assert_eq!(m.state(), TxnState::InTransaction);
+    assert_eq!(m.producer().map(|p| p.producer_epoch), Some(5));
+
+    // Not committed (aborted, epoch moved): the next transaction must be aborted.
+    let mut m = machine_in(TxnState::Committing);
+    m.begin_after_commit().expect("next");
+    let e = m
+        .previous_done(Some(5), Some(broker(ErrorCode::NotEnoughReplicas)))
+        .expect_err("the commit failed");
+    assert_eq!(e.txn_class(), TxnErrorClass::Abortable);
+    assert_eq!(m.state(), TxnState::AbortableError);
+    assert_eq!(m.producer().map(|p| p.producer_epoch), Some(5));
+    assert!(m.check_send(None).is_err(), "no send joins it");
+    assert!(m.start_commit().is_err(), "it cannot commit");
+    m.start_abort().expect("abort allowed");
+
+    // Fenced: fatal for good.
+    let mut m = machine_in(TxnState::Committing);
+    m.begin_after_commit().expect("next");
+    let e = m
+        .previous_done(None, Some(broker(ErrorCode::ProducerFenced)))
+        .expect_err("fenced");
+    assert_eq!(e.txn_class(), TxnErrorClass::Fatal);
+    assert_eq!(m.state(), TxnState::FatalError);
+
+    // Only a commit under way can go on in the background.
+    for state in [TxnState::Ready, TxnState::InTransaction, TxnState::Aborting] {
+        assert!(machine_in(state).begin_after_commit().is_err(), "{state:?}");
+    }
+}
+
+#[test]
 fn an_unanswered_abort_stays_aborting_and_may_be_repeated() {
     let mut m = machine_in(TxnState::Aborting);
     m.end_done(false, Err(unanswered()))

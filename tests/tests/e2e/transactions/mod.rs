@@ -11,6 +11,7 @@ mod marker_failover;
 mod next_transaction;
 mod operator_cli;
 mod paused_coordinator;
+mod pipelined_commit;
 mod producer_timeout;
 mod seed_example;
 mod zombie_fencing;
