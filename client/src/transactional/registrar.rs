@@ -9,7 +9,10 @@
 //! Invariant: no batch of a partition leaves before the coordinator accepted the
 //! partition into the transaction (the broker would refuse it: no BEGIN yet). One
 //! registrar belongs to one transaction; it ends when the transaction's partition
-//! tasks are drained (its queue's sender is dropped with the transaction).
+//! tasks are drained (its queue's sender is dropped with the transaction). A
+//! transaction begun while the one before it still commits (`commit_and_begin`) gets
+//! its identity only from that commit's answer: until then registrations queue, and if
+//! that commit failed every one of them fails unsent.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -89,6 +89,26 @@ fn given_every_mode_when_benched_embedded_then_each_reports_throughput_and_verif
 }
 
 #[test]
+fn given_pipelined_commits_when_benched_then_every_record_of_many_transactions_is_read_once() {
+    // 5 ms transactions: dozens of commits, each going on while the next is sent.
+    let json = succeeded(&bench(&[
+        "produce",
+        "--embedded",
+        "--records",
+        "20000",
+        "--modes",
+        "transactional",
+        "--txn-ms",
+        "5",
+        "--txn-pipelined",
+        "--json",
+    ]));
+    assert_eq!(values(&json, "mode"), vec!["transactional"], "{json}");
+    assert_eq!(numbers(&json, "records"), vec![20000.0], "{json}");
+    assert_eq!(values(&json, "verified"), vec!["true"], "{json}");
+}
+
+#[test]
 fn given_null_mode_when_benched_then_it_reports_the_transport_rate_unverified() {
     let json = succeeded(&bench(&[
         "produce",
