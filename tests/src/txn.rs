@@ -9,6 +9,7 @@ use idem_client::{
     Admin, Consumer, ConsumerConfig, ConsumerRecord, Isolation, OffsetSpec, TransactionalConfig,
     TransactionalProducer,
 };
+use idem_proto::txn::{txn_log_partition, TXN_LOG_TOPIC};
 use idem_proto::v1::txn_coordinator_client::TxnCoordinatorClient;
 use idem_proto::v1::{
     DescribeTransactionRequest, FindCoordinatorRequest, FindCoordinatorResponse,
@@ -17,7 +18,9 @@ use idem_proto::v1::{
 use idem_proto::ErrorCode;
 use tonic::transport::Channel;
 
+use crate::cluster::TXN_LOG_PARTITIONS;
 use crate::raw;
+use crate::Cluster;
 
 /// Longest a test waits for markers to land and the LSO to catch up.
 const PATIENCE: Duration = Duration::from_secs(30);
@@ -69,6 +72,19 @@ pub async fn find_coordinator(bootstrap: &str, transactional_id: &str) -> FindCo
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// A transactional id `<prefix>-<n>` whose `__transaction_state` partition another
+/// broker than `broker` leads, so the coordinator's appends for it do not wait for
+/// `broker` while a test pauses it; with that partition.
+pub async fn id_logged_away_from(cluster: &Cluster, prefix: &str, broker: i32) -> (String, i32) {
+    for candidate in (0..).map(|i| format!("{prefix}-{i}")) {
+        let partition = txn_log_partition(&candidate, TXN_LOG_PARTITIONS);
+        if cluster.leader_of(TXN_LOG_TOPIC, partition).await.leader_id != broker {
+            return (candidate, partition);
+        }
+    }
+    unreachable!("the candidates never end")
 }
 
 /// A transactional producer with short request timeouts, initialised.

@@ -247,8 +247,7 @@ async fn send_in_transactions(
     tx: &mpsc::UnboundedSender<InFlight>,
     seq: &mut u64,
 ) -> anyhow::Result<(Vec<Range<u64>>, u64)> {
-    let mut committed = Vec::new();
-    let mut aborted = 0;
+    let mut ended = Ended::default();
     // A transaction committing in the background, and its records.
     let mut pending: Option<(Range<u64>, PendingCommit)> = None;
     let mut open = false;
@@ -288,12 +287,7 @@ async fn send_in_transactions(
                 Ok(commit) => {
                     // Waited for the one before it, so that one is decided.
                     if let Some((range, previous)) = pending.replace((first..*seq, commit)) {
-                        settle(
-                            previous.committed().await,
-                            range,
-                            &mut committed,
-                            &mut aborted,
-                        )?;
+                        ended.book(previous.committed().await, range)?;
                     }
                     open = true;
                     continue;
@@ -304,47 +298,58 @@ async fn send_in_transactions(
         };
         open = false;
         if let Some((range, previous)) = pending.take() {
-            settle(
-                previous.committed().await,
-                range,
-                &mut committed,
-                &mut aborted,
-            )?;
+            ended.book(previous.committed().await, range)?;
         }
-        match result {
-            Ok(()) => committed.push(first..*seq),
-            Err(e) if e.txn_class() == TxnErrorClass::Abortable => {
-                tracing::warn!(error = %e, "a bench transaction could not commit; aborting it");
-                producer
-                    .abort()
-                    .await
-                    .context("aborting a failed transaction")?;
-                aborted += 1;
-            }
-            Err(e) => return Err(e).context("committing a transaction"),
-        }
-    }
-    if let Some((range, previous)) = pending.take() {
-        // The run ended right after a pipelined commit: end the empty transaction too.
-        settle(
-            previous.committed().await,
-            range,
-            &mut committed,
-            &mut aborted,
-        )?;
-        if producer.state() == TxnState::AbortableError {
+        if ended.book(result, first..*seq)? {
             producer
                 .abort()
                 .await
                 .context("aborting a failed transaction")?;
-        } else {
-            producer
-                .commit()
-                .await
-                .context("committing the last transaction")?;
         }
     }
-    Ok((committed, aborted))
+    if let Some((range, previous)) = pending.take() {
+        // The run ended right after a pipelined commit: end the transaction it began.
+        ended.book(previous.committed().await, range)?;
+        let last = if producer.state() == TxnState::AbortableError {
+            producer.abort().await
+        } else {
+            producer.commit().await
+        };
+        last.context("ending the last transaction")?;
+    }
+    Ok((ended.committed, ended.aborted))
+}
+
+/// How the transactions of one bench producer ended.
+#[derive(Default)]
+struct Ended {
+    /// The sequence ranges of the committed ones.
+    committed: Vec<Range<u64>>,
+    aborted: u64,
+}
+
+impl Ended {
+    /// Books how the transaction of `records` ended. `Ok(true)`: it failed and the
+    /// producer must abort it (a transaction committed in the background was aborted
+    /// already, and the one after it fails its commit); a fatal error ends the run.
+    fn book(
+        &mut self,
+        outcome: Result<(), ClientError>,
+        records: Range<u64>,
+    ) -> anyhow::Result<bool> {
+        match outcome {
+            Ok(()) => {
+                self.committed.push(records);
+                Ok(false)
+            }
+            Err(e) if e.txn_class() == TxnErrorClass::Abortable => {
+                tracing::warn!(error = %e, "a bench transaction could not commit");
+                self.aborted += 1;
+                Ok(true)
+            }
+            Err(e) => Err(e).context("committing a transaction"),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -389,23 +394,4 @@ async fn collect(mut rx: mpsc::UnboundedReceiver<InFlight>, progress: Arc<Atomic
         }
     }
     collected
-}
-
-/// Books the outcome of a transaction committed in the background; the aborted ones
-/// count, a fatal error ends the run.
-fn settle(
-    outcome: Result<(), ClientError>,
-    range: Range<u64>,
-    committed: &mut Vec<Range<u64>>,
-    aborted: &mut u64,
-) -> anyhow::Result<()> {
-    match outcome {
-        Ok(()) => committed.push(range),
-        Err(e) if e.txn_class() == TxnErrorClass::Abortable => {
-            tracing::warn!(error = %e, "a bench transaction committed in the background failed");
-            *aborted += 1;
-        }
-        Err(e) => return Err(e).context("committing a transaction in the background"),
-    }
-    Ok(())
 }

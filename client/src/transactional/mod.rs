@@ -31,7 +31,7 @@ use tokio::time::Instant;
 
 use self::config::TransactionalConfig;
 use self::registrar::{known_identity, IdentityGate, Registrar};
-use self::state::{TxnMachine, TxnState};
+use self::state::{EndPlan, TxnMachine, TxnState};
 use crate::connection::Connection;
 use crate::coordinator::CoordinatorLink;
 use crate::error::ClientError;
@@ -219,20 +219,7 @@ impl TransactionalProducer {
             let mut shared = self.shared()?;
             return Err(shared.machine.fail(failure));
         }
-        let result = if plan.needs_end_txn {
-            self.inner
-                .coordinator
-                .end_txn(
-                    &self.inner.transactional_id,
-                    plan.producer,
-                    true,
-                    self.deadline(),
-                )
-                .await
-                .map(Some)
-        } else {
-            Ok(None)
-        };
+        let result = self.end_txn(plan, true).await;
         self.log_end("committed", plan.producer, &result);
         self.shared()?.machine.end_done(true, result)
     }
@@ -255,20 +242,7 @@ impl TransactionalProducer {
                 return Err(reported);
             }
         }
-        let result = if plan.needs_end_txn {
-            self.inner
-                .coordinator
-                .end_txn(
-                    &self.inner.transactional_id,
-                    plan.producer,
-                    false,
-                    self.deadline(),
-                )
-                .await
-                .map(Some)
-        } else {
-            Ok(None)
-        };
+        let result = self.end_txn(plan, false).await;
         self.log_end("aborted", plan.producer, &result);
         self.shared()?.machine.end_done(false, result)
     }
@@ -301,6 +275,24 @@ impl TransactionalProducer {
             .shared
             .lock()
             .map_err(|_| ClientError::Fatal("transactional producer state poisoned".into()))
+    }
+
+    /// EndTxn for the transaction `plan` ends, if the coordinator may hold it open:
+    /// `Some(epoch)` the coordinator answered, `None` it ended locally.
+    async fn end_txn(&self, plan: EndPlan, commit: bool) -> Result<Option<i16>, ClientError> {
+        if !plan.needs_end_txn {
+            return Ok(None);
+        }
+        self.inner
+            .coordinator
+            .end_txn(
+                &self.inner.transactional_id,
+                plan.producer,
+                commit,
+                self.deadline(),
+            )
+            .await
+            .map(Some)
     }
 
     fn deadline(&self) -> Instant {

@@ -79,18 +79,7 @@ impl TransactionalProducer {
     ) -> Result<(), ClientError> {
         let committed = match drain(sealed).await {
             Some(failure) => Err(failure.into_abortable()),
-            None if plan.needs_end_txn => self
-                .inner
-                .coordinator
-                .end_txn(
-                    &self.inner.transactional_id,
-                    plan.producer,
-                    true,
-                    self.deadline(),
-                )
-                .await
-                .map(Some),
-            None => Ok(None),
+            None => self.end_txn(plan, true).await,
         };
         self.log_end("committed", plan.producer, &committed);
         let (epoch, failure) = match committed {
@@ -127,19 +116,10 @@ impl TransactionalProducer {
             ),
             TxnErrorClass::Abortable if !plan.needs_end_txn => (None, Some(error)),
             TxnErrorClass::Abortable => {
-                let aborted = self
-                    .inner
-                    .coordinator
-                    .end_txn(
-                        &self.inner.transactional_id,
-                        plan.producer,
-                        false,
-                        self.deadline(),
-                    )
-                    .await;
-                self.log_end("aborted", plan.producer, &aborted.clone().map(Some));
+                let aborted = self.end_txn(plan, false).await;
+                self.log_end("aborted", plan.producer, &aborted);
                 match aborted {
-                    Ok(epoch) => (Some(epoch), Some(error)),
+                    Ok(epoch) => (epoch, Some(error)),
                     // Nothing was open at the coordinator: nothing to abort.
                     Err(e) if e.code() == Some(idem_proto::ErrorCode::InvalidTxnState) => {
                         (None, Some(error))

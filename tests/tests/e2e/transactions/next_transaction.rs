@@ -10,10 +10,9 @@
 use std::time::{Duration, Instant};
 
 use idem_client::{Isolation, ProducerRecord};
-use idem_proto::txn::{txn_log_partition, TXN_LOG_TOPIC};
+use idem_proto::txn::TXN_LOG_TOPIC;
 use idem_proto::v1::{AddPartitionsToTxnRequest, TxnTopicPartitions};
 use idem_proto::ErrorCode;
-use idem_tests::cluster::TXN_LOG_PARTITIONS;
 use idem_tests::raw;
 use idem_tests::txn::{self, values, wait_until_stable};
 use idem_tests::Cluster;
@@ -40,20 +39,7 @@ async fn given_a_commit_whose_markers_are_delayed_when_the_next_transaction_regi
         .bootstrap();
     // An id whose transaction-log partition another broker leads, so persisting the
     // commit does not wait for the paused broker.
-    let mut id = String::new();
-    let mut log_partition = 0;
-    for candidate in (0..).map(|i| format!("ledger-{i}")) {
-        log_partition = txn_log_partition(&candidate, TXN_LOG_PARTITIONS);
-        if cluster
-            .leader_of(TXN_LOG_TOPIC, log_partition)
-            .await
-            .leader_id
-            != orders_leader
-        {
-            id = candidate;
-            break;
-        }
-    }
+    let (id, log_partition) = txn::id_logged_away_from(&cluster, "ledger", orders_leader).await;
     let producer = txn::producer(&bootstrap, &id).await;
     producer.begin().expect("begin");
     producer

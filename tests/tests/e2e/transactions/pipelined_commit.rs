@@ -10,8 +10,6 @@ use std::time::Duration;
 use idem_client::{
     Isolation, ProducerRecord, TransactionalConfig, TransactionalProducer, TxnErrorClass,
 };
-use idem_proto::txn::{txn_log_partition, TXN_LOG_TOPIC};
-use idem_tests::cluster::TXN_LOG_PARTITIONS;
 use idem_tests::txn::{self, values, wait_for_lso, wait_until_stable};
 use idem_tests::Cluster;
 
@@ -88,14 +86,7 @@ async fn given_a_pipelined_commit_that_fails_then_it_is_aborted_and_the_transact
         .broker(cluster.observer(&[orders_leader]))
         .bootstrap();
     // An id whose transaction log another broker leads, so the abort can be persisted.
-    let mut id = String::new();
-    for candidate in (0..).map(|i| format!("pipelined-{i}")) {
-        let partition = txn_log_partition(&candidate, TXN_LOG_PARTITIONS);
-        if cluster.leader_of(TXN_LOG_TOPIC, partition).await.leader_id != orders_leader {
-            id = candidate;
-            break;
-        }
-    }
+    let (id, _) = txn::id_logged_away_from(&cluster, "pipelined", orders_leader).await;
     let config = TransactionalConfig {
         request_timeout: Duration::from_secs(1),
         delivery_timeout: Duration::from_secs(3),
