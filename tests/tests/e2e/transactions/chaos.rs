@@ -2,12 +2,16 @@
 //! every committed transaction is visible exactly once and whole, no aborted record is
 //! ever returned by a read_committed fetch, each partition keeps the producer's order,
 //! and at the end no partition's LSO lags its high watermark. The faults land at fixed
-//! points of the run (during a commit), so the checks are the same on every run.
+//! points of the run (during a commit), so the checks are the same on every run. The
+//! same again with pipelined commits (`commit_and_begin`): the faults land while a
+//! commit goes on in the background and the next transaction's records are handed over.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use idem_client::{ClientError, Isolation, ProducerRecord, TransactionalProducer};
+use idem_client::{
+    ClientError, DeliveryFuture, Isolation, ProducerRecord, TransactionalProducer, TxnErrorClass,
+};
 use idem_tests::txn::{self, wait_until_stable};
 use idem_tests::Cluster;
 
@@ -93,22 +97,7 @@ async fn given_leader_and_coordinator_kills_when_transactions_commit_and_abort_t
             })
         };
         // The fault lands while the transaction ends (markers in flight).
-        match fault_at(transaction) {
-            Some(Fault::KillLeader(topic, partition)) => {
-                let leader = cluster.leader_of(topic, partition).await;
-                cluster.kill(leader.leader_id);
-                cluster.new_leader(topic, partition, &leader).await;
-                cluster.restart(leader.leader_id);
-            }
-            Some(Fault::KillCoordinator) => {
-                let owner = txn::find_coordinator(&bootstrap, ID).await.coordinator_id;
-                cluster.kill_coordinator(owner);
-                // The survivor takes every partition over before the victim returns.
-                cluster.wait_for_coordinators().await;
-                cluster.restart_coordinator(owner);
-            }
-            None => {}
-        }
+        inject(&mut cluster, &bootstrap, transaction).await;
         let outcome = match ending.await.expect("end task") {
             Ok(outcome) => outcome,
             Err(e) => {
@@ -122,6 +111,127 @@ async fn given_leader_and_coordinator_kills_when_transactions_commit_and_abort_t
         outcomes.push(outcome);
     }
 
+    check_read_back(&cluster, &bootstrap, &outcomes).await;
+}
+
+/// Hands one record of `transaction` to every partition; acknowledgements come later.
+async fn send_all(
+    producer: &TransactionalProducer,
+    transaction: usize,
+) -> Result<Vec<DeliveryFuture>, ClientError> {
+    let mut deliveries = Vec::new();
+    for topic in TOPICS {
+        for partition in PARTITIONS {
+            let record = ProducerRecord::new(topic, value(transaction, topic, partition))
+                .partition(partition);
+            deliveries.push(producer.send(record).await?);
+        }
+    }
+    Ok(deliveries)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_leader_and_coordinator_kills_during_pipelined_commits_then_read_committed_sees_each_committed_one_exactly_once(
+) {
+    let mut cluster = Cluster::start_with_coordinators(3, 2, &[], &[]).await;
+    for topic in TOPICS {
+        cluster
+            .create_topic(topic, PARTITIONS.len() as i32, 3)
+            .await;
+    }
+    let bootstrap = cluster.bootstrap();
+    let mut producer = txn::producer(&bootstrap, ID).await;
+    let mut outcomes = Vec::with_capacity(TRANSACTIONS);
+    producer.begin().expect("begin");
+    let mut sent = send_all(&producer, 0).await;
+
+    for transaction in 0..TRANSACTIONS {
+        let more = transaction + 1 < TRANSACTIONS;
+        let commit = transaction % 4 != 3 && sent.is_ok();
+        if commit && more {
+            let pending = producer.commit_and_begin().await.expect("sealed");
+            inject(&mut cluster, &bootstrap, transaction).await;
+            // The next transaction's records are handed over while this one commits.
+            let next = send_all(&producer, transaction + 1).await;
+            let outcome = match pending.committed().await {
+                Ok(()) => Outcome::Committed,
+                // Aborted in the background: the next transaction must be aborted too.
+                Err(e) if e.txn_class() == TxnErrorClass::Abortable => Outcome::Aborted,
+                Err(e) => {
+                    eprintln!("transaction {transaction}: outcome unknown ({e})");
+                    Outcome::Unknown
+                }
+            };
+            outcomes.push(outcome);
+            sent = match outcome {
+                Outcome::Committed => next,
+                // Nothing of the next transaction left the producer: start it again.
+                Outcome::Aborted => {
+                    producer.abort().await.expect("abort the doomed next one");
+                    producer.begin().expect("begin");
+                    send_all(&producer, transaction + 1).await
+                }
+                Outcome::Unknown => {
+                    producer = txn::producer(&bootstrap, ID).await;
+                    producer.begin().expect("begin");
+                    send_all(&producer, transaction + 1).await
+                }
+            };
+            continue;
+        }
+        let ending = {
+            let producer = producer.clone();
+            tokio::spawn(async move {
+                if commit {
+                    producer.commit().await.map(|()| Outcome::Committed)
+                } else {
+                    producer.abort().await.map(|()| Outcome::Aborted)
+                }
+            })
+        };
+        inject(&mut cluster, &bootstrap, transaction).await;
+        let outcome = match ending.await.expect("end task") {
+            Ok(outcome) => outcome,
+            Err(e) => {
+                eprintln!(
+                    "transaction {transaction}: ending failed ({e}); a new instance takes over"
+                );
+                producer = txn::producer(&bootstrap, ID).await;
+                Outcome::Unknown
+            }
+        };
+        outcomes.push(outcome);
+        if more {
+            producer.begin().expect("begin");
+            sent = send_all(&producer, transaction + 1).await;
+        }
+    }
+    check_read_back(&cluster, &bootstrap, &outcomes).await;
+}
+
+/// The fault planned for `transaction`, if any.
+async fn inject(cluster: &mut Cluster, bootstrap: &str, transaction: usize) {
+    match fault_at(transaction) {
+        Some(Fault::KillLeader(topic, partition)) => {
+            let leader = cluster.leader_of(topic, partition).await;
+            cluster.kill(leader.leader_id);
+            cluster.new_leader(topic, partition, &leader).await;
+            cluster.restart(leader.leader_id);
+        }
+        Some(Fault::KillCoordinator) => {
+            let owner = txn::find_coordinator(bootstrap, ID).await.coordinator_id;
+            cluster.kill_coordinator(owner);
+            // The survivor takes every partition over before the victim returns.
+            cluster.wait_for_coordinators().await;
+            cluster.restart_coordinator(owner);
+        }
+        None => {}
+    }
+}
+
+/// Reads every partition back read_committed: each committed transaction exactly once
+/// and in the producer's order, no aborted one, an unknown one all or nothing.
+async fn check_read_back(cluster: &Cluster, bootstrap: &str, outcomes: &[Outcome]) {
     let committed = outcomes
         .iter()
         .filter(|o| **o == Outcome::Committed)
@@ -132,9 +242,9 @@ async fn given_leader_and_coordinator_kills_when_transactions_commit_and_abort_t
     );
     cluster.wait_for_coordinators().await;
     for topic in TOPICS {
-        wait_until_stable(&bootstrap, topic, &PARTITIONS).await;
+        wait_until_stable(bootstrap, topic, &PARTITIONS).await;
         for partition in PARTITIONS {
-            let read = txn::read(&bootstrap, topic, &[partition], Isolation::ReadCommitted).await;
+            let read = txn::read(bootstrap, topic, &[partition], Isolation::ReadCommitted).await;
             let seen: Vec<String> = read.iter().map(idem_tests::sdk::value).collect();
             let mut counts: HashMap<&str, usize> = HashMap::new();
             for v in &seen {
@@ -171,7 +281,7 @@ async fn given_leader_and_coordinator_kills_when_transactions_commit_and_abort_t
         }
         let mut visible = 0;
         for topic in TOPICS {
-            let seen = txn::values(&bootstrap, topic, &PARTITIONS, Isolation::ReadCommitted).await;
+            let seen = txn::values(bootstrap, topic, &PARTITIONS, Isolation::ReadCommitted).await;
             visible += PARTITIONS
                 .iter()
                 .filter(|p| seen.contains(&value(transaction, topic, **p)))
