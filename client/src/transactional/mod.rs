@@ -61,9 +61,10 @@ struct Inner {
     /// send either takes its partition's channel before `commit` takes the tasks (and
     /// `commit` then waits for its record) or is refused.
     shared: Mutex<Shared>,
-    /// Serialises the calls that talk to the coordinator (init, commit, abort), so none
-    /// overlaps another of the same producer. Registrations need no lock: they belong to
-    /// partition tasks, which commit and abort drain before EndTxn.
+    /// Serialises the calls that talk to the coordinator (init, commit, abort, and a
+    /// pipelined commit's background task, which holds it until its commit is decided),
+    /// so none overlaps another of the same producer. Registrations need no lock: they
+    /// belong to partition tasks, which commit and abort drain before EndTxn.
     control: Arc<tokio::sync::Mutex<()>>,
     partitioners: TopicPartitioners,
 }

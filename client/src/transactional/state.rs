@@ -7,6 +7,8 @@
 //!                                    |            v              ^
 //!                                    |       AbortableError -----/
 //! any state -- fencing error --> FatalError (every later call fails with that error)
+//! Committing -- commit_and_begin --> InTransaction (the next one; the commit goes on
+//!               in the background and reports through `previous_done`)
 //! ```
 //! Invariants: a transaction's sends belong to its generation (a send that started in
 //! one never joins the next); commit is refused once anything of the transaction
