@@ -109,6 +109,43 @@ fn given_pipelined_commits_when_benched_then_every_record_of_many_transactions_i
 }
 
 #[test]
+fn given_a_terminal_when_benching_then_a_progress_bar_shows_the_live_rate_and_a_pipe_gets_none() {
+    // `script` (util-linux) gives the bench a terminal and copies what it draws to
+    // stdout; the bar redraws every 200 ms, so a 2 s run draws it several times.
+    let idem = binary("idem");
+    let command = format!(
+        "{} bench produce --embedded --duration 2s --modes exactly-once",
+        idem.display()
+    );
+    let output = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .env("IDEM_LOG", "error")
+        .output()
+        .expect("util-linux `script` runs (Debian's bsdutils)");
+    let screen = String::from_utf8_lossy(&output.stdout).replace('\r', "\n");
+    assert!(output.status.success(), "{screen}");
+    let rates: Vec<u64> = screen
+        .lines()
+        .filter(|line| line.contains("exactly-once [") && !line.contains("verify"))
+        .filter_map(|line| {
+            let (_, after) = line.split_once("records, ")?;
+            after.split('/').next()?.trim().parse().ok()
+        })
+        .collect();
+    assert!(
+        rates.iter().any(|rate| *rate > 0),
+        "no live rate drawn while producing: {screen}"
+    );
+    // Without a terminal (this test's pipes) nothing is drawn.
+    let piped = bench(&["produce", "--embedded", "--records", "2000"]);
+    succeeded(&piped);
+    assert!(
+        !String::from_utf8_lossy(&piped.stderr).contains("records, "),
+        "a progress bar reached a pipe"
+    );
+}
+
+#[test]
 fn given_null_mode_when_benched_then_it_reports_the_transport_rate_unverified() {
     let json = succeeded(&bench(&[
         "produce",
