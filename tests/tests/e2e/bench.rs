@@ -5,7 +5,9 @@
 
 use std::process::{Command, Output};
 
+use idem_client::Admin;
 use idem_tests::binaries::binary;
+use idem_tests::Cluster;
 
 const MODES: [&str; 5] = [
     "at-most-once",
@@ -142,6 +144,75 @@ fn given_a_terminal_when_benching_then_a_progress_bar_shows_the_live_rate_and_a_
     assert!(
         !String::from_utf8_lossy(&piped.stderr).contains("records, "),
         "a progress bar reached a pipe"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_running_cluster_when_benched_then_its_topics_have_the_asked_shape_and_each_mode_verifies(
+) {
+    let cluster = Cluster::start_with_coordinators(3, 1, &[], &[]).await;
+    let bootstrap = cluster.bootstrap();
+    let address = bootstrap.clone();
+    let output = tokio::task::spawn_blocking(move || {
+        bench(&[
+            "produce",
+            "--bootstrap",
+            address.as_str(),
+            "--replication-factor",
+            "3",
+            "--partitions",
+            "3",
+            "--producers",
+            "2",
+            "--record-size",
+            "512",
+            "--records",
+            "4000",
+            "--modes",
+            "exactly-once,transactional",
+            "--topic-prefix",
+            "shape",
+            "--json",
+        ])
+    })
+    .await
+    .expect("bench task");
+    let json = succeeded(&output);
+    assert_eq!(
+        values(&json, "mode"),
+        vec!["exactly-once", "transactional"],
+        "{json}"
+    );
+    assert_eq!(values(&json, "verified"), vec!["true"; 2], "{json}");
+    assert_eq!(numbers(&json, "records"), vec![4000.0; 2], "{json}");
+    // 512-byte records: MB/s (10^6 bytes) over records/s.
+    for (mb, records) in numbers(&json, "mb_per_sec")
+        .into_iter()
+        .zip(numbers(&json, "records_per_sec"))
+    {
+        let size = mb * 1e6 / records;
+        assert!(
+            (size - 512.0).abs() < 0.01,
+            "{size} bytes per record: {json}"
+        );
+    }
+    let admin = Admin::connect(&bootstrap).await.expect("admin");
+    let metadata = admin.metadata(&[]).await.expect("metadata");
+    let shapes: Vec<(usize, Vec<usize>)> = metadata
+        .topics
+        .iter()
+        .filter(|t| t.name.starts_with("shape-"))
+        .map(|t| {
+            (
+                t.partitions.len(),
+                t.partitions.iter().map(|p| p.replicas.len()).collect(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shapes,
+        vec![(3, vec![3, 3, 3]); 2],
+        "one topic per mode, 3 partitions of 3 replicas"
     );
 }
 
