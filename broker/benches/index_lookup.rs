@@ -52,8 +52,7 @@ fn build_log(dir: &std::path::Path, index_interval_bytes: u32) -> PartitionLog {
     };
     let encoded = batch::encode(ProducerInfo::NONE, 0, &[record]);
     for _ in 0..LOG_BATCHES {
-        log.append(&mut encoded.to_vec(), 0)
-            .expect("append bench batch");
+        log.append(&encoded, 0).expect("append bench batch");
     }
     assert_eq!(log.active_segment_base(), 0, "the bench log is one segment");
     log

@@ -324,6 +324,25 @@ pub fn validate_produced(buf: &[u8]) -> Result<BatchHeader, BatchError> {
     Ok(header)
 }
 
+/// How many bytes at the start of a batch [`assign`] writes to (base offset, batch
+/// length, partition leader epoch); the CRC covers none of them.
+pub const STAMPED_LEN: usize = OFF_MAGIC;
+
+/// The first [`STAMPED_LEN`] bytes of the batch at the start of `buf` as [`assign`]
+/// would leave them, without touching `buf`: a log writes these and then the rest of
+/// the batch as received, instead of copying the whole batch to stamp it. `buf` must
+/// hold at least a batch header ([`decode_header`] checks that).
+pub fn stamped_prefix(
+    buf: &[u8],
+    base_offset: i64,
+    partition_leader_epoch: i32,
+) -> [u8; STAMPED_LEN] {
+    let mut prefix = [0u8; STAMPED_LEN];
+    prefix.copy_from_slice(&buf[..STAMPED_LEN]);
+    assign(&mut prefix, base_offset, partition_leader_epoch);
+    prefix
+}
+
 /// Sets the offset and leader epoch the broker assigned; the CRC stays valid.
 pub fn assign(buf: &mut [u8], base_offset: i64, partition_leader_epoch: i32) {
     buf[OFF_BASE_OFFSET..OFF_BASE_OFFSET + 8].copy_from_slice(&base_offset.to_be_bytes());
@@ -534,6 +553,22 @@ mod tests {
             headers: vec![("h".into(), Bytes::from_static(b"v"))],
             timestamp_ms: ts,
         }
+    }
+
+    #[test]
+    fn the_stamped_prefix_and_the_untouched_rest_are_the_assigned_batch() {
+        let encoded = encode(
+            ProducerInfo::NONE,
+            0,
+            &[rec("k", "v", 5), rec("k2", "v2", 6)],
+        );
+        let mut assigned = encoded.to_vec();
+        assign(&mut assigned, 1000, 3);
+        let prefix = stamped_prefix(&encoded, 1000, 3);
+        let mut joined = prefix.to_vec();
+        joined.extend_from_slice(&encoded[STAMPED_LEN..]);
+        assert_eq!(joined, assigned);
+        verify(&joined).expect("the CRC still holds");
     }
 
     #[test]

@@ -37,6 +37,9 @@ pub struct AppendInfo {
     pub last_offset: i64,
     /// The base offset of the new segment, when this append rolled one before writing.
     pub rolled_at: Option<i64>,
+    /// The batch's header as stored (with its offset and leader epoch); the caller's
+    /// bytes are not stamped.
+    pub stored: BatchHeader,
 }
 
 /// What `open` found and did.
@@ -177,7 +180,7 @@ impl PartitionLog {
     /// Appends one encoded batch, assigning it `base_offset = log_end_offset` and the
     /// leader epoch. Rolls a new segment first if the active one would outgrow
     /// `segment_bytes`. Does not fsync the batch (see [`PartitionLog::sync_point`]).
-    pub fn append(&mut self, batch: &mut [u8], leader_epoch: i32) -> Result<AppendInfo, LogError> {
+    pub fn append(&mut self, batch: &[u8], leader_epoch: i32) -> Result<AppendInfo, LogError> {
         let header = batch::decode_header(batch).map_err(|e| LogError::InvalidBatch {
             reason: e.to_string(),
         })?;
@@ -218,19 +221,22 @@ impl PartitionLog {
         if matches!(self.config.flush, FlushPolicy::IntervalMs(_)) {
             self.flush_if_due()?;
         }
-        batch::assign(batch, base_offset, leader_epoch);
+        // Only the stamped bytes are new: the rest goes to disk as received, uncopied.
+        let stamped = batch::stamped_prefix(batch, base_offset, leader_epoch);
         let header = BatchHeader {
             base_offset,
             partition_leader_epoch: leader_epoch,
             ..header
         };
-        self.active_mut().append(batch, &header)?;
+        self.active_mut()
+            .append(&stamped, &batch[batch::STAMPED_LEN..], &header)?;
         self.log_end_offset = last_offset + 1;
         self.sync.appended(self.log_end_offset);
         Ok(AppendInfo {
             base_offset,
             last_offset,
             rolled_at,
+            stored: header,
         })
     }
 
@@ -682,7 +688,7 @@ mod tests {
         sizes
             .iter()
             .map(|&n| {
-                let info = log.append(&mut batch_of(n, value_len), 7).expect("append");
+                let info = log.append(&batch_of(n, value_len), 7).expect("append");
                 (info.base_offset, info.last_offset)
             })
             .collect()
@@ -717,13 +723,19 @@ mod tests {
     fn append_assigns_consecutive_offsets_and_read_returns_them() {
         let dir = tempfile::tempdir().expect("tempdir");
         let (mut log, _) = open(dir.path(), LogConfig::default());
-        let first = log.append(&mut batch_of(1, 10), 3).expect("append");
+        let produced = batch_of(1, 10);
+        let first = log.append(&produced, 3).expect("append");
         assert_eq!(
             first,
             AppendInfo {
                 base_offset: 0,
                 last_offset: 0,
-                rolled_at: None
+                rolled_at: None,
+                stored: BatchHeader {
+                    base_offset: 0,
+                    partition_leader_epoch: 3,
+                    ..batch::decode_header(&produced).expect("header")
+                },
             }
         );
         assert_eq!(append_all(&mut log, &[3, 2], 10), vec![(1, 3), (4, 5)]);
@@ -842,7 +854,7 @@ mod tests {
         let per_segment = (1024 / size) as i64;
         let mut rolls = Vec::new();
         for i in 0..40i64 {
-            let info = log.append(&mut batch_of(2, 100), 1).expect("append");
+            let info = log.append(&batch_of(2, 100), 1).expect("append");
             assert_eq!(info.base_offset, 2 * i);
             if let Some(base) = info.rolled_at {
                 assert_eq!(base, info.base_offset, "rolls before writing the batch");
@@ -885,9 +897,9 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let (mut log, _) = open(dir.path(), small_segments());
         append_all(&mut log, &[1], 10);
-        let big = log.append(&mut batch_of(3, 2000), 1).expect("append big");
+        let big = log.append(&batch_of(3, 2000), 1).expect("append big");
         assert_eq!(big.rolled_at, Some(1));
-        let after = log.append(&mut batch_of(1, 10), 1).expect("append after");
+        let after = log.append(&batch_of(1, 10), 1).expect("append after");
         assert_eq!(after.rolled_at, Some(4));
         assert_eq!(batch_spans(&read_all(&log)), vec![(0, 0), (1, 3), (4, 4)]);
     }
@@ -908,7 +920,7 @@ mod tests {
         assert_eq!(log.log_end_offset(), end);
         assert_eq!(log.recovery_point(), end);
         assert_eq!(read_all(&log), before);
-        let next = log.append(&mut batch_of(1, 1), 2).expect("append");
+        let next = log.append(&batch_of(1, 1), 2).expect("append");
         assert_eq!(next.base_offset, end);
     }
 
@@ -973,7 +985,7 @@ mod tests {
                 batch_spans(&read_all(&log)),
                 spans[..spans.len() - 1].to_vec()
             );
-            let next = log.append(&mut batch_of(1, 1), 1).expect("append");
+            let next = log.append(&batch_of(1, 1), 1).expect("append");
             assert_eq!(next.base_offset, last_base);
             assert_eq!(
                 batch_spans(&log.read(last_base, 1024, i64::MAX).expect("read")),
@@ -1014,9 +1026,7 @@ mod tests {
                 spans[..spans.len() - 1].to_vec()
             );
             assert_eq!(
-                log.append(&mut batch_of(2, 1), 1)
-                    .expect("append")
-                    .base_offset,
+                log.append(&batch_of(2, 1), 1).expect("append").base_offset,
                 last_base
             );
         }
@@ -1290,8 +1300,8 @@ mod tests {
             control_type: ControlType::Abort,
             coordinator_epoch: 3,
         };
-        let mut buf = control::encode_control(9, 1, marker, 0).to_vec();
-        log.append(&mut buf, 7).expect("append marker");
+        let buf = control::encode_control(9, 1, marker, 0).to_vec();
+        log.append(&buf, 7).expect("append marker");
         append_all(&mut log, &[1], 10);
         let mut seen = Vec::new();
         log.for_each_batch(0, |h, m| {
@@ -1307,9 +1317,8 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let (mut log, _) = open(dir.path(), small_segments());
         // Control attributes, but an ordinary record: no marker key.
-        let mut buf =
-            batch::encode(ProducerInfo::NONE, batch::ATTR_CONTROL, &records(1, 3)).to_vec();
-        log.append(&mut buf, 7).expect("append");
+        let buf = batch::encode(ProducerInfo::NONE, batch::ATTR_CONTROL, &records(1, 3)).to_vec();
+        log.append(&buf, 7).expect("append");
         let walked = log.for_each_batch(0, |_, _| ControlFlow::Continue(()));
         assert!(matches!(walked, Err(LogError::Corrupt { offset: 0, .. })));
     }
@@ -1338,7 +1347,7 @@ mod tests {
             Err(LogError::OffsetOutOfRange { .. })
         ));
 
-        let next = log.append(&mut batch_of(1, 1), 9).expect("append");
+        let next = log.append(&batch_of(1, 1), 9).expect("append");
         assert_eq!(next.base_offset, cut);
         log.close().expect("close");
         let (mut log, report) = open(dir.path(), small_segments());
@@ -1352,9 +1361,7 @@ mod tests {
         assert_eq!(log.log_end_offset(), 0);
         assert!(read_all(&log).is_empty());
         assert_eq!(
-            log.append(&mut batch_of(2, 1), 1)
-                .expect("append")
-                .base_offset,
+            log.append(&batch_of(2, 1), 1).expect("append").base_offset,
             0
         );
     }

@@ -282,21 +282,29 @@ impl Segment {
                     > i64::from(u32::MAX))
     }
 
-    /// Appends one batch that already carries its offsets. Index trouble is logged and
-    /// skipped: the index is only an optimisation.
-    pub fn append(&mut self, batch: &[u8], header: &BatchHeader) -> Result<(), LogError> {
-        if let Err(e) = self.log.write_all_at(batch, self.size) {
+    /// Appends one batch that carries its offsets in `stamped` (its first bytes) and
+    /// continues with `rest` as received. Index trouble is logged and skipped: the index
+    /// is only an optimisation.
+    pub fn append(
+        &mut self,
+        stamped: &[u8],
+        rest: &[u8],
+        header: &BatchHeader,
+    ) -> Result<(), LogError> {
+        let written = self.log.write_all_at(stamped, self.size).and_then(|()| {
+            self.log
+                .write_all_at(rest, self.size + stamped.len() as u64)
+        });
+        if let Err(e) = written {
             // Do not leave a partial batch behind the valid data.
             let _ = self.log.set_len(self.size);
             return Err(e).at("appending to", &self.log_path);
         }
+        let len = (stamped.len() + rest.len()) as u64;
         let relative_offset = u32::try_from(header.base_offset - self.base_offset).ok();
         let position = u32::try_from(self.size).ok();
         if let (Some(relative_offset), Some(position)) = (relative_offset, position) {
-            if let Some(entry) =
-                self.cadence
-                    .on_batch(relative_offset, position, batch.len() as u64)
-            {
+            if let Some(entry) = self.cadence.on_batch(relative_offset, position, len) {
                 if let Err(e) = self.index.append(entry) {
                     tracing::warn!(
                         index = %self.index.path().display(),
@@ -306,7 +314,7 @@ impl Segment {
                 }
             }
         }
-        self.size += batch.len() as u64;
+        self.size += len;
         self.next_offset = header.next_offset();
         Ok(())
     }

@@ -56,10 +56,9 @@ impl Partition {
                         control_type,
                         coordinator_epoch,
                     };
-                    let mut buf =
-                        control::encode_control(producer_id, producer_epoch, marker, now_ms())
-                            .to_vec();
-                    let info = self.append_to_log(&mut inner, &mut buf, leader_epoch)?;
+                    let buf =
+                        control::encode_control(producer_id, producer_epoch, marker, now_ms());
+                    let info = self.append_to_log(&mut inner, &buf, leader_epoch)?;
                     (Some(info.base_offset), info.last_offset + 1)
                 }
                 MarkerDecision::AlreadyApplied => (None, inner.log.log_end_offset()),

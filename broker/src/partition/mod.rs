@@ -173,7 +173,6 @@ impl Partition {
         }
         let header = batch::validate_produced(records)?;
         refuse_unsupported_batch(&header)?;
-        let mut buf = records.to_vec();
         // Every batch records the leader epoch it was written in (followers' truncation
         // after a failover compares epochs).
         let leader_epoch = self.replica_set().leader_epoch;
@@ -181,7 +180,7 @@ impl Partition {
         let gap_deadline = arrived + SEQUENCE_GAP_WAIT.min(timeout);
         let mut waited = false;
         let result = loop {
-            match self.check_and_append(&header, &mut buf, leader_epoch) {
+            match self.check_and_append(&header, records, leader_epoch) {
                 Err(e) if is_sequence_gap(&e) && tokio::time::Instant::now() < gap_deadline => {
                     waited = true;
                     // Only a batch that found a gap registers for wake-ups (the common
@@ -190,7 +189,7 @@ impl Partition {
                     let appended = self.appended.notified();
                     tokio::pin!(appended);
                     appended.as_mut().enable();
-                    match self.check_and_append(&header, &mut buf, leader_epoch) {
+                    match self.check_and_append(&header, records, leader_epoch) {
                         Err(e) if is_sequence_gap(&e) => {
                             // Past the deadline the loop checks once more, then refuses.
                             let _ = tokio::time::timeout_at(gap_deadline, appended).await;
@@ -271,7 +270,7 @@ impl Partition {
     fn check_and_append(
         &self,
         header: &BatchHeader,
-        buf: &mut [u8],
+        buf: &[u8],
         leader_epoch: i32,
     ) -> Result<(AppendOutcome, i64), BrokerError> {
         let mut inner = self.lock();
@@ -300,7 +299,7 @@ impl Partition {
     fn append_to_log(
         &self,
         inner: &mut PartitionInner,
-        buf: &mut [u8],
+        buf: &[u8],
         leader_epoch: i32,
     ) -> Result<AppendInfo, BrokerError> {
         // Read the marker before appending: a control batch whose record cannot be read
@@ -317,9 +316,8 @@ impl Partition {
             // So is the transaction index: it holds what the sealed segment contributes.
             txn_recovery::write_file(&self.dir, &inner.txns.seal(sealed_base, rolled_at));
         }
-        let stored = batch::decode_header(buf)?;
-        inner.producers.apply_batch(&stored, marker, now_ms());
-        inner.txns.apply(&stored, marker);
+        inner.producers.apply_batch(&info.stored, marker, now_ms());
+        inner.txns.apply(&info.stored, marker);
         inner.txns.prune_stable(*self.high_watermark.borrow());
         self.publish_last_stable(inner);
         self.appended.notify_waiters();
@@ -448,8 +446,7 @@ impl Partition {
                         header.base_offset
                     )));
                 }
-                let mut buf = bytes.to_vec();
-                self.append_to_log(&mut inner, &mut buf, header.partition_leader_epoch)?;
+                self.append_to_log(&mut inner, bytes, header.partition_leader_epoch)?;
             }
         }
         let log_end = self.lock().log.log_end_offset();
