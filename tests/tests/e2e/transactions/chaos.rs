@@ -7,7 +7,6 @@
 //! commit goes on in the background and the next transaction's records are handed over.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
 
 use idem_client::{
     ClientError, DeliveryFuture, Isolation, ProducerRecord, TransactionalProducer, TxnErrorClass,
@@ -54,15 +53,7 @@ async fn write_all(
     producer: &TransactionalProducer,
     transaction: usize,
 ) -> Result<(), ClientError> {
-    let mut deliveries = Vec::new();
-    for topic in TOPICS {
-        for partition in PARTITIONS {
-            let record = ProducerRecord::new(topic, value(transaction, topic, partition))
-                .partition(partition);
-            deliveries.push(producer.send(record).await?);
-        }
-    }
-    for delivery in deliveries {
+    for delivery in send_all(producer, transaction).await? {
         delivery.await?;
     }
     Ok(())
@@ -71,43 +62,22 @@ async fn write_all(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_leader_and_coordinator_kills_when_transactions_commit_and_abort_then_read_committed_sees_each_committed_one_exactly_once(
 ) {
-    let mut cluster = Cluster::start_with_coordinators(3, 2, &[], &[]).await;
-    for topic in TOPICS {
-        cluster
-            .create_topic(topic, PARTITIONS.len() as i32, 3)
-            .await;
-    }
-    let bootstrap = cluster.bootstrap();
-    let mut producer = Arc::new(txn::producer(&bootstrap, ID).await);
+    let (mut cluster, bootstrap) = chaos_cluster().await;
+    let mut producer = txn::producer(&bootstrap, ID).await;
     let mut outcomes = Vec::with_capacity(TRANSACTIONS);
 
     for transaction in 0..TRANSACTIONS {
         let commit = transaction % 4 != 3;
         producer.begin().expect("begin");
         let written = write_all(&producer, transaction).await;
-        let ending = {
-            let producer = producer.clone();
-            let commit = commit && written.is_ok();
-            tokio::spawn(async move {
-                if commit {
-                    producer.commit().await.map(|()| Outcome::Committed)
-                } else {
-                    producer.abort().await.map(|()| Outcome::Aborted)
-                }
-            })
-        };
-        // The fault lands while the transaction ends (markers in flight).
-        inject(&mut cluster, &bootstrap, transaction).await;
-        let outcome = match ending.await.expect("end task") {
-            Ok(outcome) => outcome,
-            Err(e) => {
-                eprintln!(
-                    "transaction {transaction}: ending failed ({e}); a new instance takes over"
-                );
-                producer = Arc::new(txn::producer(&bootstrap, ID).await);
-                Outcome::Unknown
-            }
-        };
+        let outcome = end_under_fault(
+            &mut cluster,
+            &bootstrap,
+            &mut producer,
+            transaction,
+            commit && written.is_ok(),
+        )
+        .await;
         outcomes.push(outcome);
     }
 
@@ -133,13 +103,7 @@ async fn send_all(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_leader_and_coordinator_kills_during_pipelined_commits_then_read_committed_sees_each_committed_one_exactly_once(
 ) {
-    let mut cluster = Cluster::start_with_coordinators(3, 2, &[], &[]).await;
-    for topic in TOPICS {
-        cluster
-            .create_topic(topic, PARTITIONS.len() as i32, 3)
-            .await;
-    }
-    let bootstrap = cluster.bootstrap();
+    let (mut cluster, bootstrap) = chaos_cluster().await;
     let mut producer = txn::producer(&bootstrap, ID).await;
     let mut outcomes = Vec::with_capacity(TRANSACTIONS);
     producer.begin().expect("begin");
@@ -179,27 +143,8 @@ async fn given_leader_and_coordinator_kills_during_pipelined_commits_then_read_c
             };
             continue;
         }
-        let ending = {
-            let producer = producer.clone();
-            tokio::spawn(async move {
-                if commit {
-                    producer.commit().await.map(|()| Outcome::Committed)
-                } else {
-                    producer.abort().await.map(|()| Outcome::Aborted)
-                }
-            })
-        };
-        inject(&mut cluster, &bootstrap, transaction).await;
-        let outcome = match ending.await.expect("end task") {
-            Ok(outcome) => outcome,
-            Err(e) => {
-                eprintln!(
-                    "transaction {transaction}: ending failed ({e}); a new instance takes over"
-                );
-                producer = txn::producer(&bootstrap, ID).await;
-                Outcome::Unknown
-            }
-        };
+        let outcome =
+            end_under_fault(&mut cluster, &bootstrap, &mut producer, transaction, commit).await;
         outcomes.push(outcome);
         if more {
             producer.begin().expect("begin");
@@ -207,6 +152,50 @@ async fn given_leader_and_coordinator_kills_during_pipelined_commits_then_read_c
         }
     }
     check_read_back(&cluster, &bootstrap, &outcomes).await;
+}
+
+/// Three brokers, two coordinators, the chaos topics (replication factor 3); with the
+/// bootstrap address.
+async fn chaos_cluster() -> (Cluster, String) {
+    let cluster = Cluster::start_with_coordinators(3, 2, &[], &[]).await;
+    for topic in TOPICS {
+        cluster
+            .create_topic(topic, PARTITIONS.len() as i32, 3)
+            .await;
+    }
+    let bootstrap = cluster.bootstrap();
+    (cluster, bootstrap)
+}
+
+/// Commits (or aborts) the open transaction while its planned fault lands; a producer
+/// whose ending failed is replaced by a new instance and the outcome is unknown.
+async fn end_under_fault(
+    cluster: &mut Cluster,
+    bootstrap: &str,
+    producer: &mut TransactionalProducer,
+    transaction: usize,
+    commit: bool,
+) -> Outcome {
+    let ending = {
+        let producer = producer.clone();
+        tokio::spawn(async move {
+            if commit {
+                producer.commit().await.map(|()| Outcome::Committed)
+            } else {
+                producer.abort().await.map(|()| Outcome::Aborted)
+            }
+        })
+    };
+    // The fault lands while the transaction ends (markers in flight).
+    inject(cluster, bootstrap, transaction).await;
+    match ending.await.expect("end task") {
+        Ok(outcome) => outcome,
+        Err(e) => {
+            eprintln!("transaction {transaction}: ending failed ({e}); a new instance takes over");
+            *producer = txn::producer(bootstrap, ID).await;
+            Outcome::Unknown
+        }
+    }
 }
 
 /// The fault planned for `transaction`, if any.
