@@ -4,7 +4,8 @@
 #             idem's own protos need no protoc)
 #   etcd   -> etcd-server (the tests start real etcd servers)
 #   cc     -> gcc and make (tikv-jemalloc-sys builds jemalloc from its C sources)
-# Usage: scripts/install-deps.sh protoc [etcd] [cc]
+#   script -> bsdutils (util-linux's `script`: a test gives the bench a terminal)
+# Usage: scripts/install-deps.sh protoc [etcd] [cc] [script]
 set -euo pipefail
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
@@ -18,6 +19,7 @@ for need in "$@"; do
       command -v cc >/dev/null 2>&1 || missing+=(gcc)
       command -v make >/dev/null 2>&1 || missing+=(make)
       ;;
+    script) command -v script >/dev/null 2>&1 || missing+=(bsdutils) ;;
     *) echo "install-deps: unknown dependency $need" >&2; exit 2 ;;
   esac
 done

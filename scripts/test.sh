@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/install-deps.sh protoc etcd cc
+scripts/install-deps.sh protoc etcd cc script
 cargo build --workspace --bins
 # The coordinator crate cannot depend on the broker crate; its solo smoke test runs the
 # broker binary built above.
