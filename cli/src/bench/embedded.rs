@@ -22,13 +22,15 @@ const STOP_WAIT: Duration = Duration::from_secs(5);
 /// A running broker and coordinator; stop them with [`Embedded::stop`].
 pub struct Embedded {
     pub broker: SocketAddr,
-    pub coordinator: SocketAddr,
+    /// None beside a null-produce broker: its log takes no writes, so a coordinator
+    /// could never load `__transaction_state`, and the null run has no transactions.
+    pub coordinator: Option<SocketAddr>,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<anyhow::Result<()>>>,
 }
 
 /// Starts a broker (with `--null-produce` when `null_produce`, and the given flush
-/// policy) and a coordinator keeping their data in `data_dir`.
+/// policy) and, unless `null_produce`, a coordinator, keeping their data in `data_dir`.
 pub async fn start_embedded(
     data_dir: &Path,
     null_produce: bool,
@@ -44,38 +46,42 @@ pub async fn start_embedded(
         .await
         .with_context(|| format!("starting the embedded broker in {}", data_dir.display()))?;
     let broker_addr = broker.local_addr();
-    let coordinator = BoundCoordinator::bind(
-        CoordinatorConfig::solo(
-            data_dir.join("coordinator"),
-            loopback,
-            broker_addr.to_string(),
-        ),
-        None,
-    )
-    .await
-    .context("starting the embedded transaction coordinator")?;
-    let coordinator_addr = coordinator.local_addr();
-    let broker = broker.with_coordinator(Some(coordinator_addr.to_string()));
     let (stop, stopped) = watch::channel(false);
     let until_stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
-    let coordinator_stop = until_stopped(stopped.clone());
-    let broker_stop = until_stopped(stopped);
-    let tasks = vec![
-        tokio::spawn(async move {
+    let mut tasks = Vec::new();
+    let mut coordinator_addr = None;
+    let broker = if null_produce {
+        broker
+    } else {
+        let coordinator = BoundCoordinator::bind(
+            CoordinatorConfig::solo(
+                data_dir.join("coordinator"),
+                loopback,
+                broker_addr.to_string(),
+            ),
+            None,
+        )
+        .await
+        .context("starting the embedded transaction coordinator")?;
+        coordinator_addr = Some(coordinator.local_addr());
+        let coordinator_stop = until_stopped(stopped.clone());
+        tasks.push(tokio::spawn(async move {
             coordinator
                 .serve(coordinator_stop)
                 .await
                 .context("serving the embedded coordinator")
-        }),
-        tokio::spawn(async move {
-            broker
-                .serve(broker_stop)
-                .await
-                .context("serving the embedded broker")
-        }),
-    ];
+        }));
+        broker.with_coordinator(coordinator_addr.map(|a| a.to_string()))
+    };
+    let broker_stop = until_stopped(stopped);
+    tasks.push(tokio::spawn(async move {
+        broker
+            .serve(broker_stop)
+            .await
+            .context("serving the embedded broker")
+    }));
     Ok(Embedded {
         broker: broker_addr,
         coordinator: coordinator_addr,

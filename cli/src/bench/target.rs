@@ -41,9 +41,13 @@ impl Target {
     pub fn describe(&self) -> String {
         match &self.embedded {
             Some((embedded, dir)) => format!(
-                "embedded idem dev (broker {}, coordinator {}, data in {})",
+                "embedded idem dev (broker {}, {}, data in {})",
                 embedded.broker,
-                embedded.coordinator,
+                embedded
+                    .coordinator
+                    .map_or("no coordinator (null produce)".to_string(), |a| format!(
+                        "coordinator {a}"
+                    )),
                 dir.path().display()
             ),
             None => format!("cluster at {}", self.bootstrap),
