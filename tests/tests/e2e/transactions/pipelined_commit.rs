@@ -3,12 +3,14 @@
 //! in the producer until the commit is decided, then go out under the epoch it
 //! answered; a commit that fails (here: a record of it that never reaches its paused
 //! leader) is aborted, and takes the transaction begun after it down with it, so
-//! nothing sent after a failed commit can become visible.
+//! nothing sent after a failed commit can become visible. A commit whose EndTxn gets
+//! no answer (its coordinator paused) leaves the producer fatal; a new instance settles
+//! the commit all or nothing, and the next transaction never shows.
 
 use std::time::Duration;
 
 use idem_client::{
-    Isolation, ProducerRecord, TransactionalConfig, TransactionalProducer, TxnErrorClass,
+    Isolation, ProducerRecord, TransactionalConfig, TransactionalProducer, TxnErrorClass, TxnState,
 };
 use idem_tests::txn::{self, values, wait_for_lso, wait_until_stable};
 use idem_tests::Cluster;
@@ -161,5 +163,68 @@ async fn given_a_pipelined_commit_that_fails_then_it_is_aborted_and_the_transact
         values(&bootstrap, AUDIT, &[0], Isolation::ReadUncommitted).await,
         vec!["audit-0", "audit-2"],
         "audit-1 never left the producer"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_pipelined_commit_whose_end_txn_is_never_answered_then_the_producer_is_fatal_and_a_new_instance_settles_it(
+) {
+    let cluster = Cluster::start_with_coordinators(3, 1, &[], &[]).await;
+    cluster.create_topic(ORDERS, 2, 3).await;
+    let bootstrap = cluster.bootstrap();
+    let id = "pipelined-unanswered";
+    let config = TransactionalConfig {
+        request_timeout: Duration::from_secs(1),
+        delivery_timeout: Duration::from_secs(3),
+        linger: Duration::ZERO,
+        ..TransactionalConfig::new(&bootstrap, id)
+    };
+    let producer = TransactionalProducer::connect(config)
+        .await
+        .expect("connects");
+    producer.init_transactions().await.expect("init");
+    producer.begin().expect("begin");
+    for (value, partition) in [("a-1", 0), ("a-2", 1)] {
+        producer
+            .send(ProducerRecord::new(ORDERS, value).partition(partition))
+            .await
+            .expect("send")
+            .await
+            .expect("acked");
+    }
+    // The only coordinator stops: the commit's EndTxn is sent and never answered.
+    let coordinator = txn::find_coordinator(&bootstrap, id).await.coordinator_id;
+    cluster.pause_coordinator(coordinator);
+    let pending = producer.commit_and_begin().await.expect("sealed");
+    let next = producer
+        .send(ProducerRecord::new(ORDERS, "b-1").partition(0))
+        .await
+        .expect("the next transaction takes records meanwhile");
+
+    let unknown = pending.committed().await.expect_err("no answer");
+    assert_eq!(unknown.txn_class(), TxnErrorClass::Fatal, "{unknown}");
+    assert_eq!(producer.state(), TxnState::FatalError);
+    let refused = next
+        .await
+        .expect_err("nothing after an unknown commit is sent");
+    assert_eq!(refused.txn_class(), TxnErrorClass::Fatal, "{refused}");
+
+    // A new instance settles the first transaction (commits a prepared one, aborts an
+    // open one) and goes on.
+    cluster.resume_coordinator(coordinator);
+    let successor = txn::producer(&bootstrap, id).await;
+    successor.begin().expect("begin");
+    successor
+        .send(ProducerRecord::new(ORDERS, "c-1").partition(1))
+        .await
+        .expect("send")
+        .await
+        .expect("acked");
+    successor.commit().await.expect("commit");
+    wait_until_stable(&bootstrap, ORDERS, &[0, 1]).await;
+    let seen = values(&bootstrap, ORDERS, &[0, 1], Isolation::ReadCommitted).await;
+    assert!(
+        seen == ["a-1", "a-2", "c-1"] || seen == ["c-1"],
+        "the first transaction all or nothing, b-1 never: {seen:?}"
     );
 }
