@@ -961,7 +961,17 @@ mod tests {
     #[test]
     fn a_torn_tail_is_cut_on_open_and_appends_continue() {
         let batch_len = batch_of(2, 40).len() as u64;
-        for cut in [1, 7, batch_len - 61, batch_len - 20, batch_len - 1] {
+        // batch_len - STAMPED_LEN: a crash between the append's two writes, only the
+        // stamped prefix on disk.
+        let prefix_only = batch_len - batch::STAMPED_LEN as u64;
+        for cut in [
+            1,
+            7,
+            batch_len - 61,
+            batch_len - 20,
+            prefix_only,
+            batch_len - 1,
+        ] {
             let dir = tempfile::tempdir().expect("tempdir");
             let spans = crashed_log(dir.path(), 20);
             let (last_base, _) = *spans.last().expect("batches");
