@@ -141,44 +141,50 @@ pub async fn offsets(admin: &Admin, topic: &str, partition: i32) -> (i64, i64) {
 /// Waits until no transaction holds back `topic`'s partitions: the LSO equals the high
 /// watermark (every marker is written and replicated). Returns the high watermarks.
 pub async fn wait_until_stable(bootstrap: &str, topic: &str, partitions: &[i32]) -> Vec<i64> {
+    wait_for_offsets(
+        bootstrap,
+        topic,
+        partitions,
+        "reach the high watermark",
+        |hw, lso| hw == lso,
+    )
+    .await
+}
+
+/// Waits until the last stable offset of each of `topic`'s `partitions` reached
+/// `offset` (say, past a transaction's COMMIT marker while a later one is open).
+pub async fn wait_for_lso(bootstrap: &str, topic: &str, partitions: &[i32], offset: i64) {
+    let goal = format!("reach {offset}");
+    wait_for_offsets(bootstrap, topic, partitions, &goal, |_, lso| lso >= offset).await;
+}
+
+/// Polls each partition's `(high watermark, LSO)` until `done` holds (up to
+/// `PATIENCE`, then fails saying the LSO did not `goal`). Returns the high watermarks.
+async fn wait_for_offsets(
+    bootstrap: &str,
+    topic: &str,
+    partitions: &[i32],
+    goal: &str,
+    done: impl Fn(i64, i64) -> bool,
+) -> Vec<i64> {
     let admin = Admin::connect(bootstrap).await.expect("admin connects");
     let started = Instant::now();
     let mut ends = Vec::new();
     for p in partitions {
         loop {
             let (hw, lso) = offsets(&admin, topic, *p).await;
-            if hw == lso {
+            if done(hw, lso) {
                 ends.push(hw);
                 break;
             }
             assert!(
                 started.elapsed() < PATIENCE,
-                "{topic}-{p}: last stable offset {lso} still lags the high watermark {hw}"
+                "{topic}-{p}: last stable offset {lso} did not {goal} (high watermark {hw})"
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
     ends
-}
-
-/// Waits until the last stable offset of each of `topic`'s `partitions` reached
-/// `offset` (say, past a transaction's COMMIT marker while a later one is open).
-pub async fn wait_for_lso(bootstrap: &str, topic: &str, partitions: &[i32], offset: i64) {
-    let admin = Admin::connect(bootstrap).await.expect("admin connects");
-    let started = Instant::now();
-    for p in partitions {
-        loop {
-            let (_, lso) = offsets(&admin, topic, *p).await;
-            if lso >= offset {
-                break;
-            }
-            assert!(
-                started.elapsed() < PATIENCE,
-                "{topic}-{p}: last stable offset {lso} never reached {offset}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
 }
 
 /// Everything a consumer of `isolation` reads from the start of the given partitions
