@@ -18,6 +18,22 @@ use idem_tests::Cluster;
 const ORDERS: &str = "orders";
 const AUDIT: &str = "audit";
 
+/// An initialised transactional producer that gives up on a request after 1 s and on
+/// a record or a coordinator call after 3 s, so a fault turns into an error quickly.
+async fn impatient_producer(bootstrap: &str, id: &str) -> TransactionalProducer {
+    let config = TransactionalConfig {
+        request_timeout: Duration::from_secs(1),
+        delivery_timeout: Duration::from_secs(3),
+        linger: Duration::ZERO,
+        ..TransactionalConfig::new(bootstrap, id)
+    };
+    let producer = TransactionalProducer::connect(config)
+        .await
+        .expect("connects");
+    producer.init_transactions().await.expect("init");
+    producer
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_commit_and_begin_then_the_next_transaction_is_sent_meanwhile_and_each_is_read_once_in_order(
 ) {
@@ -89,16 +105,7 @@ async fn given_a_pipelined_commit_that_fails_then_it_is_aborted_and_the_transact
         .bootstrap();
     // An id whose transaction log another broker leads, so the abort can be persisted.
     let (id, _) = txn::id_logged_away_from(&cluster, "pipelined", orders_leader).await;
-    let config = TransactionalConfig {
-        request_timeout: Duration::from_secs(1),
-        delivery_timeout: Duration::from_secs(3),
-        linger: Duration::ZERO,
-        ..TransactionalConfig::new(&bootstrap, &id)
-    };
-    let producer = TransactionalProducer::connect(config)
-        .await
-        .expect("connects");
-    producer.init_transactions().await.expect("init");
+    let producer = impatient_producer(&bootstrap, &id).await;
 
     producer.begin().expect("begin");
     // Both partitions join; then the orders leader stops, so the next order is never
@@ -173,16 +180,7 @@ async fn given_a_pipelined_commit_whose_end_txn_is_never_answered_then_the_produ
     cluster.create_topic(ORDERS, 2, 3).await;
     let bootstrap = cluster.bootstrap();
     let id = "pipelined-unanswered";
-    let config = TransactionalConfig {
-        request_timeout: Duration::from_secs(1),
-        delivery_timeout: Duration::from_secs(3),
-        linger: Duration::ZERO,
-        ..TransactionalConfig::new(&bootstrap, id)
-    };
-    let producer = TransactionalProducer::connect(config)
-        .await
-        .expect("connects");
-    producer.init_transactions().await.expect("init");
+    let producer = impatient_producer(&bootstrap, id).await;
     producer.begin().expect("begin");
     for (value, partition) in [("a-1", 0), ("a-2", 1)] {
         producer
