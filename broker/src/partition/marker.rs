@@ -1,7 +1,16 @@
 //! Transaction markers on the leader: a BEGIN, COMMIT or ABORT control batch decided by
-//! the producer state's rules and appended under the partition lock, then awaited like
-//! acks=all, so `WriteTxnMarkers` answers only once every in-sync replica holds the
-//! marker and no failover can take the transaction's outcome back.
+//! the producer state's rules and appended under the partition lock. A COMMIT or ABORT
+//! is awaited like acks=all, so `WriteTxnMarkers` answers only once every in-sync
+//! replica holds the marker and no failover can take the transaction's outcome back.
+//!
+//! A BEGIN is answered once it is in the leader's log, neither fsynced nor replicated:
+//! all it has to guarantee is that the transaction's data lands after it, and that data
+//! is acknowledged only once durable and past the high watermark, which takes the BEGIN
+//! before it along (the log is a prefix on every replica). A BEGIN lost with its leader
+//! before any data followed costs liveness only: the new leader refuses the
+//! transaction's data (INVALID_TXN_STATE), so the transaction aborts; a COMMIT or ABORT
+//! without its BEGIN is accepted. Waiting would put a replicated fsync between every
+//! partition's registration and its first record (docs/benchmarks.md).
 
 use std::time::Duration;
 
@@ -27,9 +36,10 @@ impl Partition {
     /// Writes a marker of `control_type` for `producer_id` at `producer_epoch` from a
     /// coordinator at `coordinator_epoch` (see docs/transactions.md for the rules).
     /// `Ok(Some(offset))`: appended at `offset`; `Ok(None)`: a retry whose effect is in the
-    /// log already, nothing appended. Either way the answer comes once the high
-    /// watermark passed the marker (for a retry: the log end seen when deciding, which is
-    /// past the earlier marker), or `timeout` ran out (REQUEST_TIMED_OUT: retry it).
+    /// log already, nothing appended. For a COMMIT or ABORT the answer comes once the
+    /// high watermark passed the marker (for a retry: the log end seen when deciding,
+    /// which is past the earlier marker), or `timeout` ran out (REQUEST_TIMED_OUT: retry
+    /// it); a BEGIN is answered at once (see the module's comment).
     pub async fn append_marker(
         &self,
         producer_id: i64,
@@ -94,6 +104,10 @@ impl Partition {
             offset = appended.unwrap_or(-1),
             "transaction marker"
         );
+        if control_type == ControlType::Begin {
+            self.publish_log_end(end);
+            return Ok(appended);
+        }
         self.make_visible(end).await?;
         self.await_high_watermark(end, timeout).await?;
         Ok(appended)

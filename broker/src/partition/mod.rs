@@ -518,6 +518,14 @@ impl Partition {
     /// Makes every offset below `end` durable (per the flush policy) and, as far as the
     /// in-sync replicas allow, visible.
     async fn make_visible(&self, end: i64) -> Result<(), BrokerError> {
+        self.publish_log_end(end);
+        self.sync_to(end).await?;
+        self.update_high_watermark();
+        Ok(())
+    }
+
+    /// Wakes the followers waiting for data below `end`.
+    fn publish_log_end(&self, end: i64) {
         self.log_end.send_if_modified(|log_end| {
             let moved = end > *log_end;
             if moved {
@@ -525,9 +533,6 @@ impl Partition {
             }
             moved
         });
-        self.sync_to(end).await?;
-        self.update_high_watermark();
-        Ok(())
     }
 
     /// Makes every offset below `end` durable per the flush policy (group commit).

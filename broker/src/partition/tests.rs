@@ -602,3 +602,47 @@ async fn given_replicated_batches_then_only_the_followed_leader_and_epoch_may_ap
         3
     );
 }
+
+#[tokio::test]
+async fn given_a_follower_that_has_not_fetched_then_a_begin_is_answered_and_data_and_commit_wait_for_it(
+) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let leader = Partition::open("orders", 0, dir.path(), settings(), 1).expect("open leader");
+    leader.set_replication(Role::Leader, 1, vec![1, 2], vec![1, 2], 1);
+    let short = Duration::from_millis(200);
+    // Waiting for broker 2 would run into TIMEOUT and fail: a BEGIN only orders the
+    // transaction's data after it.
+    let begin = leader
+        .append_marker(7, 0, ControlType::Begin, 0, TIMEOUT)
+        .await
+        .expect("BEGIN answered without the follower");
+    assert_eq!(begin, Some(0));
+    assert_eq!(
+        leader.offsets().high_watermark,
+        0,
+        "the BEGIN is not visible"
+    );
+    assert_eq!(
+        leader.open_transactions().first().map(|t| t.first_offset),
+        Some(0)
+    );
+    // The data after it is acknowledged only once the follower holds both.
+    let acked = leader
+        .append(&data(7, 0, 0, 2, true), ACKS_ALL, short)
+        .await;
+    assert!(
+        matches!(acked, Err(BrokerError::ReplicationTimedOut { end: 3, .. })),
+        "{acked:?}"
+    );
+    leader
+        .read_for_follower(2, 3, 1 << 20, None)
+        .expect("the follower holds offsets 0 to 2");
+    assert_eq!(leader.offsets().high_watermark, 3);
+    let commit = leader
+        .append_marker(7, 1, ControlType::Commit, 0, short)
+        .await;
+    assert!(
+        matches!(commit, Err(BrokerError::ReplicationTimedOut { end: 4, .. })),
+        "a COMMIT waits for the in-sync replicas: {commit:?}"
+    );
+}

@@ -138,6 +138,11 @@ async fn given_markers_then_each_partition_answers_for_itself() {
 async fn given_an_open_transaction_then_metadata_and_list_offsets_report_the_lso() {
     let b = broker(None).await;
     write(&b, markers(ControlType::Begin, 0, &[("orders", 0)])).await;
+    // Another producer's records after the BEGIN: visible read_uncommitted only.
+    assert_eq!(
+        produce(&b.service, three_records()).await,
+        (ErrorCode::None, 1)
+    );
     let metadata = b
         .service
         .metadata(Request::new(MetadataRequest {
@@ -147,7 +152,7 @@ async fn given_an_open_transaction_then_metadata_and_list_offsets_report_the_lso
         .expect("answer")
         .into_inner();
     let p0 = &metadata.topics[0].partitions[0];
-    assert_eq!((p0.high_watermark, p0.last_stable_offset), (1, 0));
+    assert_eq!((p0.high_watermark, p0.last_stable_offset), (4, 0));
     let latest = |isolation: IsolationLevel| ListOffsetsRequest {
         isolation_level: isolation as i32,
         topics: vec![ListOffsetsTopic {
@@ -171,7 +176,7 @@ async fn given_an_open_transaction_then_metadata_and_list_offsets_report_the_lso
         .await
         .expect("answer")
         .into_inner();
-    assert_eq!((offset(committed), offset(uncommitted)), (0, 1));
+    assert_eq!((offset(committed), offset(uncommitted)), (0, 4));
 }
 
 async fn find(b: &Broker, transactional_id: &str) -> FindCoordinatorResponse {

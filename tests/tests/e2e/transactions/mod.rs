@@ -3,6 +3,7 @@
 //! transaction can hang — each proved against real brokers, coordinators and etcd.
 
 mod bad_requests;
+mod begin_failover;
 mod chaos;
 mod coordinator_crash;
 mod hanging;
