@@ -145,19 +145,18 @@ async fn register(
     for r in &batch {
         topics.entry(r.topic.clone()).or_default().push(r.partition);
     }
+    let sent = Instant::now();
     let result = coordinator
-        .add_partitions(
-            &transactional_id,
-            producer,
-            topics,
-            Instant::now() + patience,
-        )
+        .add_partitions(&transactional_id, producer, topics, sent + patience)
         .await;
     match &result {
+        // How long the coordinator took is most of what a transaction's start costs
+        // (docs/benchmarks.md reads it from this event).
         Ok(()) => tracing::debug!(
             producer_id = producer.producer_id,
             producer_epoch = producer.producer_epoch,
             partitions = ?batch,
+            call_us = u64::try_from(sent.elapsed().as_micros()).unwrap_or(u64::MAX),
             "partitions joined the transaction"
         ),
         Err(e) => {
