@@ -5,9 +5,10 @@ use bytes::Bytes;
 use idem_proto::batch::{self, ProducerInfo, Record, StoredRecord};
 use idem_proto::v1::broker_client::BrokerClient;
 use idem_proto::v1::{
-    CreatableTopic, CreateTopicsRequest, FetchPartition, FetchPartitionResponse, FetchRequest,
-    FetchTopic, IsolationLevel, PartitionProduceData, PartitionProduceResponse, ProduceRequest,
-    TopicProduceData,
+    ControlType, CreatableTopic, CreateTopicsRequest, FetchPartition, FetchPartitionResponse,
+    FetchRequest, FetchTopic, IsolationLevel, PartitionProduceData, PartitionProduceResponse,
+    ProduceRequest, TopicProduceData, TxnMarkerPartitionResult, TxnTopicPartitions,
+    WriteTxnMarkersRequest,
 };
 use idem_proto::ErrorCode;
 use tonic::transport::Channel;
@@ -190,4 +191,36 @@ pub async fn fetch(
         .expect("Fetch")
         .into_inner();
     response.topics[0].partitions[0].clone()
+}
+
+/// A transaction marker for one partition, as a coordinator would write it.
+pub struct Marker<'a> {
+    pub topic: &'a str,
+    pub partition: i32,
+    pub producer_id: i64,
+    /// BEGIN: the transaction's epoch; COMMIT/ABORT: the epoch the producer moves to.
+    pub producer_epoch: i32,
+    pub control: ControlType,
+    pub coordinator_epoch: i32,
+}
+
+/// Writes `marker` (waiting up to 5 s for the in-sync replicas) and returns the
+/// partition's answer.
+pub async fn write_marker(client: &mut RawClient, marker: Marker<'_>) -> TxnMarkerPartitionResult {
+    let answer = client
+        .write_txn_markers(WriteTxnMarkersRequest {
+            producer_id: marker.producer_id,
+            producer_epoch: marker.producer_epoch,
+            control_type: marker.control as i32,
+            coordinator_epoch: marker.coordinator_epoch,
+            topics: vec![TxnTopicPartitions {
+                topic: marker.topic.into(),
+                partitions: vec![marker.partition],
+            }],
+            timeout_ms: 5_000,
+        })
+        .await
+        .expect("WriteTxnMarkers")
+        .into_inner();
+    answer.results[0].clone()
 }

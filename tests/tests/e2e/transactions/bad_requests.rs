@@ -6,12 +6,13 @@
 use idem_proto::txn::{txn_log_partition, TXN_LOG_TOPIC};
 use idem_proto::v1::{
     AddPartitionsToTxnRequest, ControlType, DescribeTransactionRequest, EndTxnRequest,
-    TxnInitProducerIdRequest, TxnTopicPartitions, WriteTxnMarkersRequest,
+    TxnInitProducerIdRequest, TxnTopicPartitions,
 };
 use idem_proto::ErrorCode;
 use idem_tests::cluster::TXN_LOG_PARTITIONS;
+use idem_tests::raw::{self, Marker};
 use idem_tests::txn::{self, RawCoordinator};
-use idem_tests::{raw, Cluster};
+use idem_tests::Cluster;
 
 const TOPIC: &str = "accounts";
 
@@ -177,23 +178,20 @@ async fn given_bad_transactional_requests_then_each_gets_its_error_and_nothing_c
     // partition saw is refused and appends nothing.
     let mut broker = raw::connect(&bootstrap).await;
     let before = txn::wait_until_stable(&bootstrap, TOPIC, &[0]).await;
-    let answer = broker
-        .write_txn_markers(WriteTxnMarkersRequest {
-            producer_id,
-            producer_epoch: next_epoch + 1,
-            control_type: ControlType::Abort as i32,
-            coordinator_epoch: owner.coordinator_epoch - 1,
-            topics: partitions(TOPIC, 0),
-            timeout_ms: 5_000,
-        })
-        .await
-        .expect("WriteTxnMarkers")
-        .into_inner();
+    let stale = Marker {
+        topic: TOPIC,
+        partition: 0,
+        producer_id,
+        producer_epoch: next_epoch + 1,
+        control: ControlType::Abort,
+        coordinator_epoch: owner.coordinator_epoch - 1,
+    };
+    let answer = raw::write_marker(&mut broker, stale).await;
     assert_eq!(
-        answer.results[0].error_code(),
+        answer.error_code(),
         ErrorCode::TransactionCoordinatorFenced,
         "{}",
-        answer.results[0].error_message
+        answer.error_message
     );
     assert_eq!(
         txn::wait_until_stable(&bootstrap, TOPIC, &[0]).await,

@@ -7,34 +7,27 @@
 use bytes::Bytes;
 use idem_proto::v1::{
     ControlType, ListOpenTransactionsRequest, PartitionProduceData, ProduceRequest,
-    TopicProduceData, TxnTopicPartitions, WriteTxnMarkersRequest,
+    TopicProduceData,
 };
 use idem_proto::ErrorCode;
-use idem_tests::raw::{self, RawClient};
+use idem_tests::raw::{self, Marker, RawClient};
 use idem_tests::txn::wait_until_stable;
 use idem_tests::Cluster;
 
 const TOPIC: &str = "ledger";
 const PRODUCER_ID: i64 = 4242;
 
-/// The coordinator's marker request for `PRODUCER_ID` (coordinator epoch 0).
+/// The coordinator's marker for `PRODUCER_ID` (coordinator epoch 0): its code and offset.
 async fn marker(client: &mut RawClient, control: ControlType, epoch: i32) -> (ErrorCode, i64) {
-    let answer = client
-        .write_txn_markers(WriteTxnMarkersRequest {
-            producer_id: PRODUCER_ID,
-            producer_epoch: epoch,
-            control_type: control as i32,
-            coordinator_epoch: 0,
-            topics: vec![TxnTopicPartitions {
-                topic: TOPIC.into(),
-                partitions: vec![0],
-            }],
-            timeout_ms: 5_000,
-        })
-        .await
-        .expect("WriteTxnMarkers")
-        .into_inner();
-    let result = &answer.results[0];
+    let marker = Marker {
+        topic: TOPIC,
+        partition: 0,
+        producer_id: PRODUCER_ID,
+        producer_epoch: epoch,
+        control,
+        coordinator_epoch: 0,
+    };
+    let result = raw::write_marker(client, marker).await;
     (result.error_code(), result.offset)
 }
 

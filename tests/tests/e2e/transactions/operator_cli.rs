@@ -7,10 +7,11 @@
 use std::process::{Command, Output};
 
 use idem_client::{ProducerRecord, TxnErrorClass};
-use idem_proto::v1::{ControlType, TxnTopicPartitions, WriteTxnMarkersRequest};
+use idem_proto::v1::ControlType;
 use idem_proto::ErrorCode;
 use idem_tests::binaries::binary;
-use idem_tests::{raw, txn, Cluster};
+use idem_tests::raw::{self, Marker};
+use idem_tests::{txn, Cluster};
 
 const TOPIC: &str = "payments";
 const ORPHAN: i64 = 987_654;
@@ -52,22 +53,18 @@ async fn given_an_open_and_an_orphaned_transaction_then_the_txn_commands_list_de
 
     // An open transaction no coordinator will end.
     let mut broker = raw::connect(&bootstrap).await;
-    let begin = broker
-        .write_txn_markers(WriteTxnMarkersRequest {
-            producer_id: ORPHAN,
-            producer_epoch: 0,
-            control_type: ControlType::Begin as i32,
-            coordinator_epoch: 0,
-            topics: vec![TxnTopicPartitions {
-                topic: TOPIC.into(),
-                partitions: vec![0],
-            }],
-            timeout_ms: 5_000,
-        })
-        .await
-        .expect("WriteTxnMarkers")
-        .into_inner();
-    assert_eq!(begin.results[0].error_code(), ErrorCode::None);
+    let begin = Marker {
+        topic: TOPIC,
+        partition: 0,
+        producer_id: ORPHAN,
+        producer_epoch: 0,
+        control: ControlType::Begin,
+        coordinator_epoch: 0,
+    };
+    assert_eq!(
+        raw::write_marker(&mut broker, begin).await.error_code(),
+        ErrorCode::None
+    );
 
     let listed = ok_stdout(&idem(&bootstrap, &["txn", "list"]));
     let row = listed
