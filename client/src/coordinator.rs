@@ -255,16 +255,22 @@ impl CoordinatorLink {
         }
     }
 
-    /// InitProducerId for `transactional_id`: the id at its next epoch.
+    /// InitProducerId for `transactional_id`: the id at its next epoch (or a fresh
+    /// producer id). `renewing`: the caller's own current identity, when a running
+    /// instance renews itself; the coordinator refuses (PRODUCER_FENCED) if another
+    /// instance took over since.
     pub(crate) async fn init_producer_id(
         &self,
         transactional_id: &str,
         transaction_timeout_ms: i32,
+        renewing: Option<ProducerIdAndEpoch>,
         deadline: Instant,
     ) -> Result<ProducerIdAndEpoch, ClientError> {
         let request = TxnInitProducerIdRequest {
             transactional_id: transactional_id.to_string(),
             transaction_timeout_ms,
+            producer_id: renewing.map(|p| p.producer_id),
+            producer_epoch: renewing.map_or(0, |p| i32::from(p.producer_epoch)),
         };
         let answer = self
             .call(transactional_id, deadline, |mut c| {

@@ -109,15 +109,29 @@ impl TxnCoordinator for TxnCoordinatorService {
         request: Request<TxnInitProducerIdRequest>,
     ) -> Result<Response<TxnInitProducerIdResponse>, Status> {
         let request = request.into_inner();
-        let decided = self
-            .core
-            .handle(
-                &request.transactional_id,
-                decide::Request::InitProducerId {
-                    timeout_ms: request.transaction_timeout_ms,
-                },
-            )
-            .await;
+        let renewing = match request.producer_id {
+            None => Ok(None),
+            Some(producer_id) => producer_epoch(request.producer_epoch).map(|producer_epoch| {
+                Some(decide::ProducerIdentity {
+                    producer_id,
+                    producer_epoch,
+                })
+            }),
+        };
+        let decided = match renewing {
+            Ok(renewing) => {
+                self.core
+                    .handle(
+                        &request.transactional_id,
+                        decide::Request::InitProducerId {
+                            timeout_ms: request.transaction_timeout_ms,
+                            renewing,
+                        },
+                    )
+                    .await
+            }
+            Err(refusal) => Err(refusal),
+        };
         let answer = match decided {
             Ok(Reply::ProducerId {
                 producer_id,

@@ -147,6 +147,7 @@ impl TransactionalProducer {
             .init_producer_id(
                 &self.inner.transactional_id,
                 self.inner.config.transaction_timeout_ms(),
+                None,
                 self.deadline(),
             )
             .await;
@@ -279,21 +280,49 @@ impl TransactionalProducer {
     }
 
     /// EndTxn for the transaction `plan` ends, if the coordinator may hold it open:
-    /// `Some(epoch)` the coordinator answered, `None` it ended locally.
-    async fn end_txn(&self, plan: EndPlan, commit: bool) -> Result<Option<i16>, ClientError> {
+    /// `Some(next)`, the identity the coordinator moved the producer to; `None`, it
+    /// ended locally.
+    ///
+    /// Every ended transaction bumps the epoch, so a producer reaches the last one
+    /// (32,767) after that many transactions: at 10 a second, within an hour. A
+    /// transaction at the last epoch could not be ended (its markers need the next), so
+    /// the producer then renews itself right away: InitProducerId naming its current
+    /// identity, answered with a fresh producer id at epoch 0 unless another instance
+    /// took over meanwhile (PRODUCER_FENCED).
+    async fn end_txn(
+        &self,
+        plan: EndPlan,
+        commit: bool,
+    ) -> Result<Option<ProducerIdAndEpoch>, ClientError> {
         if !plan.needs_end_txn {
             return Ok(None);
         }
-        self.inner
-            .coordinator
-            .end_txn(
-                &self.inner.transactional_id,
-                plan.producer,
-                commit,
-                self.deadline(),
-            )
+        let coordinator = &self.inner.coordinator;
+        let tid = &self.inner.transactional_id;
+        let epoch = coordinator
+            .end_txn(tid, plan.producer, commit, self.deadline())
+            .await?;
+        let next = ProducerIdAndEpoch {
+            producer_id: plan.producer.producer_id,
+            producer_epoch: epoch,
+        };
+        if epoch < i16::MAX {
+            return Ok(Some(next));
+        }
+        let timeout_ms = self.inner.config.transaction_timeout_ms();
+        match coordinator
+            .init_producer_id(tid, timeout_ms, Some(next), self.deadline())
             .await
-            .map(Some)
+        {
+            Ok(renewed) => {
+                tracing::info!(transactional_id = %tid, from = ?next, to = ?renewed, "the producer epoch ran out: renewed under a fresh producer id");
+                Ok(Some(renewed))
+            }
+            Err(e) => Err(ClientError::Fatal(format!(
+                "the transaction was {} but the producer, out of epochs, could not renew its producer id: {e}",
+                if commit { "committed" } else { "aborted" }
+            ))),
+        }
     }
 
     fn deadline(&self) -> Instant {
@@ -388,14 +417,14 @@ impl TransactionalProducer {
         &self,
         outcome: &str,
         producer: ProducerIdAndEpoch,
-        result: &Result<Option<i16>, ClientError>,
+        result: &Result<Option<ProducerIdAndEpoch>, ClientError>,
     ) {
         match result {
-            Ok(next_epoch) => tracing::debug!(
+            Ok(next) => tracing::debug!(
                 transactional_id = %self.inner.transactional_id,
                 producer_id = producer.producer_id,
                 producer_epoch = producer.producer_epoch,
-                next_epoch,
+                next = ?next,
                 "transaction {outcome}"
             ),
             Err(e) => tracing::warn!(

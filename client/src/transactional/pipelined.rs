@@ -82,12 +82,12 @@ impl TransactionalProducer {
             None => self.end_txn(plan, true).await,
         };
         self.log_end("committed", plan.producer, &committed);
-        let (epoch, failure) = match committed {
-            Ok(epoch) => (epoch, None),
+        let (next, failure) = match committed {
+            Ok(next) => (next, None),
             Err(e) => self.after_failed_commit(plan, e).await,
         };
         let mut shared = self.shared()?;
-        let result = shared.machine.previous_done(epoch, failure);
+        let result = shared.machine.previous_done(next, failure);
         let gate = match (&result, shared.machine.producer()) {
             (Ok(()), Some(producer)) => Ok(producer),
             (Err(e), _) => Err(e.clone()),
@@ -97,7 +97,7 @@ impl TransactionalProducer {
         result
     }
 
-    /// What a commit that failed with `error` leaves: the epoch to move to and the
+    /// What a commit that failed with `error` leaves: the identity to move to and the
     /// error to report. An abortable failure is aborted here; an unanswered EndTxn
     /// leaves the outcome unknown, which no later call of this instance can settle
     /// (the next transaction's records would need its epoch): fatal.
@@ -105,7 +105,7 @@ impl TransactionalProducer {
         &self,
         plan: EndPlan,
         error: ClientError,
-    ) -> (Option<i16>, Option<ClientError>) {
+    ) -> (Option<ProducerIdAndEpoch>, Option<ClientError>) {
         match error.txn_class() {
             TxnErrorClass::Fatal => (None, Some(error)),
             TxnErrorClass::Retriable => (
@@ -119,7 +119,7 @@ impl TransactionalProducer {
                 let aborted = self.end_txn(plan, false).await;
                 self.log_end("aborted", plan.producer, &aborted);
                 match aborted {
-                    Ok(epoch) => (epoch, Some(error)),
+                    Ok(next) => (next, Some(error)),
                     // Nothing was open at the coordinator: nothing to abort.
                     Err(e) if e.code() == Some(idem_proto::ErrorCode::InvalidTxnState) => {
                         (None, Some(error))

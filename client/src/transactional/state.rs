@@ -178,18 +178,18 @@ impl TxnMachine {
         }
     }
 
-    /// The end of a commit that went on in the background: `epoch`, the one the
+    /// The end of a commit that went on in the background: `next`, the identity the
     /// producer moves to (when the coordinator answered one); `failure`, why the
     /// committed transaction did not commit (`None`: it did). A transaction that did not
     /// commit takes the one begun after it down too: that one becomes abortable (or the
     /// producer fenced). Returns the failure as the caller should report it.
     pub(crate) fn previous_done(
         &mut self,
-        epoch: Option<i16>,
+        next: Option<ProducerIdAndEpoch>,
         failure: Option<ClientError>,
     ) -> Result<(), ClientError> {
-        if let (Some(epoch), Some(producer)) = (epoch, self.producer.as_mut()) {
-            producer.producer_epoch = epoch;
+        if let Some(next) = next {
+            self.producer = Some(next);
         }
         match failure {
             None => Ok(()),
@@ -285,12 +285,13 @@ impl TxnMachine {
         }
     }
 
-    /// The end of `commit` or `abort`: `Ok(Some(epoch))` the coordinator ended it and
-    /// answered the next epoch; `Ok(None)` it ended locally (nothing was registered).
+    /// The end of `commit` or `abort`: `Ok(Some(next))` the coordinator ended it and
+    /// `next` is the identity the producer moves to (the next epoch, or a fresh producer
+    /// id once the epochs ran out); `Ok(None)` it ended locally (nothing was registered).
     pub(crate) fn end_done(
         &mut self,
         commit: bool,
-        result: Result<Option<i16>, ClientError>,
+        result: Result<Option<ProducerIdAndEpoch>, ClientError>,
     ) -> Result<(), ClientError> {
         let expected = if commit {
             TxnState::Committing
@@ -301,9 +302,9 @@ impl TxnMachine {
             return Err(self.refuse("end the transaction"));
         }
         match result {
-            Ok(epoch) => {
-                if let (Some(epoch), Some(producer)) = (epoch, self.producer.as_mut()) {
-                    producer.producer_epoch = epoch;
+            Ok(next) => {
+                if let Some(next) = next {
+                    self.producer = Some(next);
                 }
                 self.ready();
                 Ok(())

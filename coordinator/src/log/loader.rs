@@ -280,6 +280,7 @@ mod tests {
             txn_start_ms: -1,
             last_update_ms: 0,
             ended_by_producer: false,
+            renewed_from: None,
         }
     }
 

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use crate::txn::decide::{TopicPartition, TxnMetadata};
+use crate::txn::decide::{ProducerIdentity, TopicPartition, TxnMetadata};
 use crate::txn::state::TxnState;
 
 /// One record of the transaction log.
@@ -32,6 +32,15 @@ struct TxnValue {
     txn_start_ms: i64,
     last_update_ms: i64,
     ended_by_producer: bool,
+    /// Absent in records written before renewals existed, and in most records since.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    renewed_from: Option<IdentityValue>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct IdentityValue {
+    producer_id: i64,
+    producer_epoch: i16,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -84,6 +93,10 @@ impl LogRecord {
                     txn_start_ms: meta.txn_start_ms,
                     last_update_ms: meta.last_update_ms,
                     ended_by_producer: meta.ended_by_producer,
+                    renewed_from: meta.renewed_from.map(|r| IdentityValue {
+                        producer_id: r.producer_id,
+                        producer_epoch: r.producer_epoch,
+                    }),
                 };
                 // Serialising plain integers, strings and bools cannot fail.
                 let json = serde_json::to_vec(&value).unwrap_or_default();
@@ -130,6 +143,10 @@ impl LogRecord {
             txn_start_ms: txn.txn_start_ms,
             last_update_ms: txn.last_update_ms,
             ended_by_producer: txn.ended_by_producer,
+            renewed_from: txn.renewed_from.map(|r| ProducerIdentity {
+                producer_id: r.producer_id,
+                producer_epoch: r.producer_epoch,
+            }),
         }))
     }
 }
@@ -160,6 +177,7 @@ mod tests {
             txn_start_ms: 1_700_000_000_000,
             last_update_ms: 1_700_000_000_500,
             ended_by_producer: true,
+            renewed_from: None,
         }
     }
 
@@ -189,6 +207,36 @@ mod tests {
                 "last_update_ms": 1_700_000_000_500_i64,
                 "ended_by_producer": true,
             })
+        );
+    }
+
+    #[test]
+    fn a_renewed_identity_round_trips_and_older_records_read_without_one() {
+        let renewed = TxnMetadata {
+            producer_id: 99,
+            producer_epoch: 0,
+            renewed_from: Some(ProducerIdentity {
+                producer_id: 1234,
+                producer_epoch: i16::MAX,
+            }),
+            ..meta(TxnState::Empty)
+        };
+        let (key, value) = LogRecord::Txn(renewed.clone()).encode();
+        let json: serde_json::Value = serde_json::from_slice(&value).expect("json");
+        assert_eq!(
+            json["renewed_from"],
+            serde_json::json!({"producer_id": 1234, "producer_epoch": 32767})
+        );
+        assert_eq!(
+            LogRecord::decode(Some(&key), Some(&value)),
+            Ok(LogRecord::Txn(renewed))
+        );
+        // The documented JSON above has no such field: records of older coordinators.
+        let (key, value) = LogRecord::Txn(meta(TxnState::Empty)).encode();
+        assert!(!String::from_utf8_lossy(&value).contains("renewed_from"));
+        assert_eq!(
+            LogRecord::decode(Some(&key), Some(&value)),
+            Ok(LogRecord::Txn(meta(TxnState::Empty)))
         );
     }
 

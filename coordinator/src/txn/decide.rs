@@ -39,12 +39,26 @@ pub struct TxnMetadata {
     /// The current outcome was asked for by the producer's EndTxn (not forced by a
     /// timeout or a new instance): only then is a retried EndTxn answered again.
     pub ended_by_producer: bool,
+    /// The identity a renewal (an InitProducerId naming the caller's current producer
+    /// id and epoch) replaced to reach this one: a retry of that renewal is answered
+    /// with this identity again instead of being taken for a zombie.
+    pub renewed_from: Option<ProducerIdentity>,
+}
+
+/// A producer id and epoch, as a renewing producer names its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducerIdentity {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {
     InitProducerId {
         timeout_ms: i32,
+        /// Set by a running instance renewing itself: act only if this is still the
+        /// id's current identity.
+        renewing: Option<ProducerIdentity>,
     },
     AddPartitions {
         producer_id: i64,
@@ -66,9 +80,7 @@ pub enum Request {
     /// Internal: the coordinator's timer; an id with no transaction under way and no
     /// change for longer than `idle_ms` is retired (persisted as Dead, then forgotten),
     /// as Kafka's `transactional.id.expiration.ms` does.
-    Expire {
-        idle_ms: i64,
-    },
+    Expire { idle_ms: i64 },
 }
 
 /// Why a request is refused (each maps to the wire code of the same name).
@@ -152,9 +164,10 @@ pub fn decide(
     ctx: Context,
 ) -> Decision {
     match request {
-        Request::InitProducerId { timeout_ms } => {
-            init_producer_id(transactional_id, current, *timeout_ms, ctx)
-        }
+        Request::InitProducerId {
+            timeout_ms,
+            renewing,
+        } => init_producer_id(transactional_id, current, *timeout_ms, *renewing, ctx),
         Request::AddPartitions {
             producer_id,
             producer_epoch,
@@ -228,16 +241,34 @@ fn init_producer_id(
     id: &str,
     current: Option<&TxnMetadata>,
     timeout_ms: i32,
+    renewing: Option<ProducerIdentity>,
     ctx: Context,
 ) -> Decision {
     if timeout_ms < 1 || timeout_ms > ctx.max_timeout_ms {
         return reply(TxnError::InvalidTransactionTimeout);
     }
+    if let Some(renewing) = renewing {
+        let Some(meta) = current else {
+            return reply(TxnError::InvalidProducerIdMapping);
+        };
+        if meta.state == TxnState::Empty && meta.renewed_from == Some(renewing) {
+            // A retry of the renewal that made this identity: its answer was lost.
+            return Decision::Act(vec![Effect::Reply(Reply::ProducerId {
+                producer_id: meta.producer_id,
+                producer_epoch: meta.producer_epoch,
+            })]);
+        }
+        if meta.producer_id != renewing.producer_id
+            || meta.producer_epoch != renewing.producer_epoch
+        {
+            return reply(TxnError::ProducerFenced);
+        }
+    }
     let Some(meta) = current else {
         let Some(producer_id) = ctx.fresh_producer_id else {
             return Decision::NeedsFreshProducerId;
         };
-        return start_empty(id, producer_id, 0, timeout_ms, ctx);
+        return start_empty(id, producer_id, 0, timeout_ms, None, ctx);
     };
     match meta.state {
         // A new instance takes over an open transaction: abort it under the next epoch
@@ -247,10 +278,13 @@ fn init_producer_id(
         }
         s if s.is_completing() => reply(TxnError::ConcurrentTransactions),
         TxnState::Dead => reply(TxnError::InvalidTxnState),
-        _ => match meta.producer_epoch.checked_add(1) {
-            Some(epoch) => start_empty(id, meta.producer_id, epoch, timeout_ms, ctx),
+        // The last epoch is never handed out: a transaction at it could not be ended
+        // (its markers need the next epoch). EndTxn may move a producer to it; the SDK
+        // then renews, and lands here.
+        _ => match meta.producer_epoch.checked_add(1).filter(|e| *e < i16::MAX) {
+            Some(epoch) => start_empty(id, meta.producer_id, epoch, timeout_ms, renewing, ctx),
             None => match ctx.fresh_producer_id {
-                Some(producer_id) => start_empty(id, producer_id, 0, timeout_ms, ctx),
+                Some(producer_id) => start_empty(id, producer_id, 0, timeout_ms, renewing, ctx),
                 None => Decision::NeedsFreshProducerId,
             },
         },
@@ -262,6 +296,7 @@ fn start_empty(
     producer_id: i64,
     producer_epoch: i16,
     timeout_ms: i32,
+    renewed_from: Option<ProducerIdentity>,
     ctx: Context,
 ) -> Decision {
     let next = TxnMetadata {
@@ -274,6 +309,7 @@ fn start_empty(
         txn_start_ms: -1,
         last_update_ms: ctx.now_ms,
         ended_by_producer: false,
+        renewed_from,
     };
     Decision::Act(vec![
         Effect::Persist(next),

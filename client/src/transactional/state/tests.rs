@@ -10,6 +10,14 @@ const PID: ProducerIdAndEpoch = ProducerIdAndEpoch {
     producer_epoch: 4,
 };
 
+/// The test producer at `producer_epoch`, as EndTxn moves it on.
+fn epoch(producer_epoch: i16) -> ProducerIdAndEpoch {
+    ProducerIdAndEpoch {
+        producer_epoch,
+        ..PID
+    }
+}
+
 fn broker(code: ErrorCode) -> ClientError {
     ClientError::broker(code as i32, "")
 }
@@ -247,7 +255,7 @@ fn commit_adopts_the_answered_epoch_and_the_next_transaction_uses_it() {
             needs_end_txn: true
         }
     );
-    m.end_done(true, Ok(Some(5))).expect("committed");
+    m.end_done(true, Ok(Some(epoch(5)))).expect("committed");
     assert_eq!(m.state(), TxnState::Ready);
     assert_eq!(m.producer().map(|p| p.producer_epoch), Some(5));
     assert_eq!(m.producer().map(|p| p.producer_id), Some(PID.producer_id));
@@ -302,7 +310,7 @@ fn a_failed_send_refuses_commit_and_allows_abort() {
     ));
     let plan = m.start_abort().expect("abort allowed");
     assert!(plan.needs_end_txn);
-    m.end_done(false, Ok(Some(5))).expect("aborted");
+    m.end_done(false, Ok(Some(epoch(5)))).expect("aborted");
     assert_eq!(m.state(), TxnState::Ready);
 }
 
@@ -369,7 +377,7 @@ fn an_unanswered_commit_stays_committing_and_only_commit_may_follow() {
     let plan = m.start_commit().expect("commit again");
     assert!(plan.needs_end_txn);
     assert_eq!(plan.producer, PID, "the retry names the same epoch");
-    m.end_done(true, Ok(Some(5)))
+    m.end_done(true, Ok(Some(epoch(5))))
         .expect("the coordinator answers the same outcome");
     assert_eq!(m.state(), TxnState::Ready);
 }
@@ -392,7 +400,7 @@ fn a_transaction_begun_after_a_commit_takes_the_commits_epoch_or_its_failure() {
     let g = m.begin_after_commit().expect("next");
     assert_eq!(m.state(), TxnState::InTransaction);
     assert_eq!(m.check_send(None).map(|(gen, _)| gen).ok(), Some(g));
-    m.previous_done(Some(5), None).expect("committed");
+    m.previous_done(Some(epoch(5)), None).expect("committed");
     assert_eq!(m.state(), TxnState::InTransaction);
     assert_eq!(m.producer().map(|p| p.producer_epoch), Some(5));
 
@@ -400,7 +408,7 @@ fn a_transaction_begun_after_a_commit_takes_the_commits_epoch_or_its_failure() {
     let mut m = machine_in(TxnState::Committing);
     m.begin_after_commit().expect("next");
     let e = m
-        .previous_done(Some(5), Some(broker(ErrorCode::NotEnoughReplicas)))
+        .previous_done(Some(epoch(5)), Some(broker(ErrorCode::NotEnoughReplicas)))
         .expect_err("the commit failed");
     assert_eq!(e.txn_class(), TxnErrorClass::Abortable);
     assert_eq!(m.state(), TxnState::AbortableError);
@@ -431,7 +439,7 @@ fn an_unanswered_abort_stays_aborting_and_may_be_repeated() {
         .expect_err("unanswered");
     assert_eq!(m.state(), TxnState::Aborting);
     m.start_abort().expect("abort again");
-    m.end_done(false, Ok(Some(5))).expect("aborted");
+    m.end_done(false, Ok(Some(epoch(5)))).expect("aborted");
     assert_eq!(m.producer().map(|p| p.producer_epoch), Some(5));
 }
 
@@ -447,10 +455,10 @@ fn an_abort_the_coordinator_holds_no_transaction_for_ends_locally_at_the_same_ep
 #[test]
 fn ending_in_the_wrong_state_is_refused() {
     let mut m = machine_in(TxnState::Ready);
-    assert!(m.end_done(true, Ok(Some(9))).is_err());
+    assert!(m.end_done(true, Ok(Some(epoch(9)))).is_err());
     assert_eq!(m.producer(), Some(PID));
     let mut m = machine_in(TxnState::Committing);
-    assert!(m.end_done(false, Ok(Some(9))).is_err());
+    assert!(m.end_done(false, Ok(Some(epoch(9)))).is_err());
     assert_eq!(m.state(), TxnState::Committing);
 }
 
@@ -462,4 +470,17 @@ fn failures_outside_a_transaction_change_nothing_unless_fatal() {
         assert_eq!(e.txn_class(), TxnErrorClass::Abortable);
         assert_eq!(m.state(), state);
     }
+}
+
+#[test]
+fn given_a_commit_that_renewed_the_producer_then_the_next_transaction_carries_the_fresh_id() {
+    let mut m = machine_in(TxnState::Committing);
+    let fresh = ProducerIdAndEpoch {
+        producer_id: 99,
+        producer_epoch: 0,
+    };
+    m.end_done(true, Ok(Some(fresh))).expect("committed");
+    assert_eq!(m.producer(), Some(fresh));
+    m.begin().expect("begin");
+    assert_eq!(m.check_send(None).map(|(_, p)| p).ok(), Some(fresh));
 }

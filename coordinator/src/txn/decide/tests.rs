@@ -71,14 +71,29 @@ fn persisted(effects: &[Effect]) -> usize {
         .count()
 }
 
+/// InitProducerId of a new instance.
+fn init(timeout_ms: i32) -> Request {
+    Request::InitProducerId {
+        timeout_ms,
+        renewing: None,
+    }
+}
+
+/// InitProducerId of the running instance `producer_id`/`producer_epoch` renewing itself.
+fn renew(producer_id: i64, producer_epoch: i16) -> Request {
+    Request::InitProducerId {
+        timeout_ms: 60_000,
+        renewing: Some(ProducerIdentity {
+            producer_id,
+            producer_epoch,
+        }),
+    }
+}
+
 /// A transactional id with producer 7 at epoch 0, Empty.
 fn initialised() -> Option<TxnMetadata> {
     let mut current = None;
-    apply(
-        &mut current,
-        Request::InitProducerId { timeout_ms: 60_000 },
-        with_fresh(0, 7),
-    );
+    apply(&mut current, init(60_000), with_fresh(0, 7));
     current
 }
 
@@ -113,7 +128,7 @@ fn end(current: &mut Option<TxnMetadata>, epoch: i16, commit: bool, now: i64) ->
 
 #[test]
 fn given_a_new_id_then_a_fresh_producer_id_is_needed_and_persisted_at_epoch_0() {
-    let request = Request::InitProducerId { timeout_ms: 60_000 };
+    let request = init(60_000);
     assert_eq!(
         decide("tx", None, &request, ctx(0)),
         Decision::NeedsFreshProducerId
@@ -128,11 +143,7 @@ fn given_a_new_id_then_a_fresh_producer_id_is_needed_and_persisted_at_epoch_0() 
 #[test]
 fn given_a_settled_id_when_a_producer_initialises_then_the_same_id_gets_the_next_epoch() {
     let mut current = initialised();
-    let effects = apply(
-        &mut current,
-        Request::InitProducerId { timeout_ms: 60_000 },
-        ctx(1),
-    );
+    let effects = apply(&mut current, init(60_000), ctx(1));
     assert_eq!(
         replies(&effects),
         vec![Reply::ProducerId {
@@ -152,7 +163,7 @@ fn given_an_exhausted_epoch_when_initialising_then_a_fresh_producer_id_starts_at
     if let Some(meta) = current.as_mut() {
         meta.producer_epoch = i16::MAX;
     }
-    let request = Request::InitProducerId { timeout_ms: 60_000 };
+    let request = init(60_000);
     assert_eq!(
         decide("tx", current.as_ref(), &request, ctx(1)),
         Decision::NeedsFreshProducerId
@@ -172,7 +183,7 @@ fn given_a_timeout_out_of_range_then_invalid_transaction_timeout_and_nothing_per
     for timeout_ms in [0, -5, MAX_TIMEOUT + 1] {
         let mut current = initialised();
         let before = current.clone();
-        let effects = apply(&mut current, Request::InitProducerId { timeout_ms }, ctx(1));
+        let effects = apply(&mut current, init(timeout_ms), ctx(1));
         assert_eq!(
             replies(&effects),
             vec![Reply::Error(TxnError::InvalidTransactionTimeout)]
@@ -206,11 +217,7 @@ fn given_partitions_added_then_the_transaction_is_ongoing_and_a_retry_persists_n
 #[test]
 fn given_a_wrong_producer_or_an_old_epoch_then_adding_partitions_is_refused() {
     let mut current = initialised();
-    apply(
-        &mut current,
-        Request::InitProducerId { timeout_ms: 60_000 },
-        ctx(1),
-    ); // epoch 1
+    apply(&mut current, init(60_000), ctx(1)); // epoch 1
     let before = current.clone();
     let stale = add(&mut current, 0, &[tp("orders", 0)], 2);
     assert_eq!(
@@ -321,16 +328,8 @@ fn given_nothing_open_when_ending_then_invalid_txn_state_and_an_old_epoch_is_fen
         replies(&end(&mut current, 0, true, 1)),
         vec![Reply::Error(TxnError::InvalidTxnState)]
     );
-    apply(
-        &mut current,
-        Request::InitProducerId { timeout_ms: 60_000 },
-        ctx(2),
-    ); // epoch 1
-    apply(
-        &mut current,
-        Request::InitProducerId { timeout_ms: 60_000 },
-        ctx(3),
-    ); // epoch 2
+    apply(&mut current, init(60_000), ctx(2)); // epoch 1
+    apply(&mut current, init(60_000), ctx(3)); // epoch 2
     assert_eq!(
         replies(&end(&mut current, 0, true, 4)),
         vec![Reply::Error(TxnError::ProducerFenced)]
@@ -342,11 +341,7 @@ fn given_a_new_instance_while_a_transaction_is_open_then_it_is_aborted_under_the
 ) {
     let mut current = initialised();
     add(&mut current, 0, &[tp("orders", 0)], 10);
-    let takeover = apply(
-        &mut current,
-        Request::InitProducerId { timeout_ms: 60_000 },
-        ctx(20),
-    );
+    let takeover = apply(&mut current, init(60_000), ctx(20));
     assert!(takeover.contains(&Effect::WriteMarkers {
         producer_id: 7,
         producer_epoch: 1,
@@ -367,21 +362,13 @@ fn given_a_new_instance_while_a_transaction_is_open_then_it_is_aborted_under_the
         vec![Reply::Error(TxnError::ProducerFenced)]
     );
     // Still aborting: the new instance waits, then gets epoch 2.
-    let waiting = apply(
-        &mut current,
-        Request::InitProducerId { timeout_ms: 60_000 },
-        ctx(22),
-    );
+    let waiting = apply(&mut current, init(60_000), ctx(22));
     assert_eq!(
         replies(&waiting),
         vec![Reply::Error(TxnError::ConcurrentTransactions)]
     );
     apply(&mut current, Request::MarkersWritten, ctx(23));
-    let ready = apply(
-        &mut current,
-        Request::InitProducerId { timeout_ms: 60_000 },
-        ctx(24),
-    );
+    let ready = apply(&mut current, init(60_000), ctx(24));
     assert_eq!(
         replies(&ready),
         vec![Reply::ProducerId {
@@ -395,11 +382,7 @@ fn given_a_new_instance_while_a_transaction_is_open_then_it_is_aborted_under_the
 fn given_a_transaction_open_past_its_timeout_then_the_tick_aborts_it_and_the_late_producer_is_fenced(
 ) {
     let mut current = None;
-    apply(
-        &mut current,
-        Request::InitProducerId { timeout_ms: 1_000 },
-        with_fresh(0, 7),
-    );
+    apply(&mut current, init(1_000), with_fresh(0, 7));
     add(&mut current, 0, &[tp("orders", 0)], 100);
     assert!(
         apply(&mut current, Request::Tick, ctx(1_100)).is_empty(),
@@ -459,7 +442,7 @@ fn given_random_traffic_then_transitions_stay_legal_and_outcomes_never_flip() {
             now += next(400) as i64;
             let epoch = current.as_ref().map_or(0, |m| m.producer_epoch) - next(2) as i16;
             let request = match next(7) {
-                0 => Request::InitProducerId { timeout_ms: 1_000 },
+                0 => init(1_000),
                 1 | 2 => Request::AddPartitions {
                     producer_id: 7,
                     producer_epoch: epoch,
@@ -660,11 +643,7 @@ fn given_no_open_transaction_when_an_operator_aborts_then_invalid_txn_state_and_
 fn given_an_idle_id_when_expire_then_only_an_id_with_nothing_under_way_is_retired() {
     let mut current = None;
     let expire = || Request::Expire { idle_ms: 100 };
-    apply(
-        &mut current,
-        Request::InitProducerId { timeout_ms: 60_000 },
-        with_fresh(0, 7),
-    );
+    apply(&mut current, init(60_000), with_fresh(0, 7));
     assert!(
         apply(&mut current, expire(), ctx(100)).is_empty(),
         "not idle long enough"
@@ -720,11 +699,87 @@ fn given_an_idle_id_when_expire_then_only_an_id_with_nothing_under_way_is_retire
 #[test]
 fn given_an_empty_id_idle_past_its_expiration_then_it_is_retired() {
     let mut current = None;
-    apply(
-        &mut current,
-        Request::InitProducerId { timeout_ms: 60_000 },
-        with_fresh(0, 7),
-    );
+    apply(&mut current, init(60_000), with_fresh(0, 7));
     apply(&mut current, Request::Expire { idle_ms: 100 }, ctx(101));
     assert_eq!(current.map(|m| m.state), Some(TxnState::Dead));
+}
+
+/// Producer 7's id, Complete after a commit that moved it to `epoch`.
+fn committed_at(epoch: i16) -> Option<TxnMetadata> {
+    let mut current = initialised();
+    if let Some(meta) = current.as_mut() {
+        meta.producer_epoch = epoch;
+        meta.state = TxnState::CompleteCommit;
+    }
+    current
+}
+
+#[test]
+fn given_a_commit_that_reached_the_last_epoch_when_the_producer_renews_then_a_fresh_id_at_epoch_0_and_a_retry_gets_it_again(
+) {
+    let mut current = committed_at(i16::MAX);
+    assert_eq!(
+        decide("tx", current.as_ref(), &renew(7, i16::MAX), ctx(1)),
+        Decision::NeedsFreshProducerId
+    );
+    let effects = apply(&mut current, renew(7, i16::MAX), with_fresh(1, 99));
+    let fresh = Reply::ProducerId {
+        producer_id: 99,
+        producer_epoch: 0,
+    };
+    assert_eq!(replies(&effects), vec![fresh.clone()]);
+    assert_eq!(current.as_ref().map(|m| m.state), Some(TxnState::Empty));
+
+    // The answer was lost; the producer asks again with the identity it still has.
+    let retried = apply(&mut current, renew(7, i16::MAX), with_fresh(2, 100));
+    assert_eq!(replies(&retried), vec![fresh]);
+    assert_eq!(persisted(&retried), 0, "a retry changes nothing");
+}
+
+#[test]
+fn given_another_instance_took_over_when_the_old_one_renews_then_it_is_fenced_and_nothing_changes()
+{
+    let mut current = committed_at(i16::MAX);
+    // A new instance initialised after the old one's last commit.
+    apply(&mut current, init(60_000), with_fresh(1, 99));
+    let before = current.clone();
+    let effects = apply(&mut current, renew(7, i16::MAX), with_fresh(2, 100));
+    assert_eq!(
+        replies(&effects),
+        vec![Reply::Error(TxnError::ProducerFenced)]
+    );
+    assert_eq!(current, before);
+
+    let mut unknown = None;
+    let effects = apply(&mut unknown, renew(7, 3), with_fresh(3, 101));
+    assert_eq!(
+        replies(&effects),
+        vec![Reply::Error(TxnError::InvalidProducerIdMapping)]
+    );
+    assert_eq!(unknown, None, "a renewal never creates an id");
+}
+
+#[test]
+fn given_a_producer_one_epoch_short_of_the_last_when_initialising_then_it_gets_a_fresh_id_not_the_last_epoch(
+) {
+    // A transaction at epoch 32767 could never end (its markers need the next epoch).
+    let mut current = committed_at(i16::MAX - 1);
+    let effects = apply(&mut current, init(60_000), with_fresh(1, 99));
+    assert_eq!(
+        replies(&effects),
+        vec![Reply::ProducerId {
+            producer_id: 99,
+            producer_epoch: 0
+        }]
+    );
+    // Short of that, a renewal is an ordinary bump under the same id.
+    let mut current = committed_at(41);
+    let effects = apply(&mut current, renew(7, 41), ctx(1));
+    assert_eq!(
+        replies(&effects),
+        vec![Reply::ProducerId {
+            producer_id: 7,
+            producer_epoch: 42
+        }]
+    );
 }

@@ -32,6 +32,7 @@ async fn init(
         .init_producer_id(TxnInitProducerIdRequest {
             transactional_id: id.into(),
             transaction_timeout_ms: timeout_ms,
+            ..TxnInitProducerIdRequest::default()
         })
         .await
         .expect("InitProducerId")

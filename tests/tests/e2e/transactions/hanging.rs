@@ -77,6 +77,7 @@ async fn given_a_batch_delayed_past_its_abort_or_for_an_unregistered_partition_t
         .init_producer_id(TxnInitProducerIdRequest {
             transactional_id: ID.into(),
             transaction_timeout_ms: 60_000,
+            ..TxnInitProducerIdRequest::default()
         })
         .await
         .expect("InitProducerId")

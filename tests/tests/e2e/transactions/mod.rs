@@ -13,6 +13,7 @@ mod next_transaction;
 mod operator_cli;
 mod paused_coordinator;
 mod pipelined_commit;
+mod producer_renewal;
 mod producer_timeout;
 mod seed_example;
 mod zombie_fencing;

@@ -53,6 +53,7 @@ async fn given_a_coordinator_paused_past_its_lease_when_it_resumes_then_it_answe
         .init_producer_id(TxnInitProducerIdRequest {
             transactional_id: ID.into(),
             transaction_timeout_ms: 60_000,
+            ..TxnInitProducerIdRequest::default()
         })
         .await
         .expect("InitProducerId")
