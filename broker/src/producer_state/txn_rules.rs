@@ -131,6 +131,17 @@ impl ProducerStateTable {
             {
                 MarkerDecision::AlreadyApplied
             }
+            // The transaction open here began at this epoch, so after the marker that
+            // moved the producer to it: this is that marker again, delivered late (a
+            // retried request overtaken by its own retry). Appending it would end the
+            // wrong transaction. The coordinator never opens a transaction at the last
+            // epoch, where a marker could not move the epoch on; one left open there
+            // (by an older coordinator) is still ended by its saturated ABORT.
+            ControlType::Commit | ControlType::Abort
+                if open && entry.producer_epoch == producer_epoch && producer_epoch < i16::MAX =>
+            {
+                MarkerDecision::AlreadyApplied
+            }
             ControlType::Begin | ControlType::Commit | ControlType::Abort => MarkerDecision::Append,
         }
     }

@@ -253,13 +253,38 @@ fn given_an_open_transaction_when_abort_then_append_and_close() {
 }
 
 #[test]
-fn given_a_marker_at_the_transactions_own_epoch_then_the_cache_is_emptied_too() {
+fn given_a_transaction_at_the_last_epoch_then_its_saturated_abort_at_that_epoch_closes_it() {
+    // Only an older coordinator opened transactions at the last epoch; the abort that
+    // ends one cannot move the epoch on.
     let mut log = Log::new();
-    log.begin(0, 0);
-    log.data(0, 0, 2, true);
-    assert_eq!(log.commit(0, 0), MarkerDecision::Append);
+    log.begin(i16::MAX, 0);
+    log.data(i16::MAX, 0, 2, true);
+    assert_eq!(log.abort(i16::MAX, 0), MarkerDecision::Append);
     assert!(log.entry().batches.is_empty());
     assert_eq!(log.entry().txn_first_offset, None);
+}
+
+#[test]
+fn given_the_next_transaction_open_when_the_marker_that_closed_the_last_arrives_again_then_already_applied_and_it_stays_open(
+) {
+    for control_type in [ControlType::Commit, ControlType::Abort] {
+        let mut log = Log::new();
+        log.begin(0, 0);
+        log.marker(control_type, 1, 0);
+        log.begin(1, 0);
+        log.data(1, 0, 2, true);
+        let before = log.next_offset;
+        // A late copy of the marker at epoch 1 that ended the epoch-0 transaction.
+        assert_eq!(
+            log.marker(control_type, 1, 0),
+            (MarkerDecision::AlreadyApplied, None)
+        );
+        assert_eq!(log.next_offset, before);
+        assert_eq!(log.entry().txn_first_offset, Some(2), "still open");
+        assert_eq!(log.data(1, 2, 1, true), Decision::Append);
+        // Its own marker, at the next epoch, ends it.
+        assert_eq!(log.commit(2, 0), MarkerDecision::Append);
+    }
 }
 
 #[test]

@@ -345,6 +345,11 @@ fn add_partitions(
     if let Err(e) = check_producer(meta, producer_id, producer_epoch) {
         return reply(e);
     }
+    if producer_epoch == i16::MAX {
+        // A transaction at the last epoch could not end (its markers need the next):
+        // the producer renews first (InitProducerId), as the SDK does.
+        return reply(TxnError::ProducerFenced);
+    }
     if meta.state.is_completing() {
         return reply(TxnError::ConcurrentTransactions);
     }

@@ -783,3 +783,23 @@ fn given_a_producer_one_epoch_short_of_the_last_when_initialising_then_it_gets_a
         }]
     );
 }
+
+#[test]
+fn given_a_producer_at_the_last_epoch_then_it_cannot_begin_a_transaction_before_renewing() {
+    let mut current = committed_at(i16::MAX);
+    let before = current.clone();
+    let effects = apply(
+        &mut current,
+        Request::AddPartitions {
+            producer_id: 7,
+            producer_epoch: i16::MAX,
+            partitions: vec![tp("orders", 0)],
+        },
+        ctx(1),
+    );
+    assert_eq!(
+        replies(&effects),
+        vec![Reply::Error(TxnError::ProducerFenced)]
+    );
+    assert_eq!(current, before);
+}
