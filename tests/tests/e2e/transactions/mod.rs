@@ -8,6 +8,7 @@ mod chaos;
 mod coordinator_crash;
 mod hanging;
 mod id_expiration;
+mod late_marker;
 mod marker_failover;
 mod next_transaction;
 mod operator_cli;
