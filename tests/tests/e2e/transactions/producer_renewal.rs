@@ -110,19 +110,33 @@ async fn given_a_producer_whose_commit_takes_the_last_epoch_then_it_goes_on_unde
     }
     eprintln!("{} epochs used up in {:?}", epoch + 1, started.elapsed());
 
-    // The SDK's instance starts at 32766; its first commit moves it to 32767.
+    // The SDK's instance starts at 32766; its first commit moves it to 32767. Pipelined
+    // commits: the next transaction's record is handed over while that commit and the
+    // renewal go on in the background, and leaves under the renewed identity.
     let producer = txn::producer(&bootstrap, ID).await;
     let first = producer.producer_id().expect("initialised");
     assert_eq!(i32::from(first.producer_epoch), i32::from(i16::MAX) - 1);
+    producer.begin().expect("begin");
+    let mut acks = Vec::new();
     for value in ["entry-1", "entry-2", "entry-3"] {
-        producer.begin().expect("begin");
-        producer
+        let ack = producer
             .send(ProducerRecord::new(TOPIC, value).partition(0))
             .await
-            .expect("send")
-            .await
-            .expect("acked");
-        producer.commit().await.expect("committed");
+            .expect("send");
+        acks.push(ack);
+        if value != "entry-3" {
+            let pending = producer.commit_and_begin().await.expect("sealed");
+            let ack = producer
+                .send(ProducerRecord::new(TOPIC, format!("{value}-after")).partition(0))
+                .await
+                .expect("send");
+            acks.push(ack);
+            pending.committed().await.expect("committed");
+        }
+    }
+    producer.commit().await.expect("committed");
+    for ack in acks {
+        ack.await.expect("acked");
     }
     let now = producer.producer_id().expect("identity");
     assert_ne!(
@@ -134,6 +148,12 @@ async fn given_a_producer_whose_commit_takes_the_last_epoch_then_it_goes_on_unde
     wait_until_stable(&bootstrap, TOPIC, &[0]).await;
     assert_eq!(
         values(&bootstrap, TOPIC, &[0], Isolation::ReadCommitted).await,
-        vec!["entry-1", "entry-2", "entry-3"]
+        vec![
+            "entry-1",
+            "entry-1-after",
+            "entry-2",
+            "entry-2-after",
+            "entry-3"
+        ]
     );
 }
