@@ -204,6 +204,27 @@ pub struct Marker<'a> {
     pub coordinator_epoch: i32,
 }
 
+/// A marker for partition 0 of `topic` from coordinator epoch 0, written; its answer's
+/// code and offset (-1 when nothing was appended).
+pub async fn write_marker_at_0(
+    client: &mut RawClient,
+    topic: &str,
+    producer_id: i64,
+    control: ControlType,
+    producer_epoch: i32,
+) -> (ErrorCode, i64) {
+    let marker = Marker {
+        topic,
+        partition: 0,
+        producer_id,
+        producer_epoch,
+        control,
+        coordinator_epoch: 0,
+    };
+    let result = write_marker(client, marker).await;
+    (result.error_code(), result.offset)
+}
+
 /// Writes `marker` (waiting up to 5 s for the in-sync replicas) and returns the
 /// partition's answer.
 pub async fn write_marker(client: &mut RawClient, marker: Marker<'_>) -> TxnMarkerPartitionResult {

@@ -13,7 +13,8 @@ use idem_proto::txn::{txn_log_partition, TXN_LOG_TOPIC};
 use idem_proto::v1::txn_coordinator_client::TxnCoordinatorClient;
 use idem_proto::v1::{
     DescribeTransactionRequest, FindCoordinatorRequest, FindCoordinatorResponse,
-    ListTransactionsRequest, TransactionDescription,
+    ListTransactionsRequest, TransactionDescription, TxnInitProducerIdRequest,
+    TxnInitProducerIdResponse,
 };
 use idem_proto::ErrorCode;
 use tonic::transport::Channel;
@@ -35,6 +36,26 @@ pub async fn coordinator_client(address: &str) -> Result<RawCoordinator, tonic::
         .connect()
         .await?;
     Ok(TxnCoordinatorClient::new(channel))
+}
+
+/// A raw InitProducerId for `transactional_id`; `renewing`: the caller's own producer id
+/// and epoch when a running instance renews itself, `None` for a new instance.
+pub async fn init_producer_id(
+    coordinator: &mut RawCoordinator,
+    transactional_id: &str,
+    timeout_ms: i32,
+    renewing: Option<(i64, i32)>,
+) -> TxnInitProducerIdResponse {
+    coordinator
+        .init_producer_id(TxnInitProducerIdRequest {
+            transactional_id: transactional_id.into(),
+            transaction_timeout_ms: timeout_ms,
+            producer_id: renewing.map(|(id, _)| id),
+            producer_epoch: renewing.map_or(0, |(_, epoch)| epoch),
+        })
+        .await
+        .expect("InitProducerId")
+        .into_inner()
 }
 
 /// The transaction log partitions a coordinator owns and has loaded.

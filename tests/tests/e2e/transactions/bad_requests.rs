@@ -6,7 +6,7 @@
 use idem_proto::txn::{txn_log_partition, TXN_LOG_TOPIC};
 use idem_proto::v1::{
     AddPartitionsToTxnRequest, ControlType, DescribeTransactionRequest, EndTxnRequest,
-    TxnInitProducerIdRequest, TxnTopicPartitions,
+    TxnTopicPartitions,
 };
 use idem_proto::ErrorCode;
 use idem_tests::cluster::TXN_LOG_PARTITIONS;
@@ -28,15 +28,7 @@ async fn init(
     id: &str,
     timeout_ms: i32,
 ) -> (ErrorCode, i64, i32) {
-    let answer = coordinator
-        .init_producer_id(TxnInitProducerIdRequest {
-            transactional_id: id.into(),
-            transaction_timeout_ms: timeout_ms,
-            ..TxnInitProducerIdRequest::default()
-        })
-        .await
-        .expect("InitProducerId")
-        .into_inner();
+    let answer = txn::init_producer_id(coordinator, id, timeout_ms, None).await;
     (
         answer.error_code(),
         answer.producer_id,

@@ -10,25 +10,15 @@ use idem_proto::v1::{
     TopicProduceData,
 };
 use idem_proto::ErrorCode;
-use idem_tests::raw::{self, Marker, RawClient};
+use idem_tests::raw::{self, RawClient};
 use idem_tests::txn::wait_until_stable;
 use idem_tests::Cluster;
 
 const TOPIC: &str = "ledger";
 const PRODUCER_ID: i64 = 4242;
 
-/// The coordinator's marker for `PRODUCER_ID` (coordinator epoch 0): its code and offset.
 async fn marker(client: &mut RawClient, control: ControlType, epoch: i32) -> (ErrorCode, i64) {
-    let marker = Marker {
-        topic: TOPIC,
-        partition: 0,
-        producer_id: PRODUCER_ID,
-        producer_epoch: epoch,
-        control,
-        coordinator_epoch: 0,
-    };
-    let result = raw::write_marker(client, marker).await;
-    (result.error_code(), result.offset)
+    raw::write_marker_at_0(client, TOPIC, PRODUCER_ID, control, epoch).await
 }
 
 /// Produces with acks=all, waiting at most `timeout_ms` for the in-sync replicas.

@@ -4,9 +4,7 @@
 //! catches up with the high watermark.
 
 use idem_client::Isolation;
-use idem_proto::v1::{
-    AddPartitionsToTxnRequest, EndTxnRequest, TxnInitProducerIdRequest, TxnTopicPartitions,
-};
+use idem_proto::v1::{AddPartitionsToTxnRequest, EndTxnRequest, TxnTopicPartitions};
 use idem_proto::ErrorCode;
 use idem_tests::txn::{self, values, wait_until_stable, RawCoordinator};
 use idem_tests::{raw, Cluster, FaultyProxy};
@@ -73,15 +71,7 @@ async fn given_a_batch_delayed_past_its_abort_or_for_an_unregistered_partition_t
     let mut coordinator = txn::coordinator_client(&found.address)
         .await
         .expect("coordinator");
-    let init = coordinator
-        .init_producer_id(TxnInitProducerIdRequest {
-            transactional_id: ID.into(),
-            transaction_timeout_ms: 60_000,
-            ..TxnInitProducerIdRequest::default()
-        })
-        .await
-        .expect("InitProducerId")
-        .into_inner();
+    let init = txn::init_producer_id(&mut coordinator, ID, 60_000, None).await;
     assert_eq!(init.error_code(), ErrorCode::None, "{}", init.error_message);
     let (producer_id, epoch) = (init.producer_id, init.producer_epoch);
     let epoch16 = i16::try_from(epoch).expect("epoch fits");

@@ -7,7 +7,7 @@
 use idem_client::Isolation;
 use idem_proto::v1::ControlType;
 use idem_proto::ErrorCode;
-use idem_tests::raw::{self, Marker, RawClient};
+use idem_tests::raw::{self, RawClient};
 use idem_tests::txn::{values, wait_for_lso, wait_until_stable};
 use idem_tests::Cluster;
 
@@ -15,16 +15,7 @@ const TOPIC: &str = "ledger";
 const PRODUCER_ID: i64 = 777;
 
 async fn marker(client: &mut RawClient, control: ControlType, epoch: i32) -> (ErrorCode, i64) {
-    let marker = Marker {
-        topic: TOPIC,
-        partition: 0,
-        producer_id: PRODUCER_ID,
-        producer_epoch: epoch,
-        control,
-        coordinator_epoch: 0,
-    };
-    let result = raw::write_marker(client, marker).await;
-    (result.error_code(), result.offset)
+    raw::write_marker_at_0(client, TOPIC, PRODUCER_ID, control, epoch).await
 }
 
 async fn produce(client: &mut RawClient, epoch: i16, values: &[&str]) {

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use idem_client::{Isolation, ProducerRecord};
-use idem_proto::v1::{EndTxnRequest, TxnInitProducerIdRequest};
+use idem_proto::v1::EndTxnRequest;
 use idem_proto::ErrorCode;
 use idem_tests::txn::{self, values, wait_until_stable};
 use idem_tests::Cluster;
@@ -49,15 +49,7 @@ async fn given_a_coordinator_paused_past_its_lease_when_it_resumes_then_it_answe
     let mut stale = txn::coordinator_client(&old.address)
         .await
         .expect("old coordinator");
-    let init = stale
-        .init_producer_id(TxnInitProducerIdRequest {
-            transactional_id: ID.into(),
-            transaction_timeout_ms: 60_000,
-            ..TxnInitProducerIdRequest::default()
-        })
-        .await
-        .expect("InitProducerId")
-        .into_inner();
+    let init = txn::init_producer_id(&mut stale, ID, 60_000, None).await;
     assert_eq!(
         init.error_code(),
         ErrorCode::NotCoordinator,

@@ -7,7 +7,6 @@
 //! under a fresh producer id, and every committed record is read back once.
 
 use idem_client::{Isolation, ProducerRecord};
-use idem_proto::v1::TxnInitProducerIdRequest;
 use idem_proto::ErrorCode;
 use idem_tests::txn::{self, values, wait_until_stable};
 use idem_tests::Cluster;
@@ -20,16 +19,7 @@ async fn init(bootstrap: &str, renewing: Option<(i64, i32)>) -> (ErrorCode, i64,
     let mut coordinator = txn::coordinator_client(&owner.address)
         .await
         .expect("coordinator");
-    let answer = coordinator
-        .init_producer_id(TxnInitProducerIdRequest {
-            transactional_id: ID.into(),
-            transaction_timeout_ms: 60_000,
-            producer_id: renewing.map(|(id, _)| id),
-            producer_epoch: renewing.map_or(0, |(_, epoch)| epoch),
-        })
-        .await
-        .expect("InitProducerId")
-        .into_inner();
+    let answer = txn::init_producer_id(&mut coordinator, ID, 60_000, renewing).await;
     (
         answer.error_code(),
         answer.producer_id,
@@ -96,15 +86,7 @@ async fn given_a_producer_whose_commit_takes_the_last_epoch_then_it_goes_on_unde
     let started = std::time::Instant::now();
     let mut epoch = -1;
     while epoch < i32::from(i16::MAX) - 2 {
-        let answer = coordinator
-            .init_producer_id(TxnInitProducerIdRequest {
-                transactional_id: ID.into(),
-                transaction_timeout_ms: 60_000,
-                ..TxnInitProducerIdRequest::default()
-            })
-            .await
-            .expect("InitProducerId")
-            .into_inner();
+        let answer = txn::init_producer_id(&mut coordinator, ID, 60_000, None).await;
         assert_eq!(answer.error_code(), ErrorCode::None);
         epoch = answer.producer_epoch;
     }
