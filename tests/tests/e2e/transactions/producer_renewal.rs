@@ -6,6 +6,9 @@
 //! nothing. And the SDK itself: a producer whose commit reaches the last epoch goes on
 //! under a fresh producer id, and every committed record is read back once.
 
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::Arc;
+
 use idem_client::{Isolation, ProducerRecord};
 use idem_proto::ErrorCode;
 use idem_tests::txn::{self, values, wait_until_stable};
@@ -78,19 +81,32 @@ async fn given_a_producer_whose_commit_takes_the_last_epoch_then_it_goes_on_unde
     cluster.create_topic(TOPIC, 1, 1).await;
     let bootstrap = cluster.bootstrap();
     // Earlier instances used up all but the last two epochs: each InitProducerId
-    // bumps the epoch, as each commit does.
+    // bumps the epoch, as each commit does. The coordinator takes them one at a time;
+    // a few in flight keep it busy.
     let owner = txn::find_coordinator(&bootstrap, ID).await;
-    let mut coordinator = txn::coordinator_client(&owner.address)
+    let coordinator = txn::coordinator_client(&owner.address)
         .await
         .expect("coordinator");
     let started = std::time::Instant::now();
-    let mut epoch = -1;
-    while epoch < i32::from(i16::MAX) - 2 {
-        let answer = txn::init_producer_id(&mut coordinator, ID, 60_000, None).await;
-        assert_eq!(answer.error_code(), ErrorCode::None);
-        epoch = answer.producer_epoch;
+    let calls = i32::from(i16::MAX) - 1; // epochs 0 to 32,765
+    let issued = Arc::new(AtomicI32::new(0));
+    let callers: Vec<_> = (0..4)
+        .map(|_| {
+            let (mut coordinator, issued) = (coordinator.clone(), issued.clone());
+            tokio::spawn(async move {
+                while issued.fetch_add(1, Ordering::SeqCst) < calls {
+                    let answer = txn::init_producer_id(&mut coordinator, ID, 60_000, None).await;
+                    assert_eq!(answer.error_code(), ErrorCode::None);
+                }
+            })
+        })
+        .collect();
+    for caller in callers {
+        caller.await.expect("caller");
     }
-    eprintln!("{} epochs used up in {:?}", epoch + 1, started.elapsed());
+    let (_, epoch, _) = identity(&bootstrap).await;
+    assert_eq!(epoch, i32::from(i16::MAX) - 2);
+    eprintln!("{calls} InitProducerIds in {:?}", started.elapsed());
 
     // The SDK's instance starts at 32766; its first commit moves it to 32767. Pipelined
     // commits: the next transaction's record is handed over while that commit and the
