@@ -6,8 +6,8 @@
 use std::time::{Duration, Instant};
 
 use idem_client::{
-    Admin, Consumer, ConsumerConfig, ConsumerRecord, Isolation, OffsetSpec, TransactionalConfig,
-    TransactionalProducer,
+    Admin, ClientError, Consumer, ConsumerConfig, ConsumerRecord, Isolation, OffsetSpec,
+    ProducerRecord, TransactionalConfig, TransactionalProducer,
 };
 use idem_proto::txn::{txn_log_partition, TXN_LOG_TOPIC};
 use idem_proto::v1::txn_coordinator_client::TxnCoordinatorClient;
@@ -106,6 +106,21 @@ pub async fn id_logged_away_from(cluster: &Cluster, prefix: &str, broker: i32) -
         }
     }
     unreachable!("the candidates never end")
+}
+
+/// One transaction of one record, `value` to partition 0 of `topic`: begin, send and
+/// wait for its acknowledgement, then commit; returns what the commit returns.
+pub async fn commit_one(
+    producer: &TransactionalProducer,
+    topic: &str,
+    value: &str,
+) -> Result<(), ClientError> {
+    producer.begin()?;
+    producer
+        .send(ProducerRecord::new(topic, value.to_string()).partition(0))
+        .await?
+        .await?;
+    producer.commit().await
 }
 
 /// A transactional producer with short request timeouts, initialised.

@@ -76,15 +76,7 @@ async fn given_prepare_commit_persisted_when_the_coordinator_is_killed_before_ma
     assert_eq!(described.state, "CompleteCommit");
 
     // The producer carries on with the epoch its commit answer gave it.
-    producer.begin().expect("begin");
-    producer
-        .send(ProducerRecord::new(ORDERS, "order-3").partition(0))
-        .await
-        .expect("send")
-        .await
-        .expect("acked");
-    producer
-        .commit()
+    txn::commit_one(&producer, ORDERS, "order-3")
         .await
         .expect("commit on the new coordinator");
     wait_until_stable(&bootstrap, ORDERS, &[0]).await;

@@ -32,15 +32,7 @@ async fn given_a_coordinator_paused_past_its_lease_when_it_resumes_then_it_answe
     };
     assert!(new.coordinator_epoch > old.coordinator_epoch);
 
-    producer.begin().expect("begin");
-    producer
-        .send(ProducerRecord::new(TOPIC, "invoice-1").partition(0))
-        .await
-        .expect("send")
-        .await
-        .expect("acked");
-    producer
-        .commit()
+    txn::commit_one(&producer, TOPIC, "invoice-1")
         .await
         .expect("commit through the new owner");
     let epoch = producer.producer_id().expect("initialised");

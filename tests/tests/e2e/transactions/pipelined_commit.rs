@@ -144,15 +144,7 @@ async fn given_a_pipelined_commit_that_fails_then_it_is_aborted_and_the_transact
     );
 
     producer.abort().await.expect("abort the next transaction");
-    producer.begin().expect("begin");
-    producer
-        .send(ProducerRecord::new(AUDIT, "audit-2").partition(0))
-        .await
-        .expect("send")
-        .await
-        .expect("acked");
-    producer
-        .commit()
+    txn::commit_one(&producer, AUDIT, "audit-2")
         .await
         .expect("a later transaction commits");
 
