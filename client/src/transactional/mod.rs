@@ -44,6 +44,36 @@ use crate::producer::{prepare, DeliveryFuture, ProducerRecord};
 /// Records a partition task may have queued in its channel before `send` waits.
 const CHANNEL_CAPACITY: usize = 1024;
 
+/// When the end of a transaction began and when its records were all answered: the
+/// debug event of its end reports how long the drain and EndTxn took, the two halves
+/// of what a transaction boundary costs (docs/benchmarks.md reads them).
+#[derive(Debug, Clone, Copy)]
+struct EndTimes {
+    started: Instant,
+    drained: Instant,
+}
+
+impl EndTimes {
+    fn start() -> Self {
+        let now = Instant::now();
+        EndTimes {
+            started: now,
+            drained: now,
+        }
+    }
+
+    fn drained(self) -> Self {
+        EndTimes {
+            drained: Instant::now(),
+            ..self
+        }
+    }
+}
+
+fn micros(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
 /// A producer whose records are written in transactions; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct TransactionalProducer {
@@ -217,12 +247,14 @@ impl TransactionalProducer {
             let plan = shared.machine.start_commit()?;
             (plan, std::mem::take(&mut shared.open))
         };
+        let times = EndTimes::start();
         if let Some(failure) = drain(open).await {
             let mut shared = self.shared()?;
             return Err(shared.machine.fail(failure));
         }
+        let times = times.drained();
         let result = self.end_txn(plan, true).await;
-        self.log_end("committed", plan.producer, &result);
+        self.log_end("committed", plan.producer, &result, times);
         self.shared()?.machine.end_done(true, result)
     }
 
@@ -236,6 +268,7 @@ impl TransactionalProducer {
             let plan = shared.machine.start_abort()?;
             (plan, std::mem::take(&mut shared.open))
         };
+        let times = EndTimes::start();
         // Failures of the aborted transaction no longer matter; fencing does.
         if let Some(failure) = drain(open).await {
             let mut shared = self.shared()?;
@@ -244,8 +277,9 @@ impl TransactionalProducer {
                 return Err(reported);
             }
         }
+        let times = times.drained();
         let result = self.end_txn(plan, false).await;
-        self.log_end("aborted", plan.producer, &result);
+        self.log_end("aborted", plan.producer, &result, times);
         self.shared()?.machine.end_done(false, result)
     }
 
@@ -418,6 +452,7 @@ impl TransactionalProducer {
         outcome: &str,
         producer: ProducerIdAndEpoch,
         result: &Result<Option<ProducerIdAndEpoch>, ClientError>,
+        times: EndTimes,
     ) {
         match result {
             Ok(next) => tracing::debug!(
@@ -425,6 +460,8 @@ impl TransactionalProducer {
                 producer_id = producer.producer_id,
                 producer_epoch = producer.producer_epoch,
                 next = ?next,
+                drain_us = micros(times.drained - times.started),
+                end_txn_us = micros(times.drained.elapsed()),
                 "transaction {outcome}"
             ),
             Err(e) => tracing::warn!(

@@ -15,7 +15,7 @@ use tokio::sync::{oneshot, watch};
 
 use super::errors::TxnErrorClass;
 use super::state::EndPlan;
-use super::{drain, OpenTxn, TransactionalProducer};
+use super::{drain, EndTimes, OpenTxn, TransactionalProducer};
 use crate::error::ClientError;
 use crate::producer::inflight::ProducerIdAndEpoch;
 
@@ -77,11 +77,14 @@ impl TransactionalProducer {
         sealed: OpenTxn,
         identity: IdentitySender,
     ) -> Result<(), ClientError> {
-        let committed = match drain(sealed).await {
+        let times = EndTimes::start();
+        let failure = drain(sealed).await;
+        let times = times.drained();
+        let committed = match failure {
             Some(failure) => Err(failure.into_abortable()),
             None => self.end_txn(plan, true).await,
         };
-        self.log_end("committed", plan.producer, &committed);
+        self.log_end("committed", plan.producer, &committed, times);
         let (next, failure) = match committed {
             Ok(next) => (next, None),
             Err(e) => self.after_failed_commit(plan, e).await,
@@ -116,8 +119,10 @@ impl TransactionalProducer {
             ),
             TxnErrorClass::Abortable if !plan.needs_end_txn => (None, Some(error)),
             TxnErrorClass::Abortable => {
+                // Nothing left to drain: the commit already waited for every record.
+                let times = EndTimes::start();
                 let aborted = self.end_txn(plan, false).await;
-                self.log_end("aborted", plan.producer, &aborted);
+                self.log_end("aborted", plan.producer, &aborted, times);
                 match aborted {
                     Ok(next) => (next, Some(error)),
                     // Nothing was open at the coordinator: nothing to abort.
