@@ -70,6 +70,7 @@ impl EndTimes {
     }
 }
 
+/// A duration in whole microseconds, for debug events.
 fn micros(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }

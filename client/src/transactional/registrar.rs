@@ -156,7 +156,7 @@ async fn register(
             producer_id = producer.producer_id,
             producer_epoch = producer.producer_epoch,
             partitions = ?batch,
-            call_us = u64::try_from(sent.elapsed().as_micros()).unwrap_or(u64::MAX),
+            call_us = super::micros(sent.elapsed()),
             "partitions joined the transaction"
         ),
         Err(e) => {
