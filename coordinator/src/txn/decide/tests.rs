@@ -648,28 +648,12 @@ fn given_an_idle_id_when_expire_then_only_an_id_with_nothing_under_way_is_retire
         apply(&mut current, expire(), ctx(100)).is_empty(),
         "not idle long enough"
     );
-    apply(
-        &mut current,
-        Request::AddPartitions {
-            producer_id: 7,
-            producer_epoch: 0,
-            partitions: vec![tp("orders", 0)],
-        },
-        ctx(150),
-    );
+    add(&mut current, 0, &[tp("orders", 0)], 150);
     assert!(
         apply(&mut current, expire(), ctx(10_000)).is_empty(),
         "an open transaction is never retired"
     );
-    apply(
-        &mut current,
-        Request::EndTxn {
-            producer_id: 7,
-            producer_epoch: 0,
-            commit: true,
-        },
-        ctx(10_000),
-    );
+    end(&mut current, 0, true, 10_000);
     assert!(
         apply(&mut current, expire(), ctx(20_000)).is_empty(),
         "nor one whose markers are being written"
@@ -788,15 +772,7 @@ fn given_a_producer_one_epoch_short_of_the_last_when_initialising_then_it_gets_a
 fn given_a_producer_at_the_last_epoch_then_it_cannot_begin_a_transaction_before_renewing() {
     let mut current = committed_at(i16::MAX);
     let before = current.clone();
-    let effects = apply(
-        &mut current,
-        Request::AddPartitions {
-            producer_id: 7,
-            producer_epoch: i16::MAX,
-            partitions: vec![tp("orders", 0)],
-        },
-        ctx(1),
-    );
+    let effects = add(&mut current, i16::MAX, &[tp("orders", 0)], 1);
     assert_eq!(
         replies(&effects),
         vec![Reply::Error(TxnError::ProducerFenced)]
