@@ -6,7 +6,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
-use idem_client::{Admin, TransactionDescription};
+use idem_client::{Admin, TopicPartition};
 
 #[derive(Debug, clap::Subcommand)]
 pub enum TxnCommand {
@@ -54,7 +54,7 @@ pub async fn run(bootstrap: &str, command: TxnCommand) -> anyhow::Result<()> {
                     t.timeout_ms,
                     t.txn_start_ms
                         .map_or_else(|| "-".to_string(), |s| (now - s).max(0).to_string()),
-                    partitions(t)
+                    partition_list(&t.partitions)
                 );
             }
         }
@@ -68,7 +68,7 @@ pub async fn run(bootstrap: &str, command: TxnCommand) -> anyhow::Result<()> {
             println!("producer_epoch:    {}", t.producer_epoch);
             println!("state:             {}", t.state);
             println!("timeout_ms:        {}", t.timeout_ms);
-            println!("partitions:        {}", partitions(&t));
+            println!("partitions:        {}", partition_list(&t.partitions));
             println!(
                 "txn_start_ms:      {}",
                 t.txn_start_ms
@@ -77,6 +77,13 @@ pub async fn run(bootstrap: &str, command: TxnCommand) -> anyhow::Result<()> {
             println!("last_update_ms:    {}", t.last_update_ms);
             println!("coordinator_id:    {}", t.coordinator_id);
             println!("txn_log_partition: {}", t.txn_log_partition);
+            if let Some(end) = &t.pending_end {
+                // The transaction before this one: decided, its markers under way.
+                println!(
+                    "pending_end:       {end} markers to {}",
+                    partition_list(&end.partitions)
+                );
+            }
         }
         TxnCommand::FindHanging { max_age_ms } => {
             let hanging = admin
@@ -122,11 +129,11 @@ pub async fn run(bootstrap: &str, command: TxnCommand) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn partitions(t: &TransactionDescription) -> String {
-    if t.partitions.is_empty() {
+fn partition_list(partitions: &[TopicPartition]) -> String {
+    if partitions.is_empty() {
         return "-".into();
     }
-    t.partitions
+    partitions
         .iter()
         .map(ToString::to_string)
         .collect::<Vec<_>>()

@@ -55,8 +55,8 @@ pub mod refresh;
 pub mod transactional;
 
 pub use admin::transactions::{
-    HangingReason, HangingTransaction, OpenTransaction, TopicPartition, TransactionDescription,
-    TransactionState,
+    HangingReason, HangingTransaction, OpenTransaction, PendingEnd, TopicPartition,
+    TransactionDescription, TransactionState,
 };
 pub use admin::{Admin, NewTopic, OffsetSpec};
 pub use connection::Connection;

@@ -74,6 +74,16 @@ fn description(core: &Coordinator, partition: i32, meta: TxnMetadata) -> Transac
         last_update_ms: meta.last_update_ms,
         coordinator_id: core.coordinator_id(),
         txn_log_partition: partition,
+        pending_end: match &meta.pending_end {
+            Some(end) if end.commit => "COMMIT".to_string(),
+            Some(_) => "ABORT".to_string(),
+            None => String::new(),
+        },
+        pending_end_topics: topics_of(
+            meta.pending_end
+                .map(|end| end.partitions)
+                .unwrap_or_default(),
+        ),
     }
 }
 

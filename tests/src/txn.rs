@@ -309,3 +309,25 @@ pub async fn describe(
         _ => Err(response.error_code()),
     }
 }
+
+/// Polls the owning coordinator's description of `transactional_id` until `done` holds
+/// (up to `PATIENCE`, then fails saying it never did `what`).
+pub async fn wait_for_description(
+    bootstrap: &str,
+    transactional_id: &str,
+    what: &str,
+    done: impl Fn(&TransactionDescription) -> bool,
+) -> TransactionDescription {
+    let started = Instant::now();
+    loop {
+        let described = describe(bootstrap, transactional_id).await;
+        match described {
+            Ok(t) if done(&t) => return t,
+            other => assert!(
+                started.elapsed() < PATIENCE,
+                "{transactional_id} never {what}: last described as {other:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -101,24 +101,52 @@ pub struct TransactionDescription {
     pub last_update_ms: i64,
     pub coordinator_id: i32,
     pub txn_log_partition: i32,
+    /// The previous transaction's outcome whose markers are still being written, when
+    /// this (Ongoing) one began behind it.
+    pub pending_end: Option<PendingEnd>,
+}
+
+/// A decided outcome whose markers are under way, at the description's epoch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingEnd {
+    pub commit: bool,
+    /// Sorted.
+    pub partitions: Vec<TopicPartition>,
+}
+
+impl fmt::Display for PendingEnd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.commit { "COMMIT" } else { "ABORT" })
+    }
+}
+
+fn sorted_partitions(topics: Vec<proto::TxnTopicPartitions>) -> Vec<TopicPartition> {
+    let mut partitions: Vec<TopicPartition> = topics
+        .into_iter()
+        .flat_map(|tp| {
+            let topic = tp.topic;
+            tp.partitions
+                .into_iter()
+                .map(move |partition| TopicPartition {
+                    topic: topic.clone(),
+                    partition,
+                })
+        })
+        .collect();
+    partitions.sort();
+    partitions
 }
 
 impl From<proto::TransactionDescription> for TransactionDescription {
     fn from(t: proto::TransactionDescription) -> Self {
-        let mut partitions: Vec<TopicPartition> = t
-            .topics
-            .into_iter()
-            .flat_map(|tp| {
-                let topic = tp.topic;
-                tp.partitions
-                    .into_iter()
-                    .map(move |partition| TopicPartition {
-                        topic: topic.clone(),
-                        partition,
-                    })
-            })
-            .collect();
-        partitions.sort();
+        let partitions = sorted_partitions(t.topics);
+        let pending_end = match t.pending_end.as_str() {
+            "COMMIT" | "ABORT" => Some(PendingEnd {
+                commit: t.pending_end == "COMMIT",
+                partitions: sorted_partitions(t.pending_end_topics),
+            }),
+            _ => None,
+        };
         TransactionDescription {
             state: t.state.parse().unwrap_or(TransactionState::Other(t.state)),
             transactional_id: t.transactional_id,
@@ -130,6 +158,7 @@ impl From<proto::TransactionDescription> for TransactionDescription {
             last_update_ms: t.last_update_ms,
             coordinator_id: t.coordinator_id,
             txn_log_partition: t.txn_log_partition,
+            pending_end,
         }
     }
 }
@@ -183,8 +212,10 @@ pub struct HangingTransaction {
 /// older than `max_age` at `now_ms` (pure). A partition's open transaction is accounted
 /// for by a coordinator entry of the same producer id that lists the partition and is
 /// Ongoing at the same epoch, or PrepareCommit/PrepareAbort (whose epoch is already the
-/// next one, markers under way). Its age counts from the coordinator's transaction
-/// start, or from the broker's last sight of the producer when no coordinator has one.
+/// next one, markers under way), or that lists it in the pending end of the transaction
+/// begun behind it (one epoch up, markers under way too). Its age counts from the
+/// coordinator's transaction start, or from the broker's last sight of the producer
+/// when no coordinator has one or the coordinator's start is the next transaction's.
 pub fn hanging_transactions(
     open: &[OpenTransaction],
     listing: &[TransactionDescription],
@@ -198,8 +229,14 @@ pub fn hanging_transactions(
     }
     let mut hanging = Vec::new();
     for o in open {
+        let lists = |partitions: &[TopicPartition]| {
+            partitions
+                .iter()
+                .any(|tp| tp.topic == o.topic && tp.partition == o.partition)
+        };
+        // The entry accounting for it, and whether through its pending end.
         let owner = by_producer.get(&o.producer_id).and_then(|entries| {
-            entries.iter().copied().find(|t| {
+            entries.iter().copied().find_map(|t| {
                 let epoch_fits = match t.state {
                     TransactionState::Ongoing => t.producer_epoch == o.producer_epoch,
                     TransactionState::PrepareCommit | TransactionState::PrepareAbort => {
@@ -208,16 +245,22 @@ pub fn hanging_transactions(
                     }
                     _ => false,
                 };
-                epoch_fits
-                    && t.partitions
-                        .iter()
-                        .any(|tp| tp.topic == o.topic && tp.partition == o.partition)
+                if epoch_fits && lists(&t.partitions) {
+                    return Some((t, false));
+                }
+                let in_pending_end = t.pending_end.as_ref().is_some_and(|end| {
+                    t.producer_epoch == o.producer_epoch + 1 && lists(&end.partitions)
+                });
+                in_pending_end.then_some((t, true))
             })
         });
         let reason = match owner {
             None => Some(HangingReason::UnknownToCoordinator),
-            Some(t) => {
-                let since = t.txn_start_ms.unwrap_or(o.last_update_ms);
+            Some((t, by_pending_end)) => {
+                let since = match t.txn_start_ms {
+                    Some(start) if !by_pending_end => start,
+                    _ => o.last_update_ms,
+                };
                 let age_ms = now_ms.saturating_sub(since);
                 (age_ms > max_age_ms).then_some(HangingReason::OlderThan { age_ms, max_age_ms })
             }
@@ -493,6 +536,7 @@ mod tests {
             last_update_ms: 5_000,
             coordinator_id: 1,
             txn_log_partition: 0,
+            pending_end: None,
         }
     }
 
@@ -518,6 +562,36 @@ mod tests {
                 "{state}"
             );
         }
+    }
+
+    #[test]
+    fn a_transaction_whose_markers_are_pending_behind_the_next_one_is_not_hanging() {
+        let o = [open("orders", 0, 7, 3), open("orders", 1, 7, 3)];
+        let mut next = txn("a", 7, 4, TransactionState::Ongoing, &[("audit", 0)]);
+        next.pending_end = Some(PendingEnd {
+            commit: true,
+            partitions: vec![TopicPartition {
+                topic: "orders".into(),
+                partition: 0,
+            }],
+        });
+        let hanging = hanging_transactions(&o, &[next.clone()], 6_000, HOUR);
+        let which: Vec<i32> = hanging.iter().map(|h| h.open.partition).collect();
+        assert_eq!(which, vec![1], "orders-1 is in neither transaction");
+        // Its age counts from the broker's last sight of the producer (1,000 in
+        // `open`), not from the next transaction's start.
+        let limit = Duration::from_secs(10);
+        let late = hanging_transactions(&o[..1], &[next.clone()], 11_001, limit);
+        assert_eq!(
+            late.first().map(|h| h.reason.clone()),
+            Some(HangingReason::OlderThan {
+                age_ms: 10_001,
+                max_age_ms: 10_000
+            })
+        );
+        // Pending at another epoch accounts for nothing.
+        next.producer_epoch = 5;
+        assert_eq!(hanging_transactions(&o[..1], &[next], 6_000, HOUR).len(), 1);
     }
 
     #[test]
@@ -594,9 +668,24 @@ mod tests {
             last_update_ms: 9,
             coordinator_id: 2,
             txn_log_partition: 5,
+            ..Default::default()
         });
         assert_eq!(d.state, TransactionState::PrepareCommit);
         assert_eq!(d.txn_start_ms, None);
+        assert_eq!(d.pending_end, None);
+        let behind = TransactionDescription::from(proto::TransactionDescription {
+            state: "Ongoing".into(),
+            pending_end: "ABORT".into(),
+            pending_end_topics: vec![proto::TxnTopicPartitions {
+                topic: "b".into(),
+                partitions: vec![2, 0],
+            }],
+            ..Default::default()
+        });
+        let end = behind.pending_end.expect("pending end");
+        assert!(!end.commit);
+        let parts: Vec<String> = end.partitions.iter().map(|p| p.to_string()).collect();
+        assert_eq!(parts, vec!["b-0", "b-2"]);
         let parts: Vec<String> = d.partitions.iter().map(|p| p.to_string()).collect();
         assert_eq!(parts, vec!["a-3", "b-0", "b-1"]);
         assert_eq!(

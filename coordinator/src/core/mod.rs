@@ -11,6 +11,7 @@
 //! under a higher epoch); a loaded partition serves only after every prepared outcome
 //! found in it reached all its partitions and was completed.
 
+pub mod end_signals;
 pub mod markers;
 pub mod partition;
 pub mod successor;
@@ -39,6 +40,7 @@ use crate::txn::decide::{
 };
 use crate::txn::state::TxnState;
 
+use self::end_signals::Progress;
 use self::markers::{write_markers, MarkerJob};
 use self::partition::LogPartition;
 use self::successor::{park_behind_holder, park_until_completed, Parked, Turn};
@@ -256,7 +258,10 @@ impl Coordinator {
         let prepared: Vec<TxnMetadata> = part
             .snapshot()
             .into_iter()
-            .filter(|m| matches!(m.state, TxnState::PrepareCommit | TxnState::PrepareAbort))
+            .filter(|m| {
+                matches!(m.state, TxnState::PrepareCommit | TxnState::PrepareAbort)
+                    || m.pending_end.is_some()
+            })
             .collect();
         if !prepared.is_empty() {
             tracing::info!(
@@ -473,7 +478,7 @@ impl Coordinator {
     async fn carry_out_parked(self: &Arc<Self>, part: &Arc<LogPartition>, transactional_id: &str) {
         loop {
             let current = part.get(transactional_id);
-            if current.as_ref().is_some_and(|m| m.state.is_completing()) {
+            if current.as_ref().is_some_and(TxnMetadata::is_completing) {
                 return;
             }
             let Some(parked) = part.successors.take(transactional_id) else {
@@ -616,18 +621,19 @@ impl Coordinator {
                     commit,
                     partitions,
                 } => {
-                    end = Some(MarkerJob {
-                        log_partition: part.index,
-                        producer_id,
-                        producer_epoch,
-                        control: if commit {
-                            ControlType::Commit
-                        } else {
-                            ControlType::Abort
-                        },
-                        coordinator_epoch: part.coordinator_epoch,
-                        partitions,
-                    });
+                    let job = end_job(part, producer_id, producer_epoch, commit, partitions);
+                    // Registered under the id's lock: whoever takes it next finds it.
+                    part.end_signals.start(&job);
+                    end = Some(job);
+                }
+                Effect::AwaitEndMarkers {
+                    producer_id,
+                    producer_epoch,
+                    commit,
+                    partitions,
+                } => {
+                    let job = end_job(part, producer_id, producer_epoch, commit, partitions);
+                    self.await_end_markers(part, &job).await?;
                 }
                 Effect::Reply(r) => reply = Some(r),
             }
@@ -638,6 +644,36 @@ impl Coordinator {
         Ok((reply, end))
     }
 
+    /// Waits for the markers of the outcome a new transaction began behind, or writes
+    /// them when no task of this coordinator is (a broker answers markers already in
+    /// its log without appending them again).
+    async fn await_end_markers(&self, part: &LogPartition, job: &MarkerJob) -> Result<(), Refusal> {
+        let Some(mut progress) = part.end_signals.watch(job.producer_id, job.producer_epoch) else {
+            return write_markers(&self.conn, job, &part.token)
+                .await
+                .map_err(|e| self.refuse(part, e));
+        };
+        let waited = tokio::time::timeout(
+            COMPLETION_WAIT,
+            progress.wait_for(|p| *p != Progress::Writing),
+        )
+        .await
+        .map(|seen| seen.map(|p| *p));
+        match waited {
+            Ok(Ok(Progress::Written)) => Ok(()),
+            Ok(_) => Err(Refusal::new(
+                ErrorCode::CoordinatorNotAvailable,
+                "writing the markers of the previous transaction failed",
+            )),
+            // Retriable: the new transaction is persisted, and the retry sends its BEGINs
+            // once the markers are written.
+            Err(_) => Err(Refusal::new(
+                ErrorCode::ConcurrentTransactions,
+                "the markers of the previous transaction are still being written",
+            )),
+        }
+    }
+
     /// Writes the end markers of a prepared outcome, then completes it.
     async fn finish(
         self: &Arc<Self>,
@@ -645,7 +681,26 @@ impl Coordinator {
         transactional_id: &str,
         job: &MarkerJob,
     ) -> Result<(), CoordinatorError> {
-        write_markers(&self.conn, job, &part.token).await?;
+        let written = write_markers(&self.conn, job, &part.token).await;
+        let progress = match written {
+            Ok(()) => Progress::Written,
+            Err(_) => Progress::Failed,
+        };
+        part.end_signals.report(job, progress);
+        let completed = self.complete(part, transactional_id, job, written).await;
+        part.end_signals.remove(job);
+        completed
+    }
+
+    /// Completes the outcome `job` wrote the markers of, under the id's lock.
+    async fn complete(
+        self: &Arc<Self>,
+        part: &Arc<LogPartition>,
+        transactional_id: &str,
+        job: &MarkerJob,
+        written: Result<(), CoordinatorError>,
+    ) -> Result<(), CoordinatorError> {
+        written?;
         let lock = part.lock_for(transactional_id);
         let _guard = lock.lock().await;
         let current = part.get(transactional_id);
@@ -834,18 +889,44 @@ impl Coordinator {
     }
 }
 
-/// The end markers of a prepared outcome read back from the log.
+/// The end markers of a prepared outcome read back from the log, or of the outcome a
+/// transaction read back began behind.
 fn end_markers(part: &LogPartition, meta: &TxnMetadata) -> MarkerJob {
+    match &meta.pending_end {
+        Some(end) => end_job(
+            part,
+            meta.producer_id,
+            meta.producer_epoch,
+            end.commit,
+            end.partitions.clone(),
+        ),
+        None => end_job(
+            part,
+            meta.producer_id,
+            meta.producer_epoch,
+            meta.state == TxnState::PrepareCommit,
+            meta.partitions.clone(),
+        ),
+    }
+}
+
+fn end_job(
+    part: &LogPartition,
+    producer_id: i64,
+    producer_epoch: i16,
+    commit: bool,
+    partitions: BTreeSet<TopicPartition>,
+) -> MarkerJob {
     MarkerJob {
         log_partition: part.index,
-        producer_id: meta.producer_id,
-        producer_epoch: meta.producer_epoch,
-        control: if meta.state == TxnState::PrepareCommit {
+        producer_id,
+        producer_epoch,
+        control: if commit {
             ControlType::Commit
         } else {
             ControlType::Abort
         },
         coordinator_epoch: part.coordinator_epoch,
-        partitions: meta.partitions.clone(),
+        partitions,
     }
 }

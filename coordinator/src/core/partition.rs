@@ -8,6 +8,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
+use crate::core::end_signals::EndSignals;
 use crate::core::successor::Successors;
 use crate::error::CoordinatorError;
 use crate::log::record::LogRecord;
@@ -25,11 +26,13 @@ pub struct LogPartition {
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Ids a timer-driven abort is under way for, so ticks do not pile up.
     ticking: Mutex<HashSet<String>>,
-    /// Woken whenever a transaction of this partition completes (its markers are
-    /// written): requests that found it still completing try again.
+    /// Woken whenever an id of this partition stops completing (its markers are
+    /// written and that is persisted): requests that found it completing try again.
     pub completed: tokio::sync::Notify,
     /// Registrations parked until their id's previous transaction completes.
     pub successors: Successors,
+    /// The end markers being written, for transactions begun behind them.
+    pub end_signals: EndSignals,
 }
 
 impl LogPartition {
@@ -50,6 +53,7 @@ impl LogPartition {
             ticking: Mutex::new(HashSet::new()),
             completed: tokio::sync::Notify::new(),
             successors: Successors::default(),
+            end_signals: EndSignals::default(),
         }
     }
 
@@ -88,14 +92,13 @@ impl LogPartition {
     pub async fn persist_all(&self, metas: Vec<TxnMetadata>) -> Result<(), CoordinatorError> {
         let records = metas.iter().cloned().map(LogRecord::Txn).collect();
         self.writer.append_all(records).await?;
-        let completed = metas.iter().any(|meta| {
-            matches!(
-                meta.state,
-                TxnState::CompleteCommit | TxnState::CompleteAbort
-            )
-        });
+        let mut completed = false;
         if let Ok(mut txns) = self.txns.lock() {
             for meta in metas {
+                completed |= !meta.is_completing()
+                    && txns
+                        .get(&meta.transactional_id)
+                        .is_some_and(TxnMetadata::is_completing);
                 if meta.state == TxnState::Dead {
                     txns.remove(&meta.transactional_id);
                 } else {

@@ -160,7 +160,7 @@ pub async fn park_until_completed(
     };
     let still_completing = part
         .get(transactional_id)
-        .is_some_and(|meta| meta.state.is_completing());
+        .is_some_and(|meta| meta.is_completing());
     if still_completing {
         tokio::select! {
             result = &mut answer => return Some(received(result)),

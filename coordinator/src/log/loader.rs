@@ -281,6 +281,7 @@ mod tests {
             last_update_ms: 0,
             ended_by_producer: false,
             renewed_from: None,
+            pending_end: None,
         }
     }
 

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use crate::txn::decide::{ProducerIdentity, TopicPartition, TxnMetadata};
+use crate::txn::decide::{PendingEnd, ProducerIdentity, TopicPartition, TxnMetadata};
 use crate::txn::state::TxnState;
 
 /// One record of the transaction log.
@@ -35,6 +35,16 @@ struct TxnValue {
     /// Absent in records written before renewals existed, and in most records since.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     renewed_from: Option<IdentityValue>,
+    /// Only on a transaction that began while its predecessor's markers were on their
+    /// way, until they are written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pending_end: Option<PendingEndValue>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct PendingEndValue {
+    commit: bool,
+    partitions: Vec<PartitionValue>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -82,20 +92,17 @@ impl LogRecord {
                     producer_epoch: meta.producer_epoch,
                     timeout_ms: meta.timeout_ms,
                     state: meta.state.name().to_string(),
-                    partitions: meta
-                        .partitions
-                        .iter()
-                        .map(|tp| PartitionValue {
-                            topic: tp.topic.clone(),
-                            partition: tp.partition,
-                        })
-                        .collect(),
+                    partitions: partition_values(&meta.partitions),
                     txn_start_ms: meta.txn_start_ms,
                     last_update_ms: meta.last_update_ms,
                     ended_by_producer: meta.ended_by_producer,
                     renewed_from: meta.renewed_from.map(|r| IdentityValue {
                         producer_id: r.producer_id,
                         producer_epoch: r.producer_epoch,
+                    }),
+                    pending_end: meta.pending_end.as_ref().map(|end| PendingEndValue {
+                        commit: end.commit,
+                        partitions: partition_values(&end.partitions),
                     }),
                 };
                 // Serialising plain integers, strings and bools cannot fail.
@@ -132,14 +139,7 @@ impl LogRecord {
             producer_epoch: txn.producer_epoch,
             timeout_ms: txn.timeout_ms,
             state,
-            partitions: txn
-                .partitions
-                .into_iter()
-                .map(|p| TopicPartition {
-                    topic: p.topic,
-                    partition: p.partition,
-                })
-                .collect::<BTreeSet<_>>(),
+            partitions: topic_partitions(txn.partitions),
             txn_start_ms: txn.txn_start_ms,
             last_update_ms: txn.last_update_ms,
             ended_by_producer: txn.ended_by_producer,
@@ -147,8 +147,32 @@ impl LogRecord {
                 producer_id: r.producer_id,
                 producer_epoch: r.producer_epoch,
             }),
+            pending_end: txn.pending_end.map(|end| PendingEnd {
+                commit: end.commit,
+                partitions: topic_partitions(end.partitions),
+            }),
         }))
     }
+}
+
+fn partition_values(partitions: &BTreeSet<TopicPartition>) -> Vec<PartitionValue> {
+    partitions
+        .iter()
+        .map(|tp| PartitionValue {
+            topic: tp.topic.clone(),
+            partition: tp.partition,
+        })
+        .collect()
+}
+
+fn topic_partitions(values: Vec<PartitionValue>) -> BTreeSet<TopicPartition> {
+    values
+        .into_iter()
+        .map(|p| TopicPartition {
+            topic: p.topic,
+            partition: p.partition,
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -178,6 +202,7 @@ mod tests {
             last_update_ms: 1_700_000_000_500,
             ended_by_producer: true,
             renewed_from: None,
+            pending_end: None,
         }
     }
 
@@ -238,6 +263,39 @@ mod tests {
             LogRecord::decode(Some(&key), Some(&value)),
             Ok(LogRecord::Txn(meta(TxnState::Empty)))
         );
+    }
+
+    #[test]
+    fn a_pending_end_round_trips_and_records_without_one_omit_it() {
+        let began_behind = TxnMetadata {
+            pending_end: Some(PendingEnd {
+                commit: true,
+                partitions: meta(TxnState::PrepareCommit).partitions,
+            }),
+            partitions: [TopicPartition {
+                topic: "audit".into(),
+                partition: 1,
+            }]
+            .into_iter()
+            .collect(),
+            ended_by_producer: false,
+            ..meta(TxnState::Ongoing)
+        };
+        let (key, value) = LogRecord::Txn(began_behind.clone()).encode();
+        let json: serde_json::Value = serde_json::from_slice(&value).expect("json");
+        assert_eq!(
+            json["pending_end"],
+            serde_json::json!({
+                "commit": true,
+                "partitions": [{"topic": "orders", "partition": 2}, {"topic": "stock", "partition": 0}],
+            })
+        );
+        assert_eq!(
+            LogRecord::decode(Some(&key), Some(&value)),
+            Ok(LogRecord::Txn(began_behind))
+        );
+        let (_, value) = LogRecord::Txn(meta(TxnState::Ongoing)).encode();
+        assert!(!String::from_utf8_lossy(&value).contains("pending_end"));
     }
 
     #[test]

@@ -43,6 +43,30 @@ pub struct TxnMetadata {
     /// id and epoch) replaced to reach this one: a retry of that renewal is answered
     /// with this identity again instead of being taken for a zombie.
     pub renewed_from: Option<ProducerIdentity>,
+    /// Set on an Ongoing transaction that began while its predecessor's markers were
+    /// still being written; cleared once they are.
+    pub pending_end: Option<PendingEnd>,
+}
+
+impl TxnMetadata {
+    /// Markers are being written, of a prepared outcome or of the outcome a new
+    /// transaction began behind: the id answers `CONCURRENT_TRANSACTIONS` to anything
+    /// but their completion.
+    pub fn is_completing(&self) -> bool {
+        self.state.is_completing() || self.pending_end.is_some()
+    }
+}
+
+/// The decided outcome of an id's previous transaction whose markers may not all be
+/// written yet, kept on the next transaction that began behind it. In Kafka's states
+/// the id went PrepareCommit -> CompleteCommit -> Ongoing; the CompleteCommit is what
+/// is pending. The markers carry the id's current epoch (the one the outcome moved the
+/// producer to, at which the new transaction runs); a loader that finds this resends
+/// them, which a broker answers without appending when they are already there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingEnd {
+    pub commit: bool,
+    pub partitions: BTreeSet<TopicPartition>,
 }
 
 /// A producer id and epoch, as a renewing producer names its own.
@@ -133,6 +157,16 @@ pub enum Effect {
         producer_epoch: i16,
         partitions: BTreeSet<TopicPartition>,
     },
+    /// Wait until the markers of the outcome the new transaction began behind (its
+    /// `pending_end`) are written, writing them here when nobody else is: a BEGIN that
+    /// reached a partition of both transactions first would be refused there, the
+    /// previous transaction still open.
+    AwaitEndMarkers {
+        producer_id: i64,
+        producer_epoch: i16,
+        commit: bool,
+        partitions: BTreeSet<TopicPartition>,
+    },
     Reply(Reply),
 }
 
@@ -191,6 +225,7 @@ pub fn decide(
         Request::Tick => match current {
             Some(meta)
                 if meta.state == TxnState::Ongoing
+                    && meta.pending_end.is_none()
                     && ctx.now_ms - meta.txn_start_ms > i64::from(meta.timeout_ms) =>
             {
                 abort_with_next_epoch(meta, ctx, None)
@@ -209,6 +244,7 @@ pub fn decide(
             _ => Decision::Act(Vec::new()),
         },
         Request::Abort => match current {
+            Some(meta) if meta.pending_end.is_some() => reply(TxnError::ConcurrentTransactions),
             Some(meta) if meta.state == TxnState::Ongoing => {
                 let producer_epoch = meta.producer_epoch.saturating_add(1);
                 match abort_with_next_epoch(meta, ctx, None) {
@@ -270,6 +306,9 @@ fn init_producer_id(
         };
         return start_empty(id, producer_id, 0, timeout_ms, None, ctx);
     };
+    if meta.pending_end.is_some() {
+        return reply(TxnError::ConcurrentTransactions);
+    }
     match meta.state {
         // A new instance takes over an open transaction: abort it under the next epoch
         // (fencing the old instance); the caller retries and finds it settled.
@@ -310,6 +349,7 @@ fn start_empty(
         last_update_ms: ctx.now_ms,
         ended_by_producer: false,
         renewed_from,
+        pending_end: None,
     };
     Decision::Act(vec![
         Effect::Persist(next),
@@ -350,7 +390,13 @@ fn add_partitions(
         // the producer renews first (InitProducerId), as the SDK does.
         return reply(TxnError::ProducerFenced);
     }
-    if meta.state.is_completing() {
+    let ended_by_this_producer =
+        matches!(meta.state, TxnState::PrepareCommit | TxnState::PrepareAbort)
+            && meta.ended_by_producer;
+    if ended_by_this_producer && meta.pending_end.is_none() && !partitions.is_empty() {
+        return begin_behind_end(meta, partitions, ctx);
+    }
+    if meta.is_completing() {
         return reply(TxnError::ConcurrentTransactions);
     }
     if !meta.state.can_transition_to(TxnState::Ongoing) {
@@ -385,6 +431,42 @@ fn add_partitions(
     Decision::Act(effects)
 }
 
+/// The producer that ended the id's transaction starts its next one while the markers
+/// of that end are still being written: the new transaction is persisted at once, with
+/// the outcome as its `pending_end`, and its BEGINs go out once the markers are written.
+/// The registration's answer then waits for one append alongside the markers instead of
+/// the markers and then an append.
+fn begin_behind_end(meta: &TxnMetadata, partitions: &[TopicPartition], ctx: Context) -> Decision {
+    let commit = meta.state == TxnState::PrepareCommit;
+    let mut next = meta.clone();
+    next.pending_end = Some(PendingEnd {
+        commit,
+        partitions: meta.partitions.clone(),
+    });
+    next.state = TxnState::Ongoing;
+    next.partitions = partitions.iter().cloned().collect();
+    next.txn_start_ms = ctx.now_ms;
+    next.last_update_ms = ctx.now_ms;
+    next.ended_by_producer = false;
+    Decision::Act(vec![
+        Effect::Persist(next.clone()),
+        Effect::AwaitEndMarkers {
+            producer_id: meta.producer_id,
+            producer_epoch: meta.producer_epoch,
+            commit,
+            partitions: meta.partitions.clone(),
+        },
+        Effect::BeginPartitions {
+            producer_id: meta.producer_id,
+            producer_epoch: meta.producer_epoch,
+            partitions: next.partitions,
+        },
+        Effect::Reply(Reply::Ok {
+            producer_epoch: meta.producer_epoch,
+        }),
+    ])
+}
+
 fn end_txn(
     meta: &TxnMetadata,
     producer_id: i64,
@@ -416,6 +498,7 @@ fn end_txn(
         return reply(TxnError::ProducerFenced);
     }
     match meta.state {
+        _ if meta.pending_end.is_some() => reply(TxnError::ConcurrentTransactions),
         TxnState::Ongoing => {
             let Some(epoch) = meta.producer_epoch.checked_add(1) else {
                 // Out of epochs: abort-only via InitProducerId, which takes a new id.
@@ -470,6 +553,12 @@ fn abort_with_next_epoch(meta: &TxnMetadata, ctx: Context, answer: Option<TxnErr
 }
 
 fn markers_written(meta: &TxnMetadata, ctx: Context) -> Decision {
+    if meta.pending_end.is_some() {
+        let mut next = meta.clone();
+        next.pending_end = None;
+        next.last_update_ms = ctx.now_ms;
+        return Decision::Act(vec![Effect::Persist(next)]);
+    }
     let completed = match meta.state {
         TxnState::PrepareCommit => TxnState::CompleteCommit,
         TxnState::PrepareAbort => TxnState::CompleteAbort,

@@ -32,9 +32,14 @@ fn apply(current: &mut Option<TxnMetadata>, request: Request, ctx: Context) -> V
     };
     for effect in &effects {
         if let Effect::Persist(next) = effect {
+            assert!(
+                next.pending_end.is_none() || next.state == TxnState::Ongoing,
+                "an outcome pending on {:?}",
+                next.state
+            );
             if let Some(before) = current.as_ref() {
                 assert!(
-                    before.state.can_transition_to(next.state),
+                    legal_transition(before, next),
                     "{:?} -> {:?}",
                     before.state,
                     next.state
@@ -49,6 +54,19 @@ fn apply(current: &mut Option<TxnMetadata>, request: Request, ctx: Context) -> V
         }
     }
     effects
+}
+
+/// A transition Kafka's states allow; a transaction begun behind its predecessor's
+/// outcome takes two (Prepare* -> Complete* -> Ongoing), the Complete* pending.
+fn legal_transition(before: &TxnMetadata, next: &TxnMetadata) -> bool {
+    let via_completion = |done: TxnState| {
+        before.state.can_transition_to(done) && done.can_transition_to(TxnState::Ongoing)
+    };
+    let began_behind = before.pending_end.is_none()
+        && next.pending_end.is_some()
+        && next.state == TxnState::Ongoing
+        && (via_completion(TxnState::CompleteCommit) || via_completion(TxnState::CompleteAbort));
+    before.state.can_transition_to(next.state) || began_behind
 }
 
 fn replies(effects: &[Effect]) -> Vec<Reply> {
@@ -275,8 +293,8 @@ fn given_an_open_transaction_when_committed_then_prepare_is_persisted_first_and_
             partitions: [tp("orders", 0), tp("stock", 1)].into_iter().collect(),
         }
     );
-    // While markers are written the producer must wait.
-    let busy = add(&mut current, 1, &[tp("orders", 0)], 21);
+    // While markers are written a new instance must wait.
+    let busy = apply(&mut current, init(60_000), ctx(21));
     assert_eq!(
         replies(&busy),
         vec![Reply::Error(TxnError::ConcurrentTransactions)]
@@ -434,7 +452,7 @@ fn given_random_traffic_then_transitions_stay_legal_and_outcomes_never_flip() {
         seed ^= seed << 17;
         seed % n
     };
-    let (mut commits, mut aborts, mut fenced) = (0, 0, 0);
+    let (mut commits, mut aborts, mut fenced, mut began_behind) = (0, 0, 0, 0);
     for _run in 0..200 {
         let mut current = initialised();
         let mut now = 0;
@@ -463,6 +481,33 @@ fn given_random_traffic_then_transitions_stay_legal_and_outcomes_never_flip() {
                 Decision::NeedsFreshProducerId => continue,
             };
             let persisted_epoch = current.as_ref().map(|m| m.producer_epoch);
+            if before.as_ref().is_some_and(|b| b.pending_end.is_some())
+                && request != Request::MarkersWritten
+            {
+                assert_eq!(
+                    persisted(&effects),
+                    0,
+                    "{request:?} changed an id whose previous outcome is pending"
+                );
+            }
+            if let (Some(b), Some(m)) = (&before, &current) {
+                if let (None, Some(end)) = (&b.pending_end, &m.pending_end) {
+                    began_behind += 1;
+                    assert_eq!(
+                        end.commit,
+                        b.state == TxnState::PrepareCommit,
+                        "outcome flipped"
+                    );
+                    assert_eq!(end.partitions, b.partitions);
+                    let awaited = effects
+                        .iter()
+                        .position(|e| matches!(e, Effect::AwaitEndMarkers { .. }));
+                    let begun = effects
+                        .iter()
+                        .position(|e| matches!(e, Effect::BeginPartitions { .. }));
+                    assert!(awaited.is_some() && awaited < begun, "{effects:?}");
+                }
+            }
             for effect in &effects {
                 if let Effect::WriteMarkers {
                     producer_epoch,
@@ -514,8 +559,8 @@ fn given_random_traffic_then_transitions_stay_legal_and_outcomes_never_flip() {
         }
     }
     assert!(
-        commits > 50 && aborts > 50 && fenced > 50,
-        "commits {commits}, aborts {aborts}, fenced {fenced}"
+        commits > 50 && aborts > 50 && fenced > 50 && began_behind > 50,
+        "commits {commits}, aborts {aborts}, fenced {fenced}, began behind {began_behind}"
     );
 }
 
@@ -572,8 +617,12 @@ fn given_a_refused_add_or_an_empty_one_then_no_begin_is_written() {
     assert!(begins(&add(&mut current, 0, &[], 1)).is_empty());
     add(&mut current, 0, &[tp("orders", 0)], 2);
     end(&mut current, 0, true, 3);
-    let busy = add(&mut current, 1, &[tp("orders", 0)], 4);
+    let busy = add(&mut current, 1, &[], 4);
     assert!(begins(&busy).is_empty(), "markers still being written");
+    assert_eq!(
+        replies(&busy),
+        vec![Reply::Error(TxnError::ConcurrentTransactions)]
+    );
 }
 
 #[test]
@@ -778,4 +827,151 @@ fn given_a_producer_at_the_last_epoch_then_it_cannot_begin_a_transaction_before_
         vec![Reply::Error(TxnError::ProducerFenced)]
     );
     assert_eq!(current, before);
+}
+
+fn pending(commit: bool, partitions: &[TopicPartition]) -> Option<PendingEnd> {
+    Some(PendingEnd {
+        commit,
+        partitions: partitions.iter().cloned().collect(),
+    })
+}
+
+#[test]
+fn given_a_commit_being_written_when_its_producer_adds_partitions_then_the_next_transaction_is_persisted_at_once_and_begins_after_the_markers(
+) {
+    let mut current = initialised();
+    add(&mut current, 0, &[tp("orders", 0), tp("stock", 1)], 10);
+    end(&mut current, 0, true, 20);
+    let effects = add(&mut current, 1, &[tp("stock", 1), tp("audit", 0)], 21);
+    let meta = current.clone().expect("persisted");
+    assert_eq!(
+        effects,
+        vec![
+            Effect::Persist(meta.clone()),
+            Effect::AwaitEndMarkers {
+                producer_id: 7,
+                producer_epoch: 1,
+                commit: true,
+                partitions: [tp("orders", 0), tp("stock", 1)].into_iter().collect(),
+            },
+            Effect::BeginPartitions {
+                producer_id: 7,
+                producer_epoch: 1,
+                partitions: [tp("stock", 1), tp("audit", 0)].into_iter().collect(),
+            },
+            Effect::Reply(Reply::Ok { producer_epoch: 1 }),
+        ]
+    );
+    assert_eq!(
+        (
+            meta.state,
+            meta.producer_epoch,
+            meta.txn_start_ms,
+            meta.ended_by_producer
+        ),
+        (TxnState::Ongoing, 1, 21, false)
+    );
+    assert_eq!(
+        meta.partitions,
+        [tp("stock", 1), tp("audit", 0)].into_iter().collect()
+    );
+    assert_eq!(
+        meta.pending_end,
+        pending(true, &[tp("orders", 0), tp("stock", 1)])
+    );
+}
+
+#[test]
+fn given_an_abort_being_written_when_its_producer_adds_partitions_then_the_abort_is_what_is_pending(
+) {
+    let mut current = initialised();
+    add(&mut current, 0, &[tp("orders", 0)], 10);
+    end(&mut current, 0, false, 20);
+    add(&mut current, 1, &[tp("orders", 0)], 21);
+    let meta = current.expect("persisted");
+    assert_eq!(meta.pending_end, pending(false, &[tp("orders", 0)]));
+    assert_eq!(meta.partitions, [tp("orders", 0)].into_iter().collect());
+}
+
+#[test]
+fn given_an_outcome_pending_then_only_its_markers_written_change_the_id_and_that_keeps_the_new_transaction(
+) {
+    let mut current = initialised();
+    add(&mut current, 0, &[tp("orders", 0)], 10);
+    end(&mut current, 0, true, 20);
+    add(&mut current, 1, &[tp("audit", 0)], 21);
+    let began = current.clone();
+    let busy = [
+        init(60_000),
+        Request::AddPartitions {
+            producer_id: 7,
+            producer_epoch: 1,
+            partitions: vec![tp("orders", 1)],
+        },
+        Request::EndTxn {
+            producer_id: 7,
+            producer_epoch: 1,
+            commit: true,
+        },
+        Request::Abort,
+    ];
+    for request in busy {
+        let effects = apply(&mut current, request.clone(), ctx(30));
+        assert_eq!(
+            effects,
+            vec![Effect::Reply(Reply::Error(
+                TxnError::ConcurrentTransactions
+            ))],
+            "{request:?}"
+        );
+    }
+    // Past its timeout and past any expiration: the timers leave it alone.
+    assert!(apply(&mut current, Request::Tick, ctx(10_000_000)).is_empty());
+    assert!(apply(
+        &mut current,
+        Request::Expire { idle_ms: 1 },
+        ctx(10_000_000)
+    )
+    .is_empty());
+    assert_eq!(current, began);
+
+    let done = apply(&mut current, Request::MarkersWritten, ctx(40));
+    let meta = current.clone().expect("meta");
+    assert_eq!(done, vec![Effect::Persist(meta.clone())]);
+    assert_eq!(
+        meta,
+        TxnMetadata {
+            pending_end: None,
+            last_update_ms: 40,
+            ..began.expect("began")
+        }
+    );
+    // The new transaction goes on as any other.
+    let more = add(&mut current, 1, &[tp("orders", 1)], 50);
+    assert_eq!(replies(&more), vec![Reply::Ok { producer_epoch: 1 }]);
+    let ended = end(&mut current, 1, true, 60);
+    assert!(ended.contains(&Effect::WriteMarkers {
+        producer_id: 7,
+        producer_epoch: 2,
+        commit: true,
+        partitions: [tp("audit", 0), tp("orders", 1)].into_iter().collect(),
+    }));
+}
+
+#[test]
+fn given_an_abort_the_producer_did_not_ask_for_then_nothing_begins_behind_it() {
+    // A timeout's abort: the producer is fenced (its epoch is behind), and even a
+    // request at the new epoch waits for the abort to complete.
+    let mut current = initialised();
+    add(&mut current, 0, &[tp("orders", 0)], 10);
+    apply(&mut current, Request::Tick, ctx(70_000));
+    assert_eq!(
+        current.as_ref().map(|m| m.state),
+        Some(TxnState::PrepareAbort)
+    );
+    for epoch in [0, 1] {
+        let effects = add(&mut current, epoch, &[tp("orders", 0)], 70_001);
+        assert_eq!(persisted(&effects), 0, "epoch {epoch}");
+        assert!(begins(&effects).is_empty());
+    }
 }

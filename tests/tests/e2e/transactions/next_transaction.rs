@@ -1,11 +1,11 @@
 //! A producer's next transaction starts right after its commit, while the commit's
-//! markers may still be on their way: a registration that finds the previous
-//! transaction completing waits for it at the coordinator and is then accepted, instead
-//! of being sent away with CONCURRENT_TRANSACTIONS to retry after a backoff. The
-//! completion carries it out: the previous transaction's CompleteCommit and the next
-//! one's Ongoing go to the transaction log in one append, and registrations that
-//! arrive meanwhile (the SDK does not wait for one call before the next) join it. A
-//! coordinator killed right after that append loads the new transaction whole.
+//! markers may still be on their way. Its registration is not sent away with
+//! CONCURRENT_TRANSACTIONS: the coordinator persists the new transaction at once, with
+//! the commit as its pending end, and answers once the commit's markers are written
+//! and the new BEGINs after them. Registrations that arrive meanwhile (the SDK does not
+//! wait for one call before the next) are carried out when the commit completes. A
+//! coordinator killed while the commit is pending behind the new transaction leaves
+//! both to its successor, which writes the commit's markers before serving.
 
 use std::time::{Duration, Instant};
 
@@ -79,6 +79,31 @@ async fn given_a_commit_whose_markers_are_delayed_when_the_next_transaction_regi
                 .into_inner()
         }));
     }
+    // The new transaction is persisted while the marker cannot land, with the commit it
+    // began behind as its pending end; its BEGINs wait for that marker.
+    let described = txn::wait_for_description(
+        &bootstrap,
+        &id,
+        "persisted the next transaction behind its commit",
+        |t| !t.pending_end.is_empty(),
+    )
+    .await;
+    assert_eq!(
+        (described.state.as_str(), described.pending_end.as_str()),
+        ("Ongoing", "COMMIT")
+    );
+    assert_eq!(described.producer_epoch, i32::from(next.producer_epoch));
+    assert_eq!(
+        described.pending_end_topics,
+        vec![TxnTopicPartitions {
+            topic: ORDERS.into(),
+            partitions: vec![0],
+        }]
+    );
+    assert!(
+        registrations.iter().all(|r| !r.is_finished()),
+        "a registration was answered before the commit's marker landed"
+    );
     // The fault lasts HELD; then the marker lands and the commit completes.
     tokio::time::sleep(HELD).await;
     cluster.resume(orders_leader);
@@ -96,8 +121,10 @@ async fn given_a_commit_whose_markers_are_delayed_when_the_next_transaction_regi
         "answered after {:?}, before the first transaction could complete",
         started.elapsed()
     );
-    // One append: the batch that completes the first transaction also opens the second,
-    // with both registrations' partitions.
+    // The transaction log: the next transaction went in as one append on its own, right
+    // after PrepareCommit and while the marker was held (no CompleteCommit: the commit
+    // completes by clearing the pending end); its last record holds both registrations'
+    // partitions and nothing pending.
     let log_leader = cluster
         .leader_of(TXN_LOG_TOPIC, log_partition)
         .await
@@ -115,24 +142,40 @@ async fn given_a_commit_whose_markers_are_delayed_when_the_next_transaction_regi
         .map(|batch| batch.iter().map(|(state, _)| state.as_str()).collect())
         .collect();
     assert_eq!(
-        states,
-        vec![
-            vec!["Empty"],
-            vec!["Ongoing"],
-            vec!["PrepareCommit"],
-            vec!["CompleteCommit", "Ongoing"]
-        ],
+        states.get(..4),
+        Some(
+            &[
+                vec!["Empty"],
+                vec!["Ongoing"],
+                vec!["PrepareCommit"],
+                vec!["Ongoing"]
+            ][..]
+        ),
         "the transaction log's batches of {id}, by state"
     );
-    let opened = &appends[3][1].1;
+    assert!(
+        states
+            .iter()
+            .flatten()
+            .all(|state| !state.starts_with("Complete")),
+        "{states:?}"
+    );
+    let began_behind = &appends[3][0].1;
+    let pending = format!(
+        r#""pending_end":{{"commit":true,"partitions":[{{"topic":"{ORDERS}","partition":0}}]}}"#
+    );
+    assert!(began_behind.contains(&pending), "{began_behind}");
+    let (last_state, opened) = appends.iter().flatten().last().expect("records");
+    assert_eq!(last_state, "Ongoing");
+    assert!(!opened.contains("pending_end"), "{opened}");
     for partition in [0, 1] {
         let entry = format!(r#"{{"topic":"{AUDIT}","partition":{partition}}}"#);
         assert!(opened.contains(&entry), "{entry} missing from {opened}");
     }
 
-    // The coordinator dies right after that append; restarted, it must load the second
-    // transaction open with both partitions, or AUDIT-1 (BEGIN written, no data) would
-    // hang with nobody to end it.
+    // The coordinator dies now; restarted, it must load the second transaction open
+    // with both partitions, or AUDIT-1 (BEGIN written, no data) would hang with nobody
+    // to end it.
     cluster.kill_coordinator(owner.coordinator_id);
     cluster.restart_coordinator(owner.coordinator_id);
     cluster.wait_for_coordinators().await;
@@ -175,4 +218,70 @@ fn states_of(
             Some((state, value))
         })
         .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_transaction_begun_behind_a_commit_when_the_coordinator_dies_before_the_markers_then_its_successor_writes_them_and_both_commit(
+) {
+    let brokers = ["--replica-lag-time-max-ms", "1000"];
+    let mut cluster = Cluster::start_with_coordinators(3, 1, &brokers, &[]).await;
+    cluster.create_topic(ORDERS, 1, 1).await;
+    cluster.create_topic(AUDIT, 1, 3).await;
+    let orders_leader = cluster.leader_of(ORDERS, 0).await.leader_id;
+    let bootstrap = cluster
+        .broker(cluster.observer(&[orders_leader]))
+        .bootstrap();
+    let (id, _) = txn::id_logged_away_from(&cluster, "ledger", orders_leader).await;
+    let producer = txn::producer(&bootstrap, &id).await;
+    producer.begin().expect("begin");
+    producer
+        .send(ProducerRecord::new(ORDERS, "order-1").partition(0))
+        .await
+        .expect("send")
+        .await
+        .expect("acked");
+    // ORDERS-0's only broker dies: its COMMIT marker cannot land, and no marker request
+    // of this coordinator is left waiting in a socket to land later on its behalf.
+    cluster.kill(orders_leader);
+    producer.commit().await.expect("commit decided");
+    producer.begin().expect("begin the next");
+    let audit = producer
+        .send(ProducerRecord::new(AUDIT, "audit-2").partition(0))
+        .await
+        .expect("send");
+    let coordinator = txn::find_coordinator(&bootstrap, &id).await;
+    txn::wait_for_description(
+        &bootstrap,
+        &id,
+        "persisted the next transaction behind its commit",
+        |t| t.pending_end == "COMMIT" && t.state == "Ongoing",
+    )
+    .await;
+
+    // Only the transaction log knows the commit is not written everywhere yet.
+    cluster.kill_coordinator(coordinator.coordinator_id);
+    cluster.restart(orders_leader);
+    cluster.restart_coordinator(coordinator.coordinator_id);
+    cluster.wait_for_coordinators().await;
+
+    audit
+        .await
+        .expect("audit-2 acked through the restarted coordinator");
+    producer.commit().await.expect("second commit");
+    wait_until_stable(&bootstrap, ORDERS, &[0]).await;
+    wait_until_stable(&bootstrap, AUDIT, &[0]).await;
+    assert_eq!(
+        values(&bootstrap, ORDERS, &[0], Isolation::ReadCommitted).await,
+        vec!["order-1"]
+    );
+    assert_eq!(
+        values(&bootstrap, AUDIT, &[0], Isolation::ReadCommitted).await,
+        vec!["audit-2"]
+    );
+    let described =
+        txn::wait_for_description(&bootstrap, &id, "completed the second commit", |t| {
+            t.state == "CompleteCommit"
+        })
+        .await;
+    assert_eq!(described.pending_end, "");
 }
