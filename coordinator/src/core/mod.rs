@@ -784,7 +784,9 @@ impl Coordinator {
         let idle_ms = self.settings.transactional_id_expiration_ms;
         for part in self.ready_partitions() {
             for meta in part.snapshot() {
+                // One begun behind a pending end waits for its markers first.
                 let timed_out = meta.state == TxnState::Ongoing
+                    && meta.pending_end.is_none()
                     && now - meta.txn_start_ms > i64::from(meta.timeout_ms);
                 let (request, what) = if timed_out {
                     (Request::Tick, "transaction timed out; aborting")
