@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use idem_client::{Isolation, ProducerRecord};
+use idem_client::{Isolation, ProducerRecord, TransactionalProducer};
 use idem_proto::txn::TXN_LOG_TOPIC;
 use idem_proto::v1::{AddPartitionsToTxnRequest, TxnTopicPartitions};
 use idem_proto::ErrorCode;
@@ -22,23 +22,32 @@ const AUDIT: &str = "audit";
 /// How long the marker of the first transaction is held back.
 const HELD: Duration = Duration::from_millis(1000);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn given_a_commit_whose_markers_are_delayed_when_the_next_transaction_registers_then_it_waits_and_is_accepted(
-) {
-    // A paused follower leaves the ISR after a second, so the transaction log (RF 3)
+/// A cluster where ORDERS-0 lives on one broker only, and a transaction of an id logged
+/// away from that broker with "order-1" acknowledged there.
+struct OrderSent {
+    cluster: Cluster,
+    orders_leader: i32,
+    bootstrap: String,
+    id: String,
+    log_partition: i32,
+    producer: TransactionalProducer,
+}
+
+async fn order_sent(audit_partitions: i32) -> OrderSent {
+    // A stopped follower leaves the ISR after a second, so the transaction log (RF 3)
     // keeps taking writes while the fault lasts.
     let brokers = ["--replica-lag-time-max-ms", "1000"];
-    let mut cluster = Cluster::start_with_coordinators(3, 1, &brokers, &[]).await;
-    // Replication factor 1: while its only broker is paused, no marker lands there.
+    let cluster = Cluster::start_with_coordinators(3, 1, &brokers, &[]).await;
+    // Replication factor 1: while its only broker is stopped, no marker lands there.
     cluster.create_topic(ORDERS, 1, 1).await;
-    cluster.create_topic(AUDIT, 2, 3).await;
+    cluster.create_topic(AUDIT, audit_partitions, 3).await;
     let orders_leader = cluster.leader_of(ORDERS, 0).await.leader_id;
     // Clients bootstrap from a broker that stays up.
     let bootstrap = cluster
         .broker(cluster.observer(&[orders_leader]))
         .bootstrap();
     // An id whose transaction-log partition another broker leads, so persisting the
-    // commit does not wait for the paused broker.
+    // commit does not wait for the stopped broker.
     let (id, log_partition) = txn::id_logged_away_from(&cluster, "ledger", orders_leader).await;
     let producer = txn::producer(&bootstrap, &id).await;
     producer.begin().expect("begin");
@@ -48,6 +57,27 @@ async fn given_a_commit_whose_markers_are_delayed_when_the_next_transaction_regi
         .expect("send")
         .await
         .expect("acked");
+    OrderSent {
+        cluster,
+        orders_leader,
+        bootstrap,
+        id,
+        log_partition,
+        producer,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_commit_whose_markers_are_delayed_when_the_next_transaction_registers_then_it_waits_and_is_accepted(
+) {
+    let OrderSent {
+        mut cluster,
+        orders_leader,
+        bootstrap,
+        id,
+        log_partition,
+        producer,
+    } = order_sent(2).await;
     cluster.pause(orders_leader);
     // Answered once PrepareCommit is persisted; the ORDERS marker cannot land yet.
     producer.commit().await.expect("commit decided");
@@ -223,23 +253,14 @@ fn states_of(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_a_transaction_begun_behind_a_commit_when_the_coordinator_dies_before_the_markers_then_its_successor_writes_them_and_both_commit(
 ) {
-    let brokers = ["--replica-lag-time-max-ms", "1000"];
-    let mut cluster = Cluster::start_with_coordinators(3, 1, &brokers, &[]).await;
-    cluster.create_topic(ORDERS, 1, 1).await;
-    cluster.create_topic(AUDIT, 1, 3).await;
-    let orders_leader = cluster.leader_of(ORDERS, 0).await.leader_id;
-    let bootstrap = cluster
-        .broker(cluster.observer(&[orders_leader]))
-        .bootstrap();
-    let (id, _) = txn::id_logged_away_from(&cluster, "ledger", orders_leader).await;
-    let producer = txn::producer(&bootstrap, &id).await;
-    producer.begin().expect("begin");
-    producer
-        .send(ProducerRecord::new(ORDERS, "order-1").partition(0))
-        .await
-        .expect("send")
-        .await
-        .expect("acked");
+    let OrderSent {
+        mut cluster,
+        orders_leader,
+        bootstrap,
+        id,
+        producer,
+        ..
+    } = order_sent(1).await;
     // ORDERS-0's only broker dies: its COMMIT marker cannot land, and no marker request
     // of this coordinator is left waiting in a socket to land later on its behalf.
     cluster.kill(orders_leader);
