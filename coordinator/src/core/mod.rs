@@ -687,7 +687,10 @@ impl Coordinator {
             Err(_) => Progress::Failed,
         };
         part.end_signals.report(job, progress);
-        let completed = self.complete(part, transactional_id, job, written).await;
+        let completed = match written {
+            Ok(()) => self.complete(part, transactional_id, job).await,
+            Err(e) => Err(e),
+        };
         part.end_signals.remove(job);
         completed
     }
@@ -698,9 +701,7 @@ impl Coordinator {
         part: &Arc<LogPartition>,
         transactional_id: &str,
         job: &MarkerJob,
-        written: Result<(), CoordinatorError>,
     ) -> Result<(), CoordinatorError> {
-        written?;
         let lock = part.lock_for(transactional_id);
         let _guard = lock.lock().await;
         let current = part.get(transactional_id);
