@@ -390,9 +390,12 @@ fn add_partitions(
         // the producer renews first (InitProducerId), as the SDK does.
         return reply(TxnError::ProducerFenced);
     }
-    let ended_by_this_producer =
-        matches!(meta.state, TxnState::PrepareCommit | TxnState::PrepareAbort)
-            && meta.ended_by_producer;
+    // Prepare* -> Complete* (pending) -> Ongoing, each step one the table allows.
+    let ended_by_this_producer = meta.ended_by_producer
+        && meta
+            .state
+            .completion()
+            .is_some_and(|done| done.can_transition_to(TxnState::Ongoing));
     if ended_by_this_producer && meta.pending_end.is_none() && !partitions.is_empty() {
         return begin_behind_end(meta, partitions, ctx);
     }
@@ -559,10 +562,8 @@ fn markers_written(meta: &TxnMetadata, ctx: Context) -> Decision {
         next.last_update_ms = ctx.now_ms;
         return Decision::Act(vec![Effect::Persist(next)]);
     }
-    let completed = match meta.state {
-        TxnState::PrepareCommit => TxnState::CompleteCommit,
-        TxnState::PrepareAbort => TxnState::CompleteAbort,
-        _ => return Decision::Act(Vec::new()), // a late report: nothing to complete
+    let Some(completed) = meta.state.completion() else {
+        return Decision::Act(Vec::new()); // a late report: nothing to complete
     };
     let mut next = meta.clone();
     next.state = completed;

@@ -76,6 +76,16 @@ impl TxnState {
         next.valid_previous().contains(&self)
     }
 
+    /// What writing this prepared outcome's markers completes it into; `None` for a
+    /// state that is not a prepared outcome.
+    pub fn completion(self) -> Option<TxnState> {
+        match self {
+            TxnState::PrepareCommit => Some(TxnState::CompleteCommit),
+            TxnState::PrepareAbort => Some(TxnState::CompleteAbort),
+            _ => None,
+        }
+    }
+
     /// Markers are being written: the id answers `CONCURRENT_TRANSACTIONS` to the
     /// producer until they are.
     pub fn is_completing(self) -> bool {
@@ -155,6 +165,18 @@ mod tests {
         }
         assert_eq!(TxnState::from_name("ongoing"), None);
         assert_eq!(TxnState::from_name(""), None);
+    }
+
+    #[test]
+    fn only_prepared_outcomes_complete_and_each_into_a_legal_next_state() {
+        for s in TxnState::ALL {
+            match s.completion() {
+                Some(done) => assert!(s.can_transition_to(done) && done.is_settled(), "{s:?}"),
+                None => assert!(!matches!(s, PrepareCommit | PrepareAbort), "{s:?}"),
+            }
+        }
+        assert_eq!(PrepareCommit.completion(), Some(CompleteCommit));
+        assert_eq!(PrepareEpochFence.completion(), None, "it aborts first");
     }
 
     #[test]

@@ -59,13 +59,12 @@ fn apply(current: &mut Option<TxnMetadata>, request: Request, ctx: Context) -> V
 /// A transition Kafka's states allow; a transaction begun behind its predecessor's
 /// outcome takes two (Prepare* -> Complete* -> Ongoing), the Complete* pending.
 fn legal_transition(before: &TxnMetadata, next: &TxnMetadata) -> bool {
-    let via_completion = |done: TxnState| {
-        before.state.can_transition_to(done) && done.can_transition_to(TxnState::Ongoing)
-    };
     let began_behind = before.pending_end.is_none()
         && next.pending_end.is_some()
-        && next.state == TxnState::Ongoing
-        && (via_completion(TxnState::CompleteCommit) || via_completion(TxnState::CompleteAbort));
+        && before
+            .state
+            .completion()
+            .is_some_and(|done| done.can_transition_to(next.state));
     before.state.can_transition_to(next.state) || began_behind
 }
 
