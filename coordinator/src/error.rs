@@ -29,6 +29,13 @@ pub enum CoordinatorError {
         offset: i64,
         reason: String,
     },
+    /// A decision would have persisted a change the transaction log must never hold
+    /// (a bug in the coordinator): refused, nothing appended.
+    #[error("refusing to persist {transactional_id}: {reason}")]
+    IllegalChange {
+        transactional_id: String,
+        reason: crate::txn::change::IllegalChange,
+    },
     #[error("broker connection: {0}")]
     Client(#[from] ClientError),
     #[error("etcd {what} failed: {message}")]

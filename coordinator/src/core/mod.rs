@@ -774,6 +774,11 @@ impl Coordinator {
                 Refusal::new(ErrorCode::NotCoordinator, reason)
             }
             CoordinatorError::Refused { code, message, .. } => Refusal::new(code, message),
+            // Not retriable: the same request would be decided the same way again.
+            illegal @ CoordinatorError::IllegalChange { .. } => {
+                tracing::error!(partition = part.index, error = %illegal, "a decision broke the transaction log's rules");
+                Refusal::new(ErrorCode::UnknownServerError, illegal.to_string())
+            }
             other => Refusal::new(ErrorCode::CoordinatorNotAvailable, other.to_string()),
         }
     }

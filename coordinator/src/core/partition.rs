@@ -14,6 +14,7 @@ use crate::error::CoordinatorError;
 use crate::log::record::LogRecord;
 use crate::log::writer::TxnLogWriter;
 use crate::ownership::token::OwnershipToken;
+use crate::txn::change::check_change;
 use crate::txn::decide::TxnMetadata;
 use crate::txn::state::TxnState;
 
@@ -89,7 +90,10 @@ impl LogPartition {
 
     /// Appends `metas` to the log in one batch (all or none of them), then makes each
     /// the current state of its id, in order.
+    /// A change that breaks the log's rules (`check_change`) is refused before anything
+    /// is appended.
     pub async fn persist_all(&self, metas: Vec<TxnMetadata>) -> Result<(), CoordinatorError> {
+        self.check_changes(&metas)?;
         let records = metas.iter().cloned().map(LogRecord::Txn).collect();
         self.writer.append_all(records).await?;
         let mut completed = false;
@@ -108,6 +112,25 @@ impl LogPartition {
         }
         if completed {
             self.completed.notify_waiters();
+        }
+        Ok(())
+    }
+
+    /// Checks each of `metas` against the id's current state, or against the one before
+    /// it in `metas` for the same id.
+    fn check_changes(&self, metas: &[TxnMetadata]) -> Result<(), CoordinatorError> {
+        for (i, next) in metas.iter().enumerate() {
+            let earlier = metas[..i]
+                .iter()
+                .rfind(|m| m.transactional_id == next.transactional_id)
+                .cloned();
+            let before = earlier.or_else(|| self.get(&next.transactional_id));
+            check_change(before.as_ref(), next).map_err(|reason| {
+                CoordinatorError::IllegalChange {
+                    transactional_id: next.transactional_id.clone(),
+                    reason,
+                }
+            })?;
         }
         Ok(())
     }

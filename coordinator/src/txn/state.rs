@@ -1,7 +1,7 @@
 //! The states of a transactional id and the transitions between them: exactly the
 //! ones Kafka's `TransactionState` allows, and no other. The coordinator checks every
-//! change against this table before persisting it, so a bug elsewhere cannot, say,
-//! complete a commit that was never prepared or reopen a fenced transaction.
+//! change against this table before persisting it (`txn::change`), so a bug elsewhere
+//! cannot, say, complete a commit that was never prepared.
 
 /// Where a transactional id stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

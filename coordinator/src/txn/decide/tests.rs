@@ -1,4 +1,5 @@
 use super::*;
+use crate::txn::change::check_change;
 
 const MAX_TIMEOUT: i32 = 900_000;
 
@@ -25,47 +26,20 @@ fn tp(topic: &str, partition: i32) -> TopicPartition {
 }
 
 /// Carries out a decision on `current` like the shell would (Persist replaces it) and
-/// checks that every persisted change is a legal state transition. Returns the effects.
+/// checks that every persisted change keeps the log's rules (`check_change`). Returns the effects.
 fn apply(current: &mut Option<TxnMetadata>, request: Request, ctx: Context) -> Vec<Effect> {
     let Decision::Act(effects) = decide("tx", current.as_ref(), &request, ctx) else {
         panic!("unexpected NeedsFreshProducerId for {request:?}");
     };
     for effect in &effects {
         if let Effect::Persist(next) = effect {
-            assert!(
-                next.pending_end.is_none() || next.state == TxnState::Ongoing,
-                "an outcome pending on {:?}",
-                next.state
-            );
-            if let Some(before) = current.as_ref() {
-                assert!(
-                    legal_transition(before, next),
-                    "{:?} -> {:?}",
-                    before.state,
-                    next.state
-                );
-                assert!(
-                    next.producer_id != before.producer_id
-                        || next.producer_epoch >= before.producer_epoch,
-                    "epoch went back"
-                );
+            if let Err(illegal) = check_change(current.as_ref(), next) {
+                panic!("{illegal}");
             }
             *current = Some(next.clone());
         }
     }
     effects
-}
-
-/// A transition Kafka's states allow; a transaction begun behind its predecessor's
-/// outcome takes two (Prepare* -> Complete* -> Ongoing), the Complete* pending.
-fn legal_transition(before: &TxnMetadata, next: &TxnMetadata) -> bool {
-    let began_behind = before.pending_end.is_none()
-        && next.pending_end.is_some()
-        && before
-            .state
-            .completion()
-            .is_some_and(|done| done.can_transition_to(next.state));
-    before.state.can_transition_to(next.state) || began_behind
 }
 
 fn replies(effects: &[Effect]) -> Vec<Reply> {
