@@ -261,8 +261,6 @@ async fn fetch_once(
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeSet;
-
     use bytes::BytesMut;
     use idem_proto::batch::{ProducerInfo, Record};
 
@@ -270,19 +268,7 @@ mod tests {
     use crate::txn::state::TxnState;
 
     fn meta(id: &str, epoch: i16, state: TxnState) -> TxnMetadata {
-        TxnMetadata {
-            transactional_id: id.into(),
-            producer_id: 5,
-            producer_epoch: epoch,
-            timeout_ms: 1000,
-            state,
-            partitions: BTreeSet::new(),
-            txn_start_ms: -1,
-            last_update_ms: 0,
-            ended_by_producer: false,
-            renewed_from: None,
-            pending_end: None,
-        }
+        TxnMetadata::for_tests(id, 5, epoch, state)
     }
 
     /// A batch as the leader stores it: the records at `base_offset`.

@@ -65,25 +65,11 @@ pub fn check_change(before: Option<&TxnMetadata>, next: &TxnMetadata) -> Result<
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeSet;
-
     use super::*;
     use crate::txn::decide::{PendingEnd, TopicPartition};
 
     fn meta(state: TxnState, epoch: i16) -> TxnMetadata {
-        TxnMetadata {
-            transactional_id: "tx".into(),
-            producer_id: 7,
-            producer_epoch: epoch,
-            timeout_ms: 60_000,
-            state,
-            partitions: BTreeSet::new(),
-            txn_start_ms: -1,
-            last_update_ms: 0,
-            ended_by_producer: false,
-            renewed_from: None,
-            pending_end: None,
-        }
+        TxnMetadata::for_tests("tx", 7, epoch, state)
     }
 
     fn pending(commit: bool) -> Option<PendingEnd> {

@@ -57,6 +57,31 @@ impl TxnMetadata {
     }
 }
 
+#[cfg(test)]
+impl TxnMetadata {
+    /// An id at `state` with no partitions and no history, for tests to adjust.
+    pub(crate) fn for_tests(
+        transactional_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        state: TxnState,
+    ) -> Self {
+        TxnMetadata {
+            transactional_id: transactional_id.into(),
+            producer_id,
+            producer_epoch,
+            timeout_ms: 60_000,
+            state,
+            partitions: BTreeSet::new(),
+            txn_start_ms: -1,
+            last_update_ms: 0,
+            ended_by_producer: false,
+            renewed_from: None,
+            pending_end: None,
+        }
+    }
+}
+
 /// The decided outcome of an id's previous transaction whose markers may not all be
 /// written yet, kept on the next transaction that began behind it. In Kafka's states
 /// the id went PrepareCommit -> CompleteCommit -> Ongoing; the CompleteCommit is what
