@@ -89,9 +89,8 @@ impl LogPartition {
     }
 
     /// Appends `metas` to the log in one batch (all or none of them), then makes each
-    /// the current state of its id, in order.
-    /// A change that breaks the log's rules (`check_change`) is refused before anything
-    /// is appended.
+    /// the current state of its id, in order. A change that breaks the log's rules
+    /// (`check_change`) is refused before anything is appended.
     pub async fn persist_all(&self, metas: Vec<TxnMetadata>) -> Result<(), CoordinatorError> {
         self.check_changes(&metas)?;
         let records = metas.iter().cloned().map(LogRecord::Txn).collect();
@@ -117,19 +116,22 @@ impl LogPartition {
     }
 
     /// Checks each of `metas` against the id's current state, or against the one before
-    /// it in `metas` for the same id.
+    /// it in `metas` for the same id. Every change of an id is made under its lock, so
+    /// the state checked against is still the current one when the append lands.
     fn check_changes(&self, metas: &[TxnMetadata]) -> Result<(), CoordinatorError> {
+        // A poisoned map cannot be trusted: give the partition up, to be loaded afresh.
+        let txns = self.txns.lock().map_err(|_| {
+            CoordinatorError::ownership_lost(self.index, "transaction state poisoned")
+        })?;
         for (i, next) in metas.iter().enumerate() {
-            let earlier = metas[..i]
+            let id = &next.transactional_id;
+            let before = metas[..i]
                 .iter()
-                .rfind(|m| m.transactional_id == next.transactional_id)
-                .cloned();
-            let before = earlier.or_else(|| self.get(&next.transactional_id));
-            check_change(before.as_ref(), next).map_err(|reason| {
-                CoordinatorError::IllegalChange {
-                    transactional_id: next.transactional_id.clone(),
-                    reason,
-                }
+                .rfind(|m| m.transactional_id == *id)
+                .or_else(|| txns.get(id));
+            check_change(before, next).map_err(|reason| CoordinatorError::IllegalChange {
+                transactional_id: id.clone(),
+                reason,
             })?;
         }
         Ok(())
