@@ -14,6 +14,7 @@
 #
 # The brokers take their settings from the environment too, e.g. `IDEM_FLUSH=never`
 # (leave flushing to the OS, like Kafka's default) instead of an fsync per append.
+# `IDEM_BENCH_JSON=1` prints the `--fresh` report as JSON instead of a table.
 # `IDEM_BENCH_LOGS=DIR` keeps every broker's log in DIR (appended across runs), logged
 # at `IDEM_BENCH_LOG` (default warn); `IDEM_BENCH_LOG=warn,idem_broker::partition=debug`
 # logs the timing of every produce, which `scripts/produce-timing.sh` summarises.
@@ -109,5 +110,6 @@ for round in $(seq "$rounds"); do
     stop_cluster
   done
 done
-echo "idem bench produce, replication factor 3, a fresh cluster per run, $rounds round(s): $*"
-"$bin/idem" bench report "${runs[@]}"
+header="idem bench produce, replication factor 3, a fresh cluster per run, $rounds round(s): $*"
+if [[ -n "${IDEM_BENCH_JSON:-}" ]]; then echo "$header" >&2; else echo "$header"; fi
+"$bin/idem" bench report ${IDEM_BENCH_JSON:+--json} "${runs[@]}"
