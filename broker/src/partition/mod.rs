@@ -432,6 +432,9 @@ impl Partition {
                 leader: -1,
             });
         }
+        // Where a follower's share of an acks=all produce goes (docs/benchmarks.md), read
+        // only when that debug log is on: the append, then the fsync.
+        let started = tracing::enabled!(tracing::Level::DEBUG).then(tokio::time::Instant::now);
         {
             let mut inner = self.lock();
             for item in batch::Batches::new(records) {
@@ -450,7 +453,17 @@ impl Partition {
             }
         }
         let log_end = self.lock().log.log_end_offset();
+        let appended_at = started.map(|_| tokio::time::Instant::now());
         self.sync_to(log_end).await?;
+        if let (Some(started), Some(appended_at)) = (started, appended_at) {
+            tracing::debug!(
+                topic = %self.topic,
+                partition = self.index,
+                append_us = micros(appended_at - started),
+                sync_us = micros(appended_at.elapsed()),
+                "replica timing"
+            );
+        }
         self.log_end.send_replace(log_end);
         Ok(log_end)
     }
