@@ -15,9 +15,11 @@
 # The brokers take their settings from the environment too, e.g. `IDEM_FLUSH=never`
 # (leave flushing to the OS, like Kafka's default) instead of an fsync per append.
 # `IDEM_BENCH_JSON=1` prints the `--fresh` report as JSON instead of a table.
-# `IDEM_BENCH_LOGS=DIR` keeps every broker's log in DIR (appended across runs), logged
-# at `IDEM_BENCH_LOG` (default warn); `IDEM_BENCH_LOG=warn,idem_broker::partition=debug`
-# logs the timing of every produce, which `scripts/produce-timing.sh` summarises.
+# `IDEM_BENCH_LOGS=DIR` keeps every broker's and the coordinator's log in DIR (appended
+# across runs), logged at `IDEM_BENCH_LOG` (default warn);
+# `IDEM_BENCH_LOG=warn,idem_broker::partition=debug` logs the timing of every produce,
+# which `scripts/produce-timing.sh` summarises, and `idem_coordinator::core=debug` the
+# coordinator's appends and markers, which `scripts/txn-timing.sh` summarises.
 #
 # Everything lives in a temporary directory and is stopped and removed on exit. The
 # ports (etcd 23790/23800, brokers 19091-19093, coordinator 19301) must be free.
@@ -36,10 +38,10 @@ stop_cluster() {
   pids=()
   if [[ -n "${IDEM_BENCH_LOGS:-}" ]]; then
     mkdir -p "$IDEM_BENCH_LOGS"
-    for id in 1 2 3; do
-      if [[ -f "$work/broker-$id.log" ]]; then
-        cat "$work/broker-$id.log" >>"$IDEM_BENCH_LOGS/broker-$id.log"
-        rm -f "$work/broker-$id.log"
+    for name in broker-1 broker-2 broker-3 coordinator; do
+      if [[ -f "$work/$name.log" ]]; then
+        cat "$work/$name.log" >>"$IDEM_BENCH_LOGS/$name.log"
+        rm -f "$work/$name.log"
       fi
     done
   fi
@@ -78,7 +80,7 @@ start_cluster() {
       >"$work/broker-$id.log" 2>&1 &
     pids+=($!)
   done
-  "$bin/idem-coordinator" --id 1 --etcd "$etcd_url" --etcd-prefix /bench \
+  IDEM_LOG="${IDEM_BENCH_LOG:-warn}" "$bin/idem-coordinator" --id 1 --etcd "$etcd_url" --etcd-prefix /bench \
     --bootstrap 127.0.0.1:19091 --listen 127.0.0.1:19301 >"$work/coordinator.log" 2>&1 &
   pids+=($!)
   for id in 1 2 3; do

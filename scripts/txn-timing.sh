@@ -9,6 +9,10 @@
 #     --embedded --modes transactional --rounds 1 --duration 4s --txn-pipelined 2>txn.log
 #   scripts/txn-timing.sh txn.log
 #
+# Given the coordinator's log too (logged at `idem_coordinator::core=debug`, e.g. kept
+# by `IDEM_BENCH_LOGS` in scripts/bench-cluster.sh), it adds the coordinator's
+# `__transaction_state` appends and its BEGIN / COMMIT / ABORT marker rounds.
+#
 # Until the next transaction's partitions have joined, none of its records reaches a
 # broker: with `commit_and_begin` the sum of the three medians is about how long
 # every partition goes without new data at each boundary.
@@ -35,3 +39,15 @@ printf '%-10s %8s %10s %10s %10s %10s\n' step count mean_ms p50_ms p90_ms max_ms
 grep -oE 'drain_us=[0-9]+' <<<"$committed" | cut -d= -f2 | summary drain
 grep -oE 'end_txn_us=[0-9]+' <<<"$committed" | cut -d= -f2 | summary end_txn
 grep -oE 'call_us=[0-9]+' <<<"$joined" | cut -d= -f2 | summary join
+# The coordinator's side, when its log is given too (`idem_coordinator::core=debug`):
+# every `__transaction_state` append and every round of markers, by kind.
+appended=$(grep 'txn log appended' <<<"$lines" || true)
+if [[ -n "$appended" ]]; then
+  grep -oE ' us=[0-9]+' <<<"$appended" | cut -d= -f2 | summary "log append"
+fi
+for control in Begin Commit Abort; do
+  marked=$(grep 'markers written' <<<"$lines" | grep "control=$control" || true)
+  if [[ -n "$marked" ]]; then
+    grep -oE ' us=[0-9]+' <<<"$marked" | cut -d= -f2 | summary "$control"
+  fi
+done

@@ -97,6 +97,9 @@ pub async fn write_markers(
     job: &MarkerJob,
     token: &OwnershipToken,
 ) -> Result<(), CoordinatorError> {
+    // How long the markers took, for docs/benchmarks.md; the clock is read only when
+    // the debug log below is on.
+    let started = tracing::enabled!(tracing::Level::DEBUG).then(std::time::Instant::now);
     let mut pending = job.partitions.clone();
     let mut backoff = BACKOFF_MIN;
     while !pending.is_empty() {
@@ -198,7 +201,10 @@ pub async fn write_markers(
         }
         backoff = (backoff * 2).min(BACKOFF_MAX);
     }
-    tracing::debug!(producer_id = job.producer_id, epoch = job.producer_epoch, control = ?job.control, partitions = job.partitions.len(), "markers written");
+    let us = started.map_or(0, |t| {
+        u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX)
+    });
+    tracing::debug!(producer_id = job.producer_id, epoch = job.producer_epoch, control = ?job.control, partitions = job.partitions.len(), us, "markers written");
     Ok(())
 }
 

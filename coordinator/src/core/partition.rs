@@ -94,7 +94,19 @@ impl LogPartition {
     pub async fn persist_all(&self, metas: Vec<TxnMetadata>) -> Result<(), CoordinatorError> {
         self.check_changes(&metas)?;
         let records = metas.iter().cloned().map(LogRecord::Txn).collect();
+        // How long the append took, for docs/benchmarks.md; the clock is read only when
+        // this debug log is on.
+        let started = tracing::enabled!(tracing::Level::DEBUG).then(std::time::Instant::now);
         self.writer.append_all(records).await?;
+        if let Some(started) = started {
+            let us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+            tracing::debug!(
+                partition = self.index,
+                records = metas.len(),
+                us,
+                "txn log appended"
+            );
+        }
         let mut completed = false;
         if let Ok(mut txns) = self.txns.lock() {
             for meta in metas {
