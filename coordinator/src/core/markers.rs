@@ -201,9 +201,7 @@ pub async fn write_markers(
         }
         backoff = (backoff * 2).min(BACKOFF_MAX);
     }
-    let us = started.map_or(0, |t| {
-        u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX)
-    });
+    let us = started.map_or(0, crate::clock::micros_since);
     tracing::debug!(producer_id = job.producer_id, epoch = job.producer_epoch, control = ?job.control, partitions = job.partitions.len(), us, "markers written");
     Ok(())
 }

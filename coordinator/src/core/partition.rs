@@ -99,7 +99,7 @@ impl LogPartition {
         let started = tracing::enabled!(tracing::Level::DEBUG).then(std::time::Instant::now);
         self.writer.append_all(records).await?;
         if let Some(started) = started {
-            let us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+            let us = crate::clock::micros_since(started);
             tracing::debug!(
                 partition = self.index,
                 records = metas.len(),
