@@ -18,8 +18,8 @@ rounds=3
 modes=exactly-once,at-least-once-unordered,transactional
 while (($#)); do
   case "$1" in
-    --rounds) rounds=$2; shift 2 ;;
-    --modes) modes=$2; shift 2 ;;
+    --rounds) rounds=${2:?--rounds needs a number}; shift 2 ;;
+    --modes) modes=${2:?--modes needs a list}; shift 2 ;;
     --) shift; break ;;
     *) echo "usage: $0 [--rounds N] [--modes LIST] [-- PRODUCE_ARGS...]" >&2; exit 2 ;;
   esac
