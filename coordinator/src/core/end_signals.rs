@@ -1,6 +1,7 @@
 //! Where the end markers of each outcome being completed stand, so that a transaction
-//! begun behind that outcome (`Effect::AwaitEndMarkers`) sends its BEGINs the moment the
-//! markers are written, without waiting for the outcome's completion to be persisted.
+//! begun behind that outcome (`Effect::BeginBehindEnd`) sends the BEGINs a leader refused
+//! (the marker had not reached it yet) again the moment the markers are written,
+//! without waiting for the outcome's completion to be persisted.
 //!
 //! An outcome is known by its producer id and the epoch its markers carry: one id and
 //! epoch end at most one transaction. The entry is registered under the id's lock, when

@@ -1,7 +1,8 @@
 //! Writing transaction markers (BEGIN, COMMIT, ABORT) to partition leaders: one
 //! WriteTxnMarkers per leader for the partitions it leads, all leaders at once, and the
 //! partitions not yet answered NONE again after a backoff (with fresh metadata when a
-//! leader moved), until every partition answered NONE.
+//! leader moved), until every partition answered NONE; or one round only, for a caller
+//! with a fallback.
 //!
 //! TRANSACTION_COORDINATOR_FENCED (or an epoch refusal of a COMMIT/ABORT) means a newer
 //! owner wrote markers for this producer: the claim is lost. A BEGIN refused for another
@@ -109,86 +110,7 @@ pub async fn write_markers(
                 "claim lost while writing markers",
             ));
         }
-        let mut by_leader: HashMap<String, (_, Vec<TopicPartition>)> = HashMap::new();
-        for tp in &pending {
-            match conn.leader_client(&tp.topic, tp.partition).await {
-                Ok((leader, client)) => by_leader
-                    .entry(leader)
-                    .or_insert_with(|| (client, Vec::new()))
-                    .1
-                    .push(tp.clone()),
-                Err(ClientError::UnknownTopic { .. }) if job.control == ControlType::Begin => {
-                    return Err(CoordinatorError::Refused {
-                        what: format!("BEGIN in {}/{}", tp.topic, tp.partition),
-                        code: ErrorCode::UnknownTopicOrPartition,
-                        message: "no broker lists the partition".into(),
-                    });
-                }
-                Err(e) => {
-                    tracing::debug!(topic = %tp.topic, partition = tp.partition, error = %e, "no leader for a marker yet");
-                }
-            }
-        }
-        let sends = by_leader.into_values().map(|(mut client, partitions)| {
-            let request = request(job, &partitions);
-            async move {
-                let answer = conn.call(client.write_txn_markers(request)).await;
-                (partitions, answer)
-            }
-        });
-        let mut refresh = false;
-        for (partitions, answer) in join_all(sends).await {
-            let response = match answer {
-                Ok(response) => response,
-                Err(e) => {
-                    tracing::debug!(error = %e, producer_id = job.producer_id, "WriteTxnMarkers got no answer; retrying");
-                    refresh = true;
-                    continue;
-                }
-            };
-            for result in response.results {
-                let tp = TopicPartition {
-                    topic: result.topic,
-                    partition: result.partition,
-                };
-                if !partitions.contains(&tp) {
-                    continue;
-                }
-                let code =
-                    ErrorCode::try_from(result.error_code).unwrap_or(ErrorCode::UnknownServerError);
-                match classify_marker(job.control, code) {
-                    MarkerOutcome::Done => {
-                        pending.remove(&tp);
-                    }
-                    MarkerOutcome::Retry => refresh = true,
-                    MarkerOutcome::Fenced => {
-                        return Err(CoordinatorError::ownership_lost(
-                            job.log_partition,
-                            format!(
-                                "{:?} marker for producer {} in {}/{}: {code:?} {}",
-                                job.control,
-                                job.producer_id,
-                                tp.topic,
-                                tp.partition,
-                                result.error_message
-                            ),
-                        ));
-                    }
-                    MarkerOutcome::Refused if job.control == ControlType::Begin => {
-                        return Err(CoordinatorError::Refused {
-                            what: format!("BEGIN in {}/{}", tp.topic, tp.partition),
-                            code,
-                            message: result.error_message,
-                        });
-                    }
-                    MarkerOutcome::Refused => {
-                        // The outcome is persisted: it must land. A refusal here is a
-                        // bug somewhere; keep trying, loudly.
-                        tracing::error!(topic = %tp.topic, partition = tp.partition, producer_id = job.producer_id, epoch = job.producer_epoch, ?code, message = %result.error_message, "a broker refuses a {:?} marker; retrying", job.control);
-                    }
-                }
-            }
-        }
+        let refresh = send_round(conn, job, &mut pending).await?;
         if pending.is_empty() {
             break;
         }
@@ -204,6 +126,111 @@ pub async fn write_markers(
     let us = started.map_or(0, crate::clock::micros_since);
     tracing::debug!(producer_id = job.producer_id, epoch = job.producer_epoch, control = ?job.control, partitions = job.partitions.len(), us, "markers written");
     Ok(())
+}
+
+/// Sends `job` once to every partition, without retrying, and returns the partitions
+/// that did not answer NONE (for whatever reason: the caller falls back to
+/// [`write_markers`] for them, which tells the reasons apart).
+pub async fn write_markers_once(conn: &Connection, job: &MarkerJob) -> BTreeSet<TopicPartition> {
+    let mut pending = job.partitions.clone();
+    if let Err(e) = send_round(conn, job, &mut pending).await {
+        tracing::debug!(producer_id = job.producer_id, control = ?job.control, error = %e, "a single attempt of markers stopped");
+    }
+    pending
+}
+
+/// One round: one WriteTxnMarkers per leader for its partitions among `pending`, all
+/// leaders at once. Removes the partitions answered NONE; says whether metadata should
+/// be refreshed before another round.
+async fn send_round(
+    conn: &Connection,
+    job: &MarkerJob,
+    pending: &mut BTreeSet<TopicPartition>,
+) -> Result<bool, CoordinatorError> {
+    let mut by_leader: HashMap<String, (_, Vec<TopicPartition>)> = HashMap::new();
+    for tp in pending.iter() {
+        match conn.leader_client(&tp.topic, tp.partition).await {
+            Ok((leader, client)) => by_leader
+                .entry(leader)
+                .or_insert_with(|| (client, Vec::new()))
+                .1
+                .push(tp.clone()),
+            Err(ClientError::UnknownTopic { .. }) if job.control == ControlType::Begin => {
+                return Err(CoordinatorError::Refused {
+                    what: format!("BEGIN in {}/{}", tp.topic, tp.partition),
+                    code: ErrorCode::UnknownTopicOrPartition,
+                    message: "no broker lists the partition".into(),
+                });
+            }
+            Err(e) => {
+                tracing::debug!(topic = %tp.topic, partition = tp.partition, error = %e, "no leader for a marker yet");
+            }
+        }
+    }
+    let sends = by_leader.into_values().map(|(mut client, partitions)| {
+        let request = request(job, &partitions);
+        async move {
+            let answer = conn.call(client.write_txn_markers(request)).await;
+            (partitions, answer)
+        }
+    });
+    let mut refresh = false;
+    // Every answer is read before stopping, so `pending` keeps only the partitions
+    // not done.
+    let mut stop = None;
+    for (partitions, answer) in join_all(sends).await {
+        let response = match answer {
+            Ok(response) => response,
+            Err(e) => {
+                tracing::debug!(error = %e, producer_id = job.producer_id, "WriteTxnMarkers got no answer; retrying");
+                refresh = true;
+                continue;
+            }
+        };
+        for result in response.results {
+            let tp = TopicPartition {
+                topic: result.topic,
+                partition: result.partition,
+            };
+            if !partitions.contains(&tp) {
+                continue;
+            }
+            let code =
+                ErrorCode::try_from(result.error_code).unwrap_or(ErrorCode::UnknownServerError);
+            match classify_marker(job.control, code) {
+                MarkerOutcome::Done => {
+                    pending.remove(&tp);
+                }
+                MarkerOutcome::Retry => refresh = true,
+                MarkerOutcome::Fenced => {
+                    stop.get_or_insert(CoordinatorError::ownership_lost(
+                        job.log_partition,
+                        format!(
+                            "{:?} marker for producer {} in {}/{}: {code:?} {}",
+                            job.control,
+                            job.producer_id,
+                            tp.topic,
+                            tp.partition,
+                            result.error_message
+                        ),
+                    ));
+                }
+                MarkerOutcome::Refused if job.control == ControlType::Begin => {
+                    stop.get_or_insert(CoordinatorError::Refused {
+                        what: format!("BEGIN in {}/{}", tp.topic, tp.partition),
+                        code,
+                        message: result.error_message,
+                    });
+                }
+                MarkerOutcome::Refused => {
+                    // The outcome is persisted: it must land. A refusal here is a
+                    // bug somewhere; keep trying, loudly.
+                    tracing::error!(topic = %tp.topic, partition = tp.partition, producer_id = job.producer_id, epoch = job.producer_epoch, ?code, message = %result.error_message, "a broker refuses a {:?} marker; retrying", job.control);
+                }
+            }
+        }
+    }
+    stop.map_or(Ok(refresh), Err)
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 //! owning partition (NOT_COORDINATOR when not ours, COORDINATOR_LOAD_IN_PROGRESS while
 //! loading), takes the id's lock, decides, and carries the effects out in order:
 //! Persist = append to the log and wait; BeginPartitions = BEGIN markers and wait;
+//! BeginBehindEnd = the same, each partition's behind the previous outcome's marker;
 //! WriteMarkers = markers in the background after the reply, then `MarkersWritten` back
 //! into the decider and its Complete* persisted; Reply.
 //!
@@ -41,7 +42,7 @@ use crate::txn::decide::{
 use crate::txn::state::TxnState;
 
 use self::end_signals::Progress;
-use self::markers::{write_markers, MarkerJob};
+use self::markers::{write_markers, write_markers_once, MarkerJob};
 use self::partition::LogPartition;
 use self::successor::{park_behind_holder, park_until_completed, Parked, Turn};
 
@@ -626,14 +627,28 @@ impl Coordinator {
                     part.end_signals.start(&job);
                     end = Some(job);
                 }
-                Effect::AwaitEndMarkers {
+                Effect::BeginBehindEnd {
                     producer_id,
                     producer_epoch,
-                    commit,
                     partitions,
+                    end,
                 } => {
-                    let job = end_job(part, producer_id, producer_epoch, commit, partitions);
-                    self.await_end_markers(part, &job).await?;
+                    let begin = MarkerJob {
+                        log_partition: part.index,
+                        producer_id,
+                        producer_epoch,
+                        control: ControlType::Begin,
+                        coordinator_epoch: part.coordinator_epoch,
+                        partitions,
+                    };
+                    let end = end_job(
+                        part,
+                        producer_id,
+                        producer_epoch,
+                        end.commit,
+                        end.partitions,
+                    );
+                    self.begin_behind_end(part, begin, &end).await?;
                 }
                 Effect::Reply(r) => reply = Some(r),
             }
@@ -642,6 +657,43 @@ impl Coordinator {
             part.persist(done).await.map_err(|e| self.refuse(part, e))?;
         }
         Ok((reply, end))
+    }
+
+    /// BEGINs a transaction begun behind the outcome whose markers are `end`. Each
+    /// BEGIN is sent at once: a leader that `end`'s marker has reached appends the BEGIN
+    /// behind it (the new transaction's data, acknowledged only past the high
+    /// watermark, then takes both along to every replica), one it has not reached yet
+    /// refuses it (the transaction the marker closes is still open there). Only the
+    /// partitions not begun that way wait for `end`'s markers and are begun again, as
+    /// every BEGIN did before; at replication factor 3 the others no longer wait for
+    /// the markers' replication and answer.
+    async fn begin_behind_end(
+        &self,
+        part: &LogPartition,
+        begin: MarkerJob,
+        end: &MarkerJob,
+    ) -> Result<(), Refusal> {
+        // A leader that does not answer is not waited for longer than the markers are.
+        let left = tokio::time::timeout(COMPLETION_WAIT, write_markers_once(&self.conn, &begin))
+            .await
+            .unwrap_or_else(|_| begin.partitions.clone());
+        if left.is_empty() {
+            return Ok(());
+        }
+        tracing::debug!(
+            producer_id = begin.producer_id,
+            epoch = begin.producer_epoch,
+            partitions = left.len(),
+            "BEGIN behind the end markers"
+        );
+        self.await_end_markers(part, end).await?;
+        let rest = MarkerJob {
+            partitions: left,
+            ..begin
+        };
+        write_markers(&self.conn, &rest, &part.token)
+            .await
+            .map_err(|e| self.refuse(part, e))
     }
 
     /// Waits for the markers of the outcome a new transaction began behind, or writes

@@ -182,15 +182,17 @@ pub enum Effect {
         producer_epoch: i16,
         partitions: BTreeSet<TopicPartition>,
     },
-    /// Wait until the markers of the outcome the new transaction began behind (its
-    /// `pending_end`) are written, writing them here when nobody else is: a BEGIN that
-    /// reached a partition of both transactions first would be refused there, the
-    /// previous transaction still open.
-    AwaitEndMarkers {
+    /// Write a BEGIN for a transaction that began behind the outcome `end` of the one
+    /// before it (its `pending_end`), in every partition, and wait until every leader
+    /// accepted it. A leader that `end`'s marker has not reached yet refuses the BEGIN
+    /// (the transaction it closes is still open there); those partitions wait for
+    /// `end`'s markers, written here when nobody else is writing them, and are begun
+    /// again.
+    BeginBehindEnd {
         producer_id: i64,
         producer_epoch: i16,
-        commit: bool,
         partitions: BTreeSet<TopicPartition>,
+        end: PendingEnd,
     },
     Reply(Reply),
 }
@@ -461,9 +463,11 @@ fn add_partitions(
 
 /// The producer that ended the id's transaction starts its next one while the markers
 /// of that end are still being written: the new transaction is persisted at once, with
-/// the outcome as its `pending_end`, and its BEGINs go out once the markers are written.
-/// The registration's answer then waits for one append alongside the markers instead of
-/// the markers and then an append.
+/// the outcome as its `pending_end`, and its BEGINs go out right after that append,
+/// each partition's behind the outcome's marker there (`Effect::BeginBehindEnd`). The
+/// registration's answer then waits for one append alongside the markers instead of
+/// the markers and then an append, and at replication factor 3 not for the markers'
+/// replication before the BEGINs are sent.
 fn begin_behind_end(meta: &TxnMetadata, partitions: &[TopicPartition], ctx: Context) -> Decision {
     let commit = meta.state == TxnState::PrepareCommit;
     let mut next = meta.clone();
@@ -478,16 +482,14 @@ fn begin_behind_end(meta: &TxnMetadata, partitions: &[TopicPartition], ctx: Cont
     next.ended_by_producer = false;
     Decision::Act(vec![
         Effect::Persist(next.clone()),
-        Effect::AwaitEndMarkers {
-            producer_id: meta.producer_id,
-            producer_epoch: meta.producer_epoch,
-            commit,
-            partitions: meta.partitions.clone(),
-        },
-        Effect::BeginPartitions {
+        Effect::BeginBehindEnd {
             producer_id: meta.producer_id,
             producer_epoch: meta.producer_epoch,
             partitions: next.partitions,
+            end: PendingEnd {
+                commit,
+                partitions: meta.partitions.clone(),
+            },
         },
         Effect::Reply(Reply::Ok {
             producer_epoch: meta.producer_epoch,

@@ -472,13 +472,20 @@ fn given_random_traffic_then_transitions_stay_legal_and_outcomes_never_flip() {
                         "outcome flipped"
                     );
                     assert_eq!(end.partitions, b.partitions);
-                    let awaited = effects
-                        .iter()
-                        .position(|e| matches!(e, Effect::AwaitEndMarkers { .. }));
-                    let begun = effects
-                        .iter()
-                        .position(|e| matches!(e, Effect::BeginPartitions { .. }));
-                    assert!(awaited.is_some() && awaited < begun, "{effects:?}");
+                    // Its BEGINs are each behind the outcome's marker, never plain.
+                    assert!(
+                        effects.iter().any(|e| matches!(
+                            e,
+                            Effect::BeginBehindEnd { end: behind, .. } if behind == end
+                        )),
+                        "{effects:?}"
+                    );
+                    assert!(
+                        !effects
+                            .iter()
+                            .any(|e| matches!(e, Effect::BeginPartitions { .. })),
+                        "{effects:?}"
+                    );
                 }
             }
             for effect in &effects {
@@ -810,7 +817,7 @@ fn pending(commit: bool, partitions: &[TopicPartition]) -> Option<PendingEnd> {
 }
 
 #[test]
-fn given_a_commit_being_written_when_its_producer_adds_partitions_then_the_next_transaction_is_persisted_at_once_and_begins_after_the_markers(
+fn given_a_commit_being_written_when_its_producer_adds_partitions_then_the_next_transaction_is_persisted_at_once_and_begins_behind_the_markers(
 ) {
     let mut current = initialised();
     add(&mut current, 0, &[tp("orders", 0), tp("stock", 1)], 10);
@@ -821,16 +828,14 @@ fn given_a_commit_being_written_when_its_producer_adds_partitions_then_the_next_
         effects,
         vec![
             Effect::Persist(meta.clone()),
-            Effect::AwaitEndMarkers {
-                producer_id: 7,
-                producer_epoch: 1,
-                commit: true,
-                partitions: [tp("orders", 0), tp("stock", 1)].into_iter().collect(),
-            },
-            Effect::BeginPartitions {
+            Effect::BeginBehindEnd {
                 producer_id: 7,
                 producer_epoch: 1,
                 partitions: [tp("stock", 1), tp("audit", 0)].into_iter().collect(),
+                end: PendingEnd {
+                    commit: true,
+                    partitions: [tp("orders", 0), tp("stock", 1)].into_iter().collect(),
+                },
             },
             Effect::Reply(Reply::Ok { producer_epoch: 1 }),
         ]

@@ -1,24 +1,32 @@
 //! A producer's next transaction starts right after its commit, while the commit's
 //! markers may still be on their way. Its registration is not sent away with
 //! CONCURRENT_TRANSACTIONS: the coordinator persists the new transaction at once, with
-//! the commit as its pending end, and answers once the commit's markers are written
-//! and the new BEGINs after them. Registrations that arrive meanwhile (the SDK does not
-//! wait for one call before the next) are carried out when the commit completes. A
-//! coordinator killed while the commit is pending behind the new transaction leaves
-//! both to its successor, which writes the commit's markers before serving.
+//! the commit as its pending end, and sends its BEGINs at once. A partition the commit
+//! did not touch is begun without waiting for the commit's markers; a partition of both
+//! transactions is begun only behind the commit's marker there (its leader refuses a
+//! BEGIN while the committed transaction is still open), so the registration is
+//! answered only once that marker landed. Registrations that arrive meanwhile (the SDK
+//! does not wait for one call before the next) are carried out when the commit
+//! completes. A coordinator killed while the commit is pending behind the new
+//! transaction leaves both to its successor, which writes the commit's markers before
+//! serving.
 
 use std::time::{Duration, Instant};
 
-use idem_client::{Isolation, ProducerRecord, TransactionalProducer};
+use idem_client::{Isolation, ProducerIdAndEpoch, ProducerRecord, TransactionalProducer};
 use idem_proto::txn::TXN_LOG_TOPIC;
-use idem_proto::v1::{AddPartitionsToTxnRequest, TxnTopicPartitions};
+use idem_proto::v1::{AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, TxnTopicPartitions};
 use idem_proto::ErrorCode;
-use idem_tests::raw;
+use idem_proto::{batch, control};
 use idem_tests::txn::{self, values, wait_until_stable};
 use idem_tests::Cluster;
+use idem_tests::{raw, replicas};
+use tokio::task::JoinHandle;
 
 const ORDERS: &str = "orders";
 const AUDIT: &str = "audit";
+/// Enough that two are led away from ORDERS-0's broker (leaders are spread evenly).
+const AUDIT_PARTITIONS: i32 = 6;
 /// How long the marker of the first transaction is held back.
 const HELD: Duration = Duration::from_millis(1000);
 
@@ -27,21 +35,34 @@ const HELD: Duration = Duration::from_millis(1000);
 struct OrderSent {
     cluster: Cluster,
     orders_leader: i32,
+    /// Two AUDIT partitions another broker leads, so a BEGIN reaches them while
+    /// ORDERS-0's broker is stopped.
+    audit: [i32; 2],
     bootstrap: String,
     id: String,
     log_partition: i32,
     producer: TransactionalProducer,
 }
 
-async fn order_sent(audit_partitions: i32) -> OrderSent {
+async fn order_sent() -> OrderSent {
     // A stopped follower leaves the ISR after a second, so the transaction log (RF 3)
     // keeps taking writes while the fault lasts.
     let brokers = ["--replica-lag-time-max-ms", "1000"];
     let cluster = Cluster::start_with_coordinators(3, 1, &brokers, &[]).await;
     // Replication factor 1: while its only broker is stopped, no marker lands there.
     cluster.create_topic(ORDERS, 1, 1).await;
-    cluster.create_topic(AUDIT, audit_partitions, 3).await;
+    cluster.create_topic(AUDIT, AUDIT_PARTITIONS, 3).await;
     let orders_leader = cluster.leader_of(ORDERS, 0).await.leader_id;
+    let mut led_elsewhere = Vec::new();
+    for partition in 0..AUDIT_PARTITIONS {
+        if cluster.leader_of(AUDIT, partition).await.leader_id != orders_leader {
+            led_elsewhere.push(partition);
+        }
+    }
+    let audit = match led_elsewhere[..] {
+        [a, b, ..] => [a, b],
+        _ => panic!("broker {orders_leader} leads all but {led_elsewhere:?} of {AUDIT}"),
+    };
     // Clients bootstrap from a broker that stays up.
     let bootstrap = cluster
         .broker(cluster.observer(&[orders_leader]))
@@ -60,6 +81,7 @@ async fn order_sent(audit_partitions: i32) -> OrderSent {
     OrderSent {
         cluster,
         orders_leader,
+        audit,
         bootstrap,
         id,
         log_partition,
@@ -68,59 +90,38 @@ async fn order_sent(audit_partitions: i32) -> OrderSent {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn given_a_commit_whose_markers_are_delayed_when_the_next_transaction_registers_then_it_waits_and_is_accepted(
+async fn given_a_commit_whose_markers_are_delayed_when_the_next_transaction_registers_elsewhere_then_it_begins_at_once_and_later_registrations_wait(
 ) {
     let OrderSent {
         mut cluster,
         orders_leader,
+        audit,
         bootstrap,
         id,
         log_partition,
         producer,
-    } = order_sent(2).await;
+    } = order_sent().await;
     cluster.pause(orders_leader);
     // Answered once PrepareCommit is persisted; the ORDERS marker cannot land yet.
     producer.commit().await.expect("commit decided");
     let next = producer.producer_id().expect("initialised");
-
-    // The next transaction registers two partitions, in two calls, while the first is
-    // still completing.
+    // The first registration names an AUDIT partition, which the commit did not touch: it is
+    // persisted behind the commit and begun while ORDERS-0's marker cannot land.
     let owner = txn::find_coordinator(&bootstrap, &id).await;
-    let started = Instant::now();
-    let mut registrations = Vec::new();
-    for partition in [0, 1] {
-        let mut coordinator = txn::coordinator_client(&owner.address)
-            .await
-            .expect("coordinator");
-        let request = AddPartitionsToTxnRequest {
-            transactional_id: id.clone(),
-            producer_id: next.producer_id,
-            producer_epoch: i32::from(next.producer_epoch),
-            topics: vec![TxnTopicPartitions {
-                topic: AUDIT.into(),
-                partitions: vec![partition],
-            }],
-        };
-        registrations.push(tokio::spawn(async move {
-            coordinator
-                .add_partitions_to_txn(request)
-                .await
-                .expect("AddPartitionsToTxn")
-                .into_inner()
-        }));
-    }
-    // The new transaction is persisted while the marker cannot land, with the commit it
-    // began behind as its pending end; its BEGINs wait for that marker.
-    let described = txn::wait_for_description(
-        &bootstrap,
-        &id,
-        "persisted the next transaction behind its commit",
-        |t| !t.pending_end.is_empty(),
-    )
-    .await;
+    let first = register(&owner.address, &id, next, &[(AUDIT, audit[0])])
+        .await
+        .expect("registration task");
+    assert_eq!(
+        first.error_code(),
+        ErrorCode::None,
+        "{}",
+        first.error_message
+    );
+    let described = txn::describe(&bootstrap, &id).await.expect("describe");
     assert_eq!(
         (described.state.as_str(), described.pending_end.as_str()),
-        ("Ongoing", "COMMIT")
+        ("Ongoing", "COMMIT"),
+        "the commit is still pending: its marker cannot have landed"
     );
     assert_eq!(described.producer_epoch, i32::from(next.producer_epoch));
     assert_eq!(
@@ -130,22 +131,23 @@ async fn given_a_commit_whose_markers_are_delayed_when_the_next_transaction_regi
             partitions: vec![0],
         }]
     );
-    assert!(
-        registrations.iter().all(|r| !r.is_finished()),
-        "a registration was answered before the commit's marker landed"
-    );
+    // A registration arriving while the commit is pending waits for it.
+    let started = Instant::now();
+    let second = register(&owner.address, &id, next, &[(AUDIT, audit[1])]);
     // The fault lasts HELD; then the marker lands and the commit completes.
     tokio::time::sleep(HELD).await;
+    assert!(
+        !second.is_finished(),
+        "a registration arriving behind the pending commit was answered before its marker landed"
+    );
     cluster.resume(orders_leader);
-    for registration in registrations {
-        let answer = registration.await.expect("registration task");
-        assert_eq!(
-            answer.error_code(),
-            ErrorCode::None,
-            "{}",
-            answer.error_message
-        );
-    }
+    let answer = second.await.expect("registration task");
+    assert_eq!(
+        answer.error_code(),
+        ErrorCode::None,
+        "{}",
+        answer.error_message
+    );
     assert!(
         started.elapsed() >= HELD,
         "answered after {:?}, before the first transaction could complete",
@@ -198,13 +200,13 @@ async fn given_a_commit_whose_markers_are_delayed_when_the_next_transaction_regi
     let (last_state, opened) = appends.iter().flatten().last().expect("records");
     assert_eq!(last_state, "Ongoing");
     assert!(!opened.contains("pending_end"), "{opened}");
-    for partition in [0, 1] {
+    for partition in audit {
         let entry = format!(r#"{{"topic":"{AUDIT}","partition":{partition}}}"#);
         assert!(opened.contains(&entry), "{entry} missing from {opened}");
     }
 
     // The coordinator dies now; restarted, it must load the second transaction open
-    // with both partitions, or AUDIT-1 (BEGIN written, no data) would hang with nobody
+    // with both partitions, or the second (BEGIN written, no data) would hang with nobody
     // to end it.
     cluster.kill_coordinator(owner.coordinator_id);
     cluster.restart_coordinator(owner.coordinator_id);
@@ -214,20 +216,20 @@ async fn given_a_commit_whose_markers_are_delayed_when_the_next_transaction_regi
     // registration, and both transactions are visible once.
     producer.begin().expect("begin");
     producer
-        .send(ProducerRecord::new(AUDIT, "audit-2").partition(0))
+        .send(ProducerRecord::new(AUDIT, "audit-2").partition(audit[0]))
         .await
         .expect("send")
         .await
         .expect("acked");
     producer.commit().await.expect("second commit");
     wait_until_stable(&bootstrap, ORDERS, &[0]).await;
-    wait_until_stable(&bootstrap, AUDIT, &[0, 1]).await;
+    wait_until_stable(&bootstrap, AUDIT, &audit).await;
     assert_eq!(
         values(&bootstrap, ORDERS, &[0], Isolation::ReadCommitted).await,
         vec!["order-1"]
     );
     assert_eq!(
-        values(&bootstrap, AUDIT, &[0], Isolation::ReadCommitted).await,
+        values(&bootstrap, AUDIT, &[audit[0]], Isolation::ReadCommitted).await,
         vec!["audit-2"]
     );
 }
@@ -250,24 +252,178 @@ fn states_of(
         .collect()
 }
 
+/// Sends an AddPartitionsToTxn of `partitions` for `producer` straight to the
+/// coordinator at `address`, in a task of its own.
+fn register(
+    address: &str,
+    transactional_id: &str,
+    producer: ProducerIdAndEpoch,
+    partitions: &[(&str, i32)],
+) -> JoinHandle<AddPartitionsToTxnResponse> {
+    let address = address.to_string();
+    let mut topics: Vec<TxnTopicPartitions> = Vec::new();
+    for &(topic, partition) in partitions {
+        match topics.iter_mut().find(|t| t.topic == topic) {
+            Some(t) => t.partitions.push(partition),
+            None => topics.push(TxnTopicPartitions {
+                topic: topic.into(),
+                partitions: vec![partition],
+            }),
+        }
+    }
+    let request = AddPartitionsToTxnRequest {
+        transactional_id: transactional_id.into(),
+        producer_id: producer.producer_id,
+        producer_epoch: i32::from(producer.producer_epoch),
+        topics,
+    };
+    tokio::spawn(async move {
+        let mut coordinator = txn::coordinator_client(&address)
+            .await
+            .expect("coordinator");
+        coordinator
+            .add_partitions_to_txn(request)
+            .await
+            .expect("AddPartitionsToTxn")
+            .into_inner()
+    })
+}
+
+/// With every broker stopped: each batch in ORDERS-0's log on its only broker, as what
+/// it is (data, or the marker) and the producer epoch it carries. Read from disk, since
+/// consumers are never given control batches.
+fn orders_log(cluster: &mut Cluster, orders_leader: i32) -> Vec<(String, i16)> {
+    cluster.stop_all();
+    let dir = cluster
+        .broker(orders_leader)
+        .data_dir()
+        .join(format!("{ORDERS}-0"));
+    replicas::batches_on_disk(&dir)
+        .into_iter()
+        .map(|(_, bytes)| {
+            let header = batch::decode_header(&bytes).expect("batch header");
+            let kind = if header.is_control() {
+                let marker = control::decode_control(&bytes).expect("control batch");
+                format!("{:?}", marker.control_type).to_uppercase()
+            } else {
+                "DATA".to_string()
+            };
+            (kind, header.producer_epoch)
+        })
+        .collect()
+}
+
+/// What ORDERS-0 must hold after "order-1" committed in the transaction at `epoch` and
+/// "order-2" in the next one: the first commit's marker before the next BEGIN.
+fn two_commits_in_order(epoch: i16) -> Vec<(String, i16)> {
+    [
+        ("BEGIN", epoch),
+        ("DATA", epoch),
+        ("COMMIT", epoch + 1),
+        ("BEGIN", epoch + 1),
+        ("DATA", epoch + 1),
+        ("COMMIT", epoch + 2),
+    ]
+    .into_iter()
+    .map(|(kind, epoch)| (kind.to_string(), epoch))
+    .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_commit_whose_marker_is_delayed_when_the_next_transaction_registers_a_partition_of_both_then_it_begins_there_behind_the_marker(
+) {
+    let OrderSent {
+        mut cluster,
+        orders_leader,
+        audit: [audit, _],
+        bootstrap,
+        id,
+        producer,
+        ..
+    } = order_sent().await;
+    let first = producer.producer_id().expect("initialised");
+    cluster.pause(orders_leader);
+    producer.commit().await.expect("commit decided");
+    let next = producer.producer_id().expect("initialised");
+
+    // One registration of a partition the commit touched and one it did not: ORDERS-0
+    // cannot be begun before the commit's marker is there, so neither is answered.
+    let owner = txn::find_coordinator(&bootstrap, &id).await;
+    let started = Instant::now();
+    let registration = register(&owner.address, &id, next, &[(ORDERS, 0), (AUDIT, audit)]);
+    txn::wait_for_description(
+        &bootstrap,
+        &id,
+        "persisted the next transaction behind its commit",
+        |t| {
+            t.pending_end == "COMMIT"
+                && t.topics.iter().map(|t| t.partitions.len()).sum::<usize>() == 2
+        },
+    )
+    .await;
+    tokio::time::sleep(HELD).await;
+    assert!(
+        !registration.is_finished(),
+        "ORDERS-0 was begun before the commit's marker could reach it"
+    );
+    cluster.resume(orders_leader);
+    let answer = registration.await.expect("registration task");
+    assert_eq!(
+        answer.error_code(),
+        ErrorCode::None,
+        "{}",
+        answer.error_message
+    );
+    assert!(started.elapsed() >= HELD);
+
+    // The producer writes its next transaction there and commits it.
+    producer.begin().expect("begin the next");
+    producer
+        .send(ProducerRecord::new(ORDERS, "order-2").partition(0))
+        .await
+        .expect("send")
+        .await
+        .expect("acked");
+    producer.commit().await.expect("second commit");
+    wait_until_stable(&bootstrap, ORDERS, &[0]).await;
+    assert_eq!(
+        values(&bootstrap, ORDERS, &[0], Isolation::ReadCommitted).await,
+        vec!["order-1", "order-2"]
+    );
+    assert_eq!(
+        orders_log(&mut cluster, orders_leader),
+        two_commits_in_order(first.producer_epoch)
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_a_transaction_begun_behind_a_commit_when_the_coordinator_dies_before_the_markers_then_its_successor_writes_them_and_both_commit(
 ) {
     let OrderSent {
         mut cluster,
         orders_leader,
+        audit: [audit, _],
         bootstrap,
         id,
         producer,
         ..
-    } = order_sent(1).await;
+    } = order_sent().await;
+    let first = producer.producer_id().expect("initialised");
     // ORDERS-0's only broker dies: its COMMIT marker cannot land, and no marker request
     // of this coordinator is left waiting in a socket to land later on its behalf.
     cluster.kill(orders_leader);
     producer.commit().await.expect("commit decided");
     producer.begin().expect("begin the next");
-    let audit = producer
-        .send(ProducerRecord::new(AUDIT, "audit-2").partition(0))
+    // The AUDIT partition is begun behind the commit at once: the commit did not touch it.
+    producer
+        .send(ProducerRecord::new(AUDIT, "audit-2").partition(audit))
+        .await
+        .expect("send")
+        .await
+        .expect("audit-2 acked while the commit's marker cannot land");
+    // ORDERS-0 cannot be begun before the commit's marker is there.
+    let order = producer
+        .send(ProducerRecord::new(ORDERS, "order-2").partition(0))
         .await
         .expect("send");
     let coordinator = txn::find_coordinator(&bootstrap, &id).await;
@@ -285,18 +441,18 @@ async fn given_a_transaction_begun_behind_a_commit_when_the_coordinator_dies_bef
     cluster.restart_coordinator(coordinator.coordinator_id);
     cluster.wait_for_coordinators().await;
 
-    audit
+    order
         .await
-        .expect("audit-2 acked through the restarted coordinator");
+        .expect("order-2 acked through the restarted coordinator");
     producer.commit().await.expect("second commit");
     wait_until_stable(&bootstrap, ORDERS, &[0]).await;
-    wait_until_stable(&bootstrap, AUDIT, &[0]).await;
+    wait_until_stable(&bootstrap, AUDIT, &[audit]).await;
     assert_eq!(
         values(&bootstrap, ORDERS, &[0], Isolation::ReadCommitted).await,
-        vec!["order-1"]
+        vec!["order-1", "order-2"]
     );
     assert_eq!(
-        values(&bootstrap, AUDIT, &[0], Isolation::ReadCommitted).await,
+        values(&bootstrap, AUDIT, &[audit], Isolation::ReadCommitted).await,
         vec!["audit-2"]
     );
     let described =
@@ -305,4 +461,8 @@ async fn given_a_transaction_begun_behind_a_commit_when_the_coordinator_dies_bef
         })
         .await;
     assert_eq!(described.pending_end, "");
+    assert_eq!(
+        orders_log(&mut cluster, orders_leader),
+        two_commits_in_order(first.producer_epoch)
+    );
 }
