@@ -475,11 +475,12 @@ impl Coordinator {
 
     /// Carries out the registrations that parked while the caller held the id's lock,
     /// each round's as one decision; the caller still holds the lock. Registrations
-    /// waiting for a completion are left to it.
+    /// waiting for a prepared outcome's completion are left to it (a transaction begun
+    /// behind an outcome takes its registrations at once).
     async fn carry_out_parked(self: &Arc<Self>, part: &Arc<LogPartition>, transactional_id: &str) {
         loop {
             let current = part.get(transactional_id);
-            if current.as_ref().is_some_and(TxnMetadata::is_completing) {
+            if current.as_ref().is_some_and(|m| m.state.is_completing()) {
                 return;
             }
             let Some(parked) = part.successors.take(transactional_id) else {

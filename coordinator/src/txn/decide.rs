@@ -51,7 +51,7 @@ pub struct TxnMetadata {
 impl TxnMetadata {
     /// Markers are being written, of a prepared outcome or of the outcome a new
     /// transaction began behind: the id answers `CONCURRENT_TRANSACTIONS` to anything
-    /// but their completion.
+    /// but their completion and (behind an outcome) its producer's registrations.
     pub fn is_completing(&self) -> bool {
         self.state.is_completing() || self.pending_end.is_some()
     }
@@ -426,6 +426,11 @@ fn add_partitions(
     if ended_by_this_producer && meta.pending_end.is_none() && !partitions.is_empty() {
         return begin_behind_end(meta, partitions, ctx);
     }
+    if let Some(end) = &meta.pending_end {
+        if meta.state == TxnState::Ongoing && !partitions.is_empty() {
+            return join_behind_end(meta, end, partitions, ctx);
+        }
+    }
     if meta.is_completing() {
         return reply(TxnError::ConcurrentTransactions);
     }
@@ -469,32 +474,61 @@ fn add_partitions(
 /// the markers and then an append, and at replication factor 3 not for the markers'
 /// replication before the BEGINs are sent.
 fn begin_behind_end(meta: &TxnMetadata, partitions: &[TopicPartition], ctx: Context) -> Decision {
-    let commit = meta.state == TxnState::PrepareCommit;
-    let mut next = meta.clone();
-    next.pending_end = Some(PendingEnd {
-        commit,
+    let end = PendingEnd {
+        commit: meta.state == TxnState::PrepareCommit,
         partitions: meta.partitions.clone(),
-    });
+    };
+    let mut next = meta.clone();
+    next.pending_end = Some(end.clone());
     next.state = TxnState::Ongoing;
     next.partitions = partitions.iter().cloned().collect();
     next.txn_start_ms = ctx.now_ms;
     next.last_update_ms = ctx.now_ms;
     next.ended_by_producer = false;
-    Decision::Act(vec![
-        Effect::Persist(next.clone()),
-        Effect::BeginBehindEnd {
-            producer_id: meta.producer_id,
-            producer_epoch: meta.producer_epoch,
-            partitions: next.partitions,
-            end: PendingEnd {
-                commit,
-                partitions: meta.partitions.clone(),
-            },
-        },
-        Effect::Reply(Reply::Ok {
-            producer_epoch: meta.producer_epoch,
-        }),
-    ])
+    let begin = next.partitions.clone();
+    behind_end(meta, Some(next), begin, end)
+}
+
+/// A registration of a transaction that began behind an outcome still pending: its
+/// partitions join at once, their BEGINs behind the outcome's markers like the first
+/// ones'. The outcome stays pending (only its markers' completion clears it), so no new
+/// outcome can be decided before it is everywhere.
+fn join_behind_end(
+    meta: &TxnMetadata,
+    end: &PendingEnd,
+    partitions: &[TopicPartition],
+    ctx: Context,
+) -> Decision {
+    // BEGIN goes to every partition asked for, also on a retry.
+    let begin: BTreeSet<TopicPartition> = partitions.iter().cloned().collect();
+    let next = (!begin.is_subset(&meta.partitions)).then(|| {
+        let mut next = meta.clone();
+        next.partitions.extend(begin.iter().cloned());
+        next.last_update_ms = ctx.now_ms;
+        next
+    });
+    behind_end(meta, next, begin, end.clone())
+}
+
+/// Persist `next` (when something changed), BEGIN `partitions` behind `end`'s markers,
+/// then answer: the transaction runs at `meta`'s producer id and epoch.
+fn behind_end(
+    meta: &TxnMetadata,
+    next: Option<TxnMetadata>,
+    partitions: BTreeSet<TopicPartition>,
+    end: PendingEnd,
+) -> Decision {
+    let mut effects: Vec<Effect> = next.into_iter().map(Effect::Persist).collect();
+    effects.push(Effect::BeginBehindEnd {
+        producer_id: meta.producer_id,
+        producer_epoch: meta.producer_epoch,
+        partitions,
+        end,
+    });
+    effects.push(Effect::Reply(Reply::Ok {
+        producer_epoch: meta.producer_epoch,
+    }));
+    Decision::Act(effects)
 }
 
 fn end_txn(

@@ -426,6 +426,7 @@ fn given_random_traffic_then_transitions_stay_legal_and_outcomes_never_flip() {
         seed % n
     };
     let (mut commits, mut aborts, mut fenced, mut began_behind) = (0, 0, 0, 0);
+    let mut joined_behind = 0;
     for _run in 0..200 {
         let mut current = initialised();
         let mut now = 0;
@@ -454,14 +455,24 @@ fn given_random_traffic_then_transitions_stay_legal_and_outcomes_never_flip() {
                 Decision::NeedsFreshProducerId => continue,
             };
             let persisted_epoch = current.as_ref().map(|m| m.producer_epoch);
-            if before.as_ref().is_some_and(|b| b.pending_end.is_some())
-                && request != Request::MarkersWritten
-            {
-                assert_eq!(
-                    persisted(&effects),
-                    0,
-                    "{request:?} changed an id whose previous outcome is pending"
-                );
+            if let Some(b) = before.as_ref().filter(|b| b.pending_end.is_some()) {
+                if request != Request::MarkersWritten {
+                    // Only its producer's registrations change it, adding partitions
+                    // and keeping the outcome pending.
+                    let m = current.as_ref().expect("still there");
+                    let joined = matches!(request, Request::AddPartitions { .. })
+                        && m.pending_end == b.pending_end
+                        && m.state == TxnState::Ongoing
+                        && m.producer_epoch == b.producer_epoch
+                        && b.partitions.is_subset(&m.partitions);
+                    assert!(
+                        persisted(&effects) == 0 || joined,
+                        "{request:?} changed an id whose previous outcome is pending: {b:?} -> {m:?}"
+                    );
+                    if joined && persisted(&effects) > 0 {
+                        joined_behind += 1;
+                    }
+                }
             }
             if let (Some(b), Some(m)) = (&before, &current) {
                 if let (None, Some(end)) = (&b.pending_end, &m.pending_end) {
@@ -539,8 +550,8 @@ fn given_random_traffic_then_transitions_stay_legal_and_outcomes_never_flip() {
         }
     }
     assert!(
-        commits > 50 && aborts > 50 && fenced > 50 && began_behind > 50,
-        "commits {commits}, aborts {aborts}, fenced {fenced}, began behind {began_behind}"
+        commits > 50 && aborts > 50 && fenced > 50 && began_behind > 50 && joined_behind > 10,
+        "commits {commits}, aborts {aborts}, fenced {fenced}, began behind {began_behind}, joined behind {joined_behind}"
     );
 }
 
@@ -881,11 +892,6 @@ fn given_an_outcome_pending_then_only_its_markers_written_change_the_id_and_that
     let began = current.clone();
     let busy = [
         init(60_000),
-        Request::AddPartitions {
-            producer_id: 7,
-            producer_epoch: 1,
-            partitions: vec![tp("orders", 1)],
-        },
         Request::EndTxn {
             producer_id: 7,
             producer_epoch: 1,
@@ -934,6 +940,58 @@ fn given_an_outcome_pending_then_only_its_markers_written_change_the_id_and_that
         commit: true,
         partitions: [tp("audit", 0), tp("orders", 1)].into_iter().collect(),
     }));
+}
+
+#[test]
+fn given_an_outcome_pending_when_its_producer_registers_more_partitions_then_they_join_at_once_behind_the_same_outcome(
+) {
+    let mut current = initialised();
+    add(&mut current, 0, &[tp("orders", 0)], 10);
+    end(&mut current, 0, true, 20);
+    add(&mut current, 1, &[tp("audit", 0)], 21);
+    let began = current.clone().expect("began");
+    let effects = add(&mut current, 1, &[tp("orders", 0), tp("audit", 1)], 22);
+    let meta = current.clone().expect("persisted");
+    assert_eq!(
+        effects,
+        vec![
+            Effect::Persist(meta.clone()),
+            Effect::BeginBehindEnd {
+                producer_id: 7,
+                producer_epoch: 1,
+                partitions: [tp("orders", 0), tp("audit", 1)].into_iter().collect(),
+                end: PendingEnd {
+                    commit: true,
+                    partitions: [tp("orders", 0)].into_iter().collect(),
+                },
+            },
+            Effect::Reply(Reply::Ok { producer_epoch: 1 }),
+        ]
+    );
+    assert_eq!(
+        meta,
+        TxnMetadata {
+            partitions: [tp("audit", 0), tp("audit", 1), tp("orders", 0)]
+                .into_iter()
+                .collect(),
+            last_update_ms: 22,
+            ..began.clone()
+        }
+    );
+    // A retry persists nothing and begins again, behind the same outcome.
+    let retried = add(&mut current, 1, &[tp("audit", 1)], 23);
+    assert_eq!(persisted(&retried), 0);
+    assert!(retried.contains(&Effect::BeginBehindEnd {
+        producer_id: 7,
+        producer_epoch: 1,
+        partitions: [tp("audit", 1)].into_iter().collect(),
+        end: began.pending_end.clone().expect("pending"),
+    }));
+    // A zombie's registration (the epoch before) changes nothing.
+    let stale = add(&mut current, 0, &[tp("audit", 2)], 24);
+    assert_eq!(persisted(&stale), 0);
+    assert!(!stale.contains(&Effect::Reply(Reply::Ok { producer_epoch: 0 })));
+    assert_eq!(current, Some(meta));
 }
 
 #[test]
