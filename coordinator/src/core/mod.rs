@@ -439,7 +439,7 @@ impl Coordinator {
         request: Request,
     ) -> Result<Option<Reply>, Refusal> {
         let lock = part.lock_for(transactional_id);
-        let guard = match lock.try_lock() {
+        let guard = match lock.clone().try_lock_owned() {
             Ok(guard) => guard,
             // Busy: a registration joins the ones waiting for the holder, which carries
             // them out as one before it lets go.
@@ -449,7 +449,7 @@ impl Coordinator {
                     Turn::Mine(guard) => guard,
                 }
             }
-            Err(_) => lock.lock().await,
+            Err(_) => lock.lock_owned().await,
         };
         if part.token.is_lost() || !self.ownership.holds_lease() {
             return Err(Refusal::new(
@@ -462,10 +462,19 @@ impl Coordinator {
             .decide_with_fresh_id(transactional_id, current.as_ref(), &request)
             .await?;
         let outcome = self.carry_out(part, effects, None).await;
-        if outcome.is_ok() {
-            self.carry_out_parked(part, transactional_id).await;
+        if outcome.is_ok() && part.successors.any(transactional_id) {
+            // The registrations that parked meanwhile are carried out under the lock
+            // after this answer, which does not wait for theirs.
+            let this = self.clone();
+            let part = part.clone();
+            let id = transactional_id.to_string();
+            tokio::spawn(async move {
+                this.carry_out_parked(&part, &id).await;
+                drop(guard);
+            });
+        } else {
+            drop(guard);
         }
-        drop(guard);
         let (reply, end) = outcome?;
         if let Some(job) = end {
             self.spawn_finish(part, transactional_id, job);

@@ -21,10 +21,10 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use idem_proto::ErrorCode;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, OwnedMutexGuard};
 use tokio::time::Instant;
 
 use super::partition::LogPartition;
@@ -135,6 +135,13 @@ impl Successors {
         removed
     }
 
+    /// Whether a registration is parked for `transactional_id`.
+    pub fn any(&self, transactional_id: &str) -> bool {
+        self.parked
+            .lock()
+            .is_ok_and(|parked| parked.contains_key(transactional_id))
+    }
+
     /// The registration parked for `transactional_id`, for the completion to decide.
     pub fn take(&self, transactional_id: &str) -> Option<Parked> {
         self.parked.lock().ok()?.remove(transactional_id)
@@ -176,27 +183,27 @@ pub async fn park_until_completed(
 }
 
 /// How a registration that found its id's lock held got its turn.
-pub enum Turn<'a> {
+pub enum Turn {
     /// The holder carried it out (with the others parked beside it).
     Answered(Answer),
     /// The lock came free without the holder taking it: decide it alone.
-    Mine(tokio::sync::MutexGuard<'a, ()>),
+    Mine(OwnedMutexGuard<()>),
 }
 
 /// Parks a registration behind the holder of its id's lock, which carries out what
 /// parked before letting go.
-pub async fn park_behind_holder<'a>(
+pub async fn park_behind_holder(
     part: &LogPartition,
     transactional_id: &str,
     request: &Request,
-    lock: &'a tokio::sync::Mutex<()>,
-) -> Turn<'a> {
+    lock: &Arc<tokio::sync::Mutex<()>>,
+) -> Turn {
     let Some((ticket, mut answer)) = part.successors.park(transactional_id, request.clone()) else {
-        return Turn::Mine(lock.lock().await);
+        return Turn::Mine(lock.clone().lock_owned().await);
     };
     tokio::select! {
         result = &mut answer => Turn::Answered(received(result)),
-        guard = lock.lock() => {
+        guard = lock.clone().lock_owned() => {
             if part.successors.unpark(transactional_id, ticket) {
                 Turn::Mine(guard)
             } else {
