@@ -614,14 +614,7 @@ impl Coordinator {
                     producer_epoch,
                     partitions,
                 } => {
-                    let job = MarkerJob {
-                        log_partition: part.index,
-                        producer_id,
-                        producer_epoch,
-                        control: ControlType::Begin,
-                        coordinator_epoch: part.coordinator_epoch,
-                        partitions,
-                    };
+                    let job = begin_job(part, producer_id, producer_epoch, partitions);
                     write_markers(&self.conn, &job, &part.token)
                         .await
                         .map_err(|e| self.refuse(part, e))?;
@@ -643,14 +636,7 @@ impl Coordinator {
                     partitions,
                     end,
                 } => {
-                    let begin = MarkerJob {
-                        log_partition: part.index,
-                        producer_id,
-                        producer_epoch,
-                        control: ControlType::Begin,
-                        coordinator_epoch: part.coordinator_epoch,
-                        partitions,
-                    };
+                    let begin = begin_job(part, producer_id, producer_epoch, partitions);
                     let end = end_job(
                         part,
                         producer_id,
@@ -977,6 +963,22 @@ fn end_markers(part: &LogPartition, meta: &TxnMetadata) -> MarkerJob {
             meta.state == TxnState::PrepareCommit,
             meta.partitions.clone(),
         ),
+    }
+}
+
+fn begin_job(
+    part: &LogPartition,
+    producer_id: i64,
+    producer_epoch: i16,
+    partitions: BTreeSet<TopicPartition>,
+) -> MarkerJob {
+    MarkerJob {
+        log_partition: part.index,
+        producer_id,
+        producer_epoch,
+        control: ControlType::Begin,
+        coordinator_epoch: part.coordinator_epoch,
+        partitions,
     }
 }
 
