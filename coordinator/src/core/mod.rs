@@ -966,20 +966,37 @@ fn end_markers(part: &LogPartition, meta: &TxnMetadata) -> MarkerJob {
     }
 }
 
-fn begin_job(
+/// The markers of `control` this partition's owner writes for a producer.
+fn marker_job(
     part: &LogPartition,
     producer_id: i64,
     producer_epoch: i16,
+    control: ControlType,
     partitions: BTreeSet<TopicPartition>,
 ) -> MarkerJob {
     MarkerJob {
         log_partition: part.index,
         producer_id,
         producer_epoch,
-        control: ControlType::Begin,
+        control,
         coordinator_epoch: part.coordinator_epoch,
         partitions,
     }
+}
+
+fn begin_job(
+    part: &LogPartition,
+    producer_id: i64,
+    producer_epoch: i16,
+    partitions: BTreeSet<TopicPartition>,
+) -> MarkerJob {
+    marker_job(
+        part,
+        producer_id,
+        producer_epoch,
+        ControlType::Begin,
+        partitions,
+    )
 }
 
 fn end_job(
@@ -989,16 +1006,10 @@ fn end_job(
     commit: bool,
     partitions: BTreeSet<TopicPartition>,
 ) -> MarkerJob {
-    MarkerJob {
-        log_partition: part.index,
-        producer_id,
-        producer_epoch,
-        control: if commit {
-            ControlType::Commit
-        } else {
-            ControlType::Abort
-        },
-        coordinator_epoch: part.coordinator_epoch,
-        partitions,
-    }
+    let control = if commit {
+        ControlType::Commit
+    } else {
+        ControlType::Abort
+    };
+    marker_job(part, producer_id, producer_epoch, control, partitions)
 }
