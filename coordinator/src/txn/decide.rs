@@ -426,12 +426,15 @@ fn add_partitions(
     if ended_by_this_producer && meta.pending_end.is_none() && !partitions.is_empty() {
         return begin_behind_end(meta, partitions, ctx);
     }
-    if let Some(end) = &meta.pending_end {
-        if meta.state == TxnState::Ongoing && !partitions.is_empty() {
-            return join_behind_end(meta, end, partitions, ctx);
-        }
-    }
-    if meta.is_completing() {
+    // An Ongoing begun behind an outcome still pending takes its producer's
+    // registrations like any Ongoing; only their BEGINs go behind the outcome's markers.
+    // The outcome stays pending (only its markers' completion clears it), so no new
+    // outcome can be decided before it is everywhere.
+    let behind = meta
+        .pending_end
+        .as_ref()
+        .filter(|_| meta.state == TxnState::Ongoing && !partitions.is_empty());
+    if meta.is_completing() && behind.is_none() {
         return reply(TxnError::ConcurrentTransactions);
     }
     if !meta.state.can_transition_to(TxnState::Ongoing) {
@@ -440,10 +443,21 @@ fn add_partitions(
     let ok = Effect::Reply(Reply::Ok { producer_epoch });
     // BEGIN goes to every partition asked for, also on a retry: the first attempt may
     // have persisted the registration and then lost its markers.
-    let begin = (!partitions.is_empty()).then(|| Effect::BeginPartitions {
-        producer_id,
-        producer_epoch,
-        partitions: partitions.iter().cloned().collect(),
+    let begin = (!partitions.is_empty()).then(|| {
+        let partitions = partitions.iter().cloned().collect();
+        match behind {
+            Some(end) => Effect::BeginBehindEnd {
+                producer_id,
+                producer_epoch,
+                partitions,
+                end: end.clone(),
+            },
+            None => Effect::BeginPartitions {
+                producer_id,
+                producer_epoch,
+                partitions,
+            },
+        }
     });
     if meta.state == TxnState::Ongoing && partitions.iter().all(|p| meta.partitions.contains(p)) {
         // A retry: nothing new to persist.
@@ -485,50 +499,18 @@ fn begin_behind_end(meta: &TxnMetadata, partitions: &[TopicPartition], ctx: Cont
     next.txn_start_ms = ctx.now_ms;
     next.last_update_ms = ctx.now_ms;
     next.ended_by_producer = false;
-    let begin = next.partitions.clone();
-    behind_end(meta, Some(next), begin, end)
-}
-
-/// A registration of a transaction that began behind an outcome still pending: its
-/// partitions join at once, their BEGINs behind the outcome's markers like the first
-/// ones'. The outcome stays pending (only its markers' completion clears it), so no new
-/// outcome can be decided before it is everywhere.
-fn join_behind_end(
-    meta: &TxnMetadata,
-    end: &PendingEnd,
-    partitions: &[TopicPartition],
-    ctx: Context,
-) -> Decision {
-    // BEGIN goes to every partition asked for, also on a retry.
-    let begin: BTreeSet<TopicPartition> = partitions.iter().cloned().collect();
-    let next = (!begin.is_subset(&meta.partitions)).then(|| {
-        let mut next = meta.clone();
-        next.partitions.extend(begin.iter().cloned());
-        next.last_update_ms = ctx.now_ms;
-        next
-    });
-    behind_end(meta, next, begin, end.clone())
-}
-
-/// Persist `next` (when something changed), BEGIN `partitions` behind `end`'s markers,
-/// then answer: the transaction runs at `meta`'s producer id and epoch.
-fn behind_end(
-    meta: &TxnMetadata,
-    next: Option<TxnMetadata>,
-    partitions: BTreeSet<TopicPartition>,
-    end: PendingEnd,
-) -> Decision {
-    let mut effects: Vec<Effect> = next.into_iter().map(Effect::Persist).collect();
-    effects.push(Effect::BeginBehindEnd {
-        producer_id: meta.producer_id,
-        producer_epoch: meta.producer_epoch,
-        partitions,
-        end,
-    });
-    effects.push(Effect::Reply(Reply::Ok {
-        producer_epoch: meta.producer_epoch,
-    }));
-    Decision::Act(effects)
+    Decision::Act(vec![
+        Effect::Persist(next.clone()),
+        Effect::BeginBehindEnd {
+            producer_id: meta.producer_id,
+            producer_epoch: meta.producer_epoch,
+            partitions: next.partitions,
+            end,
+        },
+        Effect::Reply(Reply::Ok {
+            producer_epoch: meta.producer_epoch,
+        }),
+    ])
 }
 
 fn end_txn(
