@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use etcd_client::{Client, Compare, CompareOp, GetOptions, Txn, TxnOp, TxnOpResponse};
 use serde::{Deserialize, Serialize};
 
-use crate::cluster::etcd_call::{bounded, connect, EtcdCallError};
+use idem_runtime::etcd_call::{bounded, connect, EtcdCallError};
 
 use crate::cluster::assignment::assign_replicas;
 use crate::coordinators::CoordinatorView;

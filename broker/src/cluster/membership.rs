@@ -14,7 +14,8 @@ use etcd_client::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::cluster::etcd_call::{bounded, connect, EtcdCallError, REQUEST_TIMEOUT};
+use idem_runtime::etcd_call::{bounded, connect, EtcdCallError, REQUEST_TIMEOUT};
+use idem_runtime::lease::{open_keep_alive, KeepAliveOpenError};
 use tokio::task::JoinHandle;
 
 /// Why a broker could not join or read the cluster.
@@ -365,8 +366,9 @@ async fn keep_alive_until_lost(
     loop {
         tick.tick().await;
         if stream.is_none() {
-            match bounded("lease keep-alive", client.lease_keep_alive(lease_id)).await {
+            match open_keep_alive(client, lease_id).await {
                 Ok(pair) => stream = Some(pair),
+                Err(KeepAliveOpenError::Expired(_)) => return true,
                 Err(e) => {
                     tracing::warn!(broker_id, error = %e, "cannot open the lease keep-alive; retrying");
                     continue;

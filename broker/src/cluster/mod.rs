@@ -4,5 +4,4 @@
 pub mod assignment;
 pub mod catalog;
 pub mod data_dir_id;
-pub mod etcd_call;
 pub mod membership;

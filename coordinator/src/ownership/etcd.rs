@@ -9,14 +9,21 @@
 //! etcd granted at the last keep-alive, as the broker's membership does), every claim
 //! is lost at once, before etcd can hand the partitions to anyone else; a claim whose
 //! owner key is no longer ours is lost at the next scan.
+//!
+//! After an etcd fault: an owner key still bound to our live lease that we no longer
+//! serve (etcd renews leases when it restarts or regains quorum) is claimed again under
+//! a new epoch at the next scan; a lease etcd says expired is replaced by registering
+//! again. Either way every partition is owned by someone who serves it, never only on
+//! paper (keys::plan_scan).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use etcd_client::{Client, Compare, CompareOp, EventType, GetOptions, PutOptions, Txn, TxnOp};
 use idem_pidstore::BoxFuture;
+use idem_runtime::lease::{open_keep_alive, KeepAliveOpenError};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -176,6 +183,17 @@ impl EtcdOwnership {
         }
     }
 
+    /// etcd said the lease expired: every claim went with it; register again under a
+    /// new lease (the next keep-alive tick retries if this fails).
+    async fn register_after_expiry(&self, lease_id: i64) {
+        tracing::error!(lease_id, "coordinator lease expired: registering again");
+        self.valid_until_ms.store(0, Ordering::SeqCst);
+        self.lose_all("the coordinator's lease expired");
+        if let Err(e) = self.register(self.config.lease_ttl * 2).await {
+            tracing::warn!(error = %e, "registering again failed; retrying");
+        }
+    }
+
     fn lose_all(&self, reason: &str) {
         if let Ok(mut state) = self.state.lock() {
             if !state.mine.is_empty() {
@@ -220,7 +238,7 @@ impl EtcdOwnership {
             tracing::warn!(%key, "unreadable coordinator key");
         }
         let my_lease = self.lease_id.load(Ordering::SeqCst);
-        let owned_by_me = {
+        let plan = {
             let Ok(mut state) = self.state.lock() else {
                 return Ok(());
             };
@@ -239,19 +257,20 @@ impl EtcdOwnership {
                     )
                 })
                 .collect();
-            let gone: Vec<i32> = state
+            let held: BTreeMap<i32, i64> = state
                 .mine
                 .iter()
-                .filter(|(p, mine)| {
-                    snapshot
-                        .owners
-                        .get(p)
-                        .is_none_or(|o| o.lease != my_lease || o.mod_revision != mine.mod_revision)
-                })
-                .map(|(p, _)| *p)
+                .map(|(p, mine)| (*p, mine.mod_revision))
                 .collect();
-            for partition in gone {
-                if let Some(mine) = state.mine.remove(&partition) {
+            let plan = keys::plan_scan(
+                &snapshot,
+                partitions,
+                self.config.coordinator_id,
+                my_lease,
+                &held,
+            );
+            for partition in &plan.lost {
+                if let Some(mine) = state.mine.remove(partition) {
                     tracing::warn!(
                         partition,
                         "owner key of a claimed partition is gone; giving it up"
@@ -259,18 +278,25 @@ impl EtcdOwnership {
                     mine.token.lose();
                 }
             }
-            state.mine.len()
+            plan
         };
-        for partition in keys::partitions_to_claim(
-            &snapshot,
-            partitions,
-            self.config.coordinator_id,
-            owned_by_me,
-        ) {
+        let reclaims = plan.reclaim.iter().map(|p| (*p, snapshot.owners.get(p)));
+        let claims_wanted = plan.claim.iter().map(|p| (*p, None));
+        for (partition, ours) in reclaims.chain(claims_wanted) {
             if !self.holds_lease() {
                 break;
             }
-            match self.try_claim(partition, &snapshot, my_lease).await {
+            let expected_owner = ours.map(|o| o.mod_revision);
+            if expected_owner.is_some() {
+                tracing::warn!(
+                    partition,
+                    "this coordinator's owner key outlived a claim it gave up; claiming it again"
+                );
+            }
+            match self
+                .try_claim(partition, &snapshot, my_lease, expected_owner)
+                .await
+            {
                 Ok(Some(claim)) => {
                     if claims.send(claim).is_err() {
                         return Ok(());
@@ -287,11 +313,15 @@ impl EtcdOwnership {
         Ok(())
     }
 
+    /// Claims `partition` under the next coordinator epoch, by compare-and-swap: the
+    /// owner key must be absent (`expected_owner` `None`) or still at the given
+    /// `mod_revision` (our own key, claimed again), and the epoch key unchanged.
     async fn try_claim(
         &self,
         partition: i32,
         snapshot: &Snapshot,
         lease: i64,
+        expected_owner: Option<i64>,
     ) -> Result<Option<Claim>, CoordinatorError> {
         let (previous_epoch, writer_producer_id, epoch_revision) =
             match snapshot.epochs.get(&partition) {
@@ -318,9 +348,13 @@ impl EtcdOwnership {
             writer_producer_id,
         })
         .unwrap_or_default();
+        let owner_unchanged = match expected_owner {
+            None => Compare::create_revision(owner_key.as_str(), CompareOp::Equal, 0),
+            Some(revision) => Compare::mod_revision(owner_key.as_str(), CompareOp::Equal, revision),
+        };
         let claim = Txn::new()
             .when([
-                Compare::create_revision(owner_key.as_str(), CompareOp::Equal, 0),
+                owner_unchanged,
                 Compare::mod_revision(epoch_key.as_str(), CompareOp::Equal, epoch_revision),
             ])
             .and_then([
@@ -514,8 +548,12 @@ async fn keep_alive(ownership: std::sync::Weak<EtcdOwnership>) {
         let lease_id = this.lease_id.load(Ordering::SeqCst);
         if stream.is_none() {
             let mut client = this.client.clone();
-            match bounded("lease keep-alive", client.lease_keep_alive(lease_id)).await {
+            match open_keep_alive(&mut client, lease_id).await {
                 Ok(pair) => stream = Some(pair),
+                Err(KeepAliveOpenError::Expired(_)) => {
+                    this.register_after_expiry(lease_id).await;
+                    continue;
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot open the lease keep-alive; retrying");
                     continue;
@@ -537,13 +575,8 @@ async fn keep_alive(ownership: std::sync::Weak<EtcdOwnership>) {
                     .store(sent_at + answer.ttl() * 1000, Ordering::SeqCst);
             }
             Ok(Ok(Some(_))) => {
-                tracing::error!(lease_id, "coordinator lease expired: registering again");
-                this.valid_until_ms.store(0, Ordering::SeqCst);
-                this.lose_all("the coordinator's lease expired");
                 stream = None;
-                if let Err(e) = this.register(this.config.lease_ttl * 2).await {
-                    tracing::warn!(error = %e, "registering again failed; retrying");
-                }
+                this.register_after_expiry(lease_id).await;
             }
             Ok(Ok(None)) | Ok(Err(_)) | Err(_) => {
                 tracing::warn!("no keep-alive answer from etcd; retrying");

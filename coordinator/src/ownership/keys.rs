@@ -148,6 +148,58 @@ pub fn fair_share(partitions: i32, live_coordinators: usize) -> usize {
     partitions.div_ceil(live_coordinators.max(1))
 }
 
+/// What one scan of the ownership keys decides for this coordinator.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ScanPlan {
+    /// Claims held here whose owner key is gone or is no longer the one we wrote: they
+    /// are lost (someone else may own the partition now).
+    pub lost: Vec<i32>,
+    /// Owner keys bound to this coordinator's live lease that it does not serve: a claim
+    /// given up while etcd was unreachable whose key outlived it (etcd renews leases when
+    /// it restarts). Left alone, the partition would be owned on paper and served by
+    /// nobody, forever; claimed again here under a new epoch.
+    pub reclaim: Vec<i32>,
+    /// Unowned partitions to claim, best first, up to the fair share.
+    pub claim: Vec<i32>,
+}
+
+/// Decides, from one snapshot, which claims are lost, which of our own keys to claim
+/// again and which unowned partitions to claim. `held`: the claims this coordinator
+/// serves, by partition, with the owner key's `mod_revision` when it wrote it.
+pub fn plan_scan(
+    snapshot: &Snapshot,
+    partitions: i32,
+    my_id: i32,
+    my_lease: i64,
+    held: &BTreeMap<i32, i64>,
+) -> ScanPlan {
+    let lost: Vec<i32> = held
+        .iter()
+        .filter(|(p, revision)| {
+            snapshot
+                .owners
+                .get(p)
+                .is_none_or(|o| o.lease != my_lease || o.mod_revision != **revision)
+        })
+        .map(|(p, _)| *p)
+        .collect();
+    let reclaim: Vec<i32> = snapshot
+        .owners
+        .iter()
+        .filter(|(p, o)| {
+            **p < partitions && my_lease != 0 && o.lease == my_lease && !held.contains_key(p)
+        })
+        .map(|(p, _)| *p)
+        .collect();
+    let owned = held.len() - lost.len() + reclaim.len();
+    let claim = partitions_to_claim(snapshot, partitions, my_id, owned);
+    ScanPlan {
+        lost,
+        reclaim,
+        claim,
+    }
+}
+
 /// The unowned partitions this coordinator should try to claim now, best first: as many
 /// as its fair share allows beyond what it owns, starting at a place that depends on its
 /// id so that coordinators starting together do not all race for partition 0.
@@ -242,6 +294,62 @@ mod tests {
         }
         // Coordinator 2's owner keys of 4..8 vanished with its lease.
         assert_eq!(partitions_to_claim(&snapshot, 8, 1, 4), vec![4, 5, 6, 7]);
+    }
+
+    fn mine(lease: i64, mod_revision: i64) -> OwnerEntry {
+        owner(1).clone_with(lease, mod_revision)
+    }
+
+    #[test]
+    fn given_our_key_outlived_a_claim_we_gave_up_then_we_claim_it_again() {
+        // etcd restarted: it renewed our lease (11), so our keys of 0 and 1 are still
+        // there, but the claims were given up while it was away.
+        let mut snapshot = Snapshot {
+            members: members(&[1, 2]),
+            ..Snapshot::default()
+        };
+        snapshot.owners.insert(0, mine(11, 5));
+        snapshot.owners.insert(1, mine(11, 6));
+        snapshot.owners.insert(2, owner(2));
+        let plan = plan_scan(&snapshot, 4, 1, 11, &BTreeMap::new());
+        assert_eq!(plan.reclaim, vec![0, 1]);
+        assert!(plan.lost.is_empty());
+        // 4 partitions, 2 live: a share of 2, both taken by the reclaimed ones.
+        assert!(plan.claim.is_empty());
+    }
+
+    #[test]
+    fn given_a_key_bound_to_an_old_lease_then_it_is_left_to_lapse() {
+        let mut snapshot = Snapshot {
+            members: members(&[1]),
+            ..Snapshot::default()
+        };
+        snapshot.owners.insert(0, mine(9, 5));
+        let plan = plan_scan(&snapshot, 2, 1, 11, &BTreeMap::new());
+        assert!(
+            plan.reclaim.is_empty(),
+            "only keys of our live lease are ours"
+        );
+        assert_eq!(plan.claim, vec![1]);
+    }
+
+    #[test]
+    fn given_a_held_claim_whose_key_changed_or_vanished_then_it_is_lost() {
+        let mut snapshot = Snapshot {
+            members: members(&[1, 2]),
+            ..Snapshot::default()
+        };
+        snapshot.owners.insert(0, mine(11, 5));
+        snapshot.owners.insert(1, owner(2));
+        snapshot.owners.insert(2, mine(11, 9));
+        let held: BTreeMap<i32, i64> = [(0, 5), (1, 6), (2, 7), (3, 8)].into();
+        let plan = plan_scan(&snapshot, 4, 1, 11, &held);
+        assert_eq!(plan.lost, vec![1, 2, 3]);
+        assert!(
+            plan.reclaim.is_empty(),
+            "a key rewritten under our lease is being lost, not reclaimed, in this scan"
+        );
+        assert_eq!(plan.claim, vec![3], "one claim held, a share of 2");
     }
 
     #[test]
