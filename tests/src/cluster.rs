@@ -1,6 +1,7 @@
-//! `Cluster`: a real etcd, N `idem-broker` processes (ids 1..=N) and M
-//! `idem-coordinator` processes (ids 1..=M) registered in it, with the faults a test
-//! injects by id (SIGKILL, SIGSTOP/SIGCONT, restart) and the waits it needs (leadership,
+//! `Cluster`: a real etcd (one member, or several), N `idem-broker` processes (ids 1..=N)
+//! and M `idem-coordinator` processes (ids 1..=M) registered in it, with the faults a test
+//! injects by id (SIGKILL, SIGSTOP/SIGCONT, restart; of etcd members too) and the waits it
+//! needs (leadership,
 //! ISR and coordinator ownership change on etcd's and the processes' clocks, so they
 //! are polled, bounded). Everything is reaped on drop.
 
@@ -23,14 +24,18 @@ pub struct Cluster {
     // the cluster.
     coordinators: Vec<CoordinatorProcess>,
     brokers: Vec<BrokerProcess>,
-    etcd: EtcdServer,
+    etcd: Vec<EtcdServer>,
 }
 
 impl Cluster {
     /// `n` brokers with 2-second leases plus `extra` flags for every broker.
     pub fn start(n: i32, extra: &[&str]) -> Cluster {
-        let etcd = EtcdServer::start();
-        let endpoint = etcd.endpoint();
+        Cluster::start_on(vec![EtcdServer::start()], n, extra)
+    }
+
+    /// [`Cluster::start`] on the given etcd members (every process is given all of them).
+    fn start_on(etcd: Vec<EtcdServer>, n: i32, extra: &[&str]) -> Cluster {
+        let endpoint = endpoints(&etcd);
         let brokers = (1..=n)
             .map(|id| {
                 let id = id.to_string();
@@ -62,7 +67,23 @@ impl Cluster {
         broker_extra: &[&str],
         coordinator_extra: &[&str],
     ) -> Cluster {
-        let mut cluster = Cluster::start(n, broker_extra);
+        Cluster::start_with_etcd_members(1, n, m, broker_extra, coordinator_extra).await
+    }
+
+    /// [`Cluster::start_with_coordinators`] on an etcd cluster of `etcd_members` members.
+    pub async fn start_with_etcd_members(
+        etcd_members: usize,
+        n: i32,
+        m: i32,
+        broker_extra: &[&str],
+        coordinator_extra: &[&str],
+    ) -> Cluster {
+        let etcd = if etcd_members == 1 {
+            vec![EtcdServer::start()]
+        } else {
+            EtcdServer::start_cluster(etcd_members)
+        };
+        let mut cluster = Cluster::start_on(etcd, n, broker_extra);
         for id in 1..=m {
             let process = cluster.spawn_coordinator(id, coordinator_extra);
             cluster.coordinators.push(process);
@@ -73,7 +94,7 @@ impl Cluster {
 
     fn spawn_coordinator(&self, id: i32, extra: &[&str]) -> CoordinatorProcess {
         let id = id.to_string();
-        let endpoint = self.etcd.endpoint();
+        let endpoint = endpoints(&self.etcd);
         // Coordinators learn the other brokers from this one's metadata.
         let bootstrap = self.broker(1).bootstrap();
         let partitions = TXN_LOG_PARTITIONS.to_string();
@@ -98,6 +119,15 @@ impl Cluster {
     /// The address of a running broker, for a client's bootstrap setting.
     pub fn bootstrap(&self) -> String {
         self.broker(self.observer(&[])).bootstrap()
+    }
+
+    /// etcd member `member` (0-based), to kill, pause or restart.
+    pub fn etcd(&mut self, member: usize) -> &mut EtcdServer {
+        &mut self.etcd[member]
+    }
+
+    pub fn coordinator_ids(&self) -> Vec<i32> {
+        (1..=self.coordinators.len() as i32).collect()
     }
 
     pub fn coordinator(&self, id: i32) -> &CoordinatorProcess {
@@ -306,6 +336,14 @@ impl Cluster {
     pub fn compare_replicas(&self, topic: &str, partition: i32, high_watermark: i64) -> usize {
         replicas::compare_replicas(&self.brokers, topic, partition, high_watermark)
     }
+}
+
+/// Every member's client URL, comma separated, as `--etcd` takes them.
+fn endpoints(etcd: &[EtcdServer]) -> String {
+    etcd.iter()
+        .map(EtcdServer::endpoint)
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 fn index(id: i32) -> usize {

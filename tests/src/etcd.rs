@@ -1,7 +1,8 @@
-//! A real single-member etcd server (the `etcd` binary of Debian's `etcd-server`, 3.4 or
-//! newer, from `IDEM_ETCD_BIN` or `PATH`) on free 127.0.0.1 client and peer ports with its
-//! own temporary data dir: started and waited for until it answers a real request, killed
-//! with SIGKILL, restarted on the same ports and data dir, and killed and reaped on drop.
+//! A real etcd server (the `etcd` binary of Debian's `etcd-server`, 3.4 or newer, from
+//! `IDEM_ETCD_BIN` or `PATH`) on free 127.0.0.1 client and peer ports with its own
+//! temporary data dir, alone or as one member of a cluster of several: started and waited
+//! for until it answers a real request, killed with SIGKILL, paused with SIGSTOP,
+//! restarted on the same ports and data dir, and killed and reaped on drop.
 
 use std::fs::File;
 use std::net::TcpListener;
@@ -15,8 +16,11 @@ const MEMBER_NAME: &str = "idem-test";
 
 pub struct EtcdServer {
     child: Option<Child>,
+    name: String,
     client_port: u16,
     peer_port: u16,
+    /// `name=peer-url,...` of every member, this one included.
+    initial_cluster: String,
     data_dir: PathBuf,
     log_path: PathBuf,
     // Keeps the data dir and the log alive as long as the server.
@@ -29,8 +33,10 @@ impl EtcdServer {
         let tmp = tempfile::tempdir().expect("temp dir for etcd");
         let mut server = EtcdServer {
             child: None,
+            name: MEMBER_NAME.to_string(),
             client_port: 0,
             peer_port: 0,
+            initial_cluster: String::new(),
             data_dir: tmp.path().join("data"),
             log_path: tmp.path().join("etcd.log"),
             _tmp: tmp,
@@ -39,6 +45,7 @@ impl EtcdServer {
         let mut last_failure = String::new();
         for _attempt in 0..3 {
             (server.client_port, server.peer_port) = free_ports();
+            server.initial_cluster = format!("{}={}", server.name, server.peer_url());
             match server.spawn_and_wait() {
                 Ok(()) => return server,
                 Err(failure) => {
@@ -51,9 +58,51 @@ impl EtcdServer {
         panic!("etcd did not start: {last_failure}");
     }
 
+    /// A cluster of `members` etcd servers, each on its own ports and data dir; returns
+    /// once every member serves (which needs a quorum, so all are spawned first).
+    pub fn start_cluster(members: usize) -> Vec<EtcdServer> {
+        let mut servers: Vec<EtcdServer> = (0..members)
+            .map(|i| {
+                let tmp = tempfile::tempdir().expect("temp dir for etcd");
+                let (client_port, peer_port) = free_ports();
+                EtcdServer {
+                    child: None,
+                    name: format!("{MEMBER_NAME}-{i}"),
+                    client_port,
+                    peer_port,
+                    initial_cluster: String::new(),
+                    data_dir: tmp.path().join("data"),
+                    log_path: tmp.path().join("etcd.log"),
+                    _tmp: tmp,
+                }
+            })
+            .collect();
+        let initial_cluster = servers
+            .iter()
+            .map(|s| format!("{}={}", s.name, s.peer_url()))
+            .collect::<Vec<_>>()
+            .join(",");
+        for server in &mut servers {
+            server.initial_cluster = initial_cluster.clone();
+            if let Err(failure) = server.spawn() {
+                panic!("etcd member {} did not start: {failure}", server.name);
+            }
+        }
+        for server in &mut servers {
+            if let Err(failure) = server.wait_until_serving() {
+                panic!("etcd member {} did not serve: {failure}", server.name);
+            }
+        }
+        servers
+    }
+
     /// `http://127.0.0.1:PORT`, the client URL.
     pub fn endpoint(&self) -> String {
         format!("http://127.0.0.1:{}", self.client_port)
+    }
+
+    fn peer_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.peer_port)
     }
 
     /// The endpoint as the one-element list `EtcdPidStore::connect` takes.
@@ -82,6 +131,15 @@ impl EtcdServer {
         }
     }
 
+    /// Starts a killed member of a cluster again without waiting for it to serve (it
+    /// cannot while its cluster has no quorum).
+    pub fn restart_member(&mut self) {
+        self.kill();
+        if let Err(failure) = self.spawn() {
+            panic!("etcd member {} did not restart: {failure}", self.name);
+        }
+    }
+
     /// SIGSTOP: etcd keeps its connections open but answers nothing, like a hung or
     /// partitioned member. Undone by [`resume`](Self::resume) (or by drop, which kills it).
     pub fn pause(&mut self) {
@@ -102,8 +160,13 @@ impl EtcdServer {
     }
 
     fn spawn_and_wait(&mut self) -> Result<(), String> {
+        self.spawn()?;
+        self.wait_until_serving()
+    }
+
+    fn spawn(&mut self) -> Result<(), String> {
         let client_url = self.endpoint();
-        let peer_url = format!("http://127.0.0.1:{}", self.peer_port);
+        let peer_url = self.peer_url();
         let log = File::options()
             .create(true)
             .append(true)
@@ -114,7 +177,7 @@ impl EtcdServer {
             .map_err(|e| format!("clone log file handle: {e}"))?;
         let child = Command::new(etcd_binary())
             .arg("--name")
-            .arg(MEMBER_NAME)
+            .arg(&self.name)
             .arg("--data-dir")
             .arg(&self.data_dir)
             .arg("--listen-client-urls")
@@ -126,7 +189,7 @@ impl EtcdServer {
             .arg("--initial-advertise-peer-urls")
             .arg(&peer_url)
             .arg("--initial-cluster")
-            .arg(format!("{MEMBER_NAME}={peer_url}"))
+            .arg(&self.initial_cluster)
             .arg("--initial-cluster-state")
             .arg("new")
             // zap is the default of 3.5 and the only logger of 3.6; 3.4 needs it named for
@@ -143,11 +206,11 @@ impl EtcdServer {
                 )
             });
         self.child = Some(child);
-        self.wait_until_serving()
+        Ok(())
     }
 
-    /// Polls a real read through the etcd client until it answers.
-    fn wait_until_serving(&mut self) -> Result<(), String> {
+    /// Polls a real (linearizable) read through the etcd client until it answers.
+    pub fn wait_until_serving(&mut self) -> Result<(), String> {
         let endpoint = self.endpoint();
         let started = Instant::now();
         loop {

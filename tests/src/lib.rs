@@ -13,6 +13,7 @@ pub mod sdk;
 pub mod server_process;
 pub mod signal;
 pub mod txn;
+pub mod txn_workload;
 
 pub use cluster::Cluster;
 pub use proxy::FaultyProxy;

@@ -7,6 +7,7 @@ mod chaos;
 mod cli;
 mod cluster_topics;
 mod delivery;
+mod etcd_faults;
 mod failover;
 mod grpc_tooling;
 mod idempotence;

@@ -1,0 +1,180 @@
+//! The coordination store fails too (issue 21): after etcd is killed and restarted,
+//! paused for less or more than the lease TTL, combined with a coordinator crash, or (in
+//! a 3-member etcd) loses a member or its quorum, every transaction log slice is owned
+//! and served again, every broker is registered and every partition led with its full
+//! ISR within a stated bound, no transaction hangs, and transactional producers that ran
+//! throughout lost and duplicated nothing.
+
+mod single_member;
+mod three_members;
+
+use std::time::{Duration, Instant};
+
+use idem_client::Admin;
+use idem_proto::txn::TXN_LOG_TOPIC;
+use idem_proto::v1::MetadataRequest;
+use idem_tests::cluster::TXN_LOG_PARTITIONS;
+use idem_tests::txn_workload::TxnWorkload;
+use idem_tests::{raw, Cluster};
+
+pub const TOPIC: &str = "etcd-faults";
+pub const PARTITIONS: [i32; 3] = [0, 1, 2];
+/// The lease TTL of every broker and coordinator in [`Cluster`].
+pub const LEASE_TTL: Duration = Duration::from_secs(2);
+/// The promise: once etcd serves again, everything serves again within the lease TTL
+/// plus this much (a lapsed lease is noticed, a new one granted, slices claimed and
+/// loaded, leaders elected).
+pub const RECOVERY_MARGIN: Duration = Duration::from_secs(8);
+const PRODUCERS: usize = 4;
+
+/// Three brokers, two coordinators on `etcd_members` etcd members, the topic at RF 3,
+/// and the workload running (it has committed a few transactions before this returns).
+pub async fn cluster_under_load(etcd_members: usize) -> (Cluster, TxnWorkload) {
+    let cluster = Cluster::start_with_etcd_members(etcd_members, 3, 2, &[], &[]).await;
+    cluster
+        .create_topic(TOPIC, PARTITIONS.len() as i32, 3)
+        .await;
+    for p in PARTITIONS {
+        cluster.leader_of(TOPIC, p).await;
+    }
+    let workload = TxnWorkload::start(
+        &cluster.bootstrap(),
+        "etcd-fault",
+        PRODUCERS,
+        TOPIC,
+        &PARTITIONS,
+    );
+    workload
+        .wait_for_commits_since(Instant::now(), 2, Duration::from_secs(30))
+        .await;
+    (cluster, workload)
+}
+
+/// After a fault healed at `healed`: within the promised bound every slice is served,
+/// every broker registered and every partition led with its full ISR, and every producer
+/// commits again; then the producers stop and nothing is hanging, every transactional
+/// id is listed, and the read-back is exactly once.
+pub async fn assert_recovered(cluster: &Cluster, workload: TxnWorkload, healed: Instant) {
+    let bound = LEASE_TTL + RECOVERY_MARGIN;
+    let bootstrap = cluster.bootstrap();
+    every_slice_served(cluster, healed, bound).await;
+    every_broker_serving(cluster, healed, bound).await;
+    let serving = healed.elapsed();
+    // Producers meet the fault's errors, replace themselves and go on committing.
+    workload
+        .wait_for_commits_since(Instant::now(), 3, Duration::from_secs(30))
+        .await;
+    let ids = workload.transactional_ids();
+    let committed = workload.stop_and_check().await;
+    eprintln!(
+        "serving again {serving:?} after the fault healed; {committed} transactions committed"
+    );
+
+    let admin = Admin::connect(&bootstrap).await.expect("admin connects");
+    let hanging = admin
+        .find_hanging(Duration::from_secs(300))
+        .await
+        .expect("find-hanging asks every broker and coordinator");
+    assert!(hanging.is_empty(), "hanging transactions: {hanging:?}");
+    let listed = admin
+        .list_transactions()
+        .await
+        .expect("every coordinator lists its transactions");
+    for id in ids {
+        assert!(
+            listed.iter().any(|t| t.transactional_id == id),
+            "{id} is not listed by any coordinator"
+        );
+        admin
+            .describe_transaction(&id)
+            .await
+            .unwrap_or_else(|e| panic!("{id} cannot be described: {e}"));
+    }
+}
+
+/// Every slice of the transaction log is owned (per the brokers' view of etcd) and
+/// loaded by a running coordinator, within `bound` of `since`.
+async fn every_slice_served(cluster: &Cluster, since: Instant, bound: Duration) {
+    loop {
+        let mut served = Vec::new();
+        for id in cluster.coordinator_ids() {
+            let process = cluster.coordinator(id);
+            if !process.is_running() {
+                continue;
+            }
+            if let Ok(partitions) = idem_tests::txn::owned_partitions(&process.bootstrap()).await {
+                served.extend(partitions);
+            }
+        }
+        served.sort_unstable();
+        served.dedup();
+        if served.len() == TXN_LOG_PARTITIONS as usize {
+            return;
+        }
+        assert!(
+            since.elapsed() < bound,
+            "{:?} after the fault healed the coordinators serve only {served:?} of the \
+             {TXN_LOG_PARTITIONS} {TXN_LOG_TOPIC} partitions",
+            since.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Every running broker lists every running broker, and every partition of the
+/// workload's topic and of the transaction log has a leader with its full ISR, within
+/// `bound` of `since`.
+async fn every_broker_serving(cluster: &Cluster, since: Instant, bound: Duration) {
+    let running: Vec<i32> = cluster
+        .ids()
+        .into_iter()
+        .filter(|id| cluster.broker(*id).is_running())
+        .collect();
+    loop {
+        let problem = broker_problem(cluster, &running).await;
+        let Some(problem) = problem else {
+            return;
+        };
+        assert!(
+            since.elapsed() < bound,
+            "{:?} after the fault healed: {problem}",
+            since.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn broker_problem(cluster: &Cluster, running: &[i32]) -> Option<String> {
+    for id in running {
+        let mut client = raw::connect(&cluster.broker(*id).bootstrap()).await;
+        let metadata = match client
+            .metadata(MetadataRequest {
+                topics: vec![TOPIC.into(), TXN_LOG_TOPIC.into()],
+            })
+            .await
+        {
+            Ok(answer) => answer.into_inner(),
+            Err(e) => return Some(format!("broker {id} does not answer Metadata: {e}")),
+        };
+        let mut registered: Vec<i32> = metadata.brokers.iter().map(|b| b.broker_id).collect();
+        registered.sort_unstable();
+        if registered != running {
+            return Some(format!(
+                "broker {id} sees brokers {registered:?}, not {running:?}"
+            ));
+        }
+        for topic in &metadata.topics {
+            for p in &topic.partitions {
+                let mut isr = p.isr.clone();
+                isr.sort_unstable();
+                if !running.contains(&p.leader_id) || isr != running {
+                    return Some(format!(
+                        "broker {id} sees {}-{} led by {} with ISR {:?}",
+                        topic.name, p.partition, p.leader_id, p.isr
+                    ));
+                }
+            }
+        }
+    }
+    None
+}
