@@ -111,6 +111,33 @@ impl Coordinators {
         }
     }
 
+    /// The owner of every one of `txn_log_partitions` partitions (`None`: nobody owns
+    /// it), by partition.
+    pub fn owners(&self, txn_log_partitions: i32) -> Vec<(i32, Option<FoundCoordinator>)> {
+        (0..txn_log_partitions.max(0))
+            .map(|partition| {
+                let owner = match self {
+                    Coordinators::Static(None) => None,
+                    Coordinators::Static(Some(address)) => Some(FoundCoordinator {
+                        coordinator_id: STATIC_COORDINATOR_ID,
+                        address: address.clone(),
+                        txn_log_partition: partition,
+                        coordinator_epoch: 0,
+                    }),
+                    Coordinators::Clustered(view) => {
+                        view.owners.get(&partition).map(|o| FoundCoordinator {
+                            coordinator_id: o.coordinator_id,
+                            address: o.address.clone(),
+                            txn_log_partition: partition,
+                            coordinator_epoch: o.coordinator_epoch,
+                        })
+                    }
+                };
+                (partition, owner)
+            })
+            .collect()
+    }
+
     /// The live coordinators, by id.
     pub fn live(&self) -> Vec<CoordinatorMember> {
         match self {
@@ -193,6 +220,33 @@ mod tests {
             assert_eq!(found.coordinator_epoch, 10 + p);
         }
         assert_eq!(coordinators.live().len(), 1);
+    }
+
+    #[test]
+    fn every_partition_is_listed_with_its_owner_or_none() {
+        let mut view = CoordinatorView::default();
+        view.owners.insert(0, owner(2, 7));
+        view.owners.insert(2, owner(1, 3));
+        let owners = Coordinators::Clustered(view).owners(3);
+        let ids: Vec<(i32, Option<(i32, i32)>)> = owners
+            .iter()
+            .map(|(p, o)| {
+                (
+                    *p,
+                    o.as_ref().map(|o| (o.coordinator_id, o.coordinator_epoch)),
+                )
+            })
+            .collect();
+        assert_eq!(ids, vec![(0, Some((2, 7))), (1, None), (2, Some((1, 3)))]);
+        let single = Coordinators::Static(Some("127.0.0.1:9094".into())).owners(2);
+        assert!(single
+            .iter()
+            .all(|(_, o)| o.as_ref().is_some_and(|o| o.coordinator_id == 0)));
+        assert!(Coordinators::Static(None)
+            .owners(2)
+            .iter()
+            .all(|(_, o)| o.is_none()));
+        assert!(Coordinators::Static(None).owners(0).is_empty());
     }
 
     #[test]

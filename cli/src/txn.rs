@@ -1,12 +1,14 @@
 //! `idem txn list | describe ID | find-hanging | abort ID`: the operator's view of
 //! transactions, from the coordinators (what they hold) and the brokers (what is open
 //! in the partitions). Every command exits non-zero when a coordinator or broker could
-//! not be asked.
+//! not be asked. `slices` shows whether every partition of the transaction log is owned
+//! and served (exiting non-zero when one is not); `list` warns about those that are not.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
-use idem_client::{Admin, TopicPartition};
+use idem_client::{Admin, SliceStatus, TopicPartition};
+use idem_proto::txn::TXN_LOG_TOPIC;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum TxnCommand {
@@ -23,6 +25,9 @@ pub enum TxnCommand {
     },
     /// Abort the open transaction of a transactional id; its producer is fenced.
     Abort { transactional_id: String },
+    /// Every partition of the transaction log with its owner and whether the owner
+    /// serves it; exits non-zero when one is unowned or not served.
+    Slices,
 }
 
 pub async fn run(bootstrap: &str, command: TxnCommand) -> anyhow::Result<()> {
@@ -35,6 +40,17 @@ pub async fn run(bootstrap: &str, command: TxnCommand) -> anyhow::Result<()> {
                 .list_transactions()
                 .await
                 .context("listing transactions")?;
+            let slices = admin
+                .txn_log_slices()
+                .await
+                .context("asking who serves the transaction log")?;
+            for slice in slices.iter().filter(|s| s.status != SliceStatus::Served) {
+                eprintln!(
+                    "warning: {TXN_LOG_TOPIC} partition {}: {}; its transactional ids are \
+                     unavailable and not listed",
+                    slice.partition, slice.status
+                );
+            }
             if transactions.is_empty() {
                 println!("no transactional ids");
                 return Ok(());
@@ -115,6 +131,45 @@ pub async fn run(bootstrap: &str, command: TxnCommand) -> anyhow::Result<()> {
                     h.open.broker_id,
                     h.transactional_id.as_deref().unwrap_or("-"),
                     h.reason
+                );
+            }
+        }
+        TxnCommand::Slices => {
+            let slices = admin
+                .txn_log_slices()
+                .await
+                .context("asking who serves the transaction log")?;
+            println!(
+                "{:>9} {:>11} {:<22} {:>17}  status",
+                "partition", "coordinator", "address", "coordinator_epoch"
+            );
+            for slice in &slices {
+                let (id, address, epoch) = slice.owner.as_ref().map_or_else(
+                    || ("-".to_string(), "-".to_string(), "-".to_string()),
+                    |o| {
+                        (
+                            o.coordinator_id.to_string(),
+                            o.address.clone(),
+                            o.coordinator_epoch.to_string(),
+                        )
+                    },
+                );
+                println!(
+                    "{:>9} {:>11} {:<22} {:>17}  {}",
+                    slice.partition, id, address, epoch, slice.status
+                );
+            }
+            let unserved = slices
+                .iter()
+                .filter(|s| s.status != SliceStatus::Served)
+                .count();
+            if slices.is_empty() {
+                anyhow::bail!("{TXN_LOG_TOPIC} does not exist yet: no coordinator has started");
+            }
+            if unserved > 0 {
+                anyhow::bail!(
+                    "{unserved} of {} {TXN_LOG_TOPIC} partitions are not served",
+                    slices.len()
                 );
             }
         }

@@ -7,6 +7,7 @@
 //! [`transactions`].
 
 pub mod transactions;
+pub mod txn_log_slices;
 
 use crate::connection::{Connection, DEFAULT_REQUEST_TIMEOUT};
 use crate::consumer::Isolation;

@@ -744,6 +744,7 @@ mod tests {
             }],
             controller_id: 1,
             coordinators: Vec::new(),
+            txn_log_owners: Vec::new(),
         }));
         let assignments = vec![
             assigned("t", 0, Position::At(5)),

@@ -58,6 +58,7 @@ pub use admin::transactions::{
     HangingReason, HangingTransaction, OpenTransaction, PendingEnd, TopicPartition,
     TransactionDescription, TransactionState,
 };
+pub use admin::txn_log_slices::{SliceStatus, TxnLogSlice};
 pub use admin::{Admin, NewTopic, OffsetSpec};
 pub use connection::Connection;
 pub use consumer::{Consumer, ConsumerConfig, ConsumerRecord, Isolation};
@@ -65,6 +66,7 @@ pub use error::ClientError;
 pub use idem_proto::ErrorCode;
 pub use metadata::{
     BrokerMetadata, ClusterMetadata, CoordinatorMetadata, PartitionMetadata, Route, TopicMetadata,
+    TxnLogOwnerMetadata,
 };
 pub use producer::config::{Delivery, ProducerConfig};
 pub use producer::inflight::ProducerIdAndEpoch;

@@ -59,6 +59,18 @@ pub struct ClusterMetadata {
     pub controller_id: i32,
     /// Live transaction coordinators (empty when the cluster runs none).
     pub coordinators: Vec<CoordinatorMetadata>,
+    /// Every partition of `__transaction_state` with its owner as the broker read it
+    /// from etcd (`None`: nobody owns it); empty until the topic exists.
+    pub txn_log_owners: Vec<(i32, Option<TxnLogOwnerMetadata>)>,
+}
+
+/// The coordinator that owns a `__transaction_state` partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TxnLogOwnerMetadata {
+    pub coordinator_id: i32,
+    /// `host:port`.
+    pub address: String,
+    pub coordinator_epoch: i32,
 }
 
 impl ClusterMetadata {
@@ -122,6 +134,18 @@ impl From<proto::MetadataResponse> for ClusterMetadata {
                 .map(|c| CoordinatorMetadata {
                     coordinator_id: c.coordinator_id,
                     address: c.address,
+                })
+                .collect(),
+            txn_log_owners: m
+                .txn_log_owners
+                .into_iter()
+                .map(|o| {
+                    let owner = (o.coordinator_id >= 0).then_some(TxnLogOwnerMetadata {
+                        coordinator_id: o.coordinator_id,
+                        address: o.address,
+                        coordinator_epoch: o.coordinator_epoch,
+                    });
+                    (o.partition, owner)
                 })
                 .collect(),
         }
@@ -321,6 +345,7 @@ mod tests {
             ],
             controller_id: 1,
             coordinators: Vec::new(),
+            txn_log_owners: Vec::new(),
         }
     }
 
@@ -371,6 +396,7 @@ mod tests {
             }],
             controller_id: 1,
             coordinators: Vec::new(),
+            txn_log_owners: Vec::new(),
         }
     }
 

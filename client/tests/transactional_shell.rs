@@ -91,6 +91,7 @@ impl Broker for Fake {
                 coordinator_id: 1,
                 address,
             }],
+            txn_log_owners: Vec::new(),
         }))
     }
 

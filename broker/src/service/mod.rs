@@ -17,8 +17,8 @@ use idem_proto::v1::{
     ListOffsetsTopicResponse, ListOpenTransactionsRequest, ListOpenTransactionsResponse,
     MetadataRequest, MetadataResponse, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse,
     OpenTransaction, PartitionMetadata, PartitionProduceResponse, ProduceRequest, ProduceResponse,
-    TopicMetadata, TopicProduceResponse, TxnMarkerPartitionResult, WriteTxnMarkersRequest,
-    WriteTxnMarkersResponse,
+    TopicMetadata, TopicProduceResponse, TxnLogOwner, TxnMarkerPartitionResult,
+    WriteTxnMarkersRequest, WriteTxnMarkersResponse,
 };
 use idem_proto::ErrorCode;
 use tonic::{Request, Response, Status};
@@ -402,17 +402,36 @@ impl Broker for BrokerService {
                 },
             })
             .collect();
+        let coordinators = self.coordinators();
+        let txn_log_partitions = self.topics.partition_count(TXN_LOG_TOPIC).unwrap_or(0);
         Ok(Response::new(MetadataResponse {
             brokers: self.brokers().await,
             topics,
             controller_id: self.broker_id,
-            coordinators: self
-                .coordinators()
+            coordinators: coordinators
                 .live()
                 .into_iter()
                 .map(|c| CoordinatorInfo {
                     coordinator_id: c.id,
                     address: c.address,
+                })
+                .collect(),
+            txn_log_owners: coordinators
+                .owners(txn_log_partitions)
+                .into_iter()
+                .map(|(partition, owner)| match owner {
+                    Some(o) => TxnLogOwner {
+                        partition,
+                        coordinator_id: o.coordinator_id,
+                        address: o.address,
+                        coordinator_epoch: o.coordinator_epoch,
+                    },
+                    None => TxnLogOwner {
+                        partition,
+                        coordinator_id: -1,
+                        address: String::new(),
+                        coordinator_epoch: -1,
+                    },
                 })
                 .collect(),
         }))

@@ -325,7 +325,7 @@ fn now_ms() -> i64 {
 }
 
 impl Admin {
-    fn coordinators(&self) -> CoordinatorLink {
+    pub(super) fn coordinators(&self) -> CoordinatorLink {
         CoordinatorLink::new(self.connection().clone())
     }
 

@@ -17,4 +17,5 @@ mod pipelined_commit;
 mod producer_renewal;
 mod producer_timeout;
 mod seed_example;
+mod slices_cli;
 mod zombie_fencing;
