@@ -5,12 +5,14 @@
 //! ISR and coordinator ownership change on etcd's and the processes' clocks, so they
 //! are polled, bounded). Everything is reaped on drop.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use idem_proto::v1::{CreatableTopic, CreateTopicsRequest, MetadataRequest, PartitionMetadata};
 use idem_proto::ErrorCode;
 
 use crate::etcd::EtcdServer;
+use crate::link::CuttableLink;
 use crate::{raw, replicas, BrokerProcess, CoordinatorProcess};
 
 /// Partitions of `__transaction_state` in test clusters: few, so ownership moves fast.
@@ -24,20 +26,38 @@ pub struct Cluster {
     // the cluster.
     coordinators: Vec<CoordinatorProcess>,
     brokers: Vec<BrokerProcess>,
+    /// With [`Cluster::start_linked`]: each process's own link to etcd, by process.
+    links: BTreeMap<ProcessId, CuttableLink>,
     etcd: Vec<EtcdServer>,
+}
+
+/// A process of the cluster, by kind and id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ProcessId {
+    Broker(i32),
+    Coordinator(i32),
 }
 
 impl Cluster {
     /// `n` brokers with 2-second leases plus `extra` flags for every broker.
     pub fn start(n: i32, extra: &[&str]) -> Cluster {
-        Cluster::start_on(vec![EtcdServer::start()], n, extra)
+        Cluster::start_on(vec![EtcdServer::start()], BTreeMap::new(), n, extra)
     }
 
-    /// [`Cluster::start`] on the given etcd members (every process is given all of them).
-    fn start_on(etcd: Vec<EtcdServer>, n: i32, extra: &[&str]) -> Cluster {
-        let endpoint = endpoints(&etcd);
+    /// [`Cluster::start`] on the given etcd members (every process is given all of them,
+    /// or its own link when `links` has one).
+    fn start_on(
+        etcd: Vec<EtcdServer>,
+        links: BTreeMap<ProcessId, CuttableLink>,
+        n: i32,
+        extra: &[&str],
+    ) -> Cluster {
+        let direct = endpoints(&etcd);
         let brokers = (1..=n)
             .map(|id| {
+                let endpoint = links
+                    .get(&ProcessId::Broker(id))
+                    .map_or_else(|| direct.clone(), CuttableLink::endpoint);
                 let id = id.to_string();
                 let mut args = vec![
                     "--id",
@@ -54,8 +74,39 @@ impl Cluster {
         Cluster {
             coordinators: Vec::new(),
             brokers,
+            links,
             etcd,
         }
+    }
+
+    /// `n` brokers and `m` coordinators on one etcd member, each process reaching etcd
+    /// through a link of its own that [`Cluster::cut_from_etcd`] cuts.
+    pub async fn start_linked(n: i32, m: i32) -> Cluster {
+        let etcd = EtcdServer::start();
+        let upstream = etcd.client_addr();
+        let mut links = BTreeMap::new();
+        for id in 1..=n {
+            links.insert(ProcessId::Broker(id), CuttableLink::start(upstream).await);
+        }
+        for id in 1..=m {
+            links.insert(
+                ProcessId::Coordinator(id),
+                CuttableLink::start(upstream).await,
+            );
+        }
+        let mut cluster = Cluster::start_on(vec![etcd], links, n, &[]);
+        cluster.add_coordinators(m, &[]).await;
+        cluster
+    }
+
+    /// Cuts `process` off from etcd (it must have been started by
+    /// [`Cluster::start_linked`]); every other process still reaches etcd.
+    pub fn cut_from_etcd(&self, process: ProcessId) {
+        self.links[&process].cut();
+    }
+
+    pub fn heal_link_to_etcd(&self, process: ProcessId) {
+        self.links[&process].heal();
     }
 
     /// [`Cluster::start`] plus `m` coordinators (2-second leases, transactions checked
@@ -83,18 +134,26 @@ impl Cluster {
         } else {
             EtcdServer::start_cluster(etcd_members)
         };
-        let mut cluster = Cluster::start_on(etcd, n, broker_extra);
-        for id in 1..=m {
-            let process = cluster.spawn_coordinator(id, coordinator_extra);
-            cluster.coordinators.push(process);
-        }
-        cluster.wait_for_coordinators().await;
+        let mut cluster = Cluster::start_on(etcd, BTreeMap::new(), n, broker_extra);
+        cluster.add_coordinators(m, coordinator_extra).await;
         cluster
     }
 
+    /// Starts coordinators 1..=m and waits until they own the whole transaction log.
+    async fn add_coordinators(&mut self, m: i32, extra: &[&str]) {
+        for id in 1..=m {
+            let process = self.spawn_coordinator(id, extra);
+            self.coordinators.push(process);
+        }
+        self.wait_for_coordinators().await;
+    }
+
     fn spawn_coordinator(&self, id: i32, extra: &[&str]) -> CoordinatorProcess {
+        let endpoint = self
+            .links
+            .get(&ProcessId::Coordinator(id))
+            .map_or_else(|| endpoints(&self.etcd), CuttableLink::endpoint);
         let id = id.to_string();
-        let endpoint = endpoints(&self.etcd);
         // Coordinators learn the other brokers from this one's metadata.
         let bootstrap = self.broker(1).bootstrap();
         let partitions = TXN_LOG_PARTITIONS.to_string();

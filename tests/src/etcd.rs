@@ -101,6 +101,11 @@ impl EtcdServer {
         format!("http://127.0.0.1:{}", self.client_port)
     }
 
+    /// The client address, for a proxy in front of it.
+    pub fn client_addr(&self) -> std::net::SocketAddr {
+        std::net::SocketAddr::from(([127, 0, 0, 1], self.client_port))
+    }
+
     fn peer_url(&self) -> String {
         format!("http://127.0.0.1:{}", self.peer_port)
     }

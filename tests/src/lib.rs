@@ -6,6 +6,7 @@
 
 pub mod binaries;
 pub mod cluster;
+pub mod link;
 pub mod proxy;
 pub mod raw;
 pub mod replicas;

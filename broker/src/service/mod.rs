@@ -115,25 +115,40 @@ impl BrokerService {
     }
 
     /// Brokers to list in `Metadata`: the cluster's registrations, or just this broker.
-    async fn brokers(&self) -> Vec<BrokerInfo> {
+    /// The live brokers. In a cluster, a broker that may have lost its lease (cut off
+    /// from etcd) or cannot read the registrations answers UNAVAILABLE rather than its
+    /// stale view: a client would otherwise keep following leaders that moved (and, told
+    /// of this broker only, forget every other one), while UNAVAILABLE makes it ask
+    /// another broker.
+    async fn brokers(&self) -> Result<Vec<BrokerInfo>, Status> {
         let me = BrokerInfo {
             broker_id: self.broker_id,
             address: self.advertised.clone(),
         };
         let Some(membership) = &self.membership else {
-            return vec![me];
+            return Ok(vec![me]);
         };
+        if !membership.holds_lease() {
+            return Err(Status::unavailable(format!(
+                "broker {} does not hold its etcd lease (cut off from etcd?): its metadata may \
+                 be stale; ask another broker",
+                self.broker_id
+            )));
+        }
         match membership.live_brokers().await {
-            Ok(registered) => registered
+            Ok(registered) => Ok(registered
                 .into_iter()
                 .map(|r| BrokerInfo {
                     broker_id: r.broker_id,
                     address: r.address,
                 })
-                .collect(),
+                .collect()),
             Err(e) => {
-                tracing::warn!(error = %e, "cannot list the cluster's brokers; answering with this broker only");
-                vec![me]
+                tracing::warn!(error = %e, "cannot list the cluster's brokers; answering UNAVAILABLE");
+                Err(Status::unavailable(format!(
+                    "broker {} cannot read the cluster's brokers from etcd: {e}",
+                    self.broker_id
+                )))
             }
         }
     }
@@ -405,7 +420,7 @@ impl Broker for BrokerService {
         let coordinators = self.coordinators();
         let txn_log_partitions = self.topics.partition_count(TXN_LOG_TOPIC).unwrap_or(0);
         Ok(Response::new(MetadataResponse {
-            brokers: self.brokers().await,
+            brokers: self.brokers().await?,
             topics,
             controller_id: self.broker_id,
             coordinators: coordinators

@@ -1,10 +1,12 @@
 //! The coordination store fails too (issue 21): after etcd is killed and restarted,
 //! paused for less or more than the lease TTL, combined with a coordinator crash, or (in
-//! a 3-member etcd) loses a member or its quorum, every transaction log slice is owned
+//! a 3-member etcd) loses a member or its quorum, or one process alone is cut off from
+//! etcd, every transaction log slice is owned
 //! and served again, every broker is registered and every partition led with its full
 //! ISR within a stated bound, no transaction hangs, and transactional producers that ran
 //! throughout lost and duplicated nothing.
 
+mod one_process_cut_off;
 mod single_member;
 mod three_members;
 
@@ -31,6 +33,11 @@ const PRODUCERS: usize = 4;
 /// and the workload running (it has committed a few transactions before this returns).
 pub async fn cluster_under_load(etcd_members: usize) -> (Cluster, TxnWorkload) {
     let cluster = Cluster::start_with_etcd_members(etcd_members, 3, 2, &[], &[]).await;
+    put_under_load(cluster).await
+}
+
+/// The topic at RF 3 and the workload running on `cluster` (3 brokers, 2 coordinators).
+pub async fn put_under_load(cluster: Cluster) -> (Cluster, TxnWorkload) {
     cluster
         .create_topic(TOPIC, PARTITIONS.len() as i32, 3)
         .await;
@@ -94,7 +101,7 @@ pub async fn assert_recovered(cluster: &Cluster, workload: TxnWorkload, healed: 
 
 /// Every slice of the transaction log is owned (per the brokers' view of etcd) and
 /// loaded by a running coordinator, within `bound` of `since`.
-async fn every_slice_served(cluster: &Cluster, since: Instant, bound: Duration) {
+pub async fn every_slice_served(cluster: &Cluster, since: Instant, bound: Duration) {
     loop {
         let mut served = Vec::new();
         for id in cluster.coordinator_ids() {
