@@ -243,7 +243,6 @@ fn produce_request(records: Bytes) -> ProduceRequest {
     ProduceRequest {
         acks: -1,
         timeout_ms: 5_000,
-        transactional_id: String::new(),
         topics: vec![TopicProduceData {
             name: "orders".into(),
             partitions: vec![PartitionProduceData {
@@ -251,6 +250,7 @@ fn produce_request(records: Bytes) -> ProduceRequest {
                 records,
             }],
         }],
+        coordinator_epoch: None,
     }
 }
 

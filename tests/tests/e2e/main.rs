@@ -10,6 +10,7 @@ mod delivery;
 mod failover;
 mod grpc_tooling;
 mod idempotence;
+mod internal_topics;
 mod membership;
 mod producer_ids;
 mod replication;
