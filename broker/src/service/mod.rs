@@ -238,9 +238,8 @@ impl BrokerService {
             let mut partitions = Vec::with_capacity(topic.partitions.len());
             for wanted in &topic.partitions {
                 let max_bytes = clamp_len(wanted.partition_max_bytes, budget);
-                let result = self
-                    .topics
-                    .partition(&topic.name, wanted.partition)
+                let result = check_fetch_sizes(request.max_bytes, wanted.partition_max_bytes)
+                    .and_then(|()| self.topics.partition(&topic.name, wanted.partition))
                     .and_then(|p| match request.replica_id {
                         Some(follower) => {
                             let (records, offsets) = p.read_for_follower(
@@ -383,6 +382,19 @@ fn replication_timeout(timeout_ms: i32) -> Duration {
     }
 }
 
+/// Fetch sizes: 0 means "up to the broker's limit" (`--max-fetch-bytes`, and for a
+/// partition what is left of the response's budget); a negative size is refused rather
+/// than read as "no limit".
+fn check_fetch_sizes(max_bytes: i32, partition_max_bytes: i32) -> Result<(), BrokerError> {
+    if max_bytes < 0 || partition_max_bytes < 0 {
+        return Err(BrokerError::InvalidRequest(format!(
+            "fetch sizes must be >= 0 (0: the broker's limit); got max_bytes {max_bytes}, partition_max_bytes {partition_max_bytes}"
+        )));
+    }
+    Ok(())
+}
+
+/// `requested` bytes, at most `limit`; 0 means `limit`.
 fn clamp_len(requested: i32, limit: usize) -> usize {
     match usize::try_from(requested) {
         Ok(n) if n > 0 => n.min(limit),

@@ -198,6 +198,32 @@ async fn given_invalid_topic_specs_when_created_then_refused_and_no_topic_appear
             3,
             ErrorCode::InvalidReplicationFactor,
         ),
+        // Only 0 and -1 mean "the default".
+        (
+            "minus-two".into(),
+            1,
+            -2,
+            ErrorCode::InvalidReplicationFactor,
+        ),
+        (
+            "minus-100".into(),
+            1,
+            -100,
+            ErrorCode::InvalidReplicationFactor,
+        ),
+        // Internal topics are created only by a coordinator.
+        (
+            "__consumer_offsets".into(),
+            1,
+            1,
+            ErrorCode::InvalidTopicException,
+        ),
+        (
+            "__transaction_state".into(),
+            1,
+            1,
+            ErrorCode::InvalidTopicException,
+        ),
     ];
     for (name, partitions, replication_factor, expected) in cases {
         let response = client
