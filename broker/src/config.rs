@@ -35,17 +35,9 @@ pub struct BrokerConfig {
     #[arg(long, env = "IDEM_FLUSH", default_value = "every-append")]
     pub flush: FlushPolicy,
 
-    /// Largest record batch accepted in one partition of a Produce request.
-    #[arg(long, env = "IDEM_MAX_BATCH_BYTES", default_value_t = 1024 * 1024)]
-    pub max_batch_bytes: usize,
-
-    /// Largest gRPC request accepted; larger ones are refused before they are decoded.
-    #[arg(long, env = "IDEM_MAX_REQUEST_BYTES", default_value_t = 8 * 1024 * 1024)]
-    pub max_request_bytes: usize,
-
-    /// Most bytes a Fetch response carries.
-    #[arg(long, env = "IDEM_MAX_FETCH_BYTES", default_value_t = 8 * 1024 * 1024)]
-    pub max_fetch_bytes: usize,
+    /// Size limits of requests and responses (shared with `idem dev`).
+    #[command(flatten)]
+    pub limits: SizeLimits,
 
     /// Idle time after which a producer id's state is forgotten (Kafka's
     /// `transactional.id.expiration.ms` analogue for idempotent producers; server clock).
@@ -108,9 +100,7 @@ impl BrokerConfig {
             data_dir,
             segment_bytes: 64 * 1024 * 1024,
             flush: FlushPolicy::EveryAppend,
-            max_batch_bytes: 1024 * 1024,
-            max_request_bytes: 8 * 1024 * 1024,
-            max_fetch_bytes: 8 * 1024 * 1024,
+            limits: SizeLimits::default(),
             producer_id_expiration_ms: 7 * 24 * 3600 * 1000,
             max_partitions_per_topic: 1000,
             pid_store: PidStoreKind::Embedded,
@@ -121,6 +111,42 @@ impl BrokerConfig {
             etcd_prefix: "/idem".into(),
             coordinator: None,
             null_produce: false,
+        }
+    }
+}
+
+/// Default of `--max-batch-bytes`: 1 MiB.
+pub const DEFAULT_MAX_BATCH_BYTES: usize = 1024 * 1024;
+/// Default of `--max-request-bytes`: 8 MiB.
+pub const DEFAULT_MAX_REQUEST_BYTES: usize = 8 * 1024 * 1024;
+/// Default of `--max-fetch-bytes`: 8 MiB.
+pub const DEFAULT_MAX_FETCH_BYTES: usize = 8 * 1024 * 1024;
+
+/// The size limits a broker enforces, one set of flags for `idem-broker` and `idem dev`
+/// (docs/protocol.md, "Size limits").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::Args)]
+pub struct SizeLimits {
+    /// Largest record batch accepted in one partition of a Produce request
+    /// (MESSAGE_TOO_LARGE beyond it).
+    #[arg(long, env = "IDEM_MAX_BATCH_BYTES", default_value_t = DEFAULT_MAX_BATCH_BYTES)]
+    pub max_batch_bytes: usize,
+
+    /// Largest gRPC request accepted; larger ones are refused before they are decoded
+    /// (gRPC status RESOURCE_EXHAUSTED).
+    #[arg(long, env = "IDEM_MAX_REQUEST_BYTES", default_value_t = DEFAULT_MAX_REQUEST_BYTES)]
+    pub max_request_bytes: usize,
+
+    /// Most bytes of records a Fetch response carries, whatever the request asks.
+    #[arg(long, env = "IDEM_MAX_FETCH_BYTES", default_value_t = DEFAULT_MAX_FETCH_BYTES)]
+    pub max_fetch_bytes: usize,
+}
+
+impl Default for SizeLimits {
+    fn default() -> Self {
+        SizeLimits {
+            max_batch_bytes: DEFAULT_MAX_BATCH_BYTES,
+            max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
+            max_fetch_bytes: DEFAULT_MAX_FETCH_BYTES,
         }
     }
 }

@@ -12,6 +12,7 @@ use idem_proto::txn::txn_log_partition;
 use serde::Deserialize;
 
 use crate::error::BrokerError;
+use crate::internal_topics::OwnerFacts;
 
 /// `{prefix}/coordinators/members/{id}`: a live coordinator (bound to its lease).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -30,12 +31,36 @@ pub struct CoordinatorOwner {
     pub coordinator_epoch: i32,
 }
 
+/// `{prefix}/coordinators/epochs/{p}`: the latest claim of `__transaction_state`
+/// partition `p` and the producer id every owner writes it with (persistent).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub struct CoordinatorEpoch {
+    pub coordinator_epoch: i32,
+    pub writer_producer_id: i64,
+}
+
 /// The coordinator keys of one catalog snapshot.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CoordinatorView {
     pub members: BTreeMap<i32, CoordinatorMember>,
     /// By `__transaction_state` partition.
     pub owners: BTreeMap<i32, CoordinatorOwner>,
+    /// By `__transaction_state` partition.
+    pub epochs: BTreeMap<i32, CoordinatorEpoch>,
+}
+
+impl CoordinatorView {
+    /// What the catalog says of the owner of `__transaction_state` partition `partition`
+    /// (each fact absent until the catalog has seen its key).
+    pub fn owner_facts(&self, partition: i32) -> OwnerFacts {
+        let epoch = self.epochs.get(&partition);
+        let claimed = epoch.map(|e| e.coordinator_epoch);
+        let owning = self.owners.get(&partition).map(|o| o.coordinator_epoch);
+        OwnerFacts {
+            coordinator_epoch: claimed.max(owning),
+            writer_producer_id: epoch.map(|e| e.writer_producer_id),
+        }
+    }
 }
 
 /// Where a broker learns about coordinators.

@@ -14,12 +14,18 @@ pub enum BrokerError {
     UnknownTopicOrPartition { topic: String, partition: i32 },
     #[error("invalid topic name {name:?}: {reason}")]
     InvalidTopic { name: String, reason: &'static str },
+    #[error("topic {topic:?} refused: {reason}")]
+    InternalTopic { topic: String, reason: String },
     #[error("topic {0:?} already exists")]
     TopicAlreadyExists(String),
     #[error("invalid partition count {count}: must be between 1 and {max}")]
     InvalidPartitions { count: i32, max: i32 },
     #[error("invalid replication factor {factor}: this cluster has {brokers} broker(s)")]
     InvalidReplicationFactor { factor: i32, brokers: i32 },
+    #[error(
+        "invalid replication factor {0}: use a replica count >= 1, or 0 or -1 for the default (1)"
+    )]
+    NegativeReplicationFactor(i32),
     #[error("broker is not the leader of {topic}-{partition} (leader: broker {leader})")]
     NotLeaderOrFollower {
         topic: String,
@@ -99,10 +105,13 @@ impl BrokerError {
     pub fn code(&self) -> ErrorCode {
         match self {
             BrokerError::UnknownTopicOrPartition { .. } => ErrorCode::UnknownTopicOrPartition,
-            BrokerError::InvalidTopic { .. } => ErrorCode::InvalidTopicException,
+            BrokerError::InvalidTopic { .. } | BrokerError::InternalTopic { .. } => {
+                ErrorCode::InvalidTopicException
+            }
             BrokerError::TopicAlreadyExists(_) => ErrorCode::TopicAlreadyExists,
             BrokerError::InvalidPartitions { .. } => ErrorCode::InvalidPartitions,
-            BrokerError::InvalidReplicationFactor { .. } => ErrorCode::InvalidReplicationFactor,
+            BrokerError::InvalidReplicationFactor { .. }
+            | BrokerError::NegativeReplicationFactor(_) => ErrorCode::InvalidReplicationFactor,
             BrokerError::NotLeaderOrFollower { .. } => ErrorCode::NotLeaderOrFollower,
             // etcd unreachable or slow: the client may retry.
             BrokerError::Cluster(_) => ErrorCode::RequestTimedOut,

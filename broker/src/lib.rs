@@ -5,6 +5,7 @@ pub mod config;
 pub mod coordinators;
 pub mod error;
 pub mod fsutil;
+pub mod internal_topics;
 pub mod log;
 pub mod partition;
 pub mod producer_state;

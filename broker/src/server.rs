@@ -64,7 +64,7 @@ impl BoundBroker {
                 flush: config.flush,
                 ..LogConfig::default()
             },
-            max_batch_bytes: config.max_batch_bytes,
+            max_batch_bytes: config.limits.max_batch_bytes,
             producer_id_expiration_ms: config.producer_id_expiration_ms,
         };
         let store = open_pid_store(&config).await?;
@@ -150,7 +150,7 @@ impl BoundBroker {
             advertised.clone(),
             topics.clone(),
             producer_ids,
-            config.max_fetch_bytes,
+            config.limits.max_fetch_bytes,
         )
         .with_membership(membership.clone())
         .with_coordinator(config.coordinator.clone())
@@ -159,8 +159,8 @@ impl BoundBroker {
             tracing::warn!("--coordinator is ignored in a cluster: coordinators are found in etcd");
         }
         let broker = BrokerServer::new(service)
-            .max_decoding_message_size(config.max_request_bytes)
-            .max_encoding_message_size(config.max_fetch_bytes + 1024 * 1024);
+            .max_decoding_message_size(config.limits.max_request_bytes)
+            .max_encoding_message_size(config.limits.max_fetch_bytes + 1024 * 1024);
 
         let (health_reporter, health) = tonic_health::server::health_reporter();
         health_reporter

@@ -88,6 +88,16 @@ pub fn validate_topic_name(name: &str) -> Result<(), BrokerError> {
     Ok(())
 }
 
+/// The replica count a CreateTopics asks for: 0 and -1 mean the default (1); any other
+/// value below 1 is refused rather than read as the default.
+pub fn resolve_replication_factor(requested: i32) -> Result<i32, BrokerError> {
+    match requested {
+        0 | -1 => Ok(1),
+        n if n >= 1 => Ok(n),
+        n => Err(BrokerError::NegativeReplicationFactor(n)),
+    }
+}
+
 /// One partition as this broker sees it: where it lives in the cluster, and the local
 /// log when this broker is one of its replicas.
 #[derive(Clone)]
@@ -244,12 +254,7 @@ impl TopicRegistry {
                 max: self.max_partitions,
             });
         }
-        // 0 or -1 means "the default": 1 until partitions are replicated.
-        let replication_factor = if replication_factor <= 0 {
-            1
-        } else {
-            replication_factor
-        };
+        let replication_factor = resolve_replication_factor(replication_factor)?;
         let spec = TopicSpec {
             name: name.to_string(),
             partitions,
@@ -738,5 +743,22 @@ mod tests {
         assert!(validate_topic_name("é").is_err());
         assert!(validate_topic_name(&"x".repeat(249)).is_ok());
         assert!(validate_topic_name(&"x".repeat(250)).is_err());
+    }
+
+    #[test]
+    fn given_a_replication_factor_then_0_and_minus_1_mean_one_and_other_negatives_are_refused() {
+        assert_eq!(resolve_replication_factor(0).expect("default"), 1);
+        assert_eq!(resolve_replication_factor(-1).expect("default"), 1);
+        assert_eq!(resolve_replication_factor(1).expect("one"), 1);
+        assert_eq!(resolve_replication_factor(3).expect("three"), 3);
+        for n in [-2, -100, i32::MIN] {
+            let error = resolve_replication_factor(n).expect_err("refused");
+            assert_eq!(
+                error.code(),
+                idem_proto::ErrorCode::InvalidReplicationFactor,
+                "{n}"
+            );
+            assert!(error.to_string().contains(&n.to_string()), "{error}");
+        }
     }
 }

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::Context;
-use idem_broker::config::BrokerConfig;
+use idem_broker::config::{BrokerConfig, SizeLimits};
 use idem_broker::server::BoundBroker;
 use idem_coordinator::config::CoordinatorConfig;
 use idem_coordinator::server::BoundCoordinator;
@@ -28,10 +28,17 @@ pub struct DevArgs {
         default_value = "127.0.0.1:9093"
     )]
     coordinator_listen: SocketAddr,
+    /// The broker's size limits: the same flags, environment and defaults as
+    /// `idem-broker`.
+    #[command(flatten)]
+    limits: SizeLimits,
 }
 
 pub async fn run(args: DevArgs) -> anyhow::Result<()> {
-    let config = BrokerConfig::single_node(args.data_dir.clone(), args.listen);
+    let config = BrokerConfig {
+        limits: args.limits,
+        ..BrokerConfig::single_node(args.data_dir.clone(), args.listen)
+    };
     let broker = BoundBroker::bind(config)
         .await
         .with_context(|| format!("starting the dev broker in {}", args.data_dir.display()))?;
@@ -75,4 +82,53 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         .context("serving the coordinator")?;
     println!("idem dev: stopped cleanly");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+    use idem_broker::config::SizeLimits;
+
+    use super::DevArgs;
+
+    #[derive(Parser)]
+    struct Dev {
+        #[command(flatten)]
+        args: DevArgs,
+    }
+
+    #[derive(Parser)]
+    struct Broker {
+        #[command(flatten)]
+        config: idem_broker::config::BrokerConfig,
+    }
+
+    #[test]
+    fn given_no_flags_then_dev_and_the_broker_have_the_same_size_limits() {
+        let dev = Dev::try_parse_from(["dev"]).expect("parses");
+        let broker = Broker::try_parse_from(["broker"]).expect("parses");
+        assert_eq!(dev.args.limits, broker.config.limits);
+        assert_eq!(dev.args.limits, SizeLimits::default());
+    }
+
+    #[test]
+    fn given_size_flags_then_dev_takes_them_as_the_broker_does() {
+        let flags = [
+            "--max-batch-bytes",
+            "1000",
+            "--max-request-bytes",
+            "2000",
+            "--max-fetch-bytes",
+            "3000",
+        ];
+        let dev = Dev::try_parse_from(["dev"].into_iter().chain(flags)).expect("parses");
+        let broker = Broker::try_parse_from(["broker"].into_iter().chain(flags)).expect("parses");
+        let wanted = SizeLimits {
+            max_batch_bytes: 1000,
+            max_request_bytes: 2000,
+            max_fetch_bytes: 3000,
+        };
+        assert_eq!(dev.args.limits, wanted);
+        assert_eq!(broker.config.limits, wanted);
+    }
 }

@@ -93,6 +93,8 @@ impl Admin {
                     num_partitions: topic.partitions,
                     replication_factor: topic.replication_factor,
                     unclean_leader_election: topic.unclean_leader_election,
+                    // Clients never create internal topics.
+                    coordinator_id: None,
                 }],
             }))
             .await?;

@@ -197,7 +197,7 @@ impl BoundCoordinator {
 async fn follow_ownership(core: Arc<Coordinator>, ownership: Arc<dyn Ownership>, partitions: i32) {
     let mut backoff = Duration::from_millis(100);
     let partitions = loop {
-        match ensure_topic(core.connection(), partitions).await {
+        match ensure_topic(core.connection(), partitions, core.coordinator_id()).await {
             Ok(n) => break n,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot set up the transaction log yet; retrying");

@@ -18,6 +18,9 @@ pub const NO_SEQUENCE: i32 = -1;
 pub const ATTR_TRANSACTIONAL: u16 = 1 << 4;
 /// Attribute bit: the batch is a control batch (commit/abort marker).
 pub const ATTR_CONTROL: u16 = 1 << 5;
+/// Every attribute bit idem defines; the others are reserved and must be 0 (there is no
+/// compression or timestamp type yet, so a set bit means the bytes are not ours).
+pub const ATTR_DEFINED: u16 = ATTR_TRANSACTIONAL | ATTR_CONTROL;
 
 const OFF_BASE_OFFSET: usize = 0;
 const OFF_BATCH_LENGTH: usize = 8;
@@ -48,6 +51,8 @@ pub enum BatchError {
     MalformedRecords(&'static str),
     #[error("batch holds {declared} records by its header but {found} in its body")]
     RecordCountMismatch { declared: i32, found: i32 },
+    #[error("batch attributes {attributes:#06x} set reserved bits {reserved:#06x}; only 0x10 (transactional) and 0x20 (control) are defined")]
+    ReservedAttributes { attributes: u16, reserved: u16 },
 }
 
 /// One record as a producer hands it over.
@@ -292,12 +297,20 @@ pub fn verify(buf: &[u8]) -> Result<BatchHeader, BatchError> {
     Ok(header)
 }
 
-/// Full validation of a batch a producer sent: CRC, and records that parse and agree with
-/// the header's count and offset deltas. `buf` must hold exactly one batch.
+/// Full validation of a batch a producer sent: CRC, no reserved attribute bit set, and
+/// records that parse and agree with the header's count and offset deltas. `buf` must
+/// hold exactly one batch.
 pub fn validate_produced(buf: &[u8]) -> Result<BatchHeader, BatchError> {
     let header = verify(buf)?;
     if header.size() != buf.len() {
         return Err(BatchError::BadLength(header.batch_length));
+    }
+    let reserved = header.attributes & !ATTR_DEFINED;
+    if reserved != 0 {
+        return Err(BatchError::ReservedAttributes {
+            attributes: header.attributes,
+            reserved,
+        });
     }
     if header.record_count <= 0 {
         return Err(BatchError::MalformedRecords(
@@ -594,6 +607,39 @@ mod tests {
         assert_eq!(
             records[0].headers,
             vec![("h".to_string(), Bytes::from_static(b"v"))]
+        );
+    }
+
+    #[test]
+    fn given_a_reserved_attribute_bit_when_validated_then_refused_and_defined_bits_pass() {
+        for bit in (0..16).map(|b| 1u16 << b) {
+            let buf = encode(ProducerInfo::NONE, bit, &[rec("k", "v", 1)]);
+            let result = validate_produced(&buf);
+            if bit & ATTR_DEFINED != 0 {
+                assert!(result.is_ok(), "bit {bit:#06x}: {result:?}");
+            } else {
+                assert_eq!(
+                    result,
+                    Err(BatchError::ReservedAttributes {
+                        attributes: bit,
+                        reserved: bit
+                    }),
+                    "bit {bit:#06x}"
+                );
+            }
+        }
+        // Compression (bits 0-2) set next to the transactional bit names only the former.
+        let buf = encode(
+            ProducerInfo::NONE,
+            ATTR_TRANSACTIONAL | 0b001,
+            &[rec("k", "v", 1)],
+        );
+        assert_eq!(
+            validate_produced(&buf),
+            Err(BatchError::ReservedAttributes {
+                attributes: ATTR_TRANSACTIONAL | 0b001,
+                reserved: 0b001
+            })
         );
     }
 

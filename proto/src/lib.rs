@@ -4,6 +4,7 @@
 
 pub mod batch;
 pub mod control;
+pub mod internal;
 pub mod transport;
 pub mod txn;
 

@@ -2,7 +2,7 @@
 //! transactional id belongs to. Brokers (FindCoordinator) and coordinators must agree on
 //! this function byte for byte, so it lives here and never changes.
 
-/// The internal topic coordinators persist transaction state to.
+/// The internal topic (`crate::internal`) coordinators persist transaction state to.
 pub const TXN_LOG_TOPIC: &str = "__transaction_state";
 
 /// The `__transaction_state` partition that owns `transactional_id`: FNV-1a (32-bit) of

@@ -272,6 +272,7 @@ impl Cluster {
             num_partitions: partitions,
             replication_factor,
             unclean_leader_election: false,
+            coordinator_id: None,
         })
         .await;
     }

@@ -36,6 +36,7 @@ pub async fn create_topic(client: &mut RawClient, name: &str, partitions: i32) -
                 num_partitions: partitions,
                 replication_factor: 1,
                 unclean_leader_election: false,
+                coordinator_id: None,
             }],
         })
         .await
@@ -99,11 +100,33 @@ pub async fn produce(
     partition: i32,
     records: Bytes,
 ) -> PartitionProduceResponse {
+    produce_declared(client, topic, partition, records, None).await
+}
+
+/// [`produce`] declaring a coordinator epoch, as a coordinator writing its internal
+/// topic does.
+pub async fn produce_as_coordinator(
+    client: &mut RawClient,
+    topic: &str,
+    partition: i32,
+    records: Bytes,
+    coordinator_epoch: i32,
+) -> PartitionProduceResponse {
+    produce_declared(client, topic, partition, records, Some(coordinator_epoch)).await
+}
+
+async fn produce_declared(
+    client: &mut RawClient,
+    topic: &str,
+    partition: i32,
+    records: Bytes,
+    coordinator_epoch: Option<i32>,
+) -> PartitionProduceResponse {
     let response = client
         .produce(ProduceRequest {
+            coordinator_epoch,
             acks: -1,
             timeout_ms: 30_000,
-            transactional_id: String::new(),
             topics: vec![TopicProduceData {
                 name: topic.into(),
                 partitions: vec![PartitionProduceData { partition, records }],

@@ -7,6 +7,8 @@
 //! {prefix}/coordinators/members/{id}  {"id": 1, "address": "host:port"}        (read only)
 //! {prefix}/coordinators/owners/{p}    {"coordinator_id": 1, "address": "...",
 //!                                      "coordinator_epoch": 7}                  (read only)
+//! {prefix}/coordinators/epochs/{p}    {"coordinator_epoch": 7,
+//!                                      "writer_producer_id": 1234}              (read only)
 //! ```
 //! Creation claims the name (`create_revision == 0`), writes the partition keys in
 //! chunks guarded by the topic key's `mod_revision` (etcd caps operations per
@@ -285,8 +287,8 @@ impl EtcdCatalog {
 
 /// Adds one key under `{prefix}/coordinators/` (`rest` is the part after it) to `view`.
 /// Coordinators write these keys, not brokers: one a broker cannot read is skipped with a
-/// warning rather than failing the whole catalog, and keys it does not know (`epochs/`,
-/// anything newer) are ignored.
+/// warning rather than failing the whole catalog, and keys it does not know (anything
+/// newer) are ignored.
 pub(crate) fn record_coordinator_key(view: &mut CoordinatorView, rest: &str, value: &[u8]) {
     let (kind, id) = match rest.split_once('/') {
         Some((kind, id)) if !id.contains('/') => (kind, id),
@@ -299,6 +301,9 @@ pub(crate) fn record_coordinator_key(view: &mut CoordinatorView, rest: &str, val
         }),
         "owners" => serde_json::from_slice(value).map(|owner| {
             view.owners.insert(id, owner);
+        }),
+        "epochs" => serde_json::from_slice(value).map(|epoch| {
+            view.epochs.insert(id, epoch);
         }),
         _ => Ok(()),
     };
@@ -380,10 +385,10 @@ fn decode<T: for<'de> Deserialize<'de>>(key: &str, bytes: &[u8]) -> Result<T, Ca
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::coordinators::{CoordinatorMember, CoordinatorOwner};
+    use crate::coordinators::{CoordinatorEpoch, CoordinatorMember, CoordinatorOwner};
 
     #[test]
-    fn coordinator_members_and_owners_are_read_and_everything_else_ignored() {
+    fn coordinator_members_owners_and_epochs_are_read_and_everything_else_ignored() {
         let mut view = CoordinatorView::default();
         record_coordinator_key(&mut view, "members/1", br#"{"id":1,"address":"h:1"}"#);
         record_coordinator_key(
@@ -418,6 +423,16 @@ mod tests {
                     coordinator_id: 1,
                     address: "h:1".into(),
                     coordinator_epoch: 7
+                }
+            )]
+        );
+        assert_eq!(
+            view.epochs.into_iter().collect::<Vec<_>>(),
+            vec![(
+                3,
+                CoordinatorEpoch {
+                    coordinator_epoch: 7,
+                    writer_producer_id: 1234
                 }
             )]
         );

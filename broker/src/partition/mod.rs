@@ -613,7 +613,7 @@ impl Partition {
     /// (`__transaction_state`), where the producer epoch is the coordinator's fence and
     /// forgetting it would let a deposed coordinator write again.
     fn producers_expire(&self) -> bool {
-        !self.topic.starts_with("__")
+        !idem_proto::internal::is_internal_topic(&self.topic)
     }
 
     /// Forgets producers idle longer than the configured expiration (server clock);

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use idem_pidstore::ProducerIdManager;
+use idem_proto::batch;
+use idem_proto::internal::is_internal_topic;
 use idem_proto::txn::TXN_LOG_TOPIC;
 use idem_proto::v1::broker_server::Broker;
 use idem_proto::v1::{
@@ -26,6 +28,7 @@ use tonic::{Request, Response, Status};
 use crate::cluster::membership::Membership;
 use crate::coordinators::Coordinators;
 use crate::error::BrokerError;
+use crate::internal_topics::{self, OwnerFacts};
 use crate::partition::{stored_batches, PartitionOffsets};
 use crate::topics::{PartitionView, TopicRegistry};
 
@@ -174,22 +177,45 @@ impl BrokerService {
         }
     }
 
+    /// What the catalog knows of the owner of an internal topic's partition: only
+    /// `__transaction_state` has owners yet, and only a cluster knows them.
+    fn owner_facts(&self, topic: &str, partition: i32) -> OwnerFacts {
+        match self.coordinators() {
+            Coordinators::Clustered(view) if topic == TXN_LOG_TOPIC => view.owner_facts(partition),
+            _ => OwnerFacts::default(),
+        }
+    }
+
     async fn produce_one(
         &self,
         topic: &str,
         partition: i32,
         records: &Bytes,
-        acks: i32,
-        timeout: Duration,
+        request: &ProduceRequest,
     ) -> PartitionProduceResponse {
+        let (acks, timeout) = (request.acks, replication_timeout(request.timeout_ms));
+        // Internal topics: only their owning coordinator writes (nothing is appended
+        // otherwise), checked after the partition is known to exist here.
+        let partition_here = self.topics.partition(topic, partition).and_then(|p| {
+            if is_internal_topic(topic) {
+                let header = batch::decode_header(records).ok();
+                internal_topics::check_produce(
+                    topic,
+                    request.coordinator_epoch,
+                    header.as_ref(),
+                    self.owner_facts(topic, partition),
+                )?;
+            }
+            Ok(p)
+        });
         // (base offset, log start offset) of the accepted batch.
-        let result = match (self.topics.partition(topic, partition), &self.null_produce) {
+        let result = match (partition_here, &self.null_produce) {
+            (Err(e), _) => Err(e),
             (Ok(_), Some(null)) => null.accept(records).map(|base_offset| (base_offset, 0)),
             (Ok(p), None) => p
                 .append(records, acks, timeout)
                 .await
                 .map(|outcome| (outcome.base_offset, outcome.log_start_offset)),
-            (Err(e), _) => Err(e),
         };
         match result {
             Ok((base_offset, log_start_offset)) => PartitionProduceResponse {
@@ -227,9 +253,8 @@ impl BrokerService {
             let mut partitions = Vec::with_capacity(topic.partitions.len());
             for wanted in &topic.partitions {
                 let max_bytes = clamp_len(wanted.partition_max_bytes, budget);
-                let result = self
-                    .topics
-                    .partition(&topic.name, wanted.partition)
+                let result = check_fetch_sizes(request.max_bytes, wanted.partition_max_bytes)
+                    .and_then(|()| self.topics.partition(&topic.name, wanted.partition))
                     .and_then(|p| match request.replica_id {
                         Some(follower) => {
                             let (records, offsets) = p.read_for_follower(
@@ -372,6 +397,19 @@ fn replication_timeout(timeout_ms: i32) -> Duration {
     }
 }
 
+/// Fetch sizes: 0 means "up to the broker's limit" (`--max-fetch-bytes`, and for a
+/// partition what is left of the response's budget); a negative size is refused rather
+/// than read as "no limit".
+fn check_fetch_sizes(max_bytes: i32, partition_max_bytes: i32) -> Result<(), BrokerError> {
+    if max_bytes < 0 || partition_max_bytes < 0 {
+        return Err(BrokerError::InvalidRequest(format!(
+            "fetch sizes must be >= 0 (0: the broker's limit); got max_bytes {max_bytes}, partition_max_bytes {partition_max_bytes}"
+        )));
+    }
+    Ok(())
+}
+
+/// `requested` bytes, at most `limit`; 0 means `limit`.
 fn clamp_len(requested: i32, limit: usize) -> usize {
     match usize::try_from(requested) {
         Ok(n) if n > 0 => n.min(limit),
@@ -458,15 +496,19 @@ impl Broker for BrokerService {
     ) -> Result<Response<CreateTopicsResponse>, Status> {
         let mut results = Vec::new();
         for topic in request.into_inner().topics {
-            let result = self
-                .topics
-                .create(
-                    &topic.name,
-                    topic.num_partitions,
-                    topic.replication_factor,
-                    topic.unclean_leader_election,
-                )
-                .await;
+            let result = match internal_topics::check_create(&topic.name, topic.coordinator_id) {
+                Ok(()) => {
+                    self.topics
+                        .create(
+                            &topic.name,
+                            topic.num_partitions,
+                            topic.replication_factor,
+                            topic.unclean_leader_election,
+                        )
+                        .await
+                }
+                Err(e) => Err(e),
+            };
             let (error_code, error_message) = match result {
                 Ok(()) => (ErrorCode::None, String::new()),
                 Err(e) => (e.code(), e.to_string()),
@@ -495,14 +537,8 @@ impl Broker for BrokerService {
             for data in &topic.partitions {
                 let response = match &refused_acks {
                     None => {
-                        self.produce_one(
-                            &topic.name,
-                            data.partition,
-                            &data.records,
-                            request.acks,
-                            replication_timeout(request.timeout_ms),
-                        )
-                        .await
+                        self.produce_one(&topic.name, data.partition, &data.records, &request)
+                            .await
                     }
                     Some(e) => PartitionProduceResponse {
                         partition: data.partition,
@@ -775,7 +811,7 @@ impl BrokerService {
         partition: i32,
         timeout: Duration,
     ) -> TxnMarkerPartitionResult {
-        let result = match marker_of(request) {
+        let result = match marker_of(request, topic) {
             Ok((producer_epoch, control_type)) => match self.topics.partition(topic, partition) {
                 Ok(p) => {
                     p.append_marker(
@@ -814,7 +850,17 @@ impl BrokerService {
 }
 
 /// The producer epoch and marker type of a WriteTxnMarkers request, checked.
-fn marker_of(request: &WriteTxnMarkersRequest) -> Result<(i16, ControlType), BrokerError> {
+fn marker_of(
+    request: &WriteTxnMarkersRequest,
+    topic: &str,
+) -> Result<(i16, ControlType), BrokerError> {
+    // No transaction ever writes an internal topic: its writers are not transactional.
+    if is_internal_topic(topic) {
+        return Err(BrokerError::InternalTopic {
+            topic: topic.to_string(),
+            reason: "transaction markers are never written to internal topics".into(),
+        });
+    }
     if request.producer_id < 0 {
         return Err(BrokerError::InvalidRequest(format!(
             "producer id {} of a transaction marker is negative",

@@ -1,15 +1,16 @@
 //! The transaction RPCs of a single-node broker, called through the gRPC trait without a
 //! network: WriteTxnMarkers per-partition results, FindCoordinator with and without
 //! `--coordinator`, Metadata's coordinators and LSO, ListOpenTransactions, and the
-//! isolation levels of ListOffsets; and `--null-produce`, which must check batches like
-//! the real path and write nothing.
+//! isolation levels of ListOffsets; `--null-produce`, which must check batches like
+//! the real path and write nothing; internal topics, which only their coordinator
+//! creates and writes; and the refusals of malformed CreateTopics and Fetch sizes.
 
 use idem_pidstore::SledPidStore;
 use idem_proto::batch::{self, ProducerInfo, Record};
 use idem_proto::v1::broker_server::Broker as _;
 use idem_proto::v1::{
-    ListOffsetsPartition, ListOffsetsTopic, PartitionProduceData, TopicProduceData,
-    TxnTopicPartitions,
+    CreatableTopic, FetchPartition, FetchTopic, ListOffsetsPartition, ListOffsetsTopic,
+    PartitionProduceData, TopicProduceData, TxnTopicPartitions,
 };
 
 use super::*;
@@ -243,7 +244,6 @@ fn produce_request(records: Bytes) -> ProduceRequest {
     ProduceRequest {
         acks: -1,
         timeout_ms: 5_000,
-        transactional_id: String::new(),
         topics: vec![TopicProduceData {
             name: "orders".into(),
             partitions: vec![PartitionProduceData {
@@ -251,6 +251,7 @@ fn produce_request(records: Bytes) -> ProduceRequest {
                 records,
             }],
         }],
+        coordinator_epoch: None,
     }
 }
 
@@ -334,4 +335,245 @@ async fn given_null_produce_when_a_corrupt_batch_arrives_then_it_is_refused_like
         answer.topics[0].partitions[0].error_code,
         ErrorCode::UnknownTopicOrPartition as i32
     );
+}
+
+fn log_end(service: &BrokerService, topic: &str, partition: i32) -> i64 {
+    service
+        .topics
+        .partition(topic, partition)
+        .expect("partition")
+        .offsets()
+        .log_end_offset
+}
+
+/// A batch as the coordinator's transaction log writer sends it.
+fn writer_batch(producer_id: i64, coordinator_epoch: i16, base_sequence: i32) -> Bytes {
+    batch::encode(
+        ProducerInfo {
+            producer_id,
+            producer_epoch: coordinator_epoch,
+            base_sequence,
+        },
+        0,
+        &[Record {
+            value: Some(Bytes::from_static(b"{\"fence\": 1}")),
+            ..Record::default()
+        }],
+    )
+}
+
+async fn produce_to(
+    service: &BrokerService,
+    topic: &str,
+    records: Bytes,
+    coordinator_epoch: Option<i32>,
+) -> (ErrorCode, String) {
+    let mut request = produce_request(records);
+    request.topics[0].name = topic.into();
+    request.coordinator_epoch = coordinator_epoch;
+    let answer = service
+        .produce(Request::new(request))
+        .await
+        .expect("answer")
+        .into_inner();
+    let p = &answer.topics[0].partitions[0];
+    (
+        ErrorCode::try_from(p.error_code).expect("known code"),
+        p.error_message.clone(),
+    )
+}
+
+#[tokio::test]
+async fn given_the_transaction_log_when_a_client_writes_it_then_invalid_topic_and_nothing_appended()
+{
+    for null_produce in [false, true] {
+        let b = broker(Some("127.0.0.1:9094")).await;
+        let service = b.service.with_null_produce(null_produce);
+        service
+            .topics
+            .create(TXN_LOG_TOPIC, 2, 1, false)
+            .await
+            .expect("created as the coordinator would");
+        // The probe of issue 21: a plain batch, then an idempotent one.
+        for records in [three_records(), writer_batch(9, 0, 0)] {
+            let (code, message) = produce_to(&service, TXN_LOG_TOPIC, records, None).await;
+            assert_eq!(code, ErrorCode::InvalidTopicException, "{message}");
+            assert!(message.contains(TXN_LOG_TOPIC), "{message}");
+        }
+        assert_eq!(log_end(&service, TXN_LOG_TOPIC, 0), 0, "nothing appended");
+    }
+}
+
+#[tokio::test]
+async fn given_the_coordinator_writer_when_it_declares_its_epoch_then_its_appends_land() {
+    let b = broker(Some("127.0.0.1:9094")).await;
+    b.service
+        .topics
+        .create(TXN_LOG_TOPIC, 2, 1, false)
+        .await
+        .expect("created");
+    let ours = produce_to(&b.service, TXN_LOG_TOPIC, writer_batch(9, 3, 0), Some(3)).await;
+    assert_eq!(ours.0, ErrorCode::None, "{}", ours.1);
+    // Declared, but the batch's producer epoch is not the declared coordinator epoch.
+    let mismatched = produce_to(&b.service, TXN_LOG_TOPIC, writer_batch(9, 3, 1), Some(4)).await;
+    assert_eq!(
+        mismatched.0,
+        ErrorCode::InvalidTopicException,
+        "{}",
+        mismatched.1
+    );
+    // A transactional batch is never a coordinator's.
+    let txn = batch::encode(
+        ProducerInfo {
+            producer_id: 9,
+            producer_epoch: 3,
+            base_sequence: 1,
+        },
+        batch::ATTR_TRANSACTIONAL,
+        &[Record::default()],
+    );
+    let refused = produce_to(&b.service, TXN_LOG_TOPIC, txn, Some(3)).await;
+    assert_eq!(refused.0, ErrorCode::InvalidTopicException, "{}", refused.1);
+    // An older coordinator epoch is fenced by the producer state, as before.
+    let stale = produce_to(&b.service, TXN_LOG_TOPIC, writer_batch(9, 2, 1), Some(2)).await;
+    assert_eq!(stale.0, ErrorCode::InvalidProducerEpoch, "{}", stale.1);
+    assert_eq!(
+        log_end(&b.service, TXN_LOG_TOPIC, 0),
+        1,
+        "only the writer's batch"
+    );
+}
+
+#[tokio::test]
+async fn given_an_internal_topic_when_markers_are_written_to_it_then_invalid_topic() {
+    let b = broker(Some("127.0.0.1:9094")).await;
+    b.service
+        .topics
+        .create(TXN_LOG_TOPIC, 1, 1, false)
+        .await
+        .expect("created");
+    let results = write(&b, markers(ControlType::Begin, 0, &[(TXN_LOG_TOPIC, 0)])).await;
+    assert_eq!(results, vec![(0, ErrorCode::InvalidTopicException, -1)]);
+    assert_eq!(log_end(&b.service, TXN_LOG_TOPIC, 0), 0);
+}
+
+async fn create(service: &BrokerService, topic: CreatableTopic) -> (ErrorCode, String) {
+    let answer = service
+        .create_topics(Request::new(CreateTopicsRequest {
+            topics: vec![topic],
+        }))
+        .await
+        .expect("answer")
+        .into_inner();
+    let t = &answer.topics[0];
+    (
+        ErrorCode::try_from(t.error_code).expect("known code"),
+        t.error_message.clone(),
+    )
+}
+
+fn creatable(name: &str, replication_factor: i32, coordinator_id: Option<i32>) -> CreatableTopic {
+    CreatableTopic {
+        name: name.into(),
+        num_partitions: 1,
+        replication_factor,
+        unclean_leader_election: false,
+        coordinator_id,
+    }
+}
+
+fn topic_names(service: &BrokerService) -> Vec<String> {
+    service
+        .topics
+        .describe(&[])
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect()
+}
+
+#[tokio::test]
+async fn given_create_topics_then_internal_names_need_a_coordinator_and_negative_factors_are_refused(
+) {
+    let b = broker(Some("127.0.0.1:9094")).await;
+    let before = topic_names(&b.service);
+    for name in [TXN_LOG_TOPIC, "__consumer_offsets", "__mine"] {
+        let (code, message) = create(&b.service, creatable(name, 1, None)).await;
+        assert_eq!(code, ErrorCode::InvalidTopicException, "{name}: {message}");
+        assert!(message.contains(name), "{message}");
+    }
+    for factor in [-2, -100] {
+        let (code, message) = create(&b.service, creatable("payments", factor, None)).await;
+        assert_eq!(
+            code,
+            ErrorCode::InvalidReplicationFactor,
+            "{factor}: {message}"
+        );
+    }
+    assert_eq!(topic_names(&b.service), before, "nothing created");
+    for (name, factor) in [("payments", 0), ("refunds", -1)] {
+        let (code, message) = create(&b.service, creatable(name, factor, None)).await;
+        assert_eq!(code, ErrorCode::None, "{name}: {message}");
+    }
+    let (code, message) = create(&b.service, creatable(TXN_LOG_TOPIC, 1, Some(0))).await;
+    assert_eq!(
+        code,
+        ErrorCode::None,
+        "the coordinator creates its log: {message}"
+    );
+}
+
+fn fetch_request(max_bytes: i32, partition_max_bytes: i32) -> FetchRequest {
+    FetchRequest {
+        max_wait_ms: 0,
+        min_bytes: 0,
+        max_bytes,
+        isolation_level: IsolationLevel::ReadUncommitted as i32,
+        topics: vec![FetchTopic {
+            name: "orders".into(),
+            partitions: vec![FetchPartition {
+                partition: 0,
+                fetch_offset: 0,
+                partition_max_bytes,
+                current_leader_epoch: None,
+            }],
+        }],
+        replica_id: None,
+    }
+}
+
+async fn fetch(service: &BrokerService, request: FetchRequest) -> (ErrorCode, usize) {
+    let answer = service
+        .fetch(Request::new(request))
+        .await
+        .expect("answer")
+        .into_inner();
+    let p = &answer.topics[0].partitions[0];
+    (
+        ErrorCode::try_from(p.error_code).expect("known code"),
+        p.records.len(),
+    )
+}
+
+#[tokio::test]
+async fn given_fetch_sizes_then_negatives_are_refused_and_zero_means_the_broker_limit() {
+    let b = broker(None).await;
+    assert_eq!(
+        produce(&b.service, three_records()).await.0,
+        ErrorCode::None
+    );
+    for (max, partition_max) in [(-1, 1024), (1024, -1), (i32::MIN, 0)] {
+        assert_eq!(
+            fetch(&b.service, fetch_request(max, partition_max)).await,
+            (ErrorCode::InvalidRequest, 0),
+            "max_bytes {max}, partition_max_bytes {partition_max}"
+        );
+    }
+    let whole = three_records().len();
+    for (max, partition_max) in [(0, 0), (0, 1024), (1024, 0)] {
+        assert_eq!(
+            fetch(&b.service, fetch_request(max, partition_max)).await,
+            (ErrorCode::None, whole),
+            "max_bytes {max}, partition_max_bytes {partition_max}"
+        );
+    }
 }

@@ -40,11 +40,10 @@ pub(crate) enum PartitionMsg {
 }
 
 /// What ties a partition task to a transaction (transactional producer only): its
-/// produce requests carry the transactional id, its batches the transactional attribute,
-/// and the first batch failure is reported to the transaction, which can then not commit.
+/// batches carry the transactional attribute, and the first batch failure is reported to
+/// the transaction, which can then not commit.
 #[derive(Debug, Clone)]
 pub(crate) struct TxnBinding {
-    pub transactional_id: Arc<str>,
     pub failures: Arc<Mutex<Option<ClientError>>>,
 }
 
@@ -292,11 +291,6 @@ impl PartitionSender {
                 .request_timeout
                 .as_millis()
                 .min(i32::MAX as u128) as i32,
-            transactional_id: self
-                .txn
-                .as_ref()
-                .map(|t| t.transactional_id.to_string())
-                .unwrap_or_default(),
             topics: vec![TopicProduceData {
                 name: self.topic.to_string(),
                 partitions: vec![PartitionProduceData {
@@ -304,6 +298,7 @@ impl PartitionSender {
                     records,
                 }],
             }],
+            coordinator_epoch: None,
         };
         let conn = self.conn.clone();
         let timeout = self.config.request_timeout;

@@ -426,7 +426,6 @@ impl TransactionalProducer {
         let registered = registrar.register(topic, partition);
         let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
         let binding = TxnBinding {
-            transactional_id: self.inner.transactional_id.clone(),
             failures: shared.open.failures.clone(),
         };
         let task = PartitionSender::spawn(

@@ -4,7 +4,10 @@
 //! start up to the fence and keep the last record of every transactional id.
 //!
 //! Invariant: everything an earlier owner persisted is before the fence, so the state
-//! read back is complete; nothing after the fence is read (it is ours).
+//! read back is complete; nothing after the fence is read (it is ours). A record that
+//! does not decode stops the load only if a coordinator wrote it (its batch carries the
+//! partition's writer producer id): any other record carries no state, so it is skipped,
+//! logged at ERROR and counted, and never leaves the partition unavailable.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -30,14 +33,53 @@ const BACKOFF_MAX: Duration = Duration::from_secs(1);
 #[derive(Debug, Default)]
 pub struct Replay {
     partition: i32,
+    /// Batches of this producer id were written by a coordinator of the partition.
+    writer_producer_id: i64,
     txns: HashMap<String, TxnMetadata>,
+    skipped: u64,
 }
 
 impl Replay {
-    pub fn new(partition: i32) -> Self {
+    pub fn new(partition: i32, writer_producer_id: i64) -> Self {
         Replay {
             partition,
+            writer_producer_id,
             txns: HashMap::new(),
+            skipped: 0,
+        }
+    }
+
+    /// Records skipped so far because they do not decode and no coordinator wrote them.
+    pub fn skipped(&self) -> u64 {
+        self.skipped
+    }
+
+    /// Applies the record at `offset` of a batch written by `producer_id`: as
+    /// [`Replay::apply`], except that an undecodable record no coordinator wrote is
+    /// skipped and counted instead of stopping the load.
+    pub fn apply_from(
+        &mut self,
+        producer_id: i64,
+        offset: i64,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+    ) -> Result<(), CoordinatorError> {
+        match self.apply(offset, key, value) {
+            Err(CoordinatorError::CorruptLog { reason, .. })
+                if producer_id != self.writer_producer_id =>
+            {
+                tracing::error!(
+                    partition = self.partition,
+                    offset,
+                    producer_id,
+                    writer_producer_id = self.writer_producer_id,
+                    %reason,
+                    "skipping a transaction log record no coordinator wrote"
+                );
+                self.skipped += 1;
+                Ok(())
+            }
+            result => result,
         }
     }
 
@@ -89,7 +131,7 @@ pub async fn load(
         "fenced the transaction log partition; reading it back"
     );
     let mut offset = log_start(conn, partition, token).await?;
-    let mut replay = Replay::new(partition);
+    let mut replay = Replay::new(partition, writer.producer_id());
     let mut backoff = BACKOFF_MIN;
     while offset < fence_offset {
         lost_check(token, partition)?;
@@ -117,11 +159,13 @@ pub async fn load(
             }
         }
     }
+    let skipped_records = replay.skipped();
     let txns = replay.into_txns();
     tracing::info!(
         partition,
         coordinator_epoch,
         transactional_ids = txns.len(),
+        skipped_records,
         "transaction log partition loaded"
     );
     Ok(txns)
@@ -155,7 +199,8 @@ pub fn apply_batches(
             if record.offset < from || record.offset >= fence_offset {
                 continue;
             }
-            replay.apply(
+            replay.apply_from(
+                header.producer_id,
                 record.offset,
                 record.key.as_deref(),
                 record.value.as_deref(),
@@ -285,7 +330,35 @@ mod tests {
                 }
             })
             .collect();
-        let mut buf = BytesMut::from(&batch::encode(ProducerInfo::NONE, 0, &records)[..]);
+        let mut buf = BytesMut::from(&batch::encode(writer(), 0, &records)[..]);
+        batch::assign(&mut buf, base_offset, 0);
+        buf
+    }
+
+    const WRITER: i64 = 500;
+
+    fn writer() -> ProducerInfo {
+        ProducerInfo {
+            producer_id: WRITER,
+            producer_epoch: 1,
+            base_sequence: 0,
+        }
+    }
+
+    /// One batch at `base_offset` of `producer` holding a record that is no log record.
+    fn garbage_batch(producer: ProducerInfo, base_offset: i64) -> BytesMut {
+        let mut buf = BytesMut::from(
+            &batch::encode(
+                producer,
+                0,
+                &[Record {
+                    key: Some(bytes::Bytes::from_static(b"a")),
+                    value: Some(bytes::Bytes::from_static(b"garbage")),
+                    headers: Vec::new(),
+                    timestamp_ms: 1,
+                }],
+            )[..],
+        );
         batch::assign(&mut buf, base_offset, 0);
         buf
     }
@@ -320,7 +393,7 @@ mod tests {
                 LogRecord::Txn(meta("b", 9, TxnState::Dead)),
             ],
         ));
-        let mut replay = Replay::new(0);
+        let mut replay = Replay::new(0, WRITER);
         let next = apply_batches(&mut replay, &log, 0, 5).expect("applies");
         assert_eq!(next, 7);
         let txns = replay.into_txns();
@@ -341,7 +414,7 @@ mod tests {
                 LogRecord::Txn(meta("b", 0, TxnState::Empty)),
             ],
         );
-        let mut replay = Replay::new(0);
+        let mut replay = Replay::new(0, WRITER);
         apply_batches(&mut replay, &log, 0, 5).expect("applies");
         let txns = replay.into_txns();
         assert!(!txns.contains_key("a"), "retired");
@@ -358,7 +431,7 @@ mod tests {
                 LogRecord::Txn(meta("a", 4, TxnState::Empty)),
             ],
         );
-        let mut replay = Replay::new(0);
+        let mut replay = Replay::new(0, WRITER);
         replay
             .apply(
                 11,
@@ -377,21 +450,9 @@ mod tests {
     }
 
     #[test]
-    fn a_corrupt_record_stops_the_load_with_its_offset() {
-        let mut buf = BytesMut::from(
-            &batch::encode(
-                ProducerInfo::NONE,
-                0,
-                &[Record {
-                    key: Some(bytes::Bytes::from_static(b"a")),
-                    value: Some(bytes::Bytes::from_static(b"garbage")),
-                    headers: Vec::new(),
-                    timestamp_ms: 1,
-                }],
-            )[..],
-        );
-        batch::assign(&mut buf, 42, 0);
-        let mut replay = Replay::new(3);
+    fn given_a_corrupt_record_a_coordinator_wrote_when_loading_then_the_load_stops_at_its_offset() {
+        let buf = garbage_batch(writer(), 42);
+        let mut replay = Replay::new(3, WRITER);
         let error = apply_batches(&mut replay, &buf, 0, 100).expect_err("corrupt");
         assert!(
             matches!(
@@ -404,5 +465,37 @@ mod tests {
             ),
             "{error}"
         );
+    }
+
+    #[test]
+    fn given_undecodable_records_no_coordinator_wrote_when_loading_then_they_are_skipped_and_counted(
+    ) {
+        // The probe of issue 21: a plain batch (no producer id) and an idempotent one of
+        // another producer, between records of the writer.
+        let mut log = BytesMut::new();
+        log.extend_from_slice(&stored_batch(
+            0,
+            &[LogRecord::Txn(meta("a", 0, TxnState::Ongoing))],
+        ));
+        log.extend_from_slice(&garbage_batch(ProducerInfo::NONE, 1));
+        log.extend_from_slice(&garbage_batch(
+            ProducerInfo {
+                producer_id: WRITER + 1,
+                producer_epoch: 0,
+                base_sequence: 0,
+            },
+            2,
+        ));
+        log.extend_from_slice(&stored_batch(
+            3,
+            &[LogRecord::Txn(meta("a", 1, TxnState::PrepareCommit))],
+        ));
+        let mut replay = Replay::new(3, WRITER);
+        let next = apply_batches(&mut replay, &log, 0, 100).expect("skips what it cannot read");
+        assert_eq!(next, 4);
+        assert_eq!(replay.skipped(), 2);
+        let txns = replay.into_txns();
+        assert_eq!(txns.len(), 1);
+        assert_eq!(txns["a"], meta("a", 1, TxnState::PrepareCommit));
     }
 }

@@ -1,8 +1,9 @@
 //! Records of `__transaction_state` (docs/transactions.md): key = the transactional id
 //! (UTF-8), value = JSON of its `TxnMetadata`; the fence record a new owner writes first
 //! has an empty key and value `{"fence": coordinator_epoch}`. The last record of a key
-//! wins. Decoding is strict: an unreadable record is an error, never skipped, because
-//! skipping it could forget a transaction some partition still holds open.
+//! wins. Decoding is strict: an unreadable record is an error, because skipping one a
+//! coordinator wrote could forget a transaction some partition still holds open (the
+//! loader skips only records no coordinator wrote).
 
 use std::collections::BTreeSet;
 

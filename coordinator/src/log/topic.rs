@@ -15,8 +15,13 @@ pub fn replication_factor(live_brokers: usize) -> i32 {
 }
 
 /// The partition count of `__transaction_state`, creating it with `partitions`
-/// partitions when missing (another coordinator creating it first is fine).
-pub async fn ensure_topic(conn: &Connection, partitions: i32) -> Result<i32, CoordinatorError> {
+/// partitions when missing (another coordinator creating it first is fine). Brokers
+/// create an internal topic only for a request naming its coordinator.
+pub async fn ensure_topic(
+    conn: &Connection,
+    partitions: i32,
+    coordinator_id: i32,
+) -> Result<i32, CoordinatorError> {
     let metadata = conn.fetch_metadata(vec![TXN_LOG_TOPIC.to_string()]).await?;
     if let Some(topic) = metadata.topic(TXN_LOG_TOPIC) {
         if topic.error.is_none() && !topic.partitions.is_empty() {
@@ -37,6 +42,7 @@ pub async fn ensure_topic(conn: &Connection, partitions: i32) -> Result<i32, Coo
             num_partitions: partitions,
             replication_factor: replication_factor(metadata.brokers.len()),
             unclean_leader_election: false,
+            coordinator_id: Some(coordinator_id),
         }],
     };
     let response = conn

@@ -2,6 +2,9 @@
 //! producer with `producer_id = writer_producer_id` and `producer_epoch =
 //! coordinator_epoch`, its own sequence numbers, acks=all, one batch in flight.
 //!
+//! Every request declares `coordinator_epoch`, without which the broker refuses any
+//! write to an internal topic.
+//!
 //! Invariant: a batch is retried byte for byte (same sequence) until the leader answers
 //! it, so a lost answer can never make a record land twice or out of order (the broker
 //! deduplicates). INVALID_PRODUCER_EPOCH or OUT_OF_ORDER_SEQUENCE_NUMBER means a newer
@@ -47,6 +50,7 @@ struct Append {
 #[derive(Debug, Clone)]
 pub struct TxnLogWriter {
     partition: i32,
+    producer_id: i64,
     queue: mpsc::UnboundedSender<Append>,
 }
 
@@ -58,8 +62,14 @@ impl TxnLogWriter {
         tokio::spawn(run(conn, identity, token, rx));
         TxnLogWriter {
             partition: identity.partition,
+            producer_id: identity.producer_id,
             queue,
         }
+    }
+
+    /// The producer id every owner of the partition writes it with.
+    pub fn producer_id(&self) -> i64 {
+        self.producer_id
     }
 
     /// Appends `record` (acks=all) and returns its offset.
@@ -197,7 +207,9 @@ pub fn classify_produce(code: ErrorCode) -> ProduceOutcome {
         E::InvalidProducerEpoch
         | E::ProducerFenced
         | E::OutOfOrderSequenceNumber
-        | E::UnknownProducerId => ProduceOutcome::Fenced,
+        | E::UnknownProducerId
+        // The broker knows of a newer claim of the partition than ours.
+        | E::TransactionCoordinatorFenced => ProduceOutcome::Fenced,
         // Just created: the leader may not know it yet.
         E::UnknownTopicOrPartition => ProduceOutcome::Retry,
         c if is_retriable(c) => ProduceOutcome::Retry,
@@ -215,7 +227,6 @@ async fn send_until_answered(
     let request = ProduceRequest {
         acks: -1,
         timeout_ms: PRODUCE_TIMEOUT_MS,
-        transactional_id: String::new(),
         topics: vec![TopicProduceData {
             name: TXN_LOG_TOPIC.to_string(),
             partitions: vec![PartitionProduceData {
@@ -223,6 +234,9 @@ async fn send_until_answered(
                 records: bytes,
             }],
         }],
+        // The proof of ownership an internal topic asks for: our coordinator epoch,
+        // which is also the batch's producer epoch.
+        coordinator_epoch: Some(i32::from(identity.producer_epoch)),
     };
     let mut backoff = BACKOFF_MIN;
     loop {
@@ -307,6 +321,7 @@ mod tests {
             E::OutOfOrderSequenceNumber,
             E::ProducerFenced,
             E::UnknownProducerId,
+            E::TransactionCoordinatorFenced,
         ] {
             assert_eq!(classify_produce(code), ProduceOutcome::Fenced, "{code:?}");
         }
@@ -322,7 +337,12 @@ mod tests {
         ] {
             assert_eq!(classify_produce(code), ProduceOutcome::Retry, "{code:?}");
         }
-        for code in [E::MessageTooLarge, E::CorruptMessage, E::InvalidRequest] {
+        for code in [
+            E::MessageTooLarge,
+            E::CorruptMessage,
+            E::InvalidRequest,
+            E::InvalidTopicException,
+        ] {
             assert_eq!(classify_produce(code), ProduceOutcome::Refused, "{code:?}");
         }
     }

@@ -109,9 +109,9 @@ async fn given_a_request_over_the_limit_when_sent_then_refused_before_decoding_a
     let before = log_end(&mut client, "orders").await;
     let big = "y".repeat(100_000);
     let request = ProduceRequest {
+        coordinator_epoch: None,
         acks: -1,
         timeout_ms: 1000,
-        transactional_id: String::new(),
         topics: vec![TopicProduceData {
             name: "orders".into(),
             partitions: vec![PartitionProduceData {
@@ -198,6 +198,32 @@ async fn given_invalid_topic_specs_when_created_then_refused_and_no_topic_appear
             3,
             ErrorCode::InvalidReplicationFactor,
         ),
+        // Only 0 and -1 mean "the default".
+        (
+            "minus-two".into(),
+            1,
+            -2,
+            ErrorCode::InvalidReplicationFactor,
+        ),
+        (
+            "minus-100".into(),
+            1,
+            -100,
+            ErrorCode::InvalidReplicationFactor,
+        ),
+        // Internal topics are created only by a coordinator.
+        (
+            "__consumer_offsets".into(),
+            1,
+            1,
+            ErrorCode::InvalidTopicException,
+        ),
+        (
+            "__transaction_state".into(),
+            1,
+            1,
+            ErrorCode::InvalidTopicException,
+        ),
     ];
     for (name, partitions, replication_factor, expected) in cases {
         let response = client
@@ -207,6 +233,7 @@ async fn given_invalid_topic_specs_when_created_then_refused_and_no_topic_appear
                     num_partitions: partitions,
                     replication_factor,
                     unclean_leader_election: false,
+                    coordinator_id: None,
                 }],
             })
             .await
@@ -233,7 +260,7 @@ async fn given_invalid_topic_specs_when_created_then_refused_and_no_topic_appear
 }
 
 #[tokio::test]
-async fn given_transactional_or_control_batches_or_bad_acks_when_produced_then_refused_and_nothing_appended(
+async fn given_transactional_control_or_reserved_bit_batches_or_bad_acks_when_produced_then_refused_and_nothing_appended(
 ) {
     let (_broker, mut client) = broker_with_topic(&[]).await;
     let before = log_end(&mut client, "orders").await;
@@ -252,11 +279,33 @@ async fn given_transactional_or_control_batches_or_bad_acks_when_produced_then_r
     );
     let answer = raw::produce(&mut client, "orders", 0, control).await;
     assert_eq!(answer.error_code(), ErrorCode::InvalidRequest);
+    // Transactional without a producer id: malformed, in no transaction at all.
+    let anonymous = batch::encode(
+        ProducerInfo::NONE,
+        ATTR_TRANSACTIONAL,
+        &raw::records(&["a"]),
+    );
+    let answer = raw::produce(&mut client, "orders", 0, anonymous).await;
+    assert_eq!(
+        answer.error_code(),
+        ErrorCode::InvalidRequest,
+        "{}",
+        answer.error_message
+    );
+    // A reserved attribute bit (here Kafka's gzip compression) set by a foreign encoder.
+    let reserved = batch::encode(producer, 0b001, &raw::records(&["r"]));
+    let answer = raw::produce(&mut client, "orders", 0, reserved).await;
+    assert_eq!(
+        answer.error_code(),
+        ErrorCode::CorruptMessage,
+        "{}",
+        answer.error_message
+    );
     let response = client
         .produce(ProduceRequest {
+            coordinator_epoch: None,
             acks: 7,
             timeout_ms: 1000,
-            transactional_id: String::new(),
             topics: vec![TopicProduceData {
                 name: "orders".into(),
                 partitions: vec![PartitionProduceData {

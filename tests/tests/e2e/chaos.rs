@@ -111,7 +111,7 @@ async fn produce_acks(client: &mut RawClient, acks: i32, seq: i32) -> (ErrorCode
         .produce(ProduceRequest {
             acks,
             timeout_ms: 10_000,
-            transactional_id: String::new(),
+            coordinator_epoch: None,
             topics: vec![TopicProduceData {
                 name: "events".into(),
                 partitions: vec![PartitionProduceData {

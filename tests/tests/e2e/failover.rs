@@ -127,9 +127,9 @@ async fn given_a_replicated_batch_whose_leader_died_before_answering_then_the_re
     let batch = raw::idempotent_batch(PRODUCER, 0, 5, &["r5"]);
     let lost = through_proxy
         .produce(ProduceRequest {
+            coordinator_epoch: None,
             acks: -1,
             timeout_ms: 30_000,
-            transactional_id: String::new(),
             topics: vec![TopicProduceData {
                 name: "orders".into(),
                 partitions: vec![PartitionProduceData {

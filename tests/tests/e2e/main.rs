@@ -11,6 +11,7 @@ mod etcd_faults;
 mod failover;
 mod grpc_tooling;
 mod idempotence;
+mod internal_topics;
 mod membership;
 mod producer_ids;
 mod replication;

@@ -25,6 +25,7 @@ async fn given_the_whole_isr_gone_then_only_a_topic_that_enables_unclean_electio
                 num_partitions: 1,
                 replication_factor: 2,
                 unclean_leader_election: true,
+                coordinator_id: None,
             })
             .await;
         if cluster.leader_of(&name, 0).await.leader_id == clean.leader_id {

@@ -1457,3 +1457,31 @@ fn given_transactional_mode_when_the_delivery_timeout_passes_then_the_partition_
     assert!(matches!(h.error(b), ClientError::DeliveryTimeout { .. }));
     assert!(h.bumped_from.is_empty());
 }
+
+#[test]
+fn given_any_producer_then_its_batches_set_only_defined_attribute_bits_and_never_control() {
+    for delivery in [
+        Delivery::AtMostOnce,
+        Delivery::AtLeastOnce,
+        Delivery::ExactlyOnce,
+    ] {
+        for transactional in [false, true] {
+            let config = InflightConfig {
+                transactional,
+                ..config(delivery)
+            };
+            let attributes = config.attributes();
+            assert_eq!(attributes & !batch::ATTR_DEFINED, 0, "reserved bits set");
+            assert_eq!(
+                attributes & batch::ATTR_CONTROL,
+                0,
+                "control is the broker's"
+            );
+            assert_eq!(
+                attributes & batch::ATTR_TRANSACTIONAL != 0,
+                transactional,
+                "{delivery:?}"
+            );
+        }
+    }
+}

@@ -25,9 +25,9 @@ async fn marker(client: &mut RawClient, control: ControlType, epoch: i32) -> (Er
 async fn produce(client: &mut RawClient, records: Bytes, timeout_ms: i32) -> ErrorCode {
     let answer = client
         .produce(ProduceRequest {
+            coordinator_epoch: None,
             acks: -1,
             timeout_ms,
-            transactional_id: "ledger-writer".into(),
             topics: vec![TopicProduceData {
                 name: TOPIC.into(),
                 partitions: vec![PartitionProduceData {
