@@ -39,6 +39,12 @@ async fn given_a_client_when_it_writes_the_transaction_log_then_invalid_topic_an
     txn::commit_one(&producer, TOPIC, "first")
         .await
         .expect("a transaction commits");
+    // The commit is answered once PrepareCommit is persisted; CompleteCommit is appended
+    // after the markers: wait for it, so the log end below is the coordinator's last.
+    txn::wait_for_description(&bootstrap, id, "completed the commit", |t| {
+        t.state == "CompleteCommit"
+    })
+    .await;
     let log_partition = txn_log_partition(id, TXN_LOG_PARTITIONS);
     let mut client = raw::connect(&cluster.broker(1).bootstrap()).await;
     let before = raw::read_batches(&mut client, TXN_LOG_TOPIC, log_partition).await;
