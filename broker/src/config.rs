@@ -141,6 +141,16 @@ pub struct SizeLimits {
     pub max_fetch_bytes: usize,
 }
 
+impl SizeLimits {
+    /// The largest gRPC answer the broker encodes: a Fetch carries at most
+    /// `max_fetch_bytes` of records, or one batch (at most `max_batch_bytes`) when that
+    /// alone is larger, plus per-partition framing; 1 MiB covers the framing of
+    /// thousands of partitions, and Metadata of a large cluster.
+    pub fn max_response_bytes(&self) -> usize {
+        self.max_fetch_bytes.max(self.max_batch_bytes) + 1024 * 1024
+    }
+}
+
 impl Default for SizeLimits {
     fn default() -> Self {
         SizeLimits {

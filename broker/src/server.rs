@@ -160,7 +160,7 @@ impl BoundBroker {
         }
         let broker = BrokerServer::new(service)
             .max_decoding_message_size(config.limits.max_request_bytes)
-            .max_encoding_message_size(config.limits.max_fetch_bytes + 1024 * 1024);
+            .max_encoding_message_size(config.limits.max_response_bytes());
 
         let (health_reporter, health) = tonic_health::server::health_reporter();
         health_reporter

@@ -21,6 +21,7 @@ use idem_proto::v1::{
     IsolationLevel, OffsetForLeaderEpochRequest,
 };
 use idem_proto::ErrorCode;
+use idem_runtime::log_limit::LogLimit;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -43,8 +44,14 @@ const MAX_PAUSE: Duration = Duration::from_millis(500);
 const MAX_WAIT_MS: i32 = 500;
 /// Per partition and per fetch, as Kafka's replica.fetch.max.bytes and
 /// replica.fetch.response.max.bytes.
+/// Least time between two WARN lines about this fetcher's failures.
+const FAILURE_WARN_EVERY: Duration = Duration::from_secs(10);
 const PARTITION_MAX_BYTES: i32 = 1024 * 1024;
 const RESPONSE_MAX_BYTES: i32 = 8 * 1024 * 1024;
+/// What a follower decodes: the leader answers with at most RESPONSE_MAX_BYTES of
+/// records or one batch when that alone is larger (up to the leader's
+/// `--max-batch-bytes`), so this leaves room for any batch a producer could send.
+const DECODE_LIMIT_BYTES: usize = 64 * 1024 * 1024;
 
 /// A followed partition as this fetcher sees it.
 pub(crate) struct Followed {
@@ -83,6 +90,9 @@ fn pause_after(earlier: u32) -> Duration {
 pub async fn run(me: i32, leader: i32, shared: Arc<FetcherShared>, membership: Arc<Membership>) {
     let mut version = shared.subscribe();
     let mut followed: HashMap<PartitionKey, Followed> = HashMap::new();
+    // A fetch loop that keeps failing leaves partitions under-replicated: say so at WARN,
+    // once per interval.
+    let mut warn_limit = LogLimit::every(FAILURE_WARN_EVERY);
     loop {
         match leader_client(&membership, leader).await {
             Some(client) => {
@@ -94,7 +104,16 @@ pub async fn run(me: i32, leader: i32, shared: Arc<FetcherShared>, membership: A
                 }
                 let reason =
                     fetch_until_failure(&shared, &mut version, &mut followed, client).await;
-                tracing::debug!(me, leader, reason, "follower fetch interrupted");
+                match warn_limit.check(std::time::Instant::now()) {
+                    Some(held_back) => tracing::warn!(
+                        me,
+                        leader,
+                        reason,
+                        held_back,
+                        "follower fetch interrupted; reconnecting"
+                    ),
+                    None => tracing::debug!(me, leader, reason, "follower fetch interrupted"),
+                }
             }
             None => tracing::debug!(leader, "leader is not registered; waiting"),
         }
@@ -110,10 +129,7 @@ async fn leader_client(membership: &Membership, leader: i32) -> Option<BrokerCli
         .tcp_nodelay(true)
         .connect_timeout(Duration::from_secs(2));
     let channel = endpoint.connect().await.ok()?;
-    Some(
-        BrokerClient::new(channel)
-            .max_decoding_message_size(RESPONSE_MAX_BYTES as usize + 1024 * 1024),
-    )
+    Some(BrokerClient::new(channel).max_decoding_message_size(DECODE_LIMIT_BYTES))
 }
 
 /// Brings `followed` in line with the registry's assignment: new partitions (or a new
