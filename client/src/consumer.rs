@@ -22,7 +22,7 @@ use idem_proto::v1::{FetchPartition, FetchRequest, FetchResponse, FetchTopic, Is
 use idem_proto::ErrorCode;
 
 use crate::admin::OffsetSpec;
-use crate::connection::{is_leadership_error, with_timeout, Connection, Node};
+use crate::connection::{is_leadership_error, with_timeout, Connection, Node, MAX_MESSAGE_BYTES};
 use crate::error::{self, ClientError};
 use crate::metadata::error_code;
 
@@ -67,7 +67,10 @@ pub struct ConsumerConfig {
     pub isolation: Isolation,
     /// How long the broker may hold a fetch open waiting for data. Default 500 ms.
     pub max_wait: Duration,
-    /// Upper bound on the bytes of one fetch answer. Default 50 MiB.
+    /// Upper bound on the record bytes of one fetch answer, summed over its partitions
+    /// (the broker also caps it at its `--max-fetch-bytes`, and returns the first batch
+    /// whole even when larger). Default 8 MiB, the broker's default limit; at most
+    /// [`MAX_FETCH_BYTES`], so every answer fits what the SDK decodes.
     pub max_bytes: i32,
     /// Upper bound per partition in one fetch answer (the broker still returns at least
     /// one whole batch). Default 1 MiB.
@@ -84,7 +87,7 @@ impl Default for ConsumerConfig {
         ConsumerConfig {
             isolation: Isolation::ReadCommitted,
             max_wait: Duration::from_millis(500),
-            max_bytes: 50 * 1024 * 1024,
+            max_bytes: 8 * 1024 * 1024,
             partition_max_bytes: 1024 * 1024,
             start: OffsetSpec::Latest,
             request_timeout: Duration::from_secs(30),
@@ -128,7 +131,14 @@ pub struct Consumer {
     pending_error: Option<ClientError>,
     /// Since when no fetch has been answered (every leader tried was unreachable).
     unanswered_since: Option<Instant>,
+    /// Where the next fetch round starts in `assignments`: a broker fills its answer in
+    /// request order up to its byte limit, so the start moves past the partitions that
+    /// returned data, and none starves behind others with a backlog (KIP-74).
+    rotation: usize,
 }
+
+/// The largest `max_bytes` a consumer may ask for: half the SDK's decode limit.
+pub const MAX_FETCH_BYTES: usize = MAX_MESSAGE_BYTES / 2;
 
 /// What one round of fetches (one request per leader) brought.
 #[derive(Debug, Default)]
@@ -150,6 +160,13 @@ impl Consumer {
                 "max_bytes and partition_max_bytes must be positive".into(),
             ));
         }
+        if config.max_bytes as usize > MAX_FETCH_BYTES {
+            return Err(ClientError::InvalidConfig(format!(
+                "max_bytes {} is above {MAX_FETCH_BYTES}, half of what the SDK decodes \
+                 (the rest leaves room for the first batch a broker returns whole)",
+                config.max_bytes
+            )));
+        }
         let conn = Connection::connect(bootstrap, config.request_timeout).await?;
         Ok(Consumer {
             conn,
@@ -157,6 +174,7 @@ impl Consumer {
             assignments: Vec::new(),
             pending_error: None,
             unanswered_since: None,
+            rotation: 0,
         })
     }
 
@@ -326,7 +344,7 @@ impl Consumer {
     async fn fetch_round(&mut self, max_wait: Duration) -> Round {
         let mut round = Round::default();
         let conn = self.conn.clone();
-        let plan = plan_fetches(&self.assignments, |topic, partition| {
+        let plan = plan_fetches(&self.assignments, self.rotation, |topic, partition| {
             conn.leader_node(topic, partition)
         });
         if !plan.unroutable.is_empty() {
@@ -410,6 +428,7 @@ impl Consumer {
     /// Applies a fetch answer: collects its records and advances positions past them;
     /// errors go to `round` (the first one to report, leadership ones as transient).
     fn absorb(&mut self, response: FetchResponse, round: &mut Round) {
+        let mut served = 0;
         for topic in response.topics {
             for p in topic.partitions {
                 let Ok(idx) = self.index(&topic.name, p.partition) else {
@@ -423,6 +442,9 @@ impl Consumer {
                         let decoded =
                             decode_fetched(&topic.name, p.partition, fetch_offset, &p.records);
                         let next = next_position(&decoded, p.next_fetch_offset);
+                        if !p.records.is_empty() {
+                            served += 1;
+                        }
                         round.records.extend(decoded.records);
                         self.assignments[idx].position = Position::At(next);
                         decoded.error.map_or(Ok(()), Err)
@@ -458,6 +480,8 @@ impl Consumer {
                 }
             }
         }
+        // The next round starts past the partitions that returned data.
+        self.rotation = (self.rotation + served) % self.assignments.len().max(1);
     }
 }
 
@@ -476,8 +500,8 @@ fn is_transient(e: &ClientError) -> bool {
 /// Which leader each assigned partition is fetched from.
 #[derive(Debug, Default, PartialEq, Eq)]
 struct FetchPlan {
-    /// One fetch per leader, with the indexes of its partitions in assignment order;
-    /// leaders in order of their first partition.
+    /// One fetch per leader, with the indexes of its partitions in assignment order
+    /// from the round's start (wrapping); leaders in order of their first partition.
     fetches: Vec<(Node, Vec<usize>)>,
     /// Partitions with a position but no known leader.
     unroutable: Vec<(String, i32)>,
@@ -487,11 +511,14 @@ struct FetchPlan {
 /// leader up in the metadata cache.
 fn plan_fetches(
     assignments: &[Assignment],
+    start: usize,
     leader: impl Fn(&str, i32) -> Option<Node>,
 ) -> FetchPlan {
     let mut plan = FetchPlan::default();
     let mut slot: HashMap<Node, usize> = HashMap::new();
-    for (idx, a) in assignments.iter().enumerate() {
+    let n = assignments.len().max(1);
+    let order = (0..assignments.len()).map(|i| (start + i) % n);
+    for (idx, a) in order.map(|idx| (idx, &assignments[idx])) {
         if !matches!(a.position, Position::At(_)) {
             continue;
         }
@@ -756,13 +783,12 @@ mod tests {
             assigned("t", 5, Position::Reset(OffsetSpec::Latest)),
             assigned("gone", 0, Position::At(0)),
         ];
-        let plan = plan_fetches(&assignments, |topic, partition| {
-            match cache.route(topic, partition, "bootstrap:1") {
-                crate::metadata::Route::Bootstrap => Some(Node::Bootstrap),
-                crate::metadata::Route::Broker { address, .. } => Some(Node::Broker(address)),
-                crate::metadata::Route::Unknown => None,
-            }
-        });
+        let leader = |topic: &str, partition| match cache.route(topic, partition, "bootstrap:1") {
+            crate::metadata::Route::Bootstrap => Some(Node::Bootstrap),
+            crate::metadata::Route::Broker { address, .. } => Some(Node::Broker(address)),
+            crate::metadata::Route::Unknown => None,
+        };
+        let plan = plan_fetches(&assignments, 0, leader);
         assert_eq!(
             plan.fetches,
             vec![
@@ -773,6 +799,15 @@ mod tests {
         assert_eq!(
             plan.unroutable,
             vec![("t".into(), 3), ("t".into(), 4), ("gone".into(), 0)]
+        );
+        // A round that starts further on asks in that order, wrapping around.
+        let rotated = plan_fetches(&assignments, 2, leader);
+        assert_eq!(
+            rotated.fetches,
+            vec![
+                (Node::Broker("b1:1".into()), vec![2, 0]),
+                (Node::Broker("b2:2".into()), vec![1]),
+            ]
         );
     }
 

@@ -55,6 +55,25 @@ pub struct RecoveryReport {
     pub reason: Option<String>,
 }
 
+/// How much one read may return.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadLimit {
+    pub max_bytes: usize,
+    /// Return the first batch even when it alone is larger than `max_bytes`, so a batch
+    /// bigger than every limit can still be read.
+    pub min_one_batch: bool,
+}
+
+impl ReadLimit {
+    /// Up to `max_bytes`, but at least one batch.
+    pub fn at_least_one(max_bytes: usize) -> ReadLimit {
+        ReadLimit {
+            max_bytes,
+            min_one_batch: true,
+        }
+    }
+}
+
 #[derive(Debug)]
 pub struct PartitionLog {
     dir: PathBuf,
@@ -263,16 +282,28 @@ impl PartitionLog {
         Ok(())
     }
 
-    /// Whole batches from the one containing `from_offset`, stopping before the first
-    /// batch whose last offset is `>= max_offset` and before exceeding `max_bytes`
-    /// (but always the first qualifying batch, however large). Every batch is
-    /// CRC-verified. If the first batch fails verification the error is returned; if a
-    /// later one does, the batches before it are returned and the next read starting
-    /// there reports the corruption.
+    /// [`PartitionLog::read_within`] up to `max_bytes`, but always the first
+    /// qualifying batch, however large.
     pub fn read(
         &self,
         from_offset: i64,
         max_bytes: usize,
+        max_offset: i64,
+    ) -> Result<Vec<u8>, LogError> {
+        self.read_within(from_offset, ReadLimit::at_least_one(max_bytes), max_offset)
+    }
+
+    /// Whole batches from the one containing `from_offset`, stopping before the first
+    /// batch whose last offset is `>= max_offset` and before exceeding
+    /// `limit.max_bytes` (but the first qualifying batch, however large, when
+    /// `limit.min_one_batch`; nothing when it does not fit otherwise). Every batch is
+    /// CRC-verified. If the first batch fails verification the error is returned; if a
+    /// later one does, the batches before it are returned and the next read starting
+    /// there reports the corruption.
+    pub fn read_within(
+        &self,
+        from_offset: i64,
+        limit: ReadLimit,
         max_offset: i64,
     ) -> Result<Vec<u8>, LogError> {
         self.check_range(from_offset)?;
@@ -300,7 +331,8 @@ impl PartitionLog {
             if header.last_offset() >= max_offset {
                 break;
             }
-            if !out.is_empty() && out.len() + header.size() > max_bytes {
+            let exempt = out.is_empty() && limit.min_one_batch;
+            if !exempt && out.len() + header.size() > limit.max_bytes {
                 break;
             }
             match segment.read_verified(position, &header) {
@@ -769,6 +801,37 @@ mod tests {
         assert_eq!(
             batch_spans(&log.read(5, usize::MAX, i64::MAX).expect("read")),
             vec![(4, 5)]
+        );
+    }
+
+    #[test]
+    fn read_within_a_strict_limit_returns_only_batches_that_fit() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut log, _) = open(dir.path(), LogConfig::default());
+        append_all(&mut log, &[2, 2, 2], 50);
+        let one = batch_of(2, 50).len();
+        let strict = |max_bytes| ReadLimit {
+            max_bytes,
+            min_one_batch: false,
+        };
+        assert!(log
+            .read_within(0, strict(one - 1), i64::MAX)
+            .expect("read")
+            .is_empty());
+        assert!(log
+            .read_within(0, strict(0), i64::MAX)
+            .expect("read")
+            .is_empty());
+        assert_eq!(
+            batch_spans(&log.read_within(0, strict(one), i64::MAX).expect("read")),
+            vec![(0, 1)]
+        );
+        assert_eq!(
+            batch_spans(
+                &log.read_within(2, strict(2 * one + 1), i64::MAX)
+                    .expect("read")
+            ),
+            vec![(2, 3), (4, 5)]
         );
     }
 

@@ -11,6 +11,7 @@ use idem_proto::v1::IsolationLevel;
 
 use super::{check_in_range, Partition, PartitionOffsets};
 use crate::error::BrokerError;
+use crate::log::ReadLimit;
 use crate::txn_index::AbortedTxn;
 
 /// How many reads one fetch makes while everything it reads is filtered out, before it
@@ -28,12 +29,12 @@ pub struct ConsumerRead {
 }
 
 impl Partition {
-    /// Batches from the one containing `offset`, up to `max_bytes` (at least one batch
-    /// when any is readable), never past what `isolation` may see.
+    /// Batches from the one containing `offset`, within `limit`, never past what
+    /// `isolation` may see.
     pub fn read_for_consumer(
         &self,
         offset: i64,
-        max_bytes: usize,
+        limit: ReadLimit,
         isolation: IsolationLevel,
     ) -> Result<ConsumerRead, BrokerError> {
         let committed = isolation == IsolationLevel::ReadCommitted;
@@ -52,7 +53,7 @@ impl Partition {
                 if next >= bound {
                     break;
                 }
-                let raw = inner.log.read(next, max_bytes, bound)?;
+                let raw = inner.log.read_within(next, limit, bound)?;
                 let aborted = if committed {
                     inner.txns.aborted_overlapping(next, bound)
                 } else {

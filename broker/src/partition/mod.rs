@@ -21,7 +21,7 @@ use idem_proto::control::{self, ControlMarker};
 use tokio::sync::watch;
 
 use crate::error::BrokerError;
-use crate::log::{AppendInfo, FlushPolicy, LogConfig, PartitionLog};
+use crate::log::{AppendInfo, FlushPolicy, LogConfig, PartitionLog, ReadLimit};
 use crate::producer_state::{self, BatchMetadata, Decision, ProducerStateTable};
 use crate::replication::epoch_history::EpochHistory;
 use crate::replication::replica_set::{ReplicaSet, Role};
@@ -373,7 +373,7 @@ impl Partition {
         &self,
         follower: i32,
         offset: i64,
-        max_bytes: usize,
+        limit: ReadLimit,
         leader_epoch: Option<i32>,
     ) -> Result<(Vec<u8>, PartitionOffsets), BrokerError> {
         self.check_epoch(leader_epoch)?;
@@ -383,7 +383,7 @@ impl Partition {
             let records = if offset == log_end {
                 Vec::new()
             } else {
-                inner.log.read(offset, max_bytes, log_end)?
+                inner.log.read_within(offset, limit, log_end)?
             };
             (records, log_end)
         };

@@ -9,6 +9,8 @@ use idem_proto::control::{self, ControlMarker};
 use idem_proto::v1::{ControlType, IsolationLevel};
 use idem_proto::ErrorCode;
 
+use crate::log::ReadLimit;
+
 use super::*;
 
 const TIMEOUT: Duration = Duration::from_secs(5);
@@ -65,7 +67,7 @@ async fn marker(
 /// `(base_offset, producer_id)` of every batch a consumer fetch returns from `offset`.
 fn consume(p: &Partition, offset: i64, isolation: IsolationLevel) -> (Vec<(i64, i64)>, i64) {
     let read = p
-        .read_for_consumer(offset, 1 << 20, isolation)
+        .read_for_consumer(offset, ReadLimit::at_least_one(1 << 20), isolation)
         .expect("read");
     let batches = stored_batches(&read.records)
         .map(|b| {
@@ -133,7 +135,9 @@ async fn given_a_long_run_of_filtered_batches_and_small_reads_then_the_fetch_ski
     marker(&p, 1, 1, ControlType::Abort).await.expect("abort"); // 6
     produce(&p, &data(2, 0, 0, 1, false)).await.expect("after"); // 7
                                                                  // One batch per read: the fetch keeps reading past filtered batches.
-    let read = p.read_for_consumer(0, 1, COMMITTED).expect("read");
+    let read = p
+        .read_for_consumer(0, ReadLimit::at_least_one(1), COMMITTED)
+        .expect("read");
     let got: Vec<i64> = stored_batches(&read.records)
         .map(|b| b.expect("batch").0.base_offset)
         .collect();
@@ -561,7 +565,7 @@ async fn given_replicated_batches_then_only_the_followed_leader_and_epoch_may_ap
         .await
         .expect("produce");
     let (records, _) = leader
-        .read_for_follower(2, 0, 1 << 20, None)
+        .read_for_follower(2, 0, ReadLimit::at_least_one(1 << 20), None)
         .expect("read for follower");
     let follower = Partition::open("orders", 0, &dir.path().join("follower"), settings(), 2)
         .expect("open follower");
@@ -635,7 +639,7 @@ async fn given_a_follower_that_has_not_fetched_then_a_begin_is_answered_and_data
         "{acked:?}"
     );
     leader
-        .read_for_follower(2, 3, 1 << 20, None)
+        .read_for_follower(2, 3, ReadLimit::at_least_one(1 << 20), None)
         .expect("the follower holds offsets 0 to 2");
     assert_eq!(leader.offsets().high_watermark, 3);
     let commit = leader

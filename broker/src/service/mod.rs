@@ -32,7 +32,9 @@ use crate::internal_topics::{self, OwnerFacts};
 use crate::partition::{stored_batches, PartitionOffsets};
 use crate::topics::{PartitionView, TopicRegistry};
 
+mod fetch_budget;
 mod null_produce;
+use fetch_budget::FetchBudget;
 use null_produce::NullProduce;
 
 /// `ListOffsets` timestamp asking for the log start offset.
@@ -244,7 +246,7 @@ impl BrokerService {
     /// whether a consumer position moved past filtered batches without returning any
     /// (the consumer must hear of it now, not after the long-poll).
     fn fetch_once(&self, request: &FetchRequest) -> (Vec<FetchTopicResponse>, usize, bool) {
-        let mut budget = clamp_len(request.max_bytes, self.max_fetch_bytes);
+        let mut budget = FetchBudget::new(request.max_bytes, self.max_fetch_bytes);
         let mut total = 0usize;
         let mut skipped = false;
         let isolation = IsolationLevel::try_from(request.isolation_level);
@@ -252,7 +254,7 @@ impl BrokerService {
         for topic in &request.topics {
             let mut partitions = Vec::with_capacity(topic.partitions.len());
             for wanted in &topic.partitions {
-                let max_bytes = clamp_len(wanted.partition_max_bytes, budget);
+                let limit = budget.next(wanted.partition_max_bytes);
                 let result = check_fetch_sizes(request.max_bytes, wanted.partition_max_bytes)
                     .and_then(|()| self.topics.partition(&topic.name, wanted.partition))
                     .and_then(|p| match request.replica_id {
@@ -260,7 +262,7 @@ impl BrokerService {
                             let (records, offsets) = p.read_for_follower(
                                 follower,
                                 wanted.fetch_offset,
-                                max_bytes,
+                                limit,
                                 wanted.current_leader_epoch,
                             )?;
                             let next_fetch_offset = stored_batches(&records)
@@ -282,7 +284,7 @@ impl BrokerService {
                             })?;
                             p.check_epoch(wanted.current_leader_epoch)?;
                             let read =
-                                p.read_for_consumer(wanted.fetch_offset, max_bytes, isolation)?;
+                                p.read_for_consumer(wanted.fetch_offset, limit, isolation)?;
                             Ok(Served {
                                 records: read.records,
                                 next_fetch_offset: read.next_fetch_offset,
@@ -294,7 +296,7 @@ impl BrokerService {
                     Ok(served) => {
                         let records = served.records;
                         total += records.len();
-                        budget = budget.saturating_sub(records.len());
+                        budget.spend(records.len());
                         skipped |=
                             records.is_empty() && served.next_fetch_offset > wanted.fetch_offset;
                         FetchPartitionResponse {
@@ -410,13 +412,6 @@ fn check_fetch_sizes(max_bytes: i32, partition_max_bytes: i32) -> Result<(), Bro
 }
 
 /// `requested` bytes, at most `limit`; 0 means `limit`.
-fn clamp_len(requested: i32, limit: usize) -> usize {
-    match usize::try_from(requested) {
-        Ok(n) if n > 0 => n.min(limit),
-        _ => limit,
-    }
-}
-
 fn log_refusal(topic: &str, partition: i32, error: &BrokerError) {
     match error.code() {
         ErrorCode::UnknownServerError => {

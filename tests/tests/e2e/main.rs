@@ -18,3 +18,4 @@ mod replication;
 mod storage;
 mod transactions;
 mod unclean_election;
+mod wide_topics;
