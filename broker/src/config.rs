@@ -1,6 +1,7 @@
 //! Everything an `idem-broker` process is configured with: one typed struct filled
 //! from flags, `IDEM_*` environment variables and documented defaults.
 
+use idem_proto::transport::MAX_MESSAGE_BYTES;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -142,12 +143,34 @@ pub struct SizeLimits {
 }
 
 impl SizeLimits {
-    /// The largest gRPC answer the broker encodes: a Fetch carries at most
-    /// `max_fetch_bytes` of records, or one batch (at most `max_batch_bytes`) when that
-    /// alone is larger, plus per-partition framing; 1 MiB covers the framing of
-    /// thousands of partitions, and Metadata of a large cluster.
-    pub fn max_response_bytes(&self) -> usize {
-        self.max_fetch_bytes.max(self.max_batch_bytes) + 1024 * 1024
+    /// Room left in an answer for what is not records (per-partition framing, offsets,
+    /// error messages).
+    const FRAMING_BYTES: usize = 1024 * 1024;
+
+    /// Refuses limits under which an answer could outgrow what every idem client
+    /// decodes (`idem_proto::transport::MAX_MESSAGE_BYTES`): a Fetch carries up to
+    /// `max_fetch_bytes` of records, or one whole batch (up to `max_batch_bytes`) when
+    /// that alone is larger.
+    pub fn check(&self) -> Result<(), String> {
+        let ceiling = MAX_MESSAGE_BYTES - Self::FRAMING_BYTES;
+        for (flag, value) in [
+            ("--max-fetch-bytes", self.max_fetch_bytes),
+            ("--max-batch-bytes", self.max_batch_bytes),
+        ] {
+            if value == 0 || value > ceiling {
+                return Err(format!(
+                    "{flag} {value} must be between 1 and {ceiling} (the largest gRPC message \
+                     idem clients decode, {MAX_MESSAGE_BYTES}, less 1 MiB of framing)"
+                ));
+            }
+        }
+        if self.max_request_bytes == 0 || self.max_request_bytes > MAX_MESSAGE_BYTES {
+            return Err(format!(
+                "--max-request-bytes {} must be between 1 and {MAX_MESSAGE_BYTES}",
+                self.max_request_bytes
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -168,4 +191,42 @@ pub enum PidStoreKind {
     Embedded,
     /// etcd, shared by every broker and coordinator of a cluster.
     Etcd,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_limits_pass_and_limits_a_client_could_not_decode_are_refused() {
+        assert_eq!(SizeLimits::default().check(), Ok(()));
+        let too_big = MAX_MESSAGE_BYTES;
+        for limits in [
+            SizeLimits {
+                max_fetch_bytes: too_big,
+                ..SizeLimits::default()
+            },
+            SizeLimits {
+                max_batch_bytes: too_big,
+                ..SizeLimits::default()
+            },
+            SizeLimits {
+                max_fetch_bytes: 0,
+                ..SizeLimits::default()
+            },
+            SizeLimits {
+                max_request_bytes: too_big + 1,
+                ..SizeLimits::default()
+            },
+        ] {
+            let refused = limits.check().expect_err("refused");
+            assert!(refused.starts_with("--max-"), "names the flag: {refused}");
+        }
+        let largest = SizeLimits {
+            max_fetch_bytes: MAX_MESSAGE_BYTES - 1024 * 1024,
+            max_batch_bytes: MAX_MESSAGE_BYTES - 1024 * 1024,
+            max_request_bytes: MAX_MESSAGE_BYTES,
+        };
+        assert_eq!(largest.check(), Ok(()));
+    }
 }

@@ -2,6 +2,7 @@
 //! service (with the standard health and reflection services), and the background
 //! tasks (producer expiry, timed flushes); shuts all of it down cleanly on request.
 
+use idem_proto::transport::MAX_MESSAGE_BYTES;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -43,6 +44,8 @@ pub enum ServerError {
     Membership(#[from] MembershipError),
     #[error("reflection service: {0}")]
     Reflection(String),
+    #[error("invalid configuration: {0}")]
+    Config(String),
 }
 
 /// A broker bound to its address, ready to serve.
@@ -58,6 +61,7 @@ pub struct BoundBroker {
 impl BoundBroker {
     /// Opens storage and binds the listen address (port 0 picks a free port).
     pub async fn bind(config: BrokerConfig) -> Result<Self, ServerError> {
+        config.limits.check().map_err(ServerError::Config)?;
         let settings = PartitionSettings {
             log: LogConfig {
                 segment_bytes: config.segment_bytes,
@@ -160,7 +164,7 @@ impl BoundBroker {
         }
         let broker = BrokerServer::new(service)
             .max_decoding_message_size(config.limits.max_request_bytes)
-            .max_encoding_message_size(config.limits.max_response_bytes());
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
 
         let (health_reporter, health) = tonic_health::server::health_reporter();
         health_reporter

@@ -31,8 +31,8 @@ use crate::metadata::{ClusterMetadata, MetadataCache, Route};
 use crate::producer::inflight::ProducerIdAndEpoch;
 use crate::refresh::{RefreshGate, RefreshPlan};
 
-/// Largest gRPC message sent or accepted.
-pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+/// The largest gRPC message the SDK sends or decodes: the protocol's limit.
+pub use idem_proto::transport::MAX_MESSAGE_BYTES;
 /// Default time one RPC may take.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);

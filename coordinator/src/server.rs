@@ -4,6 +4,7 @@
 //! ownership and time transactions out. Shuts all of it down on request, giving its
 //! partitions up at once.
 
+use idem_proto::transport::MAX_MESSAGE_BYTES;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -149,7 +150,8 @@ impl BoundCoordinator {
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
             .build_v1()
             .map_err(|e| CoordinatorError::Reflection(e.to_string()))?;
-        let service = TxnCoordinatorServer::new(TxnCoordinatorService::new(core.clone()));
+        let service = TxnCoordinatorServer::new(TxnCoordinatorService::new(core.clone()))
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
 
         let ownership_task = tokio::spawn(follow_ownership(
             core.clone(),

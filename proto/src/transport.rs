@@ -4,6 +4,13 @@
 use tokio::net::TcpListener;
 use tonic::transport::server::TcpIncoming;
 
+/// The largest gRPC message any idem process sends in an answer or accepts in one: the
+/// SDK, brokers (answers and follower fetches) and coordinators all use it, so no answer
+/// is ever larger than what its receiver decodes. A Fetch answer is kept far below it by
+/// its byte budget; Metadata (about 60 bytes a partition) and ListTransactions (about 120
+/// bytes a transactional id) fit around a million entries.
+pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+
 /// The accepted connections of `listener`, each with Nagle's algorithm off. Tonic's
 /// `Server::tcp_nodelay` applies only to listeners it binds itself, not to a stream of
 /// connections handed in; with Nagle on, a response split over several writes waits

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::join_all;
+use idem_proto::transport::MAX_MESSAGE_BYTES;
 use idem_proto::v1::broker_client::BrokerClient;
 use idem_proto::v1::{
     FetchPartition, FetchPartitionResponse, FetchRequest, FetchResponse, FetchTopic,
@@ -48,10 +49,6 @@ const MAX_WAIT_MS: i32 = 500;
 const FAILURE_WARN_EVERY: Duration = Duration::from_secs(10);
 const PARTITION_MAX_BYTES: i32 = 1024 * 1024;
 const RESPONSE_MAX_BYTES: i32 = 8 * 1024 * 1024;
-/// What a follower decodes: the leader answers with at most RESPONSE_MAX_BYTES of
-/// records or one batch when that alone is larger (up to the leader's
-/// `--max-batch-bytes`), so this leaves room for any batch a producer could send.
-const DECODE_LIMIT_BYTES: usize = 64 * 1024 * 1024;
 
 /// A followed partition as this fetcher sees it.
 pub(crate) struct Followed {
@@ -129,7 +126,7 @@ async fn leader_client(membership: &Membership, leader: i32) -> Option<BrokerCli
         .tcp_nodelay(true)
         .connect_timeout(Duration::from_secs(2));
     let channel = endpoint.connect().await.ok()?;
-    Some(BrokerClient::new(channel).max_decoding_message_size(DECODE_LIMIT_BYTES))
+    Some(BrokerClient::new(channel).max_decoding_message_size(MAX_MESSAGE_BYTES))
 }
 
 /// Brings `followed` in line with the registry's assignment: new partitions (or a new

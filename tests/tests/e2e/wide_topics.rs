@@ -433,3 +433,15 @@ async fn given_one_partition_streaming_and_199_with_backlogs_then_every_backlog_
     );
     stream.abort();
 }
+
+#[test]
+fn given_a_fetch_limit_no_client_could_decode_then_the_broker_refuses_to_start_naming_it() {
+    let refused = BrokerProcess::try_start_with(&["--max-fetch-bytes", "100000000"]);
+    let error = refused
+        .err()
+        .expect("a broker with a 100 MB fetch limit must not start");
+    assert!(
+        error.contains("--max-fetch-bytes 100000000 must be between 1 and"),
+        "{error}"
+    );
+}
