@@ -3,7 +3,8 @@
 //! nothing crosses in either direction and new connections are accepted but not
 //! connected onward, as across a network partition: the process sees silence, not
 //! resets, and what it sent before the cut arrives after the heal, as TCP would deliver
-//! it once the partition ends.
+//! it once the partition ends. It can also refuse: drop every connection and every new
+//! one at once, as a host whose port is closed does.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -13,30 +14,56 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+/// What the link does with traffic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Open,
+    /// Nothing crosses; connections stay open.
+    Cut,
+    /// Every connection is closed, new ones as soon as they are accepted.
+    Refusing,
+}
+
 pub struct CuttableLink {
     addr: SocketAddr,
-    cut: Arc<watch::Sender<bool>>,
+    state: Arc<watch::Sender<State>>,
     accept: JoinHandle<()>,
 }
 
 impl CuttableLink {
     /// Listens on a free 127.0.0.1 port and forwards every connection to `upstream`.
     pub async fn start(upstream: SocketAddr) -> CuttableLink {
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind a link port");
+        CuttableLink::start_on("127.0.0.1:0", upstream).await
+    }
+
+    /// Listens on `listen` (say, a port reserved earlier and advertised by a broker).
+    pub async fn start_on(listen: &str, upstream: SocketAddr) -> CuttableLink {
+        let listener = TcpListener::bind(listen).await.expect("bind a link port");
         let addr = listener.local_addr().expect("link address");
-        let (cut, _) = watch::channel(false);
-        let cut = Arc::new(cut);
+        let (state, _) = watch::channel(State::Open);
+        let state = Arc::new(state);
         let accept = {
-            let cut = cut.clone();
+            let state = state.clone();
             tokio::spawn(async move {
                 while let Ok((client, _)) = listener.accept().await {
-                    tokio::spawn(forward(client, upstream, cut.subscribe()));
+                    if *state.borrow() == State::Refusing {
+                        drop(client);
+                        continue;
+                    }
+                    tokio::spawn(forward(client, upstream, state.subscribe()));
                 }
             })
         };
-        CuttableLink { addr, cut, accept }
+        CuttableLink {
+            addr,
+            state,
+            accept,
+        }
+    }
+
+    /// `host:port` of the link.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
     }
 
     /// `http://127.0.0.1:PORT`, for `--etcd`.
@@ -45,11 +72,16 @@ impl CuttableLink {
     }
 
     pub fn cut(&self) {
-        self.cut.send_replace(true);
+        self.state.send_replace(State::Cut);
+    }
+
+    /// Closes every connection and every new one.
+    pub fn refuse(&self) {
+        self.state.send_replace(State::Refusing);
     }
 
     pub fn heal(&self) {
-        self.cut.send_replace(false);
+        self.state.send_replace(State::Open);
     }
 }
 
@@ -59,14 +91,19 @@ impl Drop for CuttableLink {
     }
 }
 
-/// Waits while the link is cut.
-async fn until_open(cut: &mut watch::Receiver<bool>) {
+/// Waits while the link is cut; `false` when it refuses (the connection must close).
+async fn until_open(state: &mut watch::Receiver<State>) -> bool {
     // The sender lives as long as the link; if it is gone, so is the test.
-    let _ = cut.wait_for(|cut| !*cut).await;
+    match state.wait_for(|s| *s != State::Cut).await {
+        Ok(s) => *s == State::Open,
+        Err(_) => false,
+    }
 }
 
-async fn forward(client: TcpStream, upstream: SocketAddr, mut cut: watch::Receiver<bool>) {
-    until_open(&mut cut).await;
+async fn forward(client: TcpStream, upstream: SocketAddr, mut state: watch::Receiver<State>) {
+    if !until_open(&mut state).await {
+        return;
+    }
     let Ok(server) = TcpStream::connect(upstream).await else {
         return;
     };
@@ -74,25 +111,33 @@ async fn forward(client: TcpStream, upstream: SocketAddr, mut cut: watch::Receiv
     let _ = server.set_nodelay(true);
     let (client_read, client_write) = client.into_split();
     let (server_read, server_write) = server.into_split();
-    let up = tokio::spawn(pump(client_read, server_write, cut.clone()));
-    let down = tokio::spawn(pump(server_read, client_write, cut));
+    let up = tokio::spawn(pump(client_read, server_write, state.clone()));
+    let down = tokio::spawn(pump(server_read, client_write, state));
     let _ = tokio::join!(up, down);
 }
 
-/// Copies one direction, holding every chunk while the link is cut.
+/// Copies one direction, holding every chunk while the link is cut; stops when it
+/// refuses.
 async fn pump(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
-    mut cut: watch::Receiver<bool>,
+    mut state: watch::Receiver<State>,
 ) {
     let mut buffer = vec![0u8; 64 * 1024];
     loop {
-        until_open(&mut cut).await;
-        let n = match from.read(&mut buffer).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
+        if !until_open(&mut state).await {
+            break;
+        }
+        let n = tokio::select! {
+            read = from.read(&mut buffer) => match read {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            },
+            _ = state.wait_for(|s| *s == State::Refusing) => break,
         };
-        until_open(&mut cut).await;
+        if !until_open(&mut state).await {
+            break;
+        }
         if to.write_all(&buffer[..n]).await.is_err() {
             break;
         }

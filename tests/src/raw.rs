@@ -29,12 +29,22 @@ pub async fn connect(bootstrap: &str) -> RawClient {
 
 /// Creates a topic and returns the error code the broker answered.
 pub async fn create_topic(client: &mut RawClient, name: &str, partitions: i32) -> ErrorCode {
+    create_topic_rf(client, name, partitions, 1).await
+}
+
+/// [`create_topic`] with `replication_factor` replicas per partition.
+pub async fn create_topic_rf(
+    client: &mut RawClient,
+    name: &str,
+    partitions: i32,
+    replication_factor: i32,
+) -> ErrorCode {
     let response = client
         .create_topics(CreateTopicsRequest {
             topics: vec![CreatableTopic {
                 name: name.into(),
                 num_partitions: partitions,
-                replication_factor: 1,
+                replication_factor,
                 unclean_leader_election: false,
                 coordinator_id: None,
             }],

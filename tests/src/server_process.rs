@@ -45,6 +45,8 @@ pub struct ServerProcess {
     addr: SocketAddr,
     data_dir: PathBuf,
     extra_args: Vec<String>,
+    /// Everything the process (and its restarts) wrote to stderr.
+    log: Arc<Mutex<String>>,
     // Keeps the temporary data dir alive as long as the broker.
     _tmp: Option<tempfile::TempDir>,
 }
@@ -66,13 +68,16 @@ impl ServerProcess {
         let tmp = tempfile::tempdir().map_err(|e| format!("temp data dir: {e}"))?;
         let data_dir = tmp.path().join("data");
         let extra_args: Vec<String> = extra_args.iter().map(|s| s.to_string()).collect();
-        let (child, addr) = try_spawn(Program::Broker, &data_dir, "127.0.0.1:0", &extra_args)?;
+        let log = Arc::default();
+        let (child, addr) =
+            try_spawn(Program::Broker, &data_dir, "127.0.0.1:0", &extra_args, &log)?;
         Ok(ServerProcess {
             program: Program::Broker,
             child: Some(child),
             addr,
             data_dir,
             extra_args,
+            log,
             _tmp: Some(tmp),
         })
     }
@@ -86,14 +91,22 @@ impl ServerProcess {
             .iter()
             .map(|s| s.replace("{data_dir}", &data_dir.display().to_string()))
             .collect();
-        let (child, addr) = try_spawn(Program::Coordinator, &data_dir, "127.0.0.1:0", &extra_args)
-            .unwrap_or_else(|e| panic!("{e}"));
+        let log = Arc::default();
+        let (child, addr) = try_spawn(
+            Program::Coordinator,
+            &data_dir,
+            "127.0.0.1:0",
+            &extra_args,
+            &log,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
         ServerProcess {
             program: Program::Coordinator,
             child: Some(child),
             addr,
             data_dir,
             extra_args,
+            log,
             _tmp: Some(tmp),
         }
     }
@@ -109,6 +122,15 @@ impl ServerProcess {
 
     pub fn data_dir(&self) -> &Path {
         &self.data_dir
+    }
+
+    /// What the process has written to stderr so far (at the level `IDEM_LOG` set,
+    /// `warn` by default), across restarts.
+    pub fn log(&self) -> String {
+        self.log
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// SIGKILL: no flush, no snapshot, no goodbye.
@@ -159,6 +181,7 @@ impl ServerProcess {
             &self.data_dir,
             &self.addr.to_string(),
             &self.extra_args,
+            &self.log,
         )
         .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(addr, self.addr, "a restarted process must keep its port");
@@ -183,6 +206,7 @@ fn try_spawn(
     data_dir: &Path,
     listen: &str,
     extra_args: &[String],
+    log: &Arc<Mutex<String>>,
 ) -> Result<(Child, SocketAddr), String> {
     let name = program.binary();
     let mut command = Command::new(binary(name));
@@ -202,7 +226,7 @@ fn try_spawn(
         .map_err(|e| format!("spawn {name}: {e}"))?;
     // Echo the broker's log into the test's output and keep it for error reports.
     let stderr = child.stderr.take().ok_or("stderr")?;
-    let log = Arc::new(Mutex::new(String::new()));
+    let log = log.clone();
     let echo = {
         let log = log.clone();
         std::thread::spawn(move || {

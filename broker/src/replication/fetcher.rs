@@ -91,42 +91,55 @@ pub async fn run(me: i32, leader: i32, shared: Arc<FetcherShared>, membership: A
     // once per interval.
     let mut warn_limit = LogLimit::every(FAILURE_WARN_EVERY);
     loop {
-        match leader_client(&membership, leader).await {
-            Some(client) => {
+        let reason = match leader_client(&membership, leader).await {
+            Ok(client) => {
                 // A new connection may mean a restarted leader: check every tail again.
                 // The busy partitions' loops ended with the old connection.
                 for f in followed.values_mut() {
                     f.must_truncate = true;
                     f.busy = false;
                 }
-                let reason =
-                    fetch_until_failure(&shared, &mut version, &mut followed, client).await;
-                match warn_limit.check(std::time::Instant::now()) {
-                    Some(held_back) => tracing::warn!(
-                        me,
-                        leader,
-                        reason,
-                        held_back,
-                        "follower fetch interrupted; reconnecting"
-                    ),
-                    None => tracing::debug!(me, leader, reason, "follower fetch interrupted"),
-                }
+                fetch_until_failure(&shared, &mut version, &mut followed, client).await
             }
-            None => tracing::debug!(leader, "leader is not registered; waiting"),
+            Err(reason) => reason,
+        };
+        match warn_limit.check(std::time::Instant::now()) {
+            Some(held_back) => tracing::warn!(
+                me,
+                leader,
+                reason,
+                held_back,
+                "follower fetch interrupted; reconnecting"
+            ),
+            None => tracing::debug!(me, leader, reason, "follower fetch interrupted"),
         }
         tokio::time::sleep(RECONNECT_PAUSE).await;
     }
 }
 
-async fn leader_client(membership: &Membership, leader: i32) -> Option<BrokerClient<Channel>> {
-    let brokers = membership.live_brokers().await.ok()?;
-    let address = brokers.into_iter().find(|b| b.broker_id == leader)?.address;
+/// A connection to `leader`, or why there is none.
+async fn leader_client(
+    membership: &Membership,
+    leader: i32,
+) -> Result<BrokerClient<Channel>, String> {
+    let brokers = membership
+        .live_brokers()
+        .await
+        .map_err(|e| format!("cannot read the live brokers: {e}"))?;
+    let address = brokers
+        .into_iter()
+        .find(|b| b.broker_id == leader)
+        .ok_or_else(|| format!("leader {leader} is not registered"))?
+        .address;
     let endpoint = Endpoint::from_shared(format!("http://{address}"))
-        .ok()?
+        .map_err(|e| format!("leader {leader} advertises {address:?}: {e}"))?
         .tcp_nodelay(true)
         .connect_timeout(Duration::from_secs(2));
-    let channel = endpoint.connect().await.ok()?;
-    Some(BrokerClient::new(channel).max_decoding_message_size(MAX_MESSAGE_BYTES))
+    let channel = endpoint
+        .connect()
+        .await
+        .map_err(|e| format!("cannot connect to leader {leader} at {address}: {e}"))?;
+    Ok(BrokerClient::new(channel).max_decoding_message_size(MAX_MESSAGE_BYTES))
 }
 
 /// Brings `followed` in line with the registry's assignment: new partitions (or a new

@@ -160,3 +160,109 @@ async fn given_the_isr_shrinks_below_min_while_an_acks_all_batch_waits_then_it_i
     let values = raw::values(&raw::read_partition(&mut leader, "orders", 0).await);
     assert_eq!(values, vec!["r0", "r1", "r2", "r3"]);
 }
+
+/// `line` without its terminal colour codes (`ESC [ ... m`).
+fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Occurrences of the follower's WARN line about a failing fetch loop in `log`, with
+/// the count each says it held back.
+fn fetch_failure_warnings(log: &str) -> Vec<u64> {
+    log.lines()
+        .map(strip_ansi)
+        .filter(|l| l.contains("follower fetch interrupted; reconnecting"))
+        .map(|l| {
+            let after = l.split("held_back=").nth(1).unwrap_or_default();
+            let digits: String = after
+                .chars()
+                .skip_while(|c| !c.is_ascii_digit())
+                .take_while(char::is_ascii_digit)
+                .collect();
+            digits.parse().expect("held_back is a number")
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_follower_that_cannot_reach_its_leader_then_it_warns_with_the_reason_once_per_interval(
+) {
+    use std::time::{Duration, Instant};
+
+    use idem_tests::etcd::EtcdServer;
+    use idem_tests::link::CuttableLink;
+    use idem_tests::BrokerProcess;
+
+    let etcd = EtcdServer::start();
+    // Broker 1 is reached by the other broker through a link that will refuse every
+    // connection, while broker 1 itself stays alive and keeps its lease and leadership.
+    let reserved = std::net::TcpListener::bind("127.0.0.1:0").expect("reserve a port");
+    let advertised = reserved.local_addr().expect("port").to_string();
+    drop(reserved);
+    let endpoint = etcd.endpoint();
+    let one =
+        BrokerProcess::start_with(&["--id", "1", "--etcd", &endpoint, "--advertise", &advertised]);
+    let link = CuttableLink::start_on(&advertised, one.addr()).await;
+    let two = BrokerProcess::start_with(&["--id", "2", "--etcd", &endpoint]);
+    let mut client = raw::connect(&one.bootstrap()).await;
+    assert_eq!(
+        raw::create_topic_rf(&mut client, "watched", 2, 2).await,
+        ErrorCode::None
+    );
+    let metadata = client
+        .metadata(idem_proto::v1::MetadataRequest {
+            topics: vec!["watched".into()],
+        })
+        .await
+        .expect("Metadata")
+        .into_inner();
+    assert!(
+        metadata.topics[0]
+            .partitions
+            .iter()
+            .any(|p| p.leader_id == 1),
+        "broker 1 leads a partition that broker 2 follows"
+    );
+
+    link.refuse();
+    let refused = Instant::now();
+    let warnings = loop {
+        let warnings = fetch_failure_warnings(&two.log());
+        if warnings.len() >= 2 {
+            break warnings;
+        }
+        assert!(
+            refused.elapsed() < Duration::from_secs(30),
+            "broker 2 did not warn twice about its failing fetches: {warnings:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    // The first failure is logged at once; the next line comes an interval (10 s) later
+    // and counts the failures held back meanwhile (one every ~200 ms).
+    assert!(
+        refused.elapsed() >= Duration::from_secs(10),
+        "{:?}",
+        refused.elapsed()
+    );
+    assert!(warnings[1] >= 10, "held back {} failures", warnings[1]);
+    let log: Vec<String> = two.log().lines().map(strip_ansi).collect();
+    assert!(
+        log.iter()
+            .any(|l| l.contains("follower fetch interrupted") && l.contains("reason=\"")),
+        "the warning says why: {log:?}"
+    );
+    link.heal();
+}
