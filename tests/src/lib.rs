@@ -11,6 +11,7 @@ pub mod proxy;
 pub mod raw;
 pub mod replicas;
 pub mod sdk;
+pub mod serving;
 pub mod server_process;
 pub mod signal;
 pub mod txn;

@@ -14,10 +14,8 @@ use std::time::{Duration, Instant};
 
 use idem_client::Admin;
 use idem_proto::txn::TXN_LOG_TOPIC;
-use idem_proto::v1::MetadataRequest;
-use idem_tests::cluster::TXN_LOG_PARTITIONS;
 use idem_tests::txn_workload::TxnWorkload;
-use idem_tests::{raw, Cluster};
+use idem_tests::Cluster;
 
 pub const TOPIC: &str = "etcd-faults";
 pub const PARTITIONS: [i32; 3] = [0, 1, 2];
@@ -64,8 +62,10 @@ pub async fn put_under_load(cluster: Cluster) -> (Cluster, TxnWorkload) {
 pub async fn assert_recovered(cluster: &Cluster, workload: TxnWorkload, healed: Instant) {
     let bound = LEASE_TTL + RECOVERY_MARGIN;
     let bootstrap = cluster.bootstrap();
-    every_slice_served(cluster, healed, bound).await;
-    every_broker_serving(cluster, healed, bound).await;
+    cluster.wait_until_every_slice_served(healed, bound).await;
+    cluster
+        .wait_until_every_broker_serving(&[TOPIC, TXN_LOG_TOPIC], healed, bound)
+        .await;
     let serving = healed.elapsed();
     // Producers meet the fault's errors, replace themselves and go on committing.
     workload
@@ -97,91 +97,4 @@ pub async fn assert_recovered(cluster: &Cluster, workload: TxnWorkload, healed: 
             .await
             .unwrap_or_else(|e| panic!("{id} cannot be described: {e}"));
     }
-}
-
-/// Every slice of the transaction log is owned (per the brokers' view of etcd) and
-/// loaded by a running coordinator, within `bound` of `since`.
-pub async fn every_slice_served(cluster: &Cluster, since: Instant, bound: Duration) {
-    loop {
-        let mut served = Vec::new();
-        for id in cluster.coordinator_ids() {
-            let process = cluster.coordinator(id);
-            if !process.is_running() {
-                continue;
-            }
-            if let Ok(partitions) = idem_tests::txn::owned_partitions(&process.bootstrap()).await {
-                served.extend(partitions);
-            }
-        }
-        served.sort_unstable();
-        served.dedup();
-        if served.len() == TXN_LOG_PARTITIONS as usize {
-            return;
-        }
-        assert!(
-            since.elapsed() < bound,
-            "{:?} after the fault healed the coordinators serve only {served:?} of the \
-             {TXN_LOG_PARTITIONS} {TXN_LOG_TOPIC} partitions",
-            since.elapsed()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// Every running broker lists every running broker, and every partition of the
-/// workload's topic and of the transaction log has a leader with its full ISR, within
-/// `bound` of `since`.
-async fn every_broker_serving(cluster: &Cluster, since: Instant, bound: Duration) {
-    let running: Vec<i32> = cluster
-        .ids()
-        .into_iter()
-        .filter(|id| cluster.broker(*id).is_running())
-        .collect();
-    loop {
-        let problem = broker_problem(cluster, &running).await;
-        let Some(problem) = problem else {
-            return;
-        };
-        assert!(
-            since.elapsed() < bound,
-            "{:?} after the fault healed: {problem}",
-            since.elapsed()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-async fn broker_problem(cluster: &Cluster, running: &[i32]) -> Option<String> {
-    for id in running {
-        let mut client = raw::connect(&cluster.broker(*id).bootstrap()).await;
-        let metadata = match client
-            .metadata(MetadataRequest {
-                topics: vec![TOPIC.into(), TXN_LOG_TOPIC.into()],
-            })
-            .await
-        {
-            Ok(answer) => answer.into_inner(),
-            Err(e) => return Some(format!("broker {id} does not answer Metadata: {e}")),
-        };
-        let mut registered: Vec<i32> = metadata.brokers.iter().map(|b| b.broker_id).collect();
-        registered.sort_unstable();
-        if registered != running {
-            return Some(format!(
-                "broker {id} sees brokers {registered:?}, not {running:?}"
-            ));
-        }
-        for topic in &metadata.topics {
-            for p in &topic.partitions {
-                let mut isr = p.isr.clone();
-                isr.sort_unstable();
-                if !running.contains(&p.leader_id) || isr != running {
-                    return Some(format!(
-                        "broker {id} sees {}-{} led by {} with ISR {:?}",
-                        topic.name, p.partition, p.leader_id, p.isr
-                    ));
-                }
-            }
-        }
-    }
-    None
 }

@@ -7,9 +7,7 @@ use std::time::{Duration, Instant};
 use idem_tests::cluster::ProcessId;
 use idem_tests::{txn, Cluster};
 
-use super::{
-    assert_recovered, every_slice_served, put_under_load, LEASE_TTL, RECOVERY_MARGIN, TOPIC,
-};
+use super::{assert_recovered, put_under_load, LEASE_TTL, RECOVERY_MARGIN, TOPIC};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_a_coordinator_cut_off_from_etcd_then_it_stops_serving_and_the_other_takes_every_slice(
@@ -42,7 +40,9 @@ async fn given_a_coordinator_cut_off_from_etcd_then_it_stops_serving_and_the_oth
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    every_slice_served(&cluster, cut, LEASE_TTL + RECOVERY_MARGIN).await;
+    cluster
+        .wait_until_every_slice_served(cut, LEASE_TTL + RECOVERY_MARGIN)
+        .await;
     workload
         .wait_for_commits_since(Instant::now(), 2, Duration::from_secs(20))
         .await;

@@ -1,0 +1,105 @@
+//! Waits until a whole cluster serves again after a fault: every transaction log slice
+//! loaded by a running coordinator, every running broker registered and seen by every
+//! other, every partition of the named topics led by a running broker with every running
+//! broker in its ISR. Each wait has a bound and fails saying what is still missing.
+
+use std::time::{Duration, Instant};
+
+use idem_proto::txn::TXN_LOG_TOPIC;
+use idem_proto::v1::MetadataRequest;
+
+use crate::cluster::TXN_LOG_PARTITIONS;
+use crate::{raw, txn, Cluster};
+
+impl Cluster {
+    /// Every slice of the transaction log is loaded by a running coordinator, within
+    /// `bound` of `since`.
+    pub async fn wait_until_every_slice_served(&self, since: Instant, bound: Duration) {
+        loop {
+            let mut served = Vec::new();
+            for id in self.coordinator_ids() {
+                let process = self.coordinator(id);
+                if !process.is_running() {
+                    continue;
+                }
+                if let Ok(partitions) = txn::owned_partitions(&process.bootstrap()).await {
+                    served.extend(partitions);
+                }
+            }
+            served.sort_unstable();
+            served.dedup();
+            if served.len() == TXN_LOG_PARTITIONS as usize {
+                return;
+            }
+            assert!(
+                since.elapsed() < bound,
+                "{:?} after the fault healed the coordinators serve only {served:?} of the \
+                 {TXN_LOG_PARTITIONS} {TXN_LOG_TOPIC} partitions",
+                since.elapsed()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Every running broker lists every running broker, and every partition of `topics`
+    /// has a running leader and every running broker in its ISR (the topics' replicas
+    /// are on every broker), within `bound` of `since`.
+    pub async fn wait_until_every_broker_serving(
+        &self,
+        topics: &[&str],
+        since: Instant,
+        bound: Duration,
+    ) {
+        let running: Vec<i32> = self
+            .ids()
+            .into_iter()
+            .filter(|id| self.broker(*id).is_running())
+            .collect();
+        loop {
+            let Some(problem) = self.broker_problem(topics, &running).await else {
+                return;
+            };
+            assert!(
+                since.elapsed() < bound,
+                "{:?} after the fault healed: {problem}",
+                since.elapsed()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn broker_problem(&self, topics: &[&str], running: &[i32]) -> Option<String> {
+        for id in running {
+            let mut client = raw::connect(&self.broker(*id).bootstrap()).await;
+            let metadata = match client
+                .metadata(MetadataRequest {
+                    topics: topics.iter().map(|t| t.to_string()).collect(),
+                })
+                .await
+            {
+                Ok(answer) => answer.into_inner(),
+                Err(e) => return Some(format!("broker {id} does not answer Metadata: {e}")),
+            };
+            let mut registered: Vec<i32> = metadata.brokers.iter().map(|b| b.broker_id).collect();
+            registered.sort_unstable();
+            if registered != running {
+                return Some(format!(
+                    "broker {id} sees brokers {registered:?}, not {running:?}"
+                ));
+            }
+            for topic in &metadata.topics {
+                for p in &topic.partitions {
+                    let mut isr = p.isr.clone();
+                    isr.sort_unstable();
+                    if !running.contains(&p.leader_id) || isr != running {
+                        return Some(format!(
+                            "broker {id} sees {}-{} led by {} with ISR {:?}",
+                            topic.name, p.partition, p.leader_id, p.isr
+                        ));
+                    }
+                }
+            }
+        }
+        None
+    }
+}
