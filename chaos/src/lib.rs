@@ -1,6 +1,8 @@
-//! idem's chaos verification: the history a randomized workload writes ([`history`]),
-//! to be judged by a checker that reads only that history, never broker internals.
+//! idem's chaos verification: the history a randomized workload writes ([`history`])
+//! and a checker that reads only that history ([`checker`]), never broker internals.
 
+pub mod checker;
 pub mod history;
 
+pub use checker::{check, Anomalies, Stats, Verdict};
 pub use history::{read_history, HistoryError, HistoryWriter, Op};
