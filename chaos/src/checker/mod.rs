@@ -1,0 +1,171 @@
+//! The checker: a pure function from a history to a [`Verdict`]. It knows only what
+//! clients logged (no broker internals) and reports every anomaly with concrete
+//! examples: values, topic/partition/offsets and the processes involved. A history is
+//! valid when no anomaly list has an entry.
+//!
+//! Not checked yet: consume-transform-produce (that the offsets a transaction commits
+//! for a consumer group match the records it consumed and produced), which needs
+//! consumer groups in the workload.
+
+mod lost;
+mod model;
+mod offsets;
+mod order;
+mod txn;
+mod unexpected;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+
+use crate::history::{Call, Op};
+
+pub use lost::{Lost, Unseen};
+pub use model::{Outcome, TopicPartition};
+pub use offsets::{Duplicate, InconsistentOffset, Placement, ValueAtOffset};
+pub use order::{AtOffset, NonmonotonicPoll, NonmonotonicSend, PollSkip, SkippedRecord};
+pub use txn::{AbortedRead, TornTxn, TxnValue};
+pub use unexpected::{Unexpected, UnexpectedReason};
+
+use model::Model;
+
+/// What the checker concluded about a history.
+#[derive(Debug, Clone, Serialize)]
+pub struct Verdict {
+    /// `true` when every anomaly list is empty.
+    pub valid: bool,
+    pub anomalies: Anomalies,
+    pub stats: Stats,
+}
+
+/// Every anomaly found, by kind, each with concrete examples.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Anomalies {
+    /// Acknowledged, never read, though a read of its partition went past its offset.
+    pub lost: Vec<Lost>,
+    /// Acknowledged, never read, and no read reached its offset.
+    pub unseen: Vec<Unseen>,
+    /// One value found (read, or acknowledged) at two or more offsets.
+    pub duplicate: Vec<Duplicate>,
+    /// Two or more values found (read, or acknowledged) at one offset.
+    pub inconsistent_offsets: Vec<InconsistentOffset>,
+    /// A producer's acknowledged offsets in one partition did not strictly increase.
+    pub nonmonotonic_send: Vec<NonmonotonicSend>,
+    /// A consumer returned an offset not above one it had returned.
+    pub nonmonotonic_poll: Vec<NonmonotonicPoll>,
+    /// A consumer moved past an offset that holds a record it should have returned.
+    pub poll_skip: Vec<PollSkip>,
+    /// A read_committed read returned a value of an aborted or failed transaction.
+    pub aborted_read: Vec<AbortedRead>,
+    /// The read_committed final read holds part of a transaction, not all or nothing.
+    pub torn_txn: Vec<TornTxn>,
+    /// A read returned a value never sent to that partition, or whose send failed.
+    pub unexpected: Vec<Unexpected>,
+}
+
+impl Anomalies {
+    /// How many examples of each kind, by the kind's name in the verdict.
+    pub fn counts(&self) -> BTreeMap<&'static str, usize> {
+        BTreeMap::from([
+            ("lost", self.lost.len()),
+            ("unseen", self.unseen.len()),
+            ("duplicate", self.duplicate.len()),
+            ("inconsistent_offsets", self.inconsistent_offsets.len()),
+            ("nonmonotonic_send", self.nonmonotonic_send.len()),
+            ("nonmonotonic_poll", self.nonmonotonic_poll.len()),
+            ("poll_skip", self.poll_skip.len()),
+            ("aborted_read", self.aborted_read.len()),
+            ("torn_txn", self.torn_txn.len()),
+            ("unexpected", self.unexpected.len()),
+        ])
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.counts().values().all(|&n| n == 0)
+    }
+}
+
+/// What the history holds.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Stats {
+    /// Events by `f`, then by `type`.
+    pub ops: BTreeMap<String, BTreeMap<String, usize>>,
+    /// Values invoked by a send or a transaction.
+    pub values_sent: usize,
+    /// Values of `ok` sends and of committed transactions.
+    pub values_acked: usize,
+    /// Values of failed sends and of aborted or failed transactions.
+    pub values_not_written: usize,
+    /// Values whose send or transaction ended `info` or never completed: a read may
+    /// or may not hold them, and neither is an anomaly.
+    pub values_unknown: usize,
+    /// Distinct values returned by at least one successful read.
+    pub values_read: usize,
+}
+
+/// An operation that observed or wrote something; observers sort in history order.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Observer {
+    /// The index of its event in the history: the invocation of a write, the
+    /// completion of a read or of an acknowledgement.
+    pub index: u64,
+    pub process: String,
+    pub f: &'static str,
+}
+
+/// Checks a history (see the module doc). Pure: no I/O, deterministic output.
+pub fn check(history: &[Op]) -> Verdict {
+    let model = Model::build(history);
+    let (lost, unseen) = lost::check(&model);
+    let anomalies = Anomalies {
+        lost,
+        unseen,
+        duplicate: offsets::duplicates(&model),
+        inconsistent_offsets: offsets::inconsistent(&model),
+        nonmonotonic_send: order::nonmonotonic_sends(&model),
+        nonmonotonic_poll: order::nonmonotonic_polls(&model),
+        poll_skip: order::poll_skips(&model),
+        aborted_read: txn::aborted_reads(&model),
+        torn_txn: txn::torn(&model),
+        unexpected: unexpected::check(&model),
+    };
+    Verdict {
+        valid: anomalies.is_empty(),
+        stats: stats(history, &model),
+        anomalies,
+    }
+}
+
+fn stats(history: &[Op], model: &Model<'_>) -> Stats {
+    let mut stats = Stats::default();
+    for op in history {
+        *stats
+            .ops
+            .entry(op.call.f().to_owned())
+            .or_default()
+            .entry(op.kind.as_str().to_owned())
+            .or_default() += 1;
+    }
+    stats.values_sent = history
+        .iter()
+        .filter(|op| matches!(op.call, Call::Send(_) | Call::Txn(_)))
+        .filter(|op| op.kind == crate::history::OpKind::Invoke)
+        .map(|op| op.call.sends().len())
+        .sum();
+    for write in model.writes.values() {
+        match write.outcome {
+            Outcome::Acked | Outcome::Committed => stats.values_acked += 1,
+            Outcome::Aborted | Outcome::Failed => stats.values_not_written += 1,
+            Outcome::Unknown => stats.values_unknown += 1,
+        }
+    }
+    stats.values_read = model
+        .read_records()
+        .map(|(_, record)| record.value.as_str())
+        .collect::<BTreeSet<_>>()
+        .len();
+    stats
+}
+
+#[cfg(test)]
+pub(crate) mod tests;
