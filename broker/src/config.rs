@@ -46,9 +46,11 @@ pub struct BrokerConfig {
     pub producer_id_expiration_ms: i64,
 
     /// Where producer-id blocks are leased: `embedded` (a sled store in the data dir;
-    /// single node only) or `etcd` (cluster-wide, needs `--etcd`).
-    #[arg(long, env = "IDEM_PID_STORE", default_value = "embedded")]
-    pub pid_store: PidStoreKind,
+    /// single node only) or `etcd` (cluster-wide). Default: `etcd` with `--etcd`,
+    /// `embedded` without; `embedded` with `--etcd` is refused (see
+    /// [`BrokerConfig::pid_store`]).
+    #[arg(long = "pid-store", env = "IDEM_PID_STORE")]
+    pub pid_store_flag: Option<PidStoreKind>,
 
     /// etcd endpoints, comma separated (`http://host:2379,http://host2:2379`). With
     /// them the broker registers itself in the cluster (`{prefix}/brokers/{id}`).
@@ -92,6 +94,26 @@ pub struct BrokerConfig {
 }
 
 impl BrokerConfig {
+    /// The producer-id store this broker must use. Every broker of a cluster (`--etcd`)
+    /// leases from etcd: a broker handing out ids from its own embedded store would give
+    /// the same producer id to two producers (another broker's, a coordinator's
+    /// transactional one), which then fence each other's batches and markers.
+    pub fn pid_store(&self) -> Result<PidStoreKind, String> {
+        match (self.pid_store_flag, self.etcd_endpoints.is_empty()) {
+            (Some(PidStoreKind::Embedded), false) => Err(
+                "--pid-store embedded cannot be used with --etcd: every broker of a cluster \
+                 must lease producer ids from etcd, or two producers get the same id"
+                    .into(),
+            ),
+            (Some(PidStoreKind::Etcd), true) => {
+                Err("--pid-store etcd needs --etcd http://host:2379[,...]".into())
+            }
+            (Some(kind), _) => Ok(kind),
+            (None, true) => Ok(PidStoreKind::Embedded),
+            (None, false) => Ok(PidStoreKind::Etcd),
+        }
+    }
+
     /// A config for tests and `idem dev`: everything default but the data dir and address.
     pub fn single_node(data_dir: PathBuf, listen: SocketAddr) -> Self {
         BrokerConfig {
@@ -104,7 +126,7 @@ impl BrokerConfig {
             limits: SizeLimits::default(),
             producer_id_expiration_ms: 7 * 24 * 3600 * 1000,
             max_partitions_per_topic: 1000,
-            pid_store: PidStoreKind::Embedded,
+            pid_store_flag: None,
             pid_prefetch: true,
             lease_ttl_ms: 5000,
             replica_lag_time_max_ms: 10_000,
@@ -196,6 +218,30 @@ pub enum PidStoreKind {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_broker_with_etcd_leases_producer_ids_from_etcd_and_never_from_its_own_store() {
+        let with = |flag, etcd: bool| BrokerConfig {
+            pid_store_flag: flag,
+            etcd_endpoints: if etcd {
+                vec!["http://127.0.0.1:2379".into()]
+            } else {
+                Vec::new()
+            },
+            ..BrokerConfig::single_node(PathBuf::from("d"), ([127, 0, 0, 1], 0).into())
+        };
+        assert_eq!(with(None, true).pid_store(), Ok(PidStoreKind::Etcd));
+        assert_eq!(with(None, false).pid_store(), Ok(PidStoreKind::Embedded));
+        assert_eq!(
+            with(Some(PidStoreKind::Etcd), true).pid_store(),
+            Ok(PidStoreKind::Etcd)
+        );
+        let refused = with(Some(PidStoreKind::Embedded), true)
+            .pid_store()
+            .expect_err("two stores would hand out the same ids");
+        assert!(refused.contains("--pid-store embedded cannot be used with --etcd"));
+        assert!(with(Some(PidStoreKind::Etcd), false).pid_store().is_err());
+    }
 
     #[test]
     fn the_default_limits_pass_and_limits_a_client_could_not_decode_are_refused() {

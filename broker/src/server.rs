@@ -260,18 +260,13 @@ async fn join_cluster(
 /// The producer-id block store the config names. A broker must never fall back from
 /// etcd to its embedded store: two stores would hand out the same ids.
 async fn open_pid_store(config: &BrokerConfig) -> Result<Arc<dyn PidBlockStore>, ServerError> {
-    match config.pid_store {
+    match config.pid_store().map_err(ServerError::Config)? {
         PidStoreKind::Embedded => {
             let store = SledPidStore::open(config.data_dir.join("pidstore"))
                 .map_err(|e| ServerError::PidStore(e.to_string()))?;
             Ok(Arc::new(store))
         }
         PidStoreKind::Etcd => {
-            if config.etcd_endpoints.is_empty() {
-                return Err(ServerError::PidStore(
-                    "--pid-store etcd needs --etcd http://host:2379[,...]".into(),
-                ));
-            }
             let store = EtcdPidStore::connect(&config.etcd_endpoints, &config.etcd_prefix)
                 .await
                 .map_err(|e| ServerError::PidStore(e.to_string()))?;
