@@ -6,7 +6,18 @@ use std::path::PathBuf;
 /// Path of a workspace binary (`idem-broker`, `idem`), built by
 /// `cargo build --workspace --bins` before the tests run.
 pub fn binary(name: &str) -> PathBuf {
-    let dir = match std::env::var_os("IDEM_BIN_DIR") {
+    let path = bin_dir().join(name);
+    assert!(
+        path.exists(),
+        "{} not found: run `cargo build --workspace --bins` first (or set IDEM_BIN_DIR)",
+        path.display()
+    );
+    path
+}
+
+/// Where the binaries under test are: `IDEM_BIN_DIR`, else `target/<profile>`.
+pub fn bin_dir() -> PathBuf {
+    match std::env::var_os("IDEM_BIN_DIR") {
         Some(dir) => PathBuf::from(dir),
         None => {
             let exe = std::env::current_exe().expect("test executable path");
@@ -16,12 +27,5 @@ pub fn binary(name: &str) -> PathBuf {
                 .expect("target dir")
                 .to_path_buf()
         }
-    };
-    let path = dir.join(name);
-    assert!(
-        path.exists(),
-        "{} not found: run `cargo build --workspace --bins` first (or set IDEM_BIN_DIR)",
-        path.display()
-    );
-    path
+    }
 }

@@ -5,14 +5,15 @@
 //! test panics.
 
 pub mod binaries;
+pub mod chaos;
 pub mod cluster;
 pub mod link;
 pub mod proxy;
 pub mod raw;
 pub mod replicas;
 pub mod sdk;
-pub mod serving;
 pub mod server_process;
+pub mod serving;
 pub mod signal;
 pub mod txn;
 pub mod txn_workload;

@@ -15,6 +15,18 @@ impl Cluster {
     /// Every slice of the transaction log is loaded by a running coordinator, within
     /// `bound` of `since`.
     pub async fn wait_until_every_slice_served(&self, since: Instant, bound: Duration) {
+        if let Err(problem) = self.every_slice_served_within(since, bound).await {
+            panic!("{problem}");
+        }
+    }
+
+    /// [`Cluster::wait_until_every_slice_served`], saying what is missing instead of
+    /// panicking.
+    pub async fn every_slice_served_within(
+        &self,
+        since: Instant,
+        bound: Duration,
+    ) -> Result<(), String> {
         loop {
             let mut served = Vec::new();
             for id in self.coordinator_ids() {
@@ -29,14 +41,15 @@ impl Cluster {
             served.sort_unstable();
             served.dedup();
             if served.len() == TXN_LOG_PARTITIONS as usize {
-                return;
+                return Ok(());
             }
-            assert!(
-                since.elapsed() < bound,
-                "{:?} after the fault healed the coordinators serve only {served:?} of the \
-                 {TXN_LOG_PARTITIONS} {TXN_LOG_TOPIC} partitions",
-                since.elapsed()
-            );
+            if since.elapsed() >= bound {
+                return Err(format!(
+                    "{:?} after the fault healed the coordinators serve only {served:?} of \
+                     the {TXN_LOG_PARTITIONS} {TXN_LOG_TOPIC} partitions",
+                    since.elapsed()
+                ));
+            }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
@@ -50,6 +63,19 @@ impl Cluster {
         since: Instant,
         bound: Duration,
     ) {
+        if let Err(problem) = self.every_broker_serving_within(topics, since, bound).await {
+            panic!("{problem}");
+        }
+    }
+
+    /// [`Cluster::wait_until_every_broker_serving`], saying what is missing instead of
+    /// panicking.
+    pub async fn every_broker_serving_within(
+        &self,
+        topics: &[&str],
+        since: Instant,
+        bound: Duration,
+    ) -> Result<(), String> {
         let running: Vec<i32> = self
             .ids()
             .into_iter()
@@ -57,13 +83,14 @@ impl Cluster {
             .collect();
         loop {
             let Some(problem) = self.broker_problem(topics, &running).await else {
-                return;
+                return Ok(());
             };
-            assert!(
-                since.elapsed() < bound,
-                "{:?} after the fault healed: {problem}",
-                since.elapsed()
-            );
+            if since.elapsed() >= bound {
+                return Err(format!(
+                    "{:?} after the fault healed: {problem}",
+                    since.elapsed()
+                ));
+            }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }

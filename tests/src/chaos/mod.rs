@@ -1,0 +1,9 @@
+//! Chaos runs against real processes (issue 23): a randomized, seeded workload of every
+//! client kind writes its history while a nemesis breaks the cluster; the checker of
+//! `idem-chaos` then judges the history alone. The workload and nemesis live here, beside
+//! the harness that starts and breaks the processes; the history format and the checker
+//! live in `chaos/`, which knows nothing of processes.
+
+pub mod nemesis;
+pub mod run;
+pub mod workload;

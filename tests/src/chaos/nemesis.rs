@@ -1,0 +1,196 @@
+//! The nemesis: seeded, one fault at a time, each logged with when it began and ended.
+//! Families: process kills (a random broker, the leader of a random partition, the
+//! coordinator owning a random transactional id), pauses (SIGSTOP/SIGCONT of a broker or
+//! a coordinator), partitions (a broker or coordinator cut off from etcd, through the
+//! links of [`Cluster::start_linked`]), and etcd faults (killed and restarted, paused).
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::time::{Duration, Instant};
+
+use idem_proto::v1::FindCoordinatorRequest;
+use idem_proto::ErrorCode;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::json;
+
+use crate::chaos::workload::{PARTITIONS, TOPICS};
+use crate::cluster::ProcessId;
+use crate::{raw, Cluster};
+
+/// A family of faults a run injects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    Kill,
+    Pause,
+    Partition,
+    Etcd,
+}
+
+impl Family {
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Kill => "kill",
+            Family::Pause => "pause",
+            Family::Partition => "partition",
+            Family::Etcd => "etcd",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Family> {
+        [Family::Kill, Family::Pause, Family::Partition, Family::Etcd]
+            .into_iter()
+            .find(|f| f.name() == name)
+    }
+}
+
+/// One fault, as the nemesis log records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Fault {
+    KillBroker(i32),
+    KillCoordinator(i32),
+    PauseBroker(i32),
+    PauseCoordinator(i32),
+    CutFromEtcd(ProcessId),
+    KillEtcd,
+    PauseEtcd,
+}
+
+pub struct Nemesis {
+    rng: StdRng,
+    families: Vec<Family>,
+    log: BufWriter<File>,
+    started: Instant,
+    /// Faults injected, by family name.
+    pub injected: std::collections::BTreeMap<&'static str, usize>,
+}
+
+impl Nemesis {
+    pub fn new(seed: u64, families: &[Family], log: File, started: Instant) -> Nemesis {
+        Nemesis {
+            rng: StdRng::seed_from_u64(seed),
+            families: families.to_vec(),
+            log: BufWriter::new(log),
+            started,
+            injected: Default::default(),
+        }
+    }
+
+    /// Injects faults one after another, with healthy gaps between them, until
+    /// `duration` has passed; every fault is healed before this returns.
+    pub async fn run(&mut self, cluster: &mut Cluster, bootstrap: &str, duration: Duration) {
+        let until = Instant::now() + duration;
+        while Instant::now() < until {
+            let gap = Duration::from_millis(self.rng.gen_range(1_000..3_000));
+            tokio::time::sleep(gap).await;
+            let family = self.families[self.rng.gen_range(0..self.families.len())];
+            let Some(fault) = self.choose(family, cluster, bootstrap).await else {
+                continue;
+            };
+            let length = Duration::from_millis(self.rng.gen_range(1_000..4_000));
+            let start = self.started.elapsed();
+            inject(cluster, &fault);
+            tokio::time::sleep(length).await;
+            heal(cluster, &fault);
+            let end = self.started.elapsed();
+            *self.injected.entry(family.name()).or_default() += 1;
+            let line = json!({
+                "family": family.name(),
+                "fault": format!("{fault:?}"),
+                "start_ns": start.as_nanos() as u64,
+                "end_ns": end.as_nanos() as u64,
+            });
+            writeln!(self.log, "{line}").expect("write the nemesis log");
+        }
+        self.log.flush().expect("flush the nemesis log");
+    }
+
+    async fn choose(
+        &mut self,
+        family: Family,
+        cluster: &Cluster,
+        bootstrap: &str,
+    ) -> Option<Fault> {
+        let brokers = cluster.ids();
+        let coordinators = cluster.coordinator_ids();
+        let broker = brokers[self.rng.gen_range(0..brokers.len())];
+        let coordinator = coordinators[self.rng.gen_range(0..coordinators.len())];
+        Some(match family {
+            Family::Kill => match self.rng.gen_range(0..3) {
+                0 => Fault::KillBroker(broker),
+                1 => {
+                    let topic = TOPICS[self.rng.gen_range(0..TOPICS.len())];
+                    let partition = self.rng.gen_range(0..PARTITIONS);
+                    let observer = cluster.observer(&[]);
+                    let leader = cluster
+                        .partition(observer, topic, partition)
+                        .await?
+                        .leader_id;
+                    Fault::KillBroker(leader)
+                }
+                _ => {
+                    let id = format!("chaos-txn-{}", self.rng.gen_range(0..2));
+                    Fault::KillCoordinator(owner_of(bootstrap, &id).await.unwrap_or(coordinator))
+                }
+            },
+            Family::Pause => {
+                if self.rng.gen_bool(0.5) {
+                    Fault::PauseBroker(broker)
+                } else {
+                    Fault::PauseCoordinator(coordinator)
+                }
+            }
+            Family::Partition => {
+                if self.rng.gen_bool(0.5) {
+                    Fault::CutFromEtcd(ProcessId::Broker(broker))
+                } else {
+                    Fault::CutFromEtcd(ProcessId::Coordinator(coordinator))
+                }
+            }
+            Family::Etcd => {
+                if self.rng.gen_bool(0.5) {
+                    Fault::KillEtcd
+                } else {
+                    Fault::PauseEtcd
+                }
+            }
+        })
+    }
+}
+
+/// The coordinator that owns `transactional_id`, as a broker answers.
+async fn owner_of(bootstrap: &str, transactional_id: &str) -> Option<i32> {
+    let mut client = raw::connect(bootstrap).await;
+    let answer = client
+        .find_coordinator(FindCoordinatorRequest {
+            transactional_id: transactional_id.into(),
+        })
+        .await
+        .ok()?
+        .into_inner();
+    (answer.error_code() == ErrorCode::None).then_some(answer.coordinator_id)
+}
+
+fn inject(cluster: &mut Cluster, fault: &Fault) {
+    match fault {
+        Fault::KillBroker(id) => cluster.kill(*id),
+        Fault::KillCoordinator(id) => cluster.kill_coordinator(*id),
+        Fault::PauseBroker(id) => cluster.pause(*id),
+        Fault::PauseCoordinator(id) => cluster.pause_coordinator(*id),
+        Fault::CutFromEtcd(process) => cluster.cut_from_etcd(*process),
+        Fault::KillEtcd => cluster.etcd(0).kill(),
+        Fault::PauseEtcd => cluster.etcd(0).pause(),
+    }
+}
+
+fn heal(cluster: &mut Cluster, fault: &Fault) {
+    match fault {
+        Fault::KillBroker(id) => cluster.restart(*id),
+        Fault::KillCoordinator(id) => cluster.restart_coordinator(*id),
+        Fault::PauseBroker(id) => cluster.resume(*id),
+        Fault::PauseCoordinator(id) => cluster.resume_coordinator(*id),
+        Fault::CutFromEtcd(process) => cluster.heal_link_to_etcd(*process),
+        Fault::KillEtcd => cluster.etcd(0).restart(),
+        Fault::PauseEtcd => cluster.etcd(0).resume(),
+    }
+}

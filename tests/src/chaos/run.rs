@@ -1,0 +1,186 @@
+//! One chaos run: a cluster (3 brokers at RF 3, 2 coordinators, etcd), the workload
+//! writing its history, the nemesis of the chosen families for the run's duration; then
+//! every fault healed, the cluster serving again, the workload stopped, a final read of
+//! every partition at both isolation levels, and the checker's verdict. Everything goes
+//! to a report directory: history.jsonl, nemesis.jsonl, verdict.json, summary.txt and
+//! each server's log.
+
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use idem_chaos::history::{Call, OpKind, Read, ReadRecord};
+use idem_chaos::{check, read_history, HistoryWriter, Verdict};
+use idem_client::Isolation;
+use idem_proto::txn::TXN_LOG_TOPIC;
+
+use crate::chaos::nemesis::{Family, Nemesis};
+use crate::chaos::workload::{read_isolation, Clients, Recorder, Workload, PARTITIONS, TOPICS};
+use crate::{txn, Cluster};
+
+/// How long the cluster may take to serve again once every fault is healed.
+const RECOVERY: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Clone)]
+pub struct ChaosRun {
+    pub families: Vec<Family>,
+    pub seed: u64,
+    pub duration: Duration,
+}
+
+/// What a run produced.
+pub struct Outcome {
+    pub verdict: Verdict,
+    pub report: PathBuf,
+    pub summary: String,
+}
+
+impl ChaosRun {
+    fn name(&self) -> String {
+        let families: Vec<&str> = self.families.iter().map(|f| f.name()).collect();
+        format!("{}-seed{}", families.join("+"), self.seed)
+    }
+
+    /// The report directory: `IDEM_CHAOS_REPORTS` or `target/<profile>/chaos-reports`,
+    /// then the run's name.
+    fn report_dir(&self) -> PathBuf {
+        let root = std::env::var_os("IDEM_CHAOS_REPORTS")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| crate::binaries::bin_dir().join("chaos-reports"));
+        root.join(self.name())
+    }
+
+    pub async fn run(&self) -> Outcome {
+        let report = self.report_dir();
+        let _ = std::fs::remove_dir_all(&report);
+        std::fs::create_dir_all(&report).expect("report dir");
+        let mut cluster = if self.families.contains(&Family::Partition) {
+            Cluster::start_linked(3, 2).await
+        } else {
+            Cluster::start_with_coordinators(3, 2, &[], &[]).await
+        };
+        for topic in TOPICS {
+            cluster.create_topic(topic, PARTITIONS, 3).await;
+            for p in 0..PARTITIONS {
+                cluster.leader_of(topic, p).await;
+            }
+        }
+        let bootstrap = cluster.bootstrap();
+        let started = Instant::now();
+        let history_file = File::create(report.join("history.jsonl")).expect("history file");
+        let history = Recorder::new(HistoryWriter::starting_at(
+            BufWriter::new(history_file),
+            started,
+        ));
+        let clients = Clients {
+            producers: 3,
+            transactional: 2,
+            read_committed: 2,
+            read_uncommitted: 1,
+        };
+        let workload = Workload::start(&bootstrap, clients, self.seed, &history);
+
+        let nemesis_log = File::create(report.join("nemesis.jsonl")).expect("nemesis log");
+        let mut nemesis = Nemesis::new(self.seed, &self.families, nemesis_log, started);
+        nemesis.run(&mut cluster, &bootstrap, self.duration).await;
+
+        // Every fault is healed: the whole cluster serves again, and the clients get a
+        // few quiet seconds before they stop.
+        let healed = Instant::now();
+        let mut topics: Vec<&str> = TOPICS.to_vec();
+        topics.push(TXN_LOG_TOPIC);
+        let recovered = match cluster.every_slice_served_within(healed, RECOVERY).await {
+            Ok(()) => {
+                cluster
+                    .every_broker_serving_within(&topics, healed, RECOVERY)
+                    .await
+            }
+            Err(problem) => Err(problem),
+        };
+        let serving_after = healed.elapsed();
+        let save_logs = |cluster: &Cluster| {
+            for id in cluster.ids() {
+                let _ = std::fs::write(
+                    report.join(format!("broker-{id}.log")),
+                    cluster.broker(id).log(),
+                );
+            }
+            for id in cluster.coordinator_ids() {
+                let _ = std::fs::write(
+                    report.join(format!("coordinator-{id}.log")),
+                    cluster.coordinator(id).log(),
+                );
+            }
+        };
+        if let Err(problem) = recovered {
+            save_logs(&cluster);
+            panic!(
+                "the cluster did not serve again after the faults: {problem}; report in {}",
+                report.display()
+            );
+        }
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        workload.stop().await;
+        let bootstrap = cluster.bootstrap();
+        for topic in TOPICS {
+            txn::wait_until_stable(&bootstrap, topic, &(0..PARTITIONS).collect::<Vec<_>>()).await;
+        }
+        for isolation in [Isolation::ReadCommitted, Isolation::ReadUncommitted] {
+            final_read(&bootstrap, isolation, &history).await;
+        }
+        history.flush();
+        save_logs(&cluster);
+        let ops = read_history(std::io::BufReader::new(
+            File::open(report.join("history.jsonl")).expect("history"),
+        ))
+        .unwrap_or_else(|e| panic!("the run wrote an invalid history: {e}"));
+        let verdict = check(&ops);
+        std::fs::write(
+            report.join("verdict.json"),
+            serde_json::to_string_pretty(&verdict).expect("verdict json"),
+        )
+        .expect("write the verdict");
+        let summary = format!(
+            "chaos run {}: {:?} of faults ({:?}), {} history events; serving again {:?} \
+             after the last fault; anomalies {:?}; valid: {}; report in {}",
+            self.name(),
+            self.duration,
+            nemesis.injected,
+            ops.len(),
+            serving_after,
+            verdict.anomalies.counts(),
+            verdict.valid,
+            report.display()
+        );
+        std::fs::write(report.join("summary.txt"), format!("{summary}\n")).expect("summary");
+        Outcome {
+            verdict,
+            report,
+            summary,
+        }
+    }
+}
+
+/// Reads every partition of every topic from the start to its end at `isolation` and
+/// records it as one `final_read`.
+async fn final_read(bootstrap: &str, isolation: Isolation, history: &Recorder) {
+    let process = format!("final-{}", read_isolation(isolation).as_str());
+    let mut read = Read {
+        isolation: read_isolation(isolation),
+        records: Vec::new(),
+    };
+    history.invoke(&process, Call::FinalRead(read.clone()));
+    let partitions: Vec<i32> = (0..PARTITIONS).collect();
+    for topic in TOPICS {
+        for record in txn::read(bootstrap, topic, &partitions, isolation).await {
+            read.records.push(ReadRecord {
+                topic: record.topic.clone(),
+                partition: record.partition,
+                offset: record.offset,
+                value: crate::sdk::value(&record),
+            });
+        }
+    }
+    history.complete(&process, OpKind::Ok, Call::FinalRead(read));
+}
