@@ -9,6 +9,7 @@ mod e2e;
 mod embedded;
 mod latency;
 mod load;
+mod memory;
 mod modes;
 mod payload;
 mod produce;

@@ -10,6 +10,7 @@ use anyhow::Context;
 use super::args::{parse_modes, Amount, LoadArgs, ModeList};
 use super::latency::Latencies;
 use super::load::{Driver, Plan, Sent, Until};
+use super::memory::BrokerProcess;
 use super::modes::Mode;
 use super::progress::{self, Progress};
 use super::report::{self, Measured, ModeReport};
@@ -48,6 +49,10 @@ pub struct ProduceArgs {
     /// median round: on a shared machine one round's noise can move a ratio by 10%.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
     pub rounds: u32,
+    /// Report the memory of this broker process (a broker on this machine); with
+    /// `--embedded` the bench's own process, which holds the broker, is measured.
+    #[arg(long, conflicts_with = "embedded")]
+    pub broker_pid: Option<u32>,
 }
 
 impl ProduceArgs {
@@ -172,6 +177,11 @@ async fn run_mode(
     } else {
         mode.name().to_string()
     };
+    let broker = match (load.embedded, args.broker_pid) {
+        (true, _) => Some(BrokerProcess::InProcess),
+        (false, pid) => pid.map(BrokerProcess::Pid),
+    };
+    let memory = broker.and_then(BrokerProcess::start);
     let topic = topic::create_for_run(&target.bootstrap, load, mode.name()).await?;
     let mut drivers = Vec::with_capacity(args.producers as usize);
     for index in 0..args.producers {
@@ -211,7 +221,7 @@ async fn run_mode(
     let check = if null {
         None
     } else {
-        let verification = verify::verify(ReadBack {
+        let read = verify::verify(ReadBack {
             bootstrap: &target.bootstrap,
             topic: &topic,
             partitions: load.partitions,
@@ -220,9 +230,11 @@ async fn run_mode(
             progress_visible: visible,
         })
         .await?;
-        Some((verification, verification.passed(mode, measured.acked)))
+        Some((read, read.verification.passed(mode, measured.acked)))
     };
-    Ok(ModeReport::new(label, measured, check))
+    let mut row = ModeReport::new(label, measured, check);
+    row.broker_memory = memory.and_then(|m| m.finish());
+    Ok(row)
 }
 
 /// Producer `index`'s part of `total` records.

@@ -1,12 +1,15 @@
 //! The results of `idem bench produce`: one row per mode, as a table for people or as
 //! `{"modes": [...]}` for machines. Throughput counts acknowledged records only (for a
-//! transactional run, committed ones) over the mode's wall time, drain included.
+//! transactional run, committed ones) over the mode's wall time, drain included. The
+//! read-back columns are the verifying consumer's rate (records, and MB of values, per
+//! second of its read); the memory column is the broker's peak resident set in the run.
 
 use std::time::Duration;
 
 use super::latency::Percentiles;
+use super::memory::BrokerMemory;
 use super::targets::{paired_ratio, TargetCheck};
-use super::verify::Verification;
+use super::verify::{ReadOutcome, Verification};
 
 pub const AT_LEAST_ONCE: &str = "at-least-once";
 
@@ -34,6 +37,12 @@ pub struct ModeReport {
     /// median one.
     pub round_records_per_sec: Vec<f64>,
     pub check: Option<Verification>,
+    /// The verifying read-back: records per second of its read (`None`: not read back).
+    pub read_records_per_sec: Option<f64>,
+    /// The same in MB (10^6 bytes) of record values per second.
+    pub read_mb_per_sec: Option<f64>,
+    /// The broker's resident memory during the run, when it could be measured.
+    pub broker_memory: Option<BrokerMemory>,
 }
 
 /// The measured part of a mode's row.
@@ -68,12 +77,16 @@ impl ModeReport {
             ratio_vs_at_least_once: None,
             round_records_per_sec: Vec::new(),
             check: None,
+            read_records_per_sec: None,
+            read_mb_per_sec: None,
+            broker_memory: None,
         }
     }
 
-    pub fn new(mode: String, m: Measured, check: Option<(Verification, bool)>) -> Self {
+    pub fn new(mode: String, m: Measured, check: Option<(ReadOutcome, bool)>) -> Self {
         let seconds = m.elapsed.as_secs_f64().max(1e-9);
         let records_per_sec = m.acked as f64 / seconds;
+        let read_seconds = check.map(|(read, _)| read.elapsed.as_secs_f64().max(1e-9));
         ModeReport {
             mode,
             records_per_sec,
@@ -90,7 +103,14 @@ impl ModeReport {
             seconds,
             ratio_vs_at_least_once: None,
             round_records_per_sec: vec![records_per_sec],
-            check: check.map(|(v, _)| v),
+            check: check.map(|(read, _)| read.verification),
+            read_records_per_sec: check
+                .zip(read_seconds)
+                .map(|((read, _), s)| read.verification.read as f64 / s),
+            read_mb_per_sec: check
+                .zip(read_seconds)
+                .map(|((read, _), s)| read.value_bytes as f64 / s / 1e6),
+            broker_memory: None,
         }
     }
 }
@@ -147,12 +167,20 @@ pub fn json(rows: &[ModeReport], targets: &[TargetCheck]) -> anyhow::Result<Stri
 
 pub fn table(rows: &[ModeReport]) -> String {
     let with_ratio = rows.iter().any(|r| r.ratio_vs_at_least_once.is_some());
+    let with_read = rows.iter().any(|r| r.read_records_per_sec.is_some());
+    let with_memory = rows.iter().any(|r| r.broker_memory.is_some());
     let mut out = format!(
         "{:<32} {:>11} {:>9} {:>9} {:>9} {:>9}",
         "mode", "records/s", "MB/s", "p50 ms", "p99 ms", "p99.9 ms"
     );
     if with_ratio {
         out.push_str(&format!(" {:>16}", "vs at-least-once"));
+    }
+    if with_read {
+        out.push_str(&format!(" {:>11} {:>9}", "read rec/s", "read MB/s"));
+    }
+    if with_memory {
+        out.push_str(&format!(" {:>13}", "peak RSS MiB"));
     }
     out.push_str("  verified\n");
     for r in rows {
@@ -165,6 +193,20 @@ pub fn table(rows: &[ModeReport]) -> String {
                 .ratio_vs_at_least_once
                 .map_or("-".to_string(), |x| format!("{x:.3}"));
             out.push_str(&format!(" {ratio:>16}"));
+        }
+        if with_read {
+            let (records, mb) = match (r.read_records_per_sec, r.read_mb_per_sec) {
+                (Some(records), Some(mb)) => (format!("{records:.0}"), format!("{mb:.1}")),
+                _ => ("-".into(), "-".into()),
+            };
+            out.push_str(&format!(" {records:>11} {mb:>9}"));
+        }
+        if with_memory {
+            let peak = r.broker_memory.as_ref().map_or("-".to_string(), |m| {
+                let mark = if m.peak_since_process_start { "*" } else { "" };
+                format!("{:.0}{mark}", m.rss_peak_mib)
+            });
+            out.push_str(&format!(" {peak:>13}"));
         }
         out.push_str(&format!("  {}", verdict(r)));
         if r.round_records_per_sec.len() > 1 {
@@ -210,6 +252,14 @@ mod tests {
     use super::*;
 
     fn row(mode: &str, acked: u64) -> ModeReport {
+        let read = ReadOutcome {
+            verification: Verification {
+                read: acked,
+                ..Verification::default()
+            },
+            value_bytes: acked * 1000,
+            elapsed: Duration::from_secs(1),
+        };
         ModeReport::new(
             mode.into(),
             Measured {
@@ -221,7 +271,7 @@ mod tests {
                 elapsed: Duration::from_secs(2),
                 latency: Percentiles::default(),
             },
-            Some((Verification::default(), true)),
+            Some((read, true)),
         )
     }
 
@@ -244,9 +294,49 @@ mod tests {
             "p99_ms",
             "p999_ms",
             "verified",
+            "read_records_per_sec",
+            "read_mb_per_sec",
         ] {
             assert!(!first[key].is_null(), "{key}");
         }
+    }
+
+    #[test]
+    fn the_read_back_rate_is_its_records_and_bytes_over_its_own_time() {
+        let mut rows = vec![row("exactly-once", 1000)];
+        assert_eq!(rows[0].records_per_sec, 500.0, "over the 2 s of producing");
+        assert_eq!(
+            rows[0].read_records_per_sec,
+            Some(1000.0),
+            "over the 1 s read"
+        );
+        assert_eq!(rows[0].read_mb_per_sec, Some(1.0));
+        assert!(!table(&rows).contains("peak RSS"), "nothing measured");
+        rows[0].broker_memory = Some(BrokerMemory {
+            process: "pid 1".into(),
+            rss_start_mib: 10.0,
+            rss_peak_mib: 123.4,
+            rss_end_mib: 20.0,
+            peak_since_process_start: false,
+        });
+        let table = table(&rows);
+        assert!(table.contains("read rec/s") && table.contains("peak RSS MiB"));
+        assert!(table.contains(" 123 "), "{table}");
+        let doc: serde_json::Value =
+            serde_json::from_str(&json(&rows, &[]).expect("json")).expect("valid json");
+        assert_eq!(doc["modes"][0]["broker_memory"]["rss_peak_mib"], 123.4);
+    }
+
+    #[test]
+    fn documents_written_before_the_read_back_columns_still_load() {
+        let mut old = serde_json::to_value(row("exactly-once", 1000)).expect("json");
+        let fields = old.as_object_mut().expect("an object");
+        for key in ["read_records_per_sec", "read_mb_per_sec", "broker_memory"] {
+            fields.remove(key);
+        }
+        let back: ModeReport = serde_json::from_value(old).expect("loads");
+        assert_eq!(back.read_records_per_sec, None);
+        assert_eq!(back.broker_memory, None);
     }
 
     #[test]

@@ -4,6 +4,8 @@
 //! what was acknowledged: lost records (acknowledged, never read), duplicates, records
 //! out of their producer's order within a partition, and records read that were never
 //! acknowledged (for a transactional run: data of a transaction that did not commit).
+//! The read is timed (from the first poll to the last), which gives the consumer's
+//! read-back throughput.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -59,7 +61,17 @@ pub struct ReadBack<'a> {
     pub progress_visible: bool,
 }
 
-pub async fn verify(run: ReadBack<'_>) -> anyhow::Result<Verification> {
+/// What the read found, and how long it took.
+#[derive(Debug, Clone, Copy)]
+pub struct ReadOutcome {
+    pub verification: Verification,
+    /// Bytes of the values read.
+    pub value_bytes: u64,
+    /// From the first poll until every partition was read to its end (or stalled).
+    pub elapsed: Duration,
+}
+
+pub async fn verify(run: ReadBack<'_>) -> anyhow::Result<ReadOutcome> {
     let admin = Admin::connect(run.bootstrap)
         .await
         .with_context(|| format!("connecting to {}", run.bootstrap))?;
@@ -94,7 +106,9 @@ pub async fn verify(run: ReadBack<'_>) -> anyhow::Result<Verification> {
     let progress = Progress::start(&run.label, Amount::Records(acked), run.progress_visible);
     let read_count = progress.counter();
     let mut check = Checker::new(run.sent);
-    let mut moved_at = Instant::now();
+    let mut value_bytes = 0u64;
+    let started = Instant::now();
+    let mut moved_at = started;
     let stalled = loop {
         let records = consumer
             .poll(Duration::from_millis(500))
@@ -105,10 +119,9 @@ pub async fn verify(run: ReadBack<'_>) -> anyhow::Result<Verification> {
         }
         read_count.fetch_add(records.len() as u64, Ordering::Relaxed);
         for record in &records {
-            check.record(
-                record.partition,
-                record.value.as_deref().unwrap_or_default(),
-            );
+            let value = record.value.as_deref().unwrap_or_default();
+            value_bytes += value.len() as u64;
+            check.record(record.partition, value);
         }
         let mut done = true;
         for (p, end) in &ends {
@@ -121,8 +134,13 @@ pub async fn verify(run: ReadBack<'_>) -> anyhow::Result<Verification> {
             break true;
         }
     };
+    let elapsed = started.elapsed();
     progress.finish();
-    Ok(check.finish(stalled))
+    Ok(ReadOutcome {
+        verification: check.finish(stalled),
+        value_bytes,
+        elapsed,
+    })
 }
 
 /// Where reading `partition` back may stop: at the high watermark taken after the
