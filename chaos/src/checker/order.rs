@@ -85,24 +85,23 @@ pub(crate) fn nonmonotonic_sends(model: &Model<'_>) -> Vec<NonmonotonicSend> {
     found
 }
 
-/// Every record each consumer's polls returned, per partition, in the order returned.
+/// Every record each consumer's polls (and each final read) returned, per partition, in
+/// the order returned: a final read is a consumer too, and one that jumps over a record
+/// other reads saw has skipped it. (The first record of a sequence is not compared with
+/// the log start, which the history does not record.)
 fn poll_sequences<'m>(
     model: &'m Model<'_>,
 ) -> impl Iterator<Item = (&'m ReadOp<'m>, TopicPartition, AtOffset)> + 'm {
-    model
-        .reads
-        .iter()
-        .filter(|read| !read.final_read)
-        .flat_map(|read| {
-            read.records.iter().map(move |record| {
-                let at = AtOffset {
-                    offset: record.offset,
-                    value: record.value.clone(),
-                    index: read.index,
-                };
-                (read, TopicPartition::of_read(record), at)
-            })
+    model.reads.iter().flat_map(|read| {
+        read.records.iter().map(move |record| {
+            let at = AtOffset {
+                offset: record.offset,
+                value: record.value.clone(),
+                index: read.index,
+            };
+            (read, TopicPartition::of_read(record), at)
         })
+    })
 }
 
 pub(crate) fn nonmonotonic_polls(model: &Model<'_>) -> Vec<NonmonotonicPoll> {

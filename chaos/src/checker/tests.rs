@@ -403,6 +403,26 @@ fn given_a_consumer_jumped_over_an_existing_record_when_checked_then_it_is_a_pol
 }
 
 #[test]
+fn given_the_final_read_jumped_over_a_record_a_poll_saw_when_checked_then_it_is_a_poll_skip() {
+    // Every read saw "b" somewhere, so it is not lost; the final read still skipped it.
+    let verdict = History::default()
+        .send("p1", OpKind::Ok, "a", 0)
+        .send("p1", OpKind::Ok, "b", 1)
+        .send("p1", OpKind::Ok, "c", 2)
+        .poll(
+            "c1",
+            RC,
+            &[("t", 0, 0, "a"), ("t", 0, 1, "b"), ("t", 0, 2, "c")],
+        )
+        .final_read(RC, &[("t", 0, 0, "a"), ("t", 0, 2, "c")])
+        .check();
+    only(&verdict, "poll_skip");
+    let skip = &verdict.anomalies.poll_skip;
+    assert_eq!(skip[0].process, "final-read_committed");
+    assert_eq!(skip[0].skipped[0].value, "b");
+}
+
+#[test]
 fn given_read_committed_gaps_of_aborted_records_and_markers_when_checked_then_no_poll_skip() {
     // t/0: a0, e1 (aborted), [2 abort marker], b3
     let verdict = History::default()

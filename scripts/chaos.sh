@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# A chaos soak (issue 23): a randomized workload against a real cluster (etcd, 3
+# brokers, 2 coordinators) while a seeded nemesis kills, pauses and cuts processes off
+# from etcd, then the history checker's verdict. The report (history, nemesis log,
+# verdict.json, summary.txt, server logs) goes to target/debug/chaos-reports/ or
+# $IDEM_CHAOS_REPORTS.
+#
+#   scripts/chaos.sh [--duration 10m] [--seed N] [--nemesis kill,pause,partition,etcd]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+duration=600 seed=42 nemesis=kill,pause,partition,etcd
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --duration) [[ $# -ge 2 ]] || { echo "--duration needs a value (600, 90s, 10m)" >&2; exit 2; }
+                value="$2"
+                case "$value" in
+                  *m) duration=$(( ${value%m} * 60 )) ;;
+                  *s) duration=${value%s} ;;
+                  *)  duration=$value ;;
+                esac
+                shift 2 ;;
+    --seed) [[ $# -ge 2 ]] || { echo "--seed needs a value" >&2; exit 2; }
+            seed="$2"; shift 2 ;;
+    --nemesis) [[ $# -ge 2 ]] || { echo "--nemesis needs a value (kill,pause,partition,etcd)" >&2; exit 2; }
+               nemesis="$2"; shift 2 ;;
+    *) echo "unknown option $1; usage: $0 [--duration 10m] [--seed N] [--nemesis kill,pause,partition,etcd]" >&2; exit 2 ;;
+  esac
+done
+[[ "$duration" =~ ^[0-9]+$ ]] || { echo "--duration: not a number of seconds: $duration" >&2; exit 2; }
+
+scripts/install-deps.sh protoc etcd cc script
+cargo build --workspace --bins
+export IDEM_BROKER_BIN="$(realpath "${CARGO_TARGET_DIR:-target}")/debug/idem-broker"
+IDEM_CHAOS_DURATION="$duration" IDEM_CHAOS_SEED="$seed" IDEM_CHAOS_NEMESIS="$nemesis" \
+  cargo test -p idem-tests --test chaos_runs soak -- --ignored --nocapture
