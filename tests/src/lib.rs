@@ -6,6 +6,7 @@
 
 pub mod binaries;
 pub mod chaos;
+pub mod cli;
 pub mod cluster;
 pub mod link;
 pub mod proxy;

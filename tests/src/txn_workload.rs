@@ -209,8 +209,8 @@ fn parse(value: &str, partition: i32) -> (String, usize) {
 }
 
 /// A new producer instance for `id`: connects and initialises, retrying while the
-/// cluster cannot serve it (an outage is what the workload runs through), until `stop`.
-async fn new_instance(
+/// cluster cannot serve it (an outage is what a workload runs through), until `stop`.
+pub async fn new_instance(
     bootstrap: &str,
     id: &str,
     stop: &AtomicBool,

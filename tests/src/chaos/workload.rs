@@ -16,7 +16,7 @@ use idem_chaos::history::{
 use idem_chaos::HistoryWriter;
 use idem_client::{
     ClientError, Consumer, ConsumerConfig, Delivery, Isolation, OffsetSpec, Producer,
-    ProducerConfig, ProducerRecord, TransactionalConfig, TransactionalProducer,
+    ProducerConfig, ProducerRecord, TransactionalProducer,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -176,32 +176,6 @@ async fn producer(bootstrap: String, i: usize, history: Recorder, stop: Arc<Atom
     producer.close().await;
 }
 
-async fn new_transactional(
-    bootstrap: &str,
-    id: &str,
-    stop: &AtomicBool,
-) -> Option<TransactionalProducer> {
-    while !stop.load(Ordering::SeqCst) {
-        let config = TransactionalConfig {
-            transaction_timeout: Duration::from_secs(10),
-            request_timeout: Duration::from_secs(3),
-            delivery_timeout: Duration::from_secs(15),
-            linger: Duration::ZERO,
-            ..TransactionalConfig::new(bootstrap, id)
-        };
-        let initialised = async {
-            let producer = TransactionalProducer::connect(config).await?;
-            producer.init_transactions().await?;
-            Ok::<_, ClientError>(producer)
-        };
-        if let Ok(producer) = initialised.await {
-            return Some(producer);
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    None
-}
-
 async fn transactional(
     bootstrap: String,
     i: usize,
@@ -215,7 +189,7 @@ async fn transactional(
     let mut producer = None;
     for n in 0.. {
         if producer.is_none() {
-            producer = new_transactional(&bootstrap, &id, &stop).await;
+            producer = crate::txn_workload::new_instance(&bootstrap, &id, &stop).await;
         }
         let Some(current) = producer.as_ref() else {
             return;

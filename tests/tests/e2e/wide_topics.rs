@@ -6,7 +6,6 @@
 //! ones and none starves; bad sizes get a documented answer.
 
 use std::collections::HashMap;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use idem_client::{
@@ -14,10 +13,13 @@ use idem_client::{
     ProducerRecord,
 };
 use idem_proto::batch::{self, ProducerInfo};
-use idem_proto::v1::{FetchPartition, FetchRequest, FetchTopic, IsolationLevel, MetadataRequest};
+use idem_proto::v1::{
+    FetchPartition, FetchRequest, FetchResponse, FetchTopic, IsolationLevel, MetadataRequest,
+};
 use idem_proto::ErrorCode;
-use idem_tests::binaries::binary;
-use idem_tests::{raw, BrokerProcess, Cluster};
+use idem_tests::cli::idem;
+use idem_tests::raw::{self, RawClient};
+use idem_tests::{BrokerProcess, Cluster};
 
 const RECORD_BYTES: usize = 1024;
 
@@ -171,18 +173,17 @@ async fn given_200_partitions_with_2_mib_backlogs_then_consumers_the_cli_and_a_f
 
     // The CLI consumer reads the whole topic too.
     let wanted = PARTITIONS as usize * RECORDS;
-    let cli = Command::new(binary("idem"))
-        .args([
-            "--bootstrap",
-            &bootstrap,
+    let wanted_arg = wanted.to_string();
+    let cli = idem(
+        &bootstrap,
+        &[
             "consume",
             TOPIC,
             "--from-beginning",
-        ])
-        .args(["--max-messages", &wanted.to_string()])
-        .env("IDEM_LOG", "error")
-        .output()
-        .expect("run idem consume");
+            "--max-messages",
+            &wanted_arg,
+        ],
+    );
     assert!(
         cli.status.success(),
         "{}",
@@ -204,6 +205,10 @@ async fn given_200_partitions_with_2_mib_backlogs_then_consumers_the_cli_and_a_f
     for p in 0..PARTITIONS {
         assert!(cluster.compare_replicas(TOPIC, p, RECORDS as i64) > 0);
     }
+}
+
+async fn fetch(client: &mut RawClient, request: FetchRequest) -> FetchResponse {
+    client.fetch(request).await.expect("Fetch").into_inner()
 }
 
 /// A raw Fetch of every partition of `topic` from `offsets`.
@@ -268,16 +273,11 @@ async fn given_a_fetch_over_many_partitions_then_its_records_stay_within_the_sma
             "above the broker's limit: capped by it",
         ),
     ] {
-        let response = client
-            .fetch(fetch_all(
-                TOPIC,
-                &from_start,
-                max_bytes,
-                partition_max_bytes,
-            ))
-            .await
-            .expect("Fetch")
-            .into_inner();
+        let response = fetch(
+            &mut client,
+            fetch_all(TOPIC, &from_start, max_bytes, partition_max_bytes),
+        )
+        .await;
         let bytes = total(&response);
         assert!(bytes <= limit, "{what}: {bytes} bytes over {limit}");
         assert!(bytes > limit / 2, "{what}: only {bytes} bytes");
@@ -296,16 +296,11 @@ async fn given_a_fetch_over_many_partitions_then_its_records_stay_within_the_sma
             .all(|p| p.error_code() == ErrorCode::None && p.high_watermark == 128));
     }
     for (max_bytes, partition_max_bytes) in [(-1, 1024), (1024, -5)] {
-        let response = client
-            .fetch(fetch_all(
-                TOPIC,
-                &from_start,
-                max_bytes,
-                partition_max_bytes,
-            ))
-            .await
-            .expect("Fetch")
-            .into_inner();
+        let response = fetch(
+            &mut client,
+            fetch_all(TOPIC, &from_start, max_bytes, partition_max_bytes),
+        )
+        .await;
         assert!(response.topics[0]
             .partitions
             .iter()
@@ -328,11 +323,7 @@ async fn given_a_fetch_over_many_partitions_then_its_records_stay_within_the_sma
         "{}",
         answer.error_message
     );
-    let response = client
-        .fetch(fetch_all("big", &[0], 1024, 1024))
-        .await
-        .expect("Fetch")
-        .into_inner();
+    let response = fetch(&mut client, fetch_all("big", &[0], 1024, 1024)).await;
     assert!(
         total(&response) > 600 * 1024,
         "the whole batch: {} bytes",

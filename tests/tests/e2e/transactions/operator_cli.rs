@@ -4,26 +4,17 @@
 //! reported as hanging; a live producer's open transaction is not, and `abort` ends it
 //! and fences the producer.
 
-use std::process::{Command, Output};
+use std::process::Output;
 
 use idem_client::{ProducerRecord, TxnErrorClass};
 use idem_proto::v1::ControlType;
 use idem_proto::ErrorCode;
-use idem_tests::binaries::binary;
+use idem_tests::cli::idem;
 use idem_tests::raw::{self, Marker};
 use idem_tests::{txn, Cluster};
 
 const TOPIC: &str = "payments";
 const ORPHAN: i64 = 987_654;
-
-fn idem(bootstrap: &str, args: &[&str]) -> Output {
-    Command::new(binary("idem"))
-        .args(["--bootstrap", bootstrap])
-        .args(args)
-        .env("IDEM_LOG", "error")
-        .output()
-        .expect("run idem")
-}
 
 fn ok_stdout(output: &Output) -> String {
     assert!(

@@ -3,21 +3,12 @@
 //! "owner not answering" while its owner key lives, then as "NO OWNER", and the command
 //! exits non-zero until a coordinator serves it again.
 
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
-use idem_tests::binaries::binary;
+use idem_tests::cli::idem;
 use idem_tests::cluster::TXN_LOG_PARTITIONS;
 use idem_tests::Cluster;
-
-fn idem(bootstrap: &str, args: &[&str]) -> Output {
-    Command::new(binary("idem"))
-        .args(["--bootstrap", bootstrap])
-        .args(args)
-        .env("IDEM_LOG", "error")
-        .output()
-        .expect("run idem")
-}
 
 fn rows_with(output: &Output, status: &str) -> usize {
     String::from_utf8_lossy(&output.stdout)
