@@ -41,6 +41,14 @@ pub enum BrokerError {
         end: i64,
         timeout: std::time::Duration,
     },
+    /// The batch was appended here as leader, then leadership moved before the ISR
+    /// confirmed it: the new leader may or may not hold it.
+    #[error("{topic}-{partition}: leadership moved (epoch {epoch} ended) before the in-sync replicas confirmed the batch; it may have been written")]
+    LeadershipLostAfterAppend {
+        topic: String,
+        partition: i32,
+        epoch: i32,
+    },
     #[error("leader epoch {asked} is older than the current epoch {current}")]
     FencedLeaderEpoch { asked: i32, current: i32 },
     #[error("cluster metadata: {0}")]
@@ -117,6 +125,9 @@ impl BrokerError {
             BrokerError::Cluster(_) => ErrorCode::RequestTimedOut,
             BrokerError::NotEnoughReplicas { .. } => ErrorCode::NotEnoughReplicas,
             BrokerError::ReplicationTimedOut { .. } => ErrorCode::RequestTimedOut,
+            // Retriable, and "may have been written", as a timeout is: not
+            // NOT_LEADER_OR_FOLLOWER, which says nothing was written.
+            BrokerError::LeadershipLostAfterAppend { .. } => ErrorCode::RequestTimedOut,
             BrokerError::NotEnoughReplicasAfterAppend { .. } => {
                 ErrorCode::NotEnoughReplicasAfterAppend
             }

@@ -109,7 +109,8 @@ impl Partition {
             return Ok(appended);
         }
         self.make_visible(end).await?;
-        self.await_high_watermark(end, timeout).await?;
+        self.await_high_watermark(end, timeout, leader_epoch)
+            .await?;
         Ok(appended)
     }
 

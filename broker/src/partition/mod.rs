@@ -226,7 +226,8 @@ impl Partition {
         self.make_visible(durable_end).await?;
         let synced_at = timed.then(tokio::time::Instant::now);
         if acks == ACKS_ALL {
-            self.await_high_watermark(durable_end, timeout).await?;
+            self.await_high_watermark(durable_end, timeout, leader_epoch)
+                .await?;
         }
         if let (Some(appended_at), Some(synced_at)) = (appended_at, synced_at) {
             tracing::debug!(
@@ -241,14 +242,35 @@ impl Partition {
         Ok(outcome)
     }
 
-    /// acks=all: waits until every in-sync replica has the batch.
-    async fn await_high_watermark(&self, end: i64, timeout: Duration) -> Result<(), BrokerError> {
+    /// acks=all: waits until every in-sync replica has the batch, appended by this
+    /// replica as leader in `leader_epoch`. A high watermark past `end` proves that only
+    /// while this replica still leads in that epoch: once deposed, it follows another
+    /// leader whose log may hold other records at those offsets (its own tail was cut),
+    /// and its high watermark then moves past `end` with that leader's records. Found by
+    /// a chaos run isolating leaders: two producers were acknowledged the same offset.
+    async fn await_high_watermark(
+        &self,
+        end: i64,
+        timeout: Duration,
+        leader_epoch: i32,
+    ) -> Result<(), BrokerError> {
         let mut hw = self.high_watermark.subscribe();
         let replicated = tokio::time::timeout(timeout, hw.wait_for(|hw| *hw >= end))
             .await
             .is_ok_and(|waited| waited.is_ok());
         if !replicated {
             return Err(BrokerError::ReplicationTimedOut { end, timeout });
+        }
+        let still_leading = {
+            let replicas = self.replica_set();
+            replicas.role == Role::Leader && replicas.leader_epoch == leader_epoch
+        };
+        if !still_leading {
+            return Err(BrokerError::LeadershipLostAfterAppend {
+                topic: self.topic.clone(),
+                partition: self.index,
+                epoch: leader_epoch,
+            });
         }
         // The HW may have passed `end` only because the ISR shrank: then fewer replicas
         // than promised hold the batch (Kafka's NOT_ENOUGH_REPLICAS_AFTER_APPEND).

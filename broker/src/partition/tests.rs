@@ -650,3 +650,46 @@ async fn given_a_follower_that_has_not_fetched_then_a_begin_is_answered_and_data
         "a COMMIT waits for the in-sync replicas: {commit:?}"
     );
 }
+
+#[tokio::test]
+async fn given_a_deposed_leader_waiting_for_acks_all_when_it_follows_a_new_leader_then_the_wait_fails_instead_of_acknowledging(
+) {
+    // Found by a chaos run that isolates leaders: the old leader's high watermark moved
+    // past its own batch's offset with the new leader's records there, and the waiting
+    // acks=all produce was acknowledged an offset another producer also held.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let old = Partition::open("orders", 0, &dir.path().join("old"), settings(), 1).expect("open");
+    old.set_replication(Role::Leader, 0, vec![1, 2], vec![1, 2], 1);
+    let waiting = {
+        let batch = data(9, 0, 0, 1, false);
+        let old = &old;
+        async move { old.append(&batch, ACKS_ALL, Duration::from_secs(10)).await }
+    };
+    let depose = async {
+        // Appended at offset 0, unconfirmed; then broker 2 leads in epoch 1 with another
+        // record at offset 0, and this replica cuts its tail and follows.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        old.set_replication(Role::Follower { leader: 2 }, 1, vec![1, 2], vec![2], 1);
+        old.truncate_to(0).expect("cut the unconfirmed tail");
+        let new_leader =
+            Partition::open("orders", 0, &dir.path().join("new"), settings(), 2).expect("open");
+        new_leader.set_replication(Role::Leader, 1, vec![1, 2], vec![2], 1);
+        produce(&new_leader, &data(7, 0, 0, 1, false))
+            .await
+            .expect("the new leader's record");
+        let (records, offsets) = new_leader
+            .read_for_follower(1, 0, ReadLimit::at_least_one(1 << 20), None)
+            .expect("fetch");
+        old.append_replicated(&records, 2, 1)
+            .await
+            .expect("replicate");
+        old.follow_high_watermark(offsets.high_watermark);
+    };
+    let (answer, ()) = tokio::join!(waiting, depose);
+    let error = answer.expect_err("the deposed leader must not acknowledge offset 0");
+    assert_eq!(error.code(), ErrorCode::RequestTimedOut, "{error}");
+    assert!(
+        error.to_string().contains("may have been written"),
+        "{error}"
+    );
+}
