@@ -28,6 +28,9 @@ pub struct Cluster {
     brokers: Vec<BrokerProcess>,
     /// With [`Cluster::start_linked`]: each process's own link to etcd, by process.
     links: BTreeMap<ProcessId, CuttableLink>,
+    /// With [`Cluster::start_linked`]: the link every other process and client dials a
+    /// broker through (its advertised address), by broker id.
+    inbound: BTreeMap<i32, CuttableLink>,
     etcd: Vec<EtcdServer>,
 }
 
@@ -52,12 +55,25 @@ impl Cluster {
         n: i32,
         extra: &[&str],
     ) -> Cluster {
+        Cluster::start_advertising(etcd, links, &BTreeMap::new(), n, extra)
+    }
+
+    /// [`Cluster::start_on`], each broker advertising the address `advertised` names
+    /// for it, if any.
+    fn start_advertising(
+        etcd: Vec<EtcdServer>,
+        links: BTreeMap<ProcessId, CuttableLink>,
+        advertised: &BTreeMap<i32, String>,
+        n: i32,
+        extra: &[&str],
+    ) -> Cluster {
         let direct = endpoints(&etcd);
         let brokers = (1..=n)
             .map(|id| {
                 let endpoint = links
                     .get(&ProcessId::Broker(id))
                     .map_or_else(|| direct.clone(), CuttableLink::endpoint);
+                let advertise = advertised.get(&id);
                 let id = id.to_string();
                 let mut args = vec![
                     "--id",
@@ -67,6 +83,9 @@ impl Cluster {
                     "--lease-ttl-ms",
                     "2000",
                 ];
+                if let Some(address) = advertise {
+                    args.extend_from_slice(&["--advertise", address.as_str()]);
+                }
                 args.extend_from_slice(extra);
                 BrokerProcess::start_with(&args)
             })
@@ -75,6 +94,7 @@ impl Cluster {
             coordinators: Vec::new(),
             brokers,
             links,
+            inbound: BTreeMap::new(),
             etcd,
         }
     }
@@ -94,9 +114,31 @@ impl Cluster {
                 CuttableLink::start(upstream).await,
             );
         }
-        let mut cluster = Cluster::start_on(vec![etcd], links, n, &[]);
+        // Each broker advertises a reserved port where a link to it listens, so every
+        // connection to it (clients, followers, coordinators) can be cut.
+        let advertised: BTreeMap<i32, String> = (1..=n).map(|id| (id, reserve_port())).collect();
+        let mut cluster = Cluster::start_advertising(vec![etcd], links, &advertised, n, &[]);
+        for (id, address) in &advertised {
+            let link = CuttableLink::start_on(address, cluster.broker(*id).addr()).await;
+            cluster.inbound.insert(*id, link);
+        }
         cluster.add_coordinators(m, &[]).await;
         cluster
+    }
+
+    /// Cuts broker `id` off from everything (started by [`Cluster::start_linked`]):
+    /// nothing reaches it through its advertised address and it does not reach etcd, as
+    /// a leader isolated by a network partition; its own connections to other brokers
+    /// stay (a one-way cut).
+    pub fn isolate(&self, id: i32) {
+        self.inbound[&id].cut();
+        self.cut_from_etcd(ProcessId::Broker(id));
+    }
+
+    /// Undoes [`Cluster::isolate`].
+    pub fn heal_isolation(&self, id: i32) {
+        self.inbound[&id].heal();
+        self.heal_link_to_etcd(ProcessId::Broker(id));
     }
 
     /// Cuts `process` off from etcd (it must have been started by
@@ -396,6 +438,13 @@ impl Cluster {
     pub fn compare_replicas(&self, topic: &str, partition: i32, high_watermark: i64) -> usize {
         replicas::compare_replicas(&self.brokers, topic, partition, high_watermark)
     }
+}
+
+/// A free 127.0.0.1 port, as `host:port`: bound once and released, for a link to listen
+/// on once the process that advertises it has started.
+fn reserve_port() -> String {
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("reserve a port");
+    probe.local_addr().expect("reserved port").to_string()
 }
 
 /// Every member's client URL, comma separated, as `--etcd` takes them.

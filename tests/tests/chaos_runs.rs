@@ -1,5 +1,6 @@
 //! Chaos verification in CI (issue 23): one bounded run per nemesis family (process
-//! kills, pauses, partitions from etcd, etcd faults), fixed seeds, 60 s of faults each;
+//! kills, pauses, cuts from etcd, isolated leaders, etcd faults), fixed seeds, 60 s of
+//! faults each;
 //! any anomaly the checker finds in the history fails the test and names the report
 //! directory. The runs take turns (one cluster at a time on a 2-core machine).
 //! `scripts/chaos.sh` runs the soak below for as long as asked.
@@ -50,6 +51,11 @@ async fn given_processes_cut_off_from_etcd_then_the_history_has_no_anomaly() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_partition_leaders_isolated_then_the_history_has_no_anomaly() {
+    run(&[Family::Isolate], 5, CI_RUN).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_etcd_killed_and_paused_then_the_history_has_no_anomaly() {
     run(&[Family::Etcd], 4, CI_RUN).await;
 }
@@ -76,7 +82,13 @@ async fn soak() {
                 })
             })
             .collect(),
-        Err(_) => vec![Family::Kill, Family::Pause, Family::Partition, Family::Etcd],
+        Err(_) => vec![
+            Family::Kill,
+            Family::Pause,
+            Family::Partition,
+            Family::Isolate,
+            Family::Etcd,
+        ],
     };
     run(&families, seed, Duration::from_secs(seconds)).await;
 }

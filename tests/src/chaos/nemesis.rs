@@ -2,7 +2,8 @@
 //! Families: process kills (a random broker, the leader of a random partition, the
 //! coordinator owning a random transactional id), pauses (SIGSTOP/SIGCONT of a broker or
 //! a coordinator), partitions (a broker or coordinator cut off from etcd, through the
-//! links of [`Cluster::start_linked`]), and etcd faults (killed and restarted, paused).
+//! links of [`Cluster::start_linked`]), isolation (the leader of a partition unreachable
+//! by anyone and cut off from etcd) and etcd faults (killed and restarted, paused).
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -24,6 +25,7 @@ pub enum Family {
     Kill,
     Pause,
     Partition,
+    Isolate,
     Etcd,
 }
 
@@ -33,14 +35,21 @@ impl Family {
             Family::Kill => "kill",
             Family::Pause => "pause",
             Family::Partition => "partition",
+            Family::Isolate => "isolate",
             Family::Etcd => "etcd",
         }
     }
 
     pub fn parse(name: &str) -> Option<Family> {
-        [Family::Kill, Family::Pause, Family::Partition, Family::Etcd]
-            .into_iter()
-            .find(|f| f.name() == name)
+        [
+            Family::Kill,
+            Family::Pause,
+            Family::Partition,
+            Family::Isolate,
+            Family::Etcd,
+        ]
+        .into_iter()
+        .find(|f| f.name() == name)
     }
 }
 
@@ -52,6 +61,7 @@ enum Fault {
     PauseBroker(i32),
     PauseCoordinator(i32),
     CutFromEtcd(ProcessId),
+    Isolate(i32),
     KillEtcd,
     PauseEtcd,
 }
@@ -147,6 +157,16 @@ impl Nemesis {
                     Fault::CutFromEtcd(ProcessId::Coordinator(coordinator))
                 }
             }
+            Family::Isolate => {
+                let topic = TOPICS[self.rng.gen_range(0..TOPICS.len())];
+                let partition = self.rng.gen_range(0..PARTITIONS);
+                let observer = cluster.observer(&[]);
+                let leader = cluster
+                    .partition(observer, topic, partition)
+                    .await?
+                    .leader_id;
+                Fault::Isolate(leader)
+            }
             Family::Etcd => {
                 if self.rng.gen_bool(0.5) {
                     Fault::KillEtcd
@@ -178,6 +198,7 @@ fn inject(cluster: &mut Cluster, fault: &Fault) {
         Fault::PauseBroker(id) => cluster.pause(*id),
         Fault::PauseCoordinator(id) => cluster.pause_coordinator(*id),
         Fault::CutFromEtcd(process) => cluster.cut_from_etcd(*process),
+        Fault::Isolate(id) => cluster.isolate(*id),
         Fault::KillEtcd => cluster.etcd(0).kill(),
         Fault::PauseEtcd => cluster.etcd(0).pause(),
     }
@@ -190,6 +211,7 @@ fn heal(cluster: &mut Cluster, fault: &Fault) {
         Fault::PauseBroker(id) => cluster.resume(*id),
         Fault::PauseCoordinator(id) => cluster.resume_coordinator(*id),
         Fault::CutFromEtcd(process) => cluster.heal_link_to_etcd(*process),
+        Fault::Isolate(id) => cluster.heal_isolation(*id),
         Fault::KillEtcd => cluster.etcd(0).restart(),
         Fault::PauseEtcd => cluster.etcd(0).resume(),
     }

@@ -55,7 +55,8 @@ impl ChaosRun {
         let report = self.report_dir();
         let _ = std::fs::remove_dir_all(&report);
         std::fs::create_dir_all(&report).expect("report dir");
-        let mut cluster = if self.families.contains(&Family::Partition) {
+        let linked = [Family::Partition, Family::Isolate];
+        let mut cluster = if self.families.iter().any(|f| linked.contains(f)) {
             Cluster::start_linked(3, 2).await
         } else {
             Cluster::start_with_coordinators(3, 2, &[], &[]).await
