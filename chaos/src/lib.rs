@@ -1,9 +1,16 @@
 //! idem's chaos verification: the history a randomized workload writes ([`history`])
 //! and a checker that reads only that history ([`checker`]), never broker internals.
-//! `idem-chaos check HISTORY.jsonl` runs the checker on a file.
+//! `idem-chaos check HISTORY.jsonl` runs the checker on a file; `idem-chaos plot
+//! REPORT_DIR` draws the run's [`timeline`] with its [`nemesis_log`]'s faults ([`plot`]).
 
 pub mod checker;
 pub mod history;
+pub mod nemesis_log;
+pub mod plot;
+pub mod timeline;
 
 pub use checker::{check, Anomalies, Stats, Verdict};
 pub use history::{read_history, HistoryError, HistoryWriter, Op};
+pub use nemesis_log::{read_nemesis_log, FaultInterval, NemesisLogError};
+pub use plot::{write_timeline, PlotError};
+pub use timeline::Timeline;

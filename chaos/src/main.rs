@@ -1,6 +1,7 @@
 //! `idem-chaos check HISTORY.jsonl`: prints the checker's verdict as JSON on stdout and
 //! a one-line summary on stderr. Exit status: 0 valid, 1 anomalies found, 2 the history
-//! could not be read (the message names the line).
+//! could not be read (the message names the line). `idem-chaos plot REPORT_DIR` writes
+//! `REPORT_DIR/timeline.svg`: 0 written, 1 drawing or writing failed, 2 unreadable input.
 
 use std::fs::File;
 use std::io::{self, BufReader, Write};
@@ -8,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use idem_chaos::{check, read_history, Verdict};
+use idem_chaos::{check, read_history, write_timeline, Verdict};
 
 #[derive(Parser)]
 #[command(name = "idem-chaos", version, about = "idem chaos verification")]
@@ -24,16 +25,41 @@ enum Command {
         /// The history file.
         history: PathBuf,
     },
+    /// Draw a run's report directory (history.jsonl, nemesis.jsonl) into timeline.svg.
+    Plot {
+        /// The report directory a chaos run wrote.
+        report_dir: PathBuf,
+    },
 }
 
 const VALID: u8 = 0;
 const ANOMALIES: u8 = 1;
+/// `plot`: the picture could not be drawn or written.
+const NOT_DRAWN: u8 = 1;
 const UNREADABLE: u8 = 2;
 
 fn main() -> ExitCode {
     let Cli { command } = Cli::parse();
     match command {
         Command::Check { history } => run_check(&history),
+        Command::Plot { report_dir } => run_plot(&report_dir),
+    }
+}
+
+fn run_plot(report_dir: &Path) -> ExitCode {
+    match write_timeline(report_dir) {
+        Ok(picture) => {
+            println!("{}", picture.display());
+            ExitCode::from(VALID)
+        }
+        Err(err) => {
+            eprintln!("idem-chaos: {err}");
+            ExitCode::from(if err.is_unreadable_input() {
+                UNREADABLE
+            } else {
+                NOT_DRAWN
+            })
+        }
     }
 }
 
