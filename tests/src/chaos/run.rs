@@ -2,8 +2,8 @@
 //! writing its history, the nemesis of the chosen families for the run's duration; then
 //! every fault healed, the cluster serving again, the workload stopped, a final read of
 //! every partition at both isolation levels, and the checker's verdict. Everything goes
-//! to a report directory: history.jsonl, nemesis.jsonl, verdict.json, summary.txt and
-//! each server's log.
+//! to a report directory: history.jsonl, nemesis.jsonl, verdict.json, summary.txt,
+//! timeline.svg (throughput and latency with the faults shaded) and each server's log.
 
 use std::fs::File;
 use std::io::BufWriter;
@@ -142,6 +142,10 @@ impl ChaosRun {
             serde_json::to_string_pretty(&verdict).expect("verdict json"),
         )
         .expect("write the verdict");
+        // The picture: throughput and latency over time, the faults shaded.
+        if let Err(e) = idem_chaos::plot::write_timeline(&report) {
+            eprintln!("no timeline picture for {}: {e}", report.display());
+        }
         let summary = format!(
             "chaos run {}: {:?} of faults ({:?}), {} history events; serving again {:?} \
              after the last fault; anomalies {:?}; valid: {}; report in {}",
