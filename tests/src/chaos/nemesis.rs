@@ -3,7 +3,9 @@
 //! coordinator owning a random transactional id), pauses (SIGSTOP/SIGCONT of a broker or
 //! a coordinator), partitions (a broker or coordinator cut off from etcd, through the
 //! links of [`Cluster::start_linked`]), isolation (the leader of a partition unreachable
-//! by anyone and cut off from etcd) and etcd faults (killed and restarted, paused).
+//! by anyone and cut off from etcd), etcd faults (killed and restarted, paused) and, on a
+//! 3-member etcd, etcd member faults (one member killed or paused, or two killed: the
+//! quorum lost and regained).
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -27,6 +29,7 @@ pub enum Family {
     Partition,
     Isolate,
     Etcd,
+    EtcdMember,
 }
 
 impl Family {
@@ -37,6 +40,7 @@ impl Family {
             Family::Partition => "partition",
             Family::Isolate => "isolate",
             Family::Etcd => "etcd",
+            Family::EtcdMember => "etcd-member",
         }
     }
 
@@ -47,6 +51,7 @@ impl Family {
             Family::Partition,
             Family::Isolate,
             Family::Etcd,
+            Family::EtcdMember,
         ]
         .into_iter()
         .find(|f| f.name() == name)
@@ -64,6 +69,10 @@ enum Fault {
     Isolate(i32),
     KillEtcd,
     PauseEtcd,
+    KillEtcdMember(usize),
+    PauseEtcdMember(usize),
+    /// Two of three members killed: no quorum until they return.
+    KillEtcdQuorum(usize, usize),
 }
 
 pub struct Nemesis {
@@ -174,6 +183,14 @@ impl Nemesis {
                     Fault::PauseEtcd
                 }
             }
+            Family::EtcdMember => {
+                let member = self.rng.gen_range(0..3);
+                match self.rng.gen_range(0..3) {
+                    0 => Fault::KillEtcdMember(member),
+                    1 => Fault::PauseEtcdMember(member),
+                    _ => Fault::KillEtcdQuorum(member, (member + 1) % 3),
+                }
+            }
         })
     }
 }
@@ -201,6 +218,12 @@ fn inject(cluster: &mut Cluster, fault: &Fault) {
         Fault::Isolate(id) => cluster.isolate(*id),
         Fault::KillEtcd => cluster.etcd(0).kill(),
         Fault::PauseEtcd => cluster.etcd(0).pause(),
+        Fault::KillEtcdMember(member) => cluster.etcd(*member).kill(),
+        Fault::PauseEtcdMember(member) => cluster.etcd(*member).pause(),
+        Fault::KillEtcdQuorum(a, b) => {
+            cluster.etcd(*a).kill();
+            cluster.etcd(*b).kill();
+        }
     }
 }
 
@@ -214,5 +237,20 @@ fn heal(cluster: &mut Cluster, fault: &Fault) {
         Fault::Isolate(id) => cluster.heal_isolation(*id),
         Fault::KillEtcd => cluster.etcd(0).restart(),
         Fault::PauseEtcd => cluster.etcd(0).resume(),
+        Fault::KillEtcdMember(member) => {
+            cluster.etcd(*member).restart_member();
+            // It serves once it has caught up with the other two.
+            if let Err(e) = cluster.etcd(*member).wait_until_serving() {
+                panic!("etcd member {member} did not rejoin: {e}");
+            }
+        }
+        Fault::PauseEtcdMember(member) => cluster.etcd(*member).resume(),
+        Fault::KillEtcdQuorum(a, b) => {
+            cluster.etcd(*a).restart_member();
+            cluster.etcd(*b).restart_member();
+            if let Err(e) = cluster.etcd(*a).wait_until_serving() {
+                panic!("the etcd quorum did not return: {e}");
+            }
+        }
     }
 }

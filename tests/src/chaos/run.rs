@@ -56,8 +56,16 @@ impl ChaosRun {
         let _ = std::fs::remove_dir_all(&report);
         std::fs::create_dir_all(&report).expect("report dir");
         let linked = [Family::Partition, Family::Isolate];
+        assert!(
+            !(self.families.contains(&Family::EtcdMember)
+                && self.families.iter().any(|f| linked.contains(f))),
+            "etcd-member faults need a 3-member etcd, partition and isolate a linked \
+             single-member one: run them separately"
+        );
         let mut cluster = if self.families.iter().any(|f| linked.contains(f)) {
             Cluster::start_linked(3, 2).await
+        } else if self.families.contains(&Family::EtcdMember) {
+            Cluster::start_with_etcd_members(3, 3, 2, &[], &[]).await
         } else {
             Cluster::start_with_coordinators(3, 2, &[], &[]).await
         };
