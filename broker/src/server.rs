@@ -3,6 +3,8 @@
 //! tasks (producer expiry, timed flushes); shuts all of it down cleanly on request.
 
 use idem_proto::transport::MAX_MESSAGE_BYTES;
+use idem_runtime::log_limit::LogLimit;
+use idem_runtime::warn_limited;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -279,6 +281,7 @@ async fn open_pid_store(config: &BrokerConfig) -> Result<Arc<dyn PidBlockStore>,
 /// the prefix from the revision read and reload on every change. A broken watch
 /// starts over after a pause.
 async fn follow_catalog(topics: Arc<TopicRegistry>) {
+    let mut failures = LogLimit::for_repeated_failures();
     loop {
         let followed = async {
             let revision = topics.sync_at().await?;
@@ -309,7 +312,7 @@ async fn follow_catalog(topics: Arc<TopicRegistry>) {
             }
         };
         if let Err(e) = followed.await {
-            tracing::warn!(error = %e, "following the topic catalog failed; starting over");
+            warn_limited!(failures, error = %e, "following the topic catalog failed; starting over");
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }

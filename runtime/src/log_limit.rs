@@ -13,6 +13,12 @@ pub struct LogLimit {
 }
 
 impl LogLimit {
+    /// The interval every idem process uses for a failure that repeats in a retry
+    /// loop: one WARN per 10 s.
+    pub fn for_repeated_failures() -> LogLimit {
+        LogLimit::every(Duration::from_secs(10))
+    }
+
     pub fn every(every: Duration) -> LogLimit {
         LogLimit {
             every,
@@ -35,6 +41,19 @@ impl LogLimit {
             }
         }
     }
+}
+
+/// Logs at WARN when `$limit` (a [`LogLimit`]) allows, with a `held_back` field counting
+/// the occurrences held back since the last WARN, else at DEBUG; the rest is what
+/// `tracing::warn!` takes (fields, then the message).
+#[macro_export]
+macro_rules! warn_limited {
+    ($limit:expr, $($rest:tt)+) => {
+        match $limit.check(::std::time::Instant::now()) {
+            Some(held_back) => ::tracing::warn!(held_back, $($rest)+),
+            None => ::tracing::debug!($($rest)+),
+        }
+    };
 }
 
 #[cfg(test)]

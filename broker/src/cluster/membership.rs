@@ -16,6 +16,8 @@ use serde::{Deserialize, Serialize};
 
 use idem_runtime::etcd_call::{bounded, connect, EtcdCallError, REQUEST_TIMEOUT};
 use idem_runtime::lease::{open_keep_alive, KeepAliveOpenError};
+use idem_runtime::log_limit::LogLimit;
+use idem_runtime::warn_limited;
 use tokio::task::JoinHandle;
 
 /// Why a broker could not join or read the cluster.
@@ -302,9 +304,10 @@ async fn keep_lease_alive(mut client: Client, lease: Arc<LeaseState>, registrati
     let broker_id = registration.me.broker_id;
     let every = (registration.ttl / 3).max(Duration::from_millis(100));
     let mut tick = tokio::time::interval(every);
+    let mut failures = LogLimit::for_repeated_failures();
     loop {
         let lease_id = lease.lease_id.load(Ordering::SeqCst);
-        if keep_alive_until_lost(&mut client, &lease, &mut tick, broker_id).await {
+        if keep_alive_until_lost(&mut client, &lease, &mut tick, broker_id, &mut failures).await {
             tracing::error!(
                 broker_id,
                 lease_id,
@@ -360,6 +363,7 @@ async fn keep_alive_until_lost(
     lease: &LeaseState,
     tick: &mut tokio::time::Interval,
     broker_id: i32,
+    failures: &mut LogLimit,
 ) -> bool {
     let lease_id = lease.lease_id.load(Ordering::SeqCst);
     let mut stream = None;
@@ -370,7 +374,7 @@ async fn keep_alive_until_lost(
                 Ok(pair) => stream = Some(pair),
                 Err(KeepAliveOpenError::Expired(_)) => return true,
                 Err(e) => {
-                    tracing::warn!(broker_id, error = %e, "cannot open the lease keep-alive; retrying");
+                    warn_limited!(failures, broker_id, error = %e, "cannot open the lease keep-alive; retrying");
                     continue;
                 }
             }
@@ -380,7 +384,7 @@ async fn keep_alive_until_lost(
         };
         let sent_at_ms = unix_ms();
         if let Err(e) = keeper.keep_alive().await {
-            tracing::warn!(broker_id, error = %e, "lease keep-alive failed; retrying");
+            warn_limited!(failures, broker_id, error = %e, "lease keep-alive failed; retrying");
             stream = None;
             continue;
         }
@@ -393,7 +397,11 @@ async fn keep_alive_until_lost(
             }
             Ok(Ok(Some(_))) => return true,
             Ok(Ok(None)) | Ok(Err(_)) | Err(_) => {
-                tracing::warn!(broker_id, "no keep-alive answer from etcd; retrying");
+                warn_limited!(
+                    failures,
+                    broker_id,
+                    "no keep-alive answer from etcd; retrying"
+                );
                 stream = None;
             }
         }

@@ -23,6 +23,7 @@ use idem_proto::v1::{
 };
 use idem_proto::ErrorCode;
 use idem_runtime::log_limit::LogLimit;
+use idem_runtime::warn_limited;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -45,8 +46,6 @@ const MAX_PAUSE: Duration = Duration::from_millis(500);
 const MAX_WAIT_MS: i32 = 500;
 /// Per partition and per fetch, as Kafka's replica.fetch.max.bytes and
 /// replica.fetch.response.max.bytes.
-/// Least time between two WARN lines about this fetcher's failures.
-const FAILURE_WARN_EVERY: Duration = Duration::from_secs(10);
 const PARTITION_MAX_BYTES: i32 = 1024 * 1024;
 const RESPONSE_MAX_BYTES: i32 = 8 * 1024 * 1024;
 
@@ -89,7 +88,7 @@ pub async fn run(me: i32, leader: i32, shared: Arc<FetcherShared>, membership: A
     let mut followed: HashMap<PartitionKey, Followed> = HashMap::new();
     // A fetch loop that keeps failing leaves partitions under-replicated: say so at WARN,
     // once per interval.
-    let mut warn_limit = LogLimit::every(FAILURE_WARN_EVERY);
+    let mut warn_limit = LogLimit::for_repeated_failures();
     loop {
         let reason = match leader_client(&membership, leader).await {
             Ok(client) => {
@@ -103,16 +102,13 @@ pub async fn run(me: i32, leader: i32, shared: Arc<FetcherShared>, membership: A
             }
             Err(reason) => reason,
         };
-        match warn_limit.check(std::time::Instant::now()) {
-            Some(held_back) => tracing::warn!(
-                me,
-                leader,
-                reason,
-                held_back,
-                "follower fetch interrupted; reconnecting"
-            ),
-            None => tracing::debug!(me, leader, reason, "follower fetch interrupted"),
-        }
+        warn_limited!(
+            warn_limit,
+            me,
+            leader,
+            reason,
+            "follower fetch interrupted; reconnecting"
+        );
         tokio::time::sleep(RECONNECT_PAUSE).await;
     }
 }

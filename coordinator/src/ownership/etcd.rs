@@ -24,6 +24,8 @@ use std::time::Duration;
 use etcd_client::{Client, Compare, CompareOp, EventType, GetOptions, PutOptions, Txn, TxnOp};
 use idem_pidstore::BoxFuture;
 use idem_runtime::lease::{open_keep_alive, KeepAliveOpenError};
+use idem_runtime::log_limit::LogLimit;
+use idem_runtime::warn_limited;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -416,6 +418,7 @@ impl Ownership for EtcdOwnership {
                 .clamp(Duration::from_millis(100), Duration::from_secs(1));
             let mut tick = tokio::time::interval(LEASE_CHECK);
             let mut next_scan = tokio::time::Instant::now();
+            let mut scan_failures = LogLimit::for_repeated_failures();
             loop {
                 tick.tick().await;
                 if !self.holds_lease() {
@@ -427,7 +430,7 @@ impl Ownership for EtcdOwnership {
                 }
                 next_scan = tokio::time::Instant::now() + scan_every;
                 if let Err(e) = self.scan(partitions, &claims).await {
-                    tracing::warn!(error = %e, "scanning coordinator ownership failed");
+                    warn_limited!(scan_failures, error = %e, "scanning coordinator ownership failed");
                 }
                 if claims.is_closed() {
                     return;
@@ -540,6 +543,7 @@ async fn keep_alive(ownership: std::sync::Weak<EtcdOwnership>) {
     };
     let mut tick = tokio::time::interval(every);
     let mut stream = None;
+    let mut failures = LogLimit::for_repeated_failures();
     loop {
         tick.tick().await;
         let Some(this) = ownership.upgrade() else {
@@ -555,7 +559,7 @@ async fn keep_alive(ownership: std::sync::Weak<EtcdOwnership>) {
                     continue;
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, "cannot open the lease keep-alive; retrying");
+                    warn_limited!(failures, error = %e, "cannot open the lease keep-alive; retrying");
                     continue;
                 }
             }
@@ -565,7 +569,7 @@ async fn keep_alive(ownership: std::sync::Weak<EtcdOwnership>) {
         };
         let sent_at = now_ms();
         if let Err(e) = keeper.keep_alive().await {
-            tracing::warn!(error = %e, "lease keep-alive failed; retrying");
+            warn_limited!(failures, error = %e, "lease keep-alive failed; retrying");
             stream = None;
             continue;
         }
@@ -579,7 +583,7 @@ async fn keep_alive(ownership: std::sync::Weak<EtcdOwnership>) {
                 this.register_after_expiry(lease_id).await;
             }
             Ok(Ok(None)) | Ok(Err(_)) | Err(_) => {
-                tracing::warn!("no keep-alive answer from etcd; retrying");
+                warn_limited!(failures, "no keep-alive answer from etcd; retrying");
                 stream = None;
             }
         }
