@@ -32,6 +32,8 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
+use crate::json_lines::{parse_lines, LineError};
+
 /// One line of the history: an invocation or a completion of an operation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Op {
@@ -181,34 +183,25 @@ impl HistoryError {
 /// Parses a JSON-lines history and [`validate`]s it. Blank lines are skipped; errors
 /// name the 1-based line number.
 pub fn read_history(input: impl BufRead) -> Result<Vec<Op>, HistoryError> {
-    let mut ops = Vec::new();
-    let mut lines = Vec::new();
-    for (n, line) in input.lines().enumerate() {
-        let line_no = n + 1;
-        let line = line?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let op = serde_json::from_str(&line).map_err(|error| parse_error(line_no, &error))?;
-        ops.push(op);
-        lines.push(line_no);
-    }
+    let (lines, ops): (Vec<usize>, Vec<Op>) = parse_lines(input)?.into_iter().unzip();
     check_structure(&ops, |pos| lines[pos])?;
     Ok(ops)
 }
 
-fn parse_error(line: usize, error: &serde_json::Error) -> HistoryError {
-    // serde_json ends its message with its own position, which within one line is
-    // always "line 1"; say the history's line and the column instead.
-    let message = error.to_string();
-    let position = format!(" at line {} column {}", error.line(), error.column());
-    HistoryError::Parse {
-        line,
-        column: error.column(),
-        reason: message
-            .strip_suffix(&position)
-            .unwrap_or(&message)
-            .to_owned(),
+impl From<LineError> for HistoryError {
+    fn from(error: LineError) -> Self {
+        match error {
+            LineError::Io(e) => HistoryError::Io(e),
+            LineError::Parse {
+                line,
+                column,
+                reason,
+            } => HistoryError::Parse {
+                line,
+                column,
+                reason,
+            },
+        }
     }
 }
 

@@ -5,6 +5,7 @@
 
 pub mod checker;
 pub mod history;
+mod json_lines;
 pub mod nemesis_log;
 pub mod plot;
 pub mod timeline;

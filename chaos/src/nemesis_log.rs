@@ -8,6 +8,8 @@ use std::io::{self, BufRead};
 
 use serde::{Deserialize, Serialize};
 
+use crate::json_lines::{parse_lines, LineError};
+
 /// One fault the nemesis injected, from `start_ns` until it healed at `end_ns`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FaultInterval {
@@ -50,17 +52,10 @@ impl NemesisLogError {
 /// Parses a nemesis log, one [`FaultInterval`] per non-blank line.
 pub fn read_nemesis_log(input: impl BufRead) -> Result<Vec<FaultInterval>, NemesisLogError> {
     let mut faults = Vec::new();
-    for (n, line) in input.lines().enumerate() {
-        let line_no = n + 1;
-        let line = line?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let fault: FaultInterval =
-            serde_json::from_str(&line).map_err(|error| parse_error(line_no, &error))?;
+    for (line, fault) in parse_lines::<FaultInterval>(input)? {
         if fault.end_ns < fault.start_ns {
             return Err(NemesisLogError::Invalid {
-                line: line_no,
+                line,
                 reason: format!(
                     "fault {:?} ends at {} ns, before it starts at {} ns",
                     fault.fault, fault.end_ns, fault.start_ns
@@ -72,17 +67,20 @@ pub fn read_nemesis_log(input: impl BufRead) -> Result<Vec<FaultInterval>, Nemes
     Ok(faults)
 }
 
-fn parse_error(line: usize, error: &serde_json::Error) -> NemesisLogError {
-    // serde_json's own position is always "line 1" of the one-line input: drop it.
-    let message = error.to_string();
-    let position = format!(" at line {} column {}", error.line(), error.column());
-    NemesisLogError::Parse {
-        line,
-        column: error.column(),
-        reason: message
-            .strip_suffix(&position)
-            .unwrap_or(&message)
-            .to_owned(),
+impl From<LineError> for NemesisLogError {
+    fn from(error: LineError) -> Self {
+        match error {
+            LineError::Io(e) => NemesisLogError::Io(e),
+            LineError::Parse {
+                line,
+                column,
+                reason,
+            } => NemesisLogError::Parse {
+                line,
+                column,
+                reason,
+            },
+        }
     }
 }
 
