@@ -254,25 +254,8 @@ impl Cluster {
     /// Waits until the running coordinators together own and have loaded every
     /// partition of the transaction log.
     pub async fn wait_for_coordinators(&self) {
-        let started = Instant::now();
-        loop {
-            let mut owned = Vec::new();
-            for process in self.coordinators.iter().filter(|c| c.is_running()) {
-                if let Ok(partitions) = crate::txn::owned_partitions(&process.bootstrap()).await {
-                    owned.extend(partitions);
-                }
-            }
-            owned.sort_unstable();
-            owned.dedup();
-            if owned.len() == TXN_LOG_PARTITIONS as usize {
-                return;
-            }
-            assert!(
-                started.elapsed() < PATIENCE,
-                "coordinators own only {owned:?} of {TXN_LOG_PARTITIONS} transaction log partitions"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        self.wait_until_every_slice_served(Instant::now(), PATIENCE)
+            .await;
     }
 
     pub fn broker(&self, id: i32) -> &BrokerProcess {
