@@ -323,7 +323,10 @@ async fn maintain_isr(topics: Arc<TopicRegistry>, lag_limit_ms: i64) {
     let every = Duration::from_millis((lag_limit_ms / 4).max(100) as u64);
     let mut tick = tokio::time::interval(every);
     loop {
-        tick.tick().await;
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = topics.isr_duty_woken() => {}
+        }
         topics.maintain_isr(lag_limit_ms).await;
     }
 }

@@ -11,7 +11,10 @@ use std::sync::{Arc, RwLock};
 
 use serde::{Deserialize, Serialize};
 
-use crate::cluster::catalog::{CatalogError, CatalogSnapshot, EtcdCatalog, PartitionState};
+use crate::cluster::catalog::{
+    CatalogError, CatalogSnapshot, EtcdCatalog, PartitionState, VersionedState,
+};
+use crate::cluster::isr_exit::leave_isr;
 use crate::cluster::membership::Membership;
 use crate::coordinators::CoordinatorView;
 use crate::error::BrokerError;
@@ -168,6 +171,9 @@ pub struct TopicRegistry {
     synced_generation: std::sync::atomic::AtomicU64,
     /// The coordinator keys of the last catalog sync (cluster only).
     coordinators: RwLock<CoordinatorView>,
+    /// Wakes the ISR duty when a follower outside an ISR has caught up: it rejoins at
+    /// once instead of at the next periodic check (a quarter of the lag limit).
+    isr_wake: tokio::sync::Notify,
 }
 
 impl TopicRegistry {
@@ -208,6 +214,7 @@ impl TopicRegistry {
             fetchers: std::sync::Mutex::new(Fetchers::default()),
             synced_generation: std::sync::atomic::AtomicU64::new(u64::MAX),
             coordinators: RwLock::new(CoordinatorView::default()),
+            isr_wake: tokio::sync::Notify::new(),
         })
     }
 
@@ -231,6 +238,7 @@ impl TopicRegistry {
             fetchers: std::sync::Mutex::new(Fetchers::default()),
             synced_generation: std::sync::atomic::AtomicU64::new(u64::MAX),
             coordinators: RwLock::new(CoordinatorView::default()),
+            isr_wake: tokio::sync::Notify::new(),
         })
     }
 
@@ -349,8 +357,10 @@ impl TopicRegistry {
         let revision = snapshot.revision;
         let mut snapshot = snapshot;
         let coordinators = std::mem::take(&mut snapshot.coordinators);
+        let in_isr = self.isrs_holding_me(&snapshot);
         let topics = self.apply_snapshot(snapshot)?;
         *self.write() = topics;
+        self.leave_isrs(cluster, in_isr).await?;
         *self
             .coordinators
             .write()
@@ -363,6 +373,82 @@ impl TopicRegistry {
             tracing::debug!("took over leadership of partitions whose leader is gone");
         }
         Ok(revision)
+    }
+
+    /// The partition states, as `snapshot` holds them, whose ISR holds this broker.
+    fn isrs_holding_me(&self, snapshot: &CatalogSnapshot) -> Vec<(String, i32, VersionedState)> {
+        snapshot
+            .topics
+            .iter()
+            .flat_map(|(name, (_, states))| {
+                states.iter().enumerate().filter_map(move |(p, state)| {
+                    let state = state.as_ref()?;
+                    state
+                        .0
+                        .isr
+                        .contains(&self.broker_id)
+                        .then(|| (name.clone(), p as i32, state.clone()))
+                })
+            })
+            .collect()
+    }
+
+    /// Takes this broker out of the ISR of every hosted partition that must leave it
+    /// (see [`Partition::must_leave_isr`] and [`crate::cluster::isr_exit`]). A lost
+    /// compare-and-swap leaves the partition marked: the change that won wakes the
+    /// catalog watch, and the next sync tries again. Until then it elects nothing there.
+    async fn leave_isrs(
+        &self,
+        cluster: &ClusterCatalog,
+        in_isr: Vec<(String, i32, VersionedState)>,
+    ) -> Result<(), BrokerError> {
+        let pending: HashMap<(String, i32), Arc<Partition>> = self
+            .read()
+            .iter()
+            .flat_map(|(name, topic)| {
+                topic.partitions.iter().filter_map(move |v| {
+                    let local = v.local.as_ref()?;
+                    local
+                        .must_leave_isr()
+                        .then(|| ((name.clone(), v.index), local.clone()))
+                })
+            })
+            .collect();
+        for local in pending.values() {
+            // Not in the ISR (any more): nothing to leave.
+            if !in_isr
+                .iter()
+                .any(|(t, p, _)| t == local.topic() && *p == local.index())
+            {
+                local.isr_left();
+            }
+        }
+        for (topic, index, (state, revision)) in in_isr {
+            let Some(local) = pending.get(&(topic.clone(), index)) else {
+                continue;
+            };
+            let Some(next) = leave_isr(self.broker_id, &state) else {
+                // The last ISR member stays: no replica is known to hold more.
+                local.isr_left();
+                continue;
+            };
+            let written = cluster
+                .catalog
+                .compare_and_set_partition(&topic, index, revision, &next)
+                .await
+                .map_err(|e| BrokerError::Cluster(e.to_string()))?;
+            if written {
+                local.isr_left();
+                tracing::warn!(
+                    topic,
+                    partition = index,
+                    isr = ?next.isr,
+                    leader = next.leader,
+                    "left the ISR: this replica's log may have lost records it had reported; rejoining once caught up"
+                );
+            }
+        }
+        Ok(())
     }
 
     /// Whether a membership change since the last sync calls for another one.
@@ -396,6 +482,9 @@ impl TopicRegistry {
                 topic.partitions.iter().filter_map(move |v| {
                     if live.contains(&v.leader) || !v.replicas.contains(&self.broker_id) {
                         return None;
+                    }
+                    if v.local.as_ref().is_some_and(|l| l.must_leave_isr()) {
+                        return None; // not before it has left the ISR
                     }
                     if v.isr.contains(&self.broker_id) {
                         return Some((name.clone(), v.clone(), false));
@@ -476,6 +565,16 @@ impl TopicRegistry {
             .reconcile(self.broker_id, wanted, &cluster.membership);
     }
 
+    /// Asks the ISR duty to run now (see `isr_wake`).
+    pub fn wake_isr_duty(&self) {
+        self.isr_wake.notify_one();
+    }
+
+    /// Resolves when [`TopicRegistry::wake_isr_duty`] was called since the last time.
+    pub async fn isr_duty_woken(&self) {
+        self.isr_wake.notified().await;
+    }
+
     /// Leader duty: publishes ISR shrinks (a follower lagging past `lag_limit_ms`) and
     /// expansions (a follower back at the high watermark) by compare-and-swap in etcd.
     pub async fn maintain_isr(&self, lag_limit_ms: i64) {
@@ -537,7 +636,7 @@ impl TopicRegistry {
                 };
                 let local = if state.replicas.contains(&self.broker_id) {
                     let local = self.open_hosted(&name, p)?;
-                    let role = if state.leader == self.broker_id {
+                    let role = if state.leader == self.broker_id && !local.must_leave_isr() {
                         Role::Leader
                     } else {
                         Role::Follower {

@@ -4,4 +4,5 @@
 pub mod assignment;
 pub mod catalog;
 pub mod data_dir_id;
+pub mod isr_exit;
 pub mod membership;

@@ -12,7 +12,7 @@ mod txn_recovery;
 
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -101,6 +101,9 @@ pub struct Partition {
     replicas: Mutex<ReplicaSet>,
     /// Where each leader epoch starts in this replica's log.
     epochs: Mutex<EpochHistory>,
+    /// Whether this replica must leave the ISR before it may lead (see
+    /// [`Partition::must_leave_isr`]).
+    leave_isr_pending: AtomicBool,
 }
 
 impl Partition {
@@ -113,8 +116,11 @@ impl Partition {
         settings: PartitionSettings,
         broker_id: i32,
     ) -> Result<Self, BrokerError> {
+        let reopened = dir.exists();
         // The log reports any torn tail it cut (a warning with the reason).
-        let (log, _report) = PartitionLog::open(dir, settings.log.clone())?;
+        let (log, report) = PartitionLog::open(dir, settings.log.clone())?;
+        let leave_isr =
+            report.reason.is_some() || (reopened && settings.log.flush != FlushPolicy::EveryAppend);
         let producers = rebuild_producer_state(dir, &log, now_ms())?;
         let log_end = log.log_end_offset();
         // Opening makes the whole log visible (see `high_watermark` below).
@@ -141,6 +147,7 @@ impl Partition {
             local_end: AtomicI64::new(log_end),
             replicas: Mutex::new(ReplicaSet::sole(broker_id)),
             epochs: Mutex::new(epochs),
+            leave_isr_pending: AtomicBool::new(leave_isr),
         })
     }
 
@@ -413,6 +420,29 @@ impl Partition {
             .record_fetch(follower, offset, log_end, now_ms());
         self.update_high_watermark();
         Ok((records, self.offsets()))
+    }
+
+    /// Whether this replica may have lost records it had already fetched and reported to
+    /// its leader, which the leader may have acknowledged on its word: its recovery cut
+    /// data from the log (a torn or corrupt tail, or less than the recovery point), or
+    /// the flush policy lets a crash drop appended data unseen (anything but
+    /// every-append; the rule then holds for every reopened log, clean shutdown or
+    /// not, since no marker tells them apart). Such
+    /// a replica leaves the ISR before it takes part in any election and rejoins by
+    /// catching up (see `cluster::isr_exit`).
+    pub fn must_leave_isr(&self) -> bool {
+        self.leave_isr_pending.load(Ordering::SeqCst)
+    }
+
+    /// The catalog no longer counts this replica in sync (or never must stop doing so).
+    pub fn isr_left(&self) {
+        self.leave_isr_pending.store(false, Ordering::SeqCst);
+    }
+
+    /// Whether `follower`, outside the ISR, has now fetched up to the high watermark.
+    pub fn follower_may_rejoin(&self, follower: i32) -> bool {
+        let high_watermark = self.offsets().high_watermark;
+        self.replica_set().may_rejoin(follower, high_watermark)
     }
 
     /// A fetcher that names an epoch must name this replica's current one.

@@ -16,6 +16,8 @@ pub enum Role {
 struct Progress {
     log_end: i64,
     caught_up_at_ms: i64,
+    /// Whether the last fetch started at the leader's log end.
+    at_log_end: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,7 +52,10 @@ impl ReplicaSet {
     }
 
     /// Applies the catalog's view. Follower progress survives only while this broker
-    /// stays leader in the same epoch.
+    /// stays leader in the same epoch, and only for followers the new ISR still holds or
+    /// never held: one taken out of the ISR (by this leader, or by itself after a restart
+    /// that may have cost it its log's tail) rejoins on what it fetches from now on, not
+    /// on how far it had fetched before.
     pub fn update(
         &mut self,
         role: Role,
@@ -66,6 +71,14 @@ impl ReplicaSet {
         if !same_leadership {
             self.followers.clear();
             self.led_since_ms = now_ms;
+        } else {
+            let left: Vec<i32> = self
+                .isr
+                .iter()
+                .copied()
+                .filter(|b| !isr.contains(b))
+                .collect();
+            self.followers.retain(|b, _| !left.contains(b));
         }
         self.role = role;
         self.leader_epoch = leader_epoch;
@@ -89,11 +102,26 @@ impl ReplicaSet {
         let entry = self.followers.entry(follower).or_insert(Progress {
             log_end: fetch_offset,
             caught_up_at_ms: 0,
+            at_log_end: false,
         });
         entry.log_end = fetch_offset;
-        if fetch_offset >= leader_log_end {
+        entry.at_log_end = fetch_offset >= leader_log_end;
+        if entry.at_log_end {
             entry.caught_up_at_ms = now_ms;
         }
+    }
+
+    /// Whether `follower`, a replica outside the ISR, has just fetched from the leader's
+    /// log end, at or past `high_watermark`: [`ReplicaSet::isr_change`] would take it
+    /// back now, so the leader should not wait for its next periodic check.
+    pub fn may_rejoin(&self, follower: i32, high_watermark: i64) -> bool {
+        self.is_leader()
+            && self.replicas.contains(&follower)
+            && !self.isr.contains(&follower)
+            && self
+                .followers
+                .get(&follower)
+                .is_some_and(|p| p.at_log_end && p.log_end >= high_watermark)
     }
 
     /// The high watermark the leader may advertise given its own durable log end and
@@ -230,6 +258,28 @@ mod tests {
             6_000,
         );
         assert_eq!(set.isr_change(3, 99_000, 1_000), None);
+    }
+
+    #[test]
+    fn a_follower_taken_out_of_the_isr_rejoins_on_new_fetches_not_on_its_old_progress() {
+        let mut set = leader_of_three();
+        set.record_fetch(2, 10, 10, 1_100);
+        set.record_fetch(3, 10, 10, 1_100);
+        // Follower 2 restarted and left the ISR itself, its log maybe shorter now.
+        set.update(Role::Leader, 0, vec![1, 2, 3], vec![1, 3], 2, 1_200);
+        assert_eq!(
+            set.isr_change(10, 1_300, 1_000),
+            None,
+            "the progress it had before its restart does not bring it back"
+        );
+        assert!(!set.may_rejoin(2, 10));
+        set.record_fetch(2, 6, 10, 1_400);
+        assert!(!set.may_rejoin(2, 10));
+        assert_eq!(set.isr_change(10, 1_500, 1_000), None, "below the HW");
+        set.record_fetch(2, 10, 10, 1_600);
+        assert!(set.may_rejoin(2, 10), "caught up: rejoin now");
+        assert!(!set.may_rejoin(3, 10), "3 is in the ISR already");
+        assert_eq!(set.isr_change(10, 1_700, 1_000), Some(vec![1, 2, 3]));
     }
 
     #[test]

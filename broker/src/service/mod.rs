@@ -265,6 +265,9 @@ impl BrokerService {
                                 limit,
                                 wanted.current_leader_epoch,
                             )?;
+                            if p.follower_may_rejoin(follower) {
+                                self.topics.wake_isr_duty();
+                            }
                             let next_fetch_offset = stored_batches(&records)
                                 .map_while(Result::ok)
                                 .last()

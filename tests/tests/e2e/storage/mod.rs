@@ -1,1 +1,2 @@
+mod torn_replica;
 mod torn_tail;
