@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # A chaos soak (issue 23): a randomized workload against a real cluster (etcd, 3
 # brokers, 2 coordinators) while a seeded nemesis kills, pauses and cuts processes off
-# from etcd, then the history checker's verdict. The report (history, nemesis log,
+# from etcd or tears a broker's logs, then the history checker's verdict. The report (history, nemesis log,
 # verdict.json, summary.txt, server logs) goes to target/debug/chaos-reports/ or
 # $IDEM_CHAOS_REPORTS.
 #
-#   scripts/chaos.sh [--duration 10m] [--seed N] [--nemesis kill,pause,partition,isolate,etcd]
+#   scripts/chaos.sh [--duration 10m] [--seed N] [--nemesis kill,pause,partition,isolate,etcd,torn]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-duration=600 seed=42 nemesis=kill,pause,partition,isolate,etcd
+duration=600 seed=42 nemesis=kill,pause,partition,isolate,etcd,torn
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --duration) [[ $# -ge 2 ]] || { echo "--duration needs a value (600, 90s, 10m)" >&2; exit 2; }
@@ -22,9 +22,9 @@ while [[ $# -gt 0 ]]; do
                 shift 2 ;;
     --seed) [[ $# -ge 2 ]] || { echo "--seed needs a value" >&2; exit 2; }
             seed="$2"; shift 2 ;;
-    --nemesis) [[ $# -ge 2 ]] || { echo "--nemesis needs a value (kill,pause,partition,isolate,etcd)" >&2; exit 2; }
+    --nemesis) [[ $# -ge 2 ]] || { echo "--nemesis needs a value (kill,pause,partition,isolate,etcd,torn)" >&2; exit 2; }
                nemesis="$2"; shift 2 ;;
-    *) echo "unknown option $1; usage: $0 [--duration 10m] [--seed N] [--nemesis kill,pause,partition,isolate,etcd]" >&2; exit 2 ;;
+    *) echo "unknown option $1; usage: $0 [--duration 10m] [--seed N] [--nemesis kill,pause,partition,isolate,etcd,torn]" >&2; exit 2 ;;
   esac
 done
 [[ "$duration" =~ ^[0-9]+$ ]] || { echo "--duration: not a number of seconds: $duration" >&2; exit 2; }

@@ -5,12 +5,16 @@
 //! links of [`Cluster::start_linked`]), isolation (the leader of a partition unreachable
 //! by anyone and cut off from etcd), etcd faults (killed and restarted, paused) and, on a
 //! 3-member etcd, etcd member faults (one member killed or paused, or two killed: the
-//! quorum lost and regained).
+//! quorum lost and regained), and torn writes (a broker killed, the tail of every
+//! partition log on its disk cut at a random byte, as a power loss leaves unflushed
+//! writes, then restarted).
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use idem_proto::batch;
 use idem_proto::v1::FindCoordinatorRequest;
 use idem_proto::ErrorCode;
 use rand::rngs::StdRng;
@@ -30,6 +34,7 @@ pub enum Family {
     Isolate,
     Etcd,
     EtcdMember,
+    Torn,
 }
 
 impl Family {
@@ -41,6 +46,7 @@ impl Family {
             Family::Isolate => "isolate",
             Family::Etcd => "etcd",
             Family::EtcdMember => "etcd-member",
+            Family::Torn => "torn",
         }
     }
 
@@ -52,6 +58,7 @@ impl Family {
             Family::Isolate,
             Family::Etcd,
             Family::EtcdMember,
+            Family::Torn,
         ]
         .into_iter()
         .find(|f| f.name() == name)
@@ -73,6 +80,11 @@ enum Fault {
     PauseEtcdMember(usize),
     /// Two of three members killed: no quorum until they return.
     KillEtcdQuorum(usize, usize),
+    /// A broker killed and every partition log on its disk torn (`seed` picks where).
+    TearLogs {
+        broker: i32,
+        seed: u64,
+    },
 }
 
 pub struct Nemesis {
@@ -183,6 +195,10 @@ impl Nemesis {
                     Fault::PauseEtcd
                 }
             }
+            Family::Torn => Fault::TearLogs {
+                broker,
+                seed: self.rng.gen(),
+            },
             Family::EtcdMember => {
                 let member = self.rng.gen_range(0..3);
                 match self.rng.gen_range(0..3) {
@@ -224,7 +240,63 @@ fn inject(cluster: &mut Cluster, fault: &Fault) {
             cluster.etcd(*a).kill();
             cluster.etcd(*b).kill();
         }
+        Fault::TearLogs { broker, seed } => {
+            cluster.kill(*broker);
+            tear_logs(cluster.broker(*broker).data_dir(), *seed);
+        }
     }
+}
+
+/// Cuts the active segment of every partition under `data_dir` inside one of its last
+/// three batches, never on a batch boundary: a write torn by a crash, as the log's
+/// recovery must detect it (a cut on a boundary would be a disk that lost data it had
+/// confirmed as synced, which no replication protocol can tell from a shorter log).
+fn tear_logs(data_dir: &Path, seed: u64) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut partitions: Vec<PathBuf> = std::fs::read_dir(data_dir)
+        .expect("read the broker's data dir")
+        .filter_map(|entry| Some(entry.ok()?.path()))
+        .filter(|path| path.is_dir())
+        .collect();
+    partitions.sort();
+    for dir in partitions {
+        let mut segments: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .expect("read a partition dir")
+            .filter_map(|entry| Some(entry.ok()?.path()))
+            .filter(|path| path.extension().is_some_and(|e| e == "log"))
+            .collect();
+        segments.sort();
+        let Some(active) = segments.pop() else {
+            continue;
+        };
+        let bytes = std::fs::read(&active).expect("read a segment");
+        let batches = batch_spans(&bytes);
+        let Some(last) = batches.len().checked_sub(1) else {
+            continue;
+        };
+        let (start, size) = batches[rng.gen_range(last.saturating_sub(2)..=last)];
+        let keep = start + rng.gen_range(1..size);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&active)
+            .and_then(|file| file.set_len(keep as u64))
+            .expect("tear a segment");
+    }
+}
+
+/// (start, size) of each whole batch in a segment's bytes, in order.
+fn batch_spans(bytes: &[u8]) -> Vec<(usize, usize)> {
+    let mut spans = Vec::new();
+    let mut at = 0;
+    while let Ok(header) = batch::decode_header(&bytes[at..]) {
+        let size = header.size();
+        if size <= 1 || at + size > bytes.len() {
+            break;
+        }
+        spans.push((at, size));
+        at += size;
+    }
+    spans
 }
 
 fn heal(cluster: &mut Cluster, fault: &Fault) {
@@ -245,6 +317,7 @@ fn heal(cluster: &mut Cluster, fault: &Fault) {
             }
         }
         Fault::PauseEtcdMember(member) => cluster.etcd(*member).resume(),
+        Fault::TearLogs { broker, .. } => cluster.restart(*broker),
         Fault::KillEtcdQuorum(a, b) => {
             cluster.etcd(*a).restart_member();
             cluster.etcd(*b).restart_member();
