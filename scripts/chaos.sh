@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # A chaos soak (issue 23): a randomized workload against a real cluster (etcd, 3
 # brokers, 2 coordinators) while a seeded nemesis kills, pauses and cuts processes off
-# from etcd or tears a broker's logs, then the history checker's verdict. The report (history, nemesis log,
+# from etcd or tears a broker's logs (with --nemesis split: splits a lab network of
+# namespaces between them, as root), then the history checker's verdict. The report (history, nemesis log,
 # verdict.json, summary.txt, server logs) goes to target/debug/chaos-reports/ or
-# $IDEM_CHAOS_REPORTS.
+# $IDEM_CHAOS_REPORTS. etcd-member and split need a 3-member etcd, partition and
+# isolate a single linked one: never mix the two groups.
 #
-#   scripts/chaos.sh [--duration 10m] [--seed N] [--nemesis kill,pause,partition,isolate,etcd,torn]
+#   scripts/chaos.sh [--duration 10m] [--seed N] [--nemesis kill,pause,partition,isolate,etcd,etcd-member,torn,split]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,9 +24,9 @@ while [[ $# -gt 0 ]]; do
                 shift 2 ;;
     --seed) [[ $# -ge 2 ]] || { echo "--seed needs a value" >&2; exit 2; }
             seed="$2"; shift 2 ;;
-    --nemesis) [[ $# -ge 2 ]] || { echo "--nemesis needs a value (kill,pause,partition,isolate,etcd,torn)" >&2; exit 2; }
+    --nemesis) [[ $# -ge 2 ]] || { echo "--nemesis needs a value (kill,pause,partition,isolate,etcd,etcd-member,torn,split)" >&2; exit 2; }
                nemesis="$2"; shift 2 ;;
-    *) echo "unknown option $1; usage: $0 [--duration 10m] [--seed N] [--nemesis kill,pause,partition,isolate,etcd,torn]" >&2; exit 2 ;;
+    *) echo "unknown option $1; usage: $0 [--duration 10m] [--seed N] [--nemesis kill,pause,partition,isolate,etcd,etcd-member,torn,split]" >&2; exit 2 ;;
   esac
 done
 [[ "$duration" =~ ^[0-9]+$ ]] || { echo "--duration: not a number of seconds: $duration" >&2; exit 2; }

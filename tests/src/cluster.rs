@@ -3,7 +3,9 @@
 //! injects by id (SIGKILL, SIGSTOP/SIGCONT, restart; of etcd members too) and the waits it
 //! needs (leadership,
 //! ISR and coordinator ownership change on etcd's and the processes' clocks, so they
-//! are polled, bounded). Everything is reaped on drop.
+//! are polled, bounded). Everything is reaped on drop. [`Cluster::start_on_lab`] puts
+//! every process (etcd members too) on its own host of a lab network, so links between
+//! any two processes can be cut.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -13,6 +15,7 @@ use idem_proto::ErrorCode;
 
 use crate::etcd::EtcdServer;
 use crate::link::CuttableLink;
+use crate::netns::Lab;
 use crate::{raw, replicas, BrokerProcess, CoordinatorProcess};
 
 /// Partitions of `__transaction_state` in test clusters: few, so ownership moves fast.
@@ -32,6 +35,10 @@ pub struct Cluster {
     /// broker through (its advertised address), by broker id.
     inbound: BTreeMap<i32, CuttableLink>,
     etcd: Vec<EtcdServer>,
+    /// With [`Cluster::start_on_lab`]: the host of every process.
+    hosts: BTreeMap<ProcessId, usize>,
+    /// Last, so its namespaces go after every process in them is reaped.
+    lab: Option<Lab>,
 }
 
 /// A process of the cluster, by kind and id.
@@ -39,6 +46,8 @@ pub struct Cluster {
 pub enum ProcessId {
     Broker(i32),
     Coordinator(i32),
+    /// An etcd member, 0-based as in [`Cluster::etcd`].
+    EtcdMember(usize),
 }
 
 impl Cluster {
@@ -96,6 +105,8 @@ impl Cluster {
             links,
             inbound: BTreeMap::new(),
             etcd,
+            hosts: BTreeMap::new(),
+            lab: None,
         }
     }
 
@@ -124,6 +135,88 @@ impl Cluster {
         }
         cluster.add_coordinators(m, &[]).await;
         cluster
+    }
+
+    /// `brokers` brokers, `coordinators` coordinators and an etcd of `etcd_members`
+    /// members, each process on its own host of a new [`Lab`] (bound to the host's
+    /// address and advertising it), brokers with `broker_extra` flags; returns once the
+    /// coordinators own the whole transaction log. Links between processes are cut
+    /// through [`Cluster::lab`] and [`Cluster::host_of`].
+    pub async fn start_on_lab(
+        brokers: i32,
+        coordinators: i32,
+        etcd_members: usize,
+        broker_extra: &[&str],
+    ) -> Cluster {
+        let mut processes: Vec<ProcessId> = (0..etcd_members).map(ProcessId::EtcdMember).collect();
+        processes.extend((1..=brokers).map(ProcessId::Broker));
+        processes.extend((1..=coordinators).map(ProcessId::Coordinator));
+        let lab = Lab::new(processes.len());
+        let hosts: BTreeMap<ProcessId, usize> = processes
+            .iter()
+            .enumerate()
+            .map(|(host, process)| (*process, host))
+            .collect();
+        let etcd_hosts: Vec<_> = (0..etcd_members)
+            .map(|m| lab.host(hosts[&ProcessId::EtcdMember(m)]).clone())
+            .collect();
+        let etcd = EtcdServer::start_cluster_on(&etcd_hosts);
+        let endpoint = endpoints(&etcd);
+        let brokers = (1..=brokers)
+            .map(|id| {
+                let host = lab.host(hosts[&ProcessId::Broker(id)]);
+                let id = id.to_string();
+                let mut args = vec![
+                    "--id",
+                    id.as_str(),
+                    "--etcd",
+                    endpoint.as_str(),
+                    "--lease-ttl-ms",
+                    "2000",
+                ];
+                args.extend_from_slice(broker_extra);
+                BrokerProcess::start_on(host, &args)
+            })
+            .collect();
+        let mut cluster = Cluster {
+            coordinators: Vec::new(),
+            brokers,
+            links: BTreeMap::new(),
+            inbound: BTreeMap::new(),
+            etcd,
+            hosts,
+            lab: Some(lab),
+        };
+        cluster.add_coordinators(coordinators, &[]).await;
+        cluster
+    }
+
+    /// The lab network of a cluster started by [`Cluster::start_on_lab`].
+    pub fn lab(&self) -> &Lab {
+        self.lab
+            .as_ref()
+            .expect("the cluster runs on a lab network (Cluster::start_on_lab)")
+    }
+
+    /// The lab host `process` runs on (see [`Cluster::start_on_lab`]).
+    pub fn host_of(&self, process: ProcessId) -> usize {
+        *self
+            .hosts
+            .get(&process)
+            .unwrap_or_else(|| panic!("{process:?} has no lab host"))
+    }
+
+    /// Every process of the cluster: etcd members, brokers, coordinators.
+    pub fn processes(&self) -> Vec<ProcessId> {
+        let mut processes: Vec<ProcessId> =
+            (0..self.etcd.len()).map(ProcessId::EtcdMember).collect();
+        processes.extend(self.ids().into_iter().map(ProcessId::Broker));
+        processes.extend(
+            self.coordinator_ids()
+                .into_iter()
+                .map(ProcessId::Coordinator),
+        );
+        processes
     }
 
     /// Cuts broker `id` off from everything (started by [`Cluster::start_linked`]):
@@ -191,6 +284,7 @@ impl Cluster {
     }
 
     fn spawn_coordinator(&self, id: i32, extra: &[&str]) -> CoordinatorProcess {
+        let host = self.hosts.get(&ProcessId::Coordinator(id)).copied();
         let endpoint = self
             .links
             .get(&ProcessId::Coordinator(id))
@@ -214,7 +308,10 @@ impl Cluster {
             "100",
         ];
         args.extend_from_slice(extra);
-        CoordinatorProcess::coordinator(&args)
+        match host {
+            Some(host) => CoordinatorProcess::coordinator_on(self.lab().host(host), &args),
+            None => CoordinatorProcess::coordinator(&args),
+        }
     }
 
     /// The address of a running broker, for a client's bootstrap setting.

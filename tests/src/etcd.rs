@@ -2,13 +2,17 @@
 //! `IDEM_ETCD_BIN` or `PATH`) on free 127.0.0.1 client and peer ports with its own
 //! temporary data dir, alone or as one member of a cluster of several: started and waited
 //! for until it answers a real request, killed with SIGKILL, paused with SIGSTOP,
-//! restarted on the same ports and data dir, and killed and reaped on drop.
+//! restarted on the same ports and data dir, and killed and reaped on drop. A member may
+//! run inside a host of a [`Lab`](crate::netns::Lab) instead, on the host's address and
+//! etcd's usual ports (the host's port space is its own).
 
 use std::fs::File;
-use std::net::TcpListener;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use crate::netns::Host;
 
 /// How long etcd may take to serve after being started.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(20);
@@ -23,6 +27,8 @@ pub struct EtcdServer {
     initial_cluster: String,
     data_dir: PathBuf,
     log_path: PathBuf,
+    /// The lab host it runs on, if any.
+    host: Option<Host>,
     // Keeps the data dir and the log alive as long as the server.
     _tmp: tempfile::TempDir,
 }
@@ -39,6 +45,7 @@ impl EtcdServer {
             initial_cluster: String::new(),
             data_dir: tmp.path().join("data"),
             log_path: tmp.path().join("etcd.log"),
+            host: None,
             _tmp: tmp,
         };
         // Another process may take a port between probing and etcd binding it: try anew.
@@ -61,10 +68,24 @@ impl EtcdServer {
     /// A cluster of `members` etcd servers, each on its own ports and data dir; returns
     /// once every member serves (which needs a quorum, so all are spawned first).
     pub fn start_cluster(members: usize) -> Vec<EtcdServer> {
-        let mut servers: Vec<EtcdServer> = (0..members)
-            .map(|i| {
+        EtcdServer::start_members(vec![None; members])
+    }
+
+    /// A cluster of one member on each of `hosts`.
+    pub fn start_cluster_on(hosts: &[Host]) -> Vec<EtcdServer> {
+        EtcdServer::start_members(hosts.iter().cloned().map(Some).collect())
+    }
+
+    fn start_members(hosts: Vec<Option<Host>>) -> Vec<EtcdServer> {
+        let mut servers: Vec<EtcdServer> = hosts
+            .into_iter()
+            .enumerate()
+            .map(|(i, host)| {
                 let tmp = tempfile::tempdir().expect("temp dir for etcd");
-                let (client_port, peer_port) = free_ports();
+                let (client_port, peer_port) = match host {
+                    Some(_) => (2379, 2380),
+                    None => free_ports(),
+                };
                 EtcdServer {
                     child: None,
                     name: format!("{MEMBER_NAME}-{i}"),
@@ -73,6 +94,7 @@ impl EtcdServer {
                     initial_cluster: String::new(),
                     data_dir: tmp.path().join("data"),
                     log_path: tmp.path().join("etcd.log"),
+                    host,
                     _tmp: tmp,
                 }
             })
@@ -96,18 +118,30 @@ impl EtcdServer {
         servers
     }
 
-    /// `http://127.0.0.1:PORT`, the client URL.
+    /// `http://127.0.0.1:PORT` (or the lab host's address), the client URL.
     pub fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
+        format!("http://{}", self.client_addr())
     }
 
     /// The client address, for a proxy in front of it.
-    pub fn client_addr(&self) -> std::net::SocketAddr {
-        std::net::SocketAddr::from(([127, 0, 0, 1], self.client_port))
+    pub fn client_addr(&self) -> SocketAddr {
+        SocketAddr::new(self.ip(), self.client_port)
     }
 
     fn peer_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.peer_port)
+        format!("http://{}", SocketAddr::new(self.ip(), self.peer_port))
+    }
+
+    fn ip(&self) -> IpAddr {
+        match &self.host {
+            Some(host) => IpAddr::V4(host.addr()),
+            None => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        }
+    }
+
+    /// The lab host it runs on, if it runs on one.
+    pub fn host(&self) -> Option<&Host> {
+        self.host.as_ref()
     }
 
     /// The endpoint as the one-element list `EtcdPidStore::connect` takes.
@@ -180,7 +214,11 @@ impl EtcdServer {
         let log_err = log
             .try_clone()
             .map_err(|e| format!("clone log file handle: {e}"))?;
-        let child = Command::new(etcd_binary())
+        let mut command = match &self.host {
+            Some(host) => host.command(etcd_binary()),
+            None => Command::new(etcd_binary()),
+        };
+        let child = command
             .arg("--name")
             .arg(&self.name)
             .arg("--data-dir")

@@ -1,5 +1,5 @@
 //! Test harness that runs the real thing: `idem-broker` and `idem-coordinator` processes on 127.0.0.1 ports
-//! with their own data dirs, killed with SIGKILL, stopped with SIGTERM, restarted;
+//! (or each on its own host of a lab network of namespaces) with their own data dirs, killed with SIGKILL, stopped with SIGTERM, restarted;
 //! and a TCP proxy that loses responses or request bodies, or holds a request back
 //! to deliver it late, on purpose. Every spawned process is reaped on drop, even when a
 //! test panics.
@@ -9,6 +9,7 @@ pub mod chaos;
 pub mod cli;
 pub mod cluster;
 pub mod link;
+pub mod netns;
 pub mod proxy;
 pub mod raw;
 pub mod replicas;

@@ -1,7 +1,8 @@
 //! A real `idem-broker` or `idem-coordinator` process: started on a free port (a
 //! broker with its own data dir), killed (SIGKILL), paused (SIGSTOP), stopped (SIGTERM,
 //! clean shutdown) and restarted on the same port and data dir so clients can keep
-//! their address.
+//! their address. On 127.0.0.1, or inside a host of a [`Lab`](crate::netns::Lab) (bound to the host's
+//! address, which it advertises).
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -10,6 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::binaries::binary;
+use crate::netns::Host;
 
 /// Which binary a [`ServerProcess`] runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,6 +47,8 @@ pub struct ServerProcess {
     addr: SocketAddr,
     data_dir: PathBuf,
     extra_args: Vec<String>,
+    /// The lab host it runs on, if any.
+    host: Option<Host>,
     /// Everything the process (and its restarts) wrote to stderr.
     log: Arc<Mutex<String>>,
     // Keeps the temporary data dir alive as long as the broker.
@@ -65,18 +69,34 @@ impl ServerProcess {
     /// Like [`BrokerProcess::start_with`], but a broker that refuses to start is an
     /// `Err` with its exit status and log.
     pub fn try_start_with(extra_args: &[&str]) -> Result<Self, String> {
+        Self::try_start_on(None, extra_args)
+    }
+
+    /// Starts a broker inside lab host `host`, bound to the host's address.
+    pub fn start_on(host: &Host, extra_args: &[&str]) -> Self {
+        Self::try_start_on(Some(host), extra_args).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn try_start_on(host: Option<&Host>, extra_args: &[&str]) -> Result<Self, String> {
         let tmp = tempfile::tempdir().map_err(|e| format!("temp data dir: {e}"))?;
         let data_dir = tmp.path().join("data");
         let extra_args: Vec<String> = extra_args.iter().map(|s| s.to_string()).collect();
         let log = Arc::default();
-        let (child, addr) =
-            try_spawn(Program::Broker, &data_dir, "127.0.0.1:0", &extra_args, &log)?;
+        let (child, addr) = try_spawn(
+            Program::Broker,
+            host,
+            &data_dir,
+            &any_port(host),
+            &extra_args,
+            &log,
+        )?;
         Ok(ServerProcess {
             program: Program::Broker,
             child: Some(child),
             addr,
             data_dir,
             extra_args,
+            host: host.cloned(),
             log,
             _tmp: Some(tmp),
         })
@@ -85,6 +105,15 @@ impl ServerProcess {
     /// Starts an `idem-coordinator` on a free port with `args` (its `--data-dir`, for
     /// the solo mode, is a fresh temporary dir the caller may pass via `{data_dir}`).
     pub fn coordinator(args: &[&str]) -> Self {
+        Self::coordinator_on_host(None, args)
+    }
+
+    /// [`ServerProcess::coordinator`] inside lab host `host`, bound to its address.
+    pub fn coordinator_on(host: &Host, args: &[&str]) -> Self {
+        Self::coordinator_on_host(Some(host), args)
+    }
+
+    fn coordinator_on_host(host: Option<&Host>, args: &[&str]) -> Self {
         let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("temp data dir: {e}"));
         let data_dir = tmp.path().join("data");
         let extra_args: Vec<String> = args
@@ -94,8 +123,9 @@ impl ServerProcess {
         let log = Arc::default();
         let (child, addr) = try_spawn(
             Program::Coordinator,
+            host,
             &data_dir,
-            "127.0.0.1:0",
+            &any_port(host),
             &extra_args,
             &log,
         )
@@ -106,6 +136,7 @@ impl ServerProcess {
             addr,
             data_dir,
             extra_args,
+            host: host.cloned(),
             log,
             _tmp: Some(tmp),
         }
@@ -178,6 +209,7 @@ impl ServerProcess {
         self.kill();
         let (child, addr) = try_spawn(
             self.program,
+            self.host.as_ref(),
             &self.data_dir,
             &self.addr.to_string(),
             &self.extra_args,
@@ -191,6 +223,20 @@ impl ServerProcess {
     pub fn is_running(&self) -> bool {
         self.child.is_some()
     }
+
+    /// The lab host it runs on, if it runs on one.
+    pub fn host(&self) -> Option<&Host> {
+        self.host.as_ref()
+    }
+}
+
+/// `--listen` for a free port: on 127.0.0.1, or on the host's address (a namespace has
+/// ports of its own, so any is free there).
+fn any_port(host: Option<&Host>) -> String {
+    match host {
+        Some(host) => format!("{}:0", host.addr()),
+        None => "127.0.0.1:0".to_string(),
+    }
 }
 
 impl Drop for ServerProcess {
@@ -203,13 +249,17 @@ impl Drop for ServerProcess {
 /// holds its exit status and everything it wrote to stderr.
 fn try_spawn(
     program: Program,
+    host: Option<&Host>,
     data_dir: &Path,
     listen: &str,
     extra_args: &[String],
     log: &Arc<Mutex<String>>,
 ) -> Result<(Child, SocketAddr), String> {
     let name = program.binary();
-    let mut command = Command::new(binary(name));
+    let mut command = match host {
+        Some(host) => host.command(binary(name)),
+        None => Command::new(binary(name)),
+    };
     command.arg("--listen").arg(listen);
     if program == Program::Broker {
         command.arg("--data-dir").arg(data_dir);

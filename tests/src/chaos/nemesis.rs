@@ -5,9 +5,12 @@
 //! links of [`Cluster::start_linked`]), isolation (the leader of a partition unreachable
 //! by anyone and cut off from etcd), etcd faults (killed and restarted, paused) and, on a
 //! 3-member etcd, etcd member faults (one member killed or paused, or two killed: the
-//! quorum lost and regained), and torn writes (a broker killed, the tail of every
-//! partition log on its disk cut at a random byte, as a power loss leaves unflushed
-//! writes, then restarted).
+//! quorum lost and regained), torn writes (a broker killed, the active segment of
+//! every partition log on its disk cut inside a batch, as a crash mid-write leaves it,
+//! then restarted), and on a lab network ([`Cluster::start_on_lab`]), splits:
+//! a majority/minority split of every host (etcd keeping its quorum on the majority
+//! side), the leader of a partition cut from every other host (clients still reach it),
+//! or a one-way or two-way cut between two brokers.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -23,6 +26,7 @@ use serde_json::json;
 
 use crate::chaos::workload::{PARTITIONS, TOPICS};
 use crate::cluster::ProcessId;
+use crate::netns::ClientLink;
 use crate::{raw, Cluster};
 
 /// A family of faults a run injects.
@@ -35,6 +39,7 @@ pub enum Family {
     Etcd,
     EtcdMember,
     Torn,
+    Split,
 }
 
 impl Family {
@@ -47,6 +52,7 @@ impl Family {
             Family::Etcd => "etcd",
             Family::EtcdMember => "etcd-member",
             Family::Torn => "torn",
+            Family::Split => "split",
         }
     }
 
@@ -59,6 +65,7 @@ impl Family {
             Family::Etcd,
             Family::EtcdMember,
             Family::Torn,
+            Family::Split,
         ]
         .into_iter()
         .find(|f| f.name() == name)
@@ -85,6 +92,17 @@ enum Fault {
         broker: i32,
         seed: u64,
     },
+    /// The hosts of `minority` cut both ways from those of `majority`.
+    Split {
+        minority: Vec<ProcessId>,
+        majority: Vec<ProcessId>,
+    },
+    /// The leader of a partition cut both ways from every other host; clients reach it.
+    IsolateLeaderHost(i32),
+    /// Packets from the first broker to the second dropped.
+    CutOneWay(i32, i32),
+    /// Two brokers cut both ways.
+    CutBrokers(i32, i32),
 }
 
 pub struct Nemesis {
@@ -199,6 +217,7 @@ impl Nemesis {
                 broker,
                 seed: self.rng.gen(),
             },
+            Family::Split => self.choose_split(cluster).await?,
             Family::EtcdMember => {
                 let member = self.rng.gen_range(0..3);
                 match self.rng.gen_range(0..3) {
@@ -209,6 +228,89 @@ impl Nemesis {
             }
         })
     }
+}
+
+impl Nemesis {
+    /// One of the `split` faults, each as likely.
+    async fn choose_split(&mut self, cluster: &Cluster) -> Option<Fault> {
+        let brokers = cluster.ids();
+        let a = brokers[self.rng.gen_range(0..brokers.len())];
+        let others: Vec<i32> = brokers.iter().copied().filter(|b| *b != a).collect();
+        let b = others[self.rng.gen_range(0..others.len())];
+        Some(match self.rng.gen_range(0..4) {
+            0 => {
+                let processes = cluster.processes();
+                let etcd_members = processes
+                    .iter()
+                    .filter(|p| matches!(p, ProcessId::EtcdMember(_)))
+                    .count();
+                let size = self.rng.gen_range(1..=(processes.len() - 1) / 2);
+                let order = shuffled(&mut self.rng, processes.len());
+                let (minority, majority) =
+                    split_keeping_quorum(&processes, &order, size, etcd_members);
+                Fault::Split { minority, majority }
+            }
+            1 => {
+                let topic = TOPICS[self.rng.gen_range(0..TOPICS.len())];
+                let partition = self.rng.gen_range(0..PARTITIONS);
+                let observer = cluster.observer(&[]);
+                let leader = cluster
+                    .partition(observer, topic, partition)
+                    .await?
+                    .leader_id;
+                Fault::IsolateLeaderHost(leader)
+            }
+            2 => Fault::CutOneWay(a, b),
+            _ => Fault::CutBrokers(a, b),
+        })
+    }
+}
+
+/// `0..n` in a random order.
+fn shuffled(rng: &mut StdRng, n: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..n).collect();
+    for i in (1..n).rev() {
+        order.swap(i, rng.gen_range(0..=i));
+    }
+    order
+}
+
+/// The first `size` processes in `order` form the minority, except etcd members beyond
+/// the share the minority may take and leave etcd its quorum on the majority side
+/// (none of one member, one of three); the rest is the majority.
+fn split_keeping_quorum(
+    processes: &[ProcessId],
+    order: &[usize],
+    size: usize,
+    etcd_members: usize,
+) -> (Vec<ProcessId>, Vec<ProcessId>) {
+    let etcd_share = etcd_members.saturating_sub(1) / 2;
+    let mut minority = Vec::new();
+    let mut etcd_taken = 0;
+    for process in order.iter().map(|i| processes[*i]) {
+        if minority.len() == size {
+            break;
+        }
+        if matches!(process, ProcessId::EtcdMember(_)) {
+            if etcd_taken == etcd_share {
+                continue;
+            }
+            etcd_taken += 1;
+        }
+        minority.push(process);
+    }
+    minority.sort();
+    let majority = processes
+        .iter()
+        .copied()
+        .filter(|p| !minority.contains(p))
+        .collect();
+    (minority, majority)
+}
+
+/// The lab hosts of `processes`.
+fn hosts(cluster: &Cluster, processes: &[ProcessId]) -> Vec<usize> {
+    processes.iter().map(|p| cluster.host_of(*p)).collect()
 }
 
 /// The coordinator that owns `transactional_id`, as a broker answers.
@@ -244,6 +346,20 @@ fn inject(cluster: &mut Cluster, fault: &Fault) {
             cluster.kill(*broker);
             tear_logs(cluster.broker(*broker).data_dir(), *seed);
         }
+        Fault::Split { minority, majority } => cluster
+            .lab()
+            .split(&hosts(cluster, minority), &hosts(cluster, majority)),
+        Fault::IsolateLeaderHost(id) => cluster
+            .lab()
+            .isolate(cluster.host_of(ProcessId::Broker(*id)), ClientLink::Kept),
+        Fault::CutOneWay(from, to) => cluster.lab().cut_one_way(
+            cluster.host_of(ProcessId::Broker(*from)),
+            cluster.host_of(ProcessId::Broker(*to)),
+        ),
+        Fault::CutBrokers(a, b) => cluster.lab().cut(
+            cluster.host_of(ProcessId::Broker(*a)),
+            cluster.host_of(ProcessId::Broker(*b)),
+        ),
     }
 }
 
@@ -324,6 +440,75 @@ fn heal(cluster: &mut Cluster, fault: &Fault) {
             if let Err(e) = cluster.etcd(*a).wait_until_serving() {
                 panic!("the etcd quorum did not return: {e}");
             }
+        }
+        Fault::Split { .. }
+        | Fault::IsolateLeaderHost(_)
+        | Fault::CutOneWay(..)
+        | Fault::CutBrokers(..) => cluster.lab().heal(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lab_processes() -> Vec<ProcessId> {
+        let mut processes: Vec<ProcessId> = (0..3).map(ProcessId::EtcdMember).collect();
+        processes.extend((1..=3).map(ProcessId::Broker));
+        processes.extend((1..=2).map(ProcessId::Coordinator));
+        processes
+    }
+
+    #[test]
+    fn a_split_leaves_at_most_one_of_three_etcd_members_in_the_minority() {
+        let processes = lab_processes();
+        // Every etcd member first in the order: the minority still takes only one.
+        let order: Vec<usize> = (0..processes.len()).collect();
+        let (minority, majority) = split_keeping_quorum(&processes, &order, 3, 3);
+        assert_eq!(
+            minority,
+            vec![
+                ProcessId::Broker(1),
+                ProcessId::Broker(2),
+                ProcessId::EtcdMember(0)
+            ]
+        );
+        assert_eq!(majority.len(), processes.len() - 3);
+        let etcd_in_majority = majority
+            .iter()
+            .filter(|p| matches!(p, ProcessId::EtcdMember(_)))
+            .count();
+        assert_eq!(etcd_in_majority, 2);
+    }
+
+    #[test]
+    fn a_single_etcd_member_is_never_in_the_minority() {
+        let processes = vec![
+            ProcessId::EtcdMember(0),
+            ProcessId::Broker(1),
+            ProcessId::Broker(2),
+            ProcessId::Broker(3),
+        ];
+        let (minority, majority) = split_keeping_quorum(&processes, &[0, 1, 2, 3], 1, 1);
+        assert_eq!(minority, vec![ProcessId::Broker(1)]);
+        assert!(majority.contains(&ProcessId::EtcdMember(0)));
+    }
+
+    #[test]
+    fn every_seeded_split_is_a_minority_and_a_majority_covering_every_process() {
+        let processes = lab_processes();
+        let mut rng = StdRng::seed_from_u64(11);
+        for _ in 0..200 {
+            let size = rng.gen_range(1..=(processes.len() - 1) / 2);
+            let order = shuffled(&mut rng, processes.len());
+            let (minority, majority) = split_keeping_quorum(&processes, &order, size, 3);
+            assert_eq!(minority.len(), size);
+            assert!(minority.len() < majority.len());
+            let mut all: Vec<ProcessId> = minority.iter().chain(&majority).copied().collect();
+            all.sort();
+            let mut expected = processes.clone();
+            expected.sort();
+            assert_eq!(all, expected);
         }
     }
 }

@@ -1,4 +1,5 @@
-//! One chaos run: a cluster (3 brokers at RF 3, 2 coordinators, etcd), the workload
+//! One chaos run: a cluster (3 brokers at RF 3, 2 coordinators, etcd; for `split`, each
+//! process on its own host of a lab network with a 3-member etcd), the workload
 //! writing its history, the nemesis of the chosen families for the run's duration; then
 //! every fault healed, the cluster serving again, the workload stopped, a final read of
 //! every partition at both isolation levels, and the checker's verdict. Everything goes
@@ -21,6 +22,10 @@ use crate::{txn, Cluster};
 
 /// How long the cluster may take to serve again once every fault is healed.
 const RECOVERY: Duration = Duration::from_secs(30);
+/// On the lab, followers cut from their leader leave the ISR within a fault's length
+/// (1 to 4 s), so splits exercise ISR shrinking and NOT_ENOUGH_REPLICAS, not only
+/// waiting.
+const LAB_REPLICA_LAG_MS: &str = "2000";
 
 #[derive(Debug, Clone)]
 pub struct ChaosRun {
@@ -62,7 +67,17 @@ impl ChaosRun {
             "etcd-member faults need a 3-member etcd, partition and isolate a linked \
              single-member one: run them separately"
         );
-        let mut cluster = if self.families.iter().any(|f| linked.contains(f)) {
+        let on_lab = self.families.contains(&Family::Split);
+        assert!(
+            !(on_lab && self.families.iter().any(|f| linked.contains(f))),
+            "split faults need a lab network, partition and isolate a linked cluster: run \
+             them separately"
+        );
+        let mut cluster = if on_lab {
+            // Every process on its own host; 3 etcd members so a split can leave one
+            // on the minority side.
+            Cluster::start_on_lab(3, 2, 3, &["--replica-lag-time-max-ms", LAB_REPLICA_LAG_MS]).await
+        } else if self.families.iter().any(|f| linked.contains(f)) {
             Cluster::start_linked(3, 2).await
         } else if self.families.contains(&Family::EtcdMember) {
             Cluster::start_with_etcd_members(3, 3, 2, &[], &[]).await

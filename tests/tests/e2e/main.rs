@@ -13,6 +13,7 @@ mod grpc_tooling;
 mod idempotence;
 mod internal_topics;
 mod membership;
+mod network_partitions;
 mod producer_ids;
 mod replication;
 mod storage;
