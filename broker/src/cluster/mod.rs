@@ -5,3 +5,5 @@ pub mod assignment;
 pub mod catalog;
 pub mod data_dir_id;
 pub mod membership;
+pub mod reassignment;
+pub mod reassignment_request;
