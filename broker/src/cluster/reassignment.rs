@@ -161,26 +161,27 @@ pub fn completion(state: &PartitionState, live: &[i32]) -> Option<PartitionState
 }
 
 /// What the partition's leader publishes next, if anything: the ISR its replica set
-/// asks for (`isr`, when it differs from the catalog's) and, once that ISR holds every
-/// target replica, the end of the move: both in one compare-and-swap, one
-/// `partition_epoch` step.
+/// asks for (`isr`, when it differs from the catalog's), else the end of the move once
+/// the catalog's ISR holds every target replica.
+///
+/// Never both in one step: the move may end only on an ISR this leader already
+/// applies. Its high watermark counts exactly the ISR it applies, and it keeps
+/// acknowledging in its epoch until it reads its own final state; were a new replica
+/// joining and taking over in one step, the leader could acknowledge a batch the
+/// others confirmed but the new leader never fetched, which the new leader's epoch
+/// then cuts from every replica.
 pub fn leader_step(
     current: &PartitionState,
     isr: Option<Vec<i32>>,
     live: &[i32],
 ) -> Option<PartitionState> {
-    let with_isr = isr.map(|isr| PartitionState {
-        isr,
-        partition_epoch: current.partition_epoch + 1,
-        ..current.clone()
-    });
-    let base = with_isr.as_ref().unwrap_or(current);
-    match completion(base, live) {
-        Some(done) => Some(PartitionState {
+    match isr {
+        Some(isr) => Some(PartitionState {
+            isr,
             partition_epoch: current.partition_epoch + 1,
-            ..done
+            ..current.clone()
         }),
-        None => with_isr,
+        None => completion(current, live),
     }
 }
 
@@ -336,20 +337,28 @@ mod tests {
     }
 
     #[test]
-    fn given_the_last_target_replica_joining_the_isr_then_one_step_publishes_both() {
+    fn given_the_last_target_replica_joining_the_isr_then_the_move_ends_only_at_the_next_step() {
         let state = settled(&[1, 2, 3], 1, &[1, 2, 3]);
-        let moving = published(start(&state, &[2, 3, 4], &REGISTERED, 2));
+        let moving = published(start(&state, &[4, 2, 3], &REGISTERED, 2));
         assert_eq!(
             leader_step(&moving, None, &REGISTERED),
             None,
             "4 not in sync"
         );
-        let done = leader_step(&moving, Some(vec![1, 2, 3, 4]), &REGISTERED).expect("step");
+        let joined = leader_step(&moving, Some(vec![1, 2, 3, 4]), &REGISTERED).expect("step");
+        assert_eq!(
+            (joined.isr.clone(), joined.leader, joined.leader_epoch),
+            (vec![1, 2, 3, 4], 1, moving.leader_epoch),
+            "first only the ISR: the leader must apply it before 4 may take over"
+        );
+        assert!(is_reassigning(&joined));
+        assert_eq!(joined.partition_epoch, moving.partition_epoch + 1);
+        let done = leader_step(&joined, None, &REGISTERED).expect("then the end");
         assert_eq!(
             (done.replicas.clone(), done.isr.clone(), done.leader),
-            (vec![2, 3, 4], vec![2, 3, 4], 2)
+            (vec![4, 2, 3], vec![2, 3, 4], 4)
         );
-        assert_eq!(done.partition_epoch, moving.partition_epoch + 1);
+        assert_eq!(done.leader_epoch, moving.leader_epoch + 1);
         let shrunk = leader_step(&moving, Some(vec![1, 2]), &REGISTERED).expect("ISR change");
         assert_eq!(shrunk.isr, vec![1, 2]);
         assert!(is_reassigning(&shrunk), "the move goes on");
@@ -396,12 +405,21 @@ mod tests {
             prop_assert_eq!(all, union, "replicas = target ∪ original, each once");
             prop_assert_eq!(&moving.replicas[..wanted.len()], &wanted[..]);
             prop_assert!(moving.isr.contains(&moving.leader));
+            if !is_reassigning(&moving) {
+                // The same replicas in another order: nothing to move.
+                prop_assert_eq!(&moving.replicas, &wanted);
+                return Ok(());
+            }
             // Some replicas join the ISR (the leader is always in it).
             let isr: Vec<i32> = moving.replicas.iter().copied().enumerate()
                 .filter(|(i, b)| *b == moving.leader || in_sync_picks[*i])
                 .map(|(_, b)| b)
                 .collect();
             let live: Vec<i32> = (1..=7).filter(|b| live_picks[(*b - 1) as usize]).collect();
+            // An ISR change is published on its own, never with the end of the move.
+            let changed = leader_step(&moving, Some(isr.clone()), &live).expect("a change");
+            prop_assert!(is_reassigning(&changed));
+            prop_assert_eq!((changed.leader, changed.leader_epoch), (moving.leader, moving.leader_epoch));
             let stepped = PartitionState { isr: isr.clone(), ..moving.clone() };
             match completion(&stepped, &live) {
                 None => prop_assert!(!wanted.iter().all(|b| isr.contains(b))),
