@@ -14,6 +14,7 @@ mod idempotence;
 mod internal_topics;
 mod membership;
 mod producer_ids;
+mod reassignment;
 mod replication;
 mod storage;
 mod transactions;
