@@ -5,6 +5,7 @@ use idem_pidstore::PidStoreError;
 use idem_proto::batch::BatchError;
 use idem_proto::ErrorCode;
 
+use crate::cluster::reassignment::ReassignmentRefusal;
 use crate::log::LogError;
 use crate::producer_state::TxnRefusal;
 
@@ -53,6 +54,12 @@ pub enum BrokerError {
     FencedLeaderEpoch { asked: i32, current: i32 },
     #[error("cluster metadata: {0}")]
     Cluster(String),
+    #[error("cannot reassign {topic}-{partition}: {refusal}")]
+    Reassignment {
+        topic: String,
+        partition: i32,
+        refusal: ReassignmentRefusal,
+    },
     #[error("corrupt record batch: {0}")]
     CorruptBatch(#[from] BatchError),
     #[error("record batch of {size} bytes exceeds max.batch.bytes = {limit}")]
@@ -123,6 +130,11 @@ impl BrokerError {
             BrokerError::NotLeaderOrFollower { .. } => ErrorCode::NotLeaderOrFollower,
             // etcd unreachable or slow: the client may retry.
             BrokerError::Cluster(_) => ErrorCode::RequestTimedOut,
+            BrokerError::Reassignment {
+                refusal: ReassignmentRefusal::InProgress { .. },
+                ..
+            } => ErrorCode::ReassignmentInProgress,
+            BrokerError::Reassignment { .. } => ErrorCode::InvalidReplicaAssignment,
             BrokerError::NotEnoughReplicas { .. } => ErrorCode::NotEnoughReplicas,
             BrokerError::ReplicationTimedOut { .. } => ErrorCode::RequestTimedOut,
             // Retriable, and "may have been written", as a timeout is: not

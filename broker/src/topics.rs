@@ -3,7 +3,10 @@
 //! atomically) and this broker leads every partition. In a cluster the list and every
 //! partition's replicas, leader and epoch come from the etcd catalog; this broker opens
 //! the partitions it is a replica of and serves produce and fetch only where it leads.
-//! Each hosted partition lives in `<data_dir>/<topic>-<partition>/`.
+//! Each hosted partition lives in `<data_dir>/<topic>-<partition>/`; once the catalog
+//! no longer names this broker among a partition's replicas (a reassignment moved it
+//! away), the partition is closed for good and its directory deleted (Kafka's
+//! StopReplica with delete), at once or, after a restart, at the first catalog sync.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -16,6 +19,7 @@ use crate::cluster::catalog::{
 };
 use crate::cluster::isr_exit::leave_isr;
 use crate::cluster::membership::Membership;
+use crate::cluster::reassignment;
 use crate::coordinators::CoordinatorView;
 use crate::error::BrokerError;
 use crate::partition::{now_ms, Partition, PartitionSettings};
@@ -113,7 +117,25 @@ pub struct PartitionView {
     /// `mod_revision` of the partition's catalog key (0 on a single node).
     pub catalog_revision: i64,
     pub partition_epoch: i32,
+    /// While a reassignment runs: replicas joining and leaving (both in `replicas`).
+    pub adding_replicas: Vec<i32>,
+    pub removing_replicas: Vec<i32>,
     pub local: Option<Arc<Partition>>,
+}
+
+impl PartitionView {
+    /// The catalog state this view was read from.
+    fn catalog_state(&self) -> PartitionState {
+        PartitionState {
+            replicas: self.replicas.clone(),
+            leader: self.leader,
+            leader_epoch: self.leader_epoch,
+            isr: self.isr.clone(),
+            partition_epoch: self.partition_epoch,
+            adding_replicas: self.adding_replicas.clone(),
+            removing_replicas: self.removing_replicas.clone(),
+        }
+    }
 }
 
 struct Topic {
@@ -247,6 +269,11 @@ impl TopicRegistry {
         self.cluster.as_ref().map(|c| &c.catalog)
     }
 
+    /// The etcd side of this broker, in a cluster.
+    pub fn cluster(&self) -> Option<&ClusterCatalog> {
+        self.cluster.as_ref()
+    }
+
     /// Creates a topic. Nothing is written unless every check passes.
     pub async fn create(
         &self,
@@ -359,6 +386,7 @@ impl TopicRegistry {
         let coordinators = std::mem::take(&mut snapshot.coordinators);
         let in_isr = self.isrs_holding_me(&snapshot);
         let topics = self.apply_snapshot(snapshot)?;
+        let dropped = dropped_replicas(&self.read(), &topics);
         *self.write() = topics;
         self.leave_isrs(cluster, in_isr).await?;
         *self
@@ -366,6 +394,11 @@ impl TopicRegistry {
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = coordinators;
         self.reconcile_followers(cluster);
+        // Only now that neither the registry nor a fetcher hands them out.
+        for partition in dropped {
+            self.delete_replica(&partition);
+        }
+        self.delete_stale_dirs();
         self.synced_generation
             .store(generation, std::sync::atomic::Ordering::SeqCst);
         if self.elect_leaders(cluster).await? {
@@ -510,12 +543,13 @@ impl TopicRegistry {
                     .filter(|b| live.contains(b))
                     .collect()
             };
+            // A reassignment in progress goes on under the new leader.
             let state = PartitionState {
-                replicas: view.replicas.clone(),
                 leader: self.broker_id,
                 leader_epoch: view.leader_epoch + 1,
                 isr,
                 partition_epoch: view.partition_epoch + 1,
+                ..view.catalog_state()
             };
             match cluster.publish(&topic, &view, &state).await {
                 Ok(true) => {
@@ -576,7 +610,9 @@ impl TopicRegistry {
     }
 
     /// Leader duty: publishes ISR shrinks (a follower lagging past `lag_limit_ms`) and
-    /// expansions (a follower back at the high watermark) by compare-and-swap in etcd.
+    /// expansions (a follower back at the high watermark) by compare-and-swap in etcd,
+    /// and ends a reassignment once every target replica is in sync
+    /// ([`reassignment::leader_step`]).
     pub async fn maintain_isr(&self, lag_limit_ms: i64) {
         let Some(cluster) = &self.cluster else { return };
         let led: Vec<(String, PartitionView)> = self
@@ -593,22 +629,28 @@ impl TopicRegistry {
         for (topic, view) in led {
             let Some(local) = &view.local else { continue };
             let high_watermark = local.offsets().high_watermark;
-            let Some(isr) = local
+            let isr_change = local
                 .replication()
-                .isr_change(high_watermark, now_ms(), lag_limit_ms)
-            else {
+                .isr_change(high_watermark, now_ms(), lag_limit_ms);
+            let current = view.catalog_state();
+            // Who is alive matters only to pick the next leader when a move ends.
+            let live = if reassignment::is_reassigning(&current) {
+                cluster.live_broker_ids().await.unwrap_or_default()
+            } else {
+                Vec::new()
+            };
+            let Some(state) = reassignment::leader_step(&current, isr_change, &live) else {
                 continue;
             };
-            let state = PartitionState {
-                replicas: view.replicas.clone(),
-                leader: view.leader,
-                leader_epoch: view.leader_epoch,
-                isr: isr.clone(),
-                partition_epoch: view.partition_epoch + 1,
-            };
             match cluster.publish(&topic, &view, &state).await {
+                Ok(true)
+                    if reassignment::is_reassigning(&current)
+                        && !reassignment::is_reassigning(&state) =>
+                {
+                    tracing::info!(topic, partition = view.index, replicas = ?state.replicas, isr = ?state.isr, leader = state.leader, leader_epoch = state.leader_epoch, "reassignment complete")
+                }
                 Ok(true) => {
-                    tracing::info!(topic, partition = view.index, from = ?view.isr, to = ?isr, "changed the ISR")
+                    tracing::info!(topic, partition = view.index, from = ?view.isr, to = ?state.isr, "changed the ISR")
                 }
                 Ok(false) => tracing::debug!(
                     topic,
@@ -659,6 +701,69 @@ impl TopicRegistry {
             topics.insert(name, Topic { spec, partitions });
         }
         Ok(topics)
+    }
+
+    /// A partition this broker no longer replicates: no write may land in it any more
+    /// (an acks=all produce still waiting fails as a lost leadership), then its
+    /// directory goes.
+    fn delete_replica(&self, partition: &Partition) {
+        partition.retire();
+        let dir = partition_dir(&self.data_dir, partition.topic(), partition.index());
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => tracing::info!(
+                topic = partition.topic(),
+                partition = partition.index(),
+                "no longer a replica: deleted the partition"
+            ),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => tracing::warn!(
+                topic = partition.topic(),
+                partition = partition.index(),
+                error = %e,
+                "no longer a replica, but deleting the partition failed; the next sync retries"
+            ),
+        }
+    }
+
+    /// Deletes the directories of catalog partitions this broker does not replicate:
+    /// left by a broker that stopped before it could delete them. Directories of topics
+    /// the catalog does not list are left alone (they may be half created).
+    fn delete_stale_dirs(&self) {
+        let entries = match std::fs::read_dir(&self.data_dir) {
+            Ok(entries) => entries,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot list the data dir for stale partitions");
+                return;
+            }
+        };
+        let stale: Vec<(String, i32)> = {
+            let topics = self.read();
+            entries
+                .filter_map(Result::ok)
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .filter_map(|e| parse_partition_dir(&e.file_name().to_string_lossy()))
+                .filter(|(topic, p)| {
+                    topics.get(topic).is_some_and(|t| {
+                        t.partitions
+                            .iter()
+                            .any(|v| v.index == *p && v.local.is_none())
+                    })
+                })
+                .collect()
+        };
+        for (topic, p) in stale {
+            let dir = partition_dir(&self.data_dir, &topic, p);
+            match std::fs::remove_dir_all(&dir) {
+                Ok(()) => tracing::info!(
+                    topic,
+                    partition = p,
+                    "deleted the directory of a partition this broker no longer replicates"
+                ),
+                Err(e) => {
+                    tracing::warn!(topic, partition = p, error = %e, "deleting a stale partition failed")
+                }
+            }
+        }
     }
 
     /// The already open partition, or opens (recovers) it.
@@ -774,6 +879,8 @@ fn sole_replica(broker_id: i32, index: i32, local: Arc<Partition>) -> PartitionV
         isr: vec![broker_id],
         catalog_revision: 0,
         partition_epoch: 0,
+        adding_replicas: Vec::new(),
+        removing_replicas: Vec::new(),
         local: Some(local),
     }
 }
@@ -792,8 +899,38 @@ fn view_of(
         isr: state.isr,
         catalog_revision,
         partition_epoch: state.partition_epoch,
+        adding_replicas: state.adding_replicas,
+        removing_replicas: state.removing_replicas,
         local,
     }
+}
+
+/// The partitions `before` hosted that `after` does not: this broker left their
+/// replicas.
+fn dropped_replicas(
+    before: &BTreeMap<String, Topic>,
+    after: &BTreeMap<String, Topic>,
+) -> Vec<Arc<Partition>> {
+    before
+        .iter()
+        .flat_map(|(name, topic)| {
+            topic.partitions.iter().filter_map(move |v| {
+                let local = v.local.as_ref()?;
+                let still_hosted = after
+                    .get(name)
+                    .and_then(|t| t.partitions.iter().find(|n| n.index == v.index))
+                    .is_some_and(|n| n.local.is_some());
+                (!still_hosted).then(|| local.clone())
+            })
+        })
+        .collect()
+}
+
+/// `(topic, partition)` of a directory named `<topic>-<partition>`.
+fn parse_partition_dir(name: &str) -> Option<(String, i32)> {
+    let (topic, p) = name.rsplit_once('-')?;
+    let p: i32 = p.parse().ok()?;
+    (p >= 0 && !topic.is_empty()).then(|| (topic.to_string(), p))
 }
 
 fn partition_dir(data_dir: &Path, topic: &str, partition: i32) -> PathBuf {
@@ -824,6 +961,26 @@ fn write_topics_file(data_dir: &Path, file: &TopicsFile) -> Result<(), BrokerErr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn partition_dirs_parse_back_to_topic_and_index() {
+        assert_eq!(
+            parse_partition_dir("orders-eu-12"),
+            Some(("orders-eu".to_string(), 12))
+        );
+        assert_eq!(
+            parse_partition_dir("__transaction_state-0"),
+            Some(("__transaction_state".to_string(), 0))
+        );
+        assert_eq!(parse_partition_dir("pidstore"), None);
+        assert_eq!(parse_partition_dir("-3"), None);
+        assert_eq!(
+            parse_partition_dir("x--1"),
+            Some(("x-".to_string(), 1)),
+            "topic names may end in a dash"
+        );
+        assert_eq!(parse_partition_dir("x-1a"), None);
+    }
 
     #[test]
     fn the_internal_transaction_log_topic_is_a_valid_name() {

@@ -34,7 +34,7 @@ struct Cli {
 enum Command {
     /// Run one broker with the embedded store in this process (Ctrl-C stops it).
     Dev(dev::DevArgs),
-    /// Create, list and describe topics.
+    /// Create, list, describe and reassign topics.
     #[command(subcommand)]
     Topic(topic::TopicCommand),
     /// Produce one record per stdin line.

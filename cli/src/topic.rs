@@ -1,4 +1,6 @@
-//! `idem topic create | list | describe`.
+//! `idem topic create | list | describe | reassign | reassignments`.
+
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use idem_client::{Admin, NewTopic};
@@ -25,8 +27,29 @@ pub enum TopicCommand {
         #[arg(long)]
         internal: bool,
     },
-    /// Partitions of a topic with leader, replicas, ISR and offsets.
+    /// Partitions of a topic with leader, replicas, ISR and offsets (and, for a
+    /// partition being moved, the replicas joining and leaving).
     Describe { name: String },
+    /// Move partitions to other brokers: `--partition P --replicas 2,3,4`, repeated
+    /// for several partitions. New replicas copy the log, join the ISR, then the old
+    /// ones are dropped and delete their copy; producers and consumers keep going.
+    Reassign {
+        name: String,
+        /// A partition to move (one per --replicas, in the same order).
+        #[arg(long = "partition", required = true)]
+        partitions: Vec<i32>,
+        /// Its target broker ids, comma separated, first = preferred leader.
+        #[arg(long = "replicas", required = true)]
+        replicas: Vec<String>,
+        /// Wait until the moves have finished, for up to this many seconds.
+        #[arg(long)]
+        wait_secs: Option<u64>,
+    },
+    /// Partitions being moved, with the replicas joining and leaving.
+    Reassignments {
+        /// Only these topics (default: every topic).
+        topics: Vec<String>,
+    },
 }
 
 pub async fn run(bootstrap: &str, command: TopicCommand) -> anyhow::Result<()> {
@@ -98,10 +121,126 @@ pub async fn run(bootstrap: &str, command: TopicCommand) -> anyhow::Result<()> {
                     p.high_watermark,
                     p.log_end_offset
                 );
+                if !p.adding_replicas.is_empty() || !p.removing_replicas.is_empty() {
+                    println!(
+                        "{:>9} reassigning: adding {} removing {}",
+                        "",
+                        or_none(&p.adding_replicas),
+                        or_none(&p.removing_replicas)
+                    );
+                }
+            }
+        }
+        TopicCommand::Reassign {
+            name,
+            partitions,
+            replicas,
+            wait_secs,
+        } => {
+            let targets = reassignment_plan(&partitions, &replicas)?;
+            let outcomes = admin
+                .alter_partition_reassignments(&name, &targets)
+                .await
+                .with_context(|| format!("reassigning partitions of {name:?}"))?;
+            let mut refused = 0;
+            for ((partition, outcome), (_, target)) in outcomes.iter().zip(&targets) {
+                match outcome {
+                    Ok(()) => println!("{name}-{partition}: moving to {}", join(target)),
+                    Err(e) => {
+                        refused += 1;
+                        eprintln!("{name}-{partition}: refused: {e}");
+                    }
+                }
+            }
+            if refused > 0 {
+                anyhow::bail!("{refused} of {} reassignment(s) refused", targets.len());
+            }
+            if let Some(secs) = wait_secs {
+                let moving: Vec<i32> = targets.iter().map(|(p, _)| *p).collect();
+                wait_for_moves(&admin, &name, &moving, Duration::from_secs(secs)).await?;
+                println!("reassignment of {name} complete");
+            }
+        }
+        TopicCommand::Reassignments { topics } => {
+            let topics: Vec<&str> = topics.iter().map(String::as_str).collect();
+            let moving = admin.list_partition_reassignments(&topics).await?;
+            if moving.is_empty() {
+                println!("no partition is being reassigned");
+                return Ok(());
+            }
+            println!(
+                "{:<24} {:>9} {:>14} {:>10} {:>10}",
+                "topic", "partition", "replicas", "adding", "removing"
+            );
+            for r in moving {
+                println!(
+                    "{:<24} {:>9} {:>14} {:>10} {:>10}",
+                    r.topic,
+                    r.partition,
+                    join(&r.replicas),
+                    or_none(&r.adding_replicas),
+                    or_none(&r.removing_replicas)
+                );
             }
         }
     }
     Ok(())
+}
+
+/// Pairs each `--partition` with its `--replicas` list.
+fn reassignment_plan(
+    partitions: &[i32],
+    replicas: &[String],
+) -> anyhow::Result<Vec<(i32, Vec<i32>)>> {
+    if partitions.len() != replicas.len() {
+        anyhow::bail!(
+            "{} --partition but {} --replicas: give one replica list per partition",
+            partitions.len(),
+            replicas.len()
+        );
+    }
+    partitions
+        .iter()
+        .zip(replicas)
+        .map(|(partition, list)| {
+            let ids = list
+                .split(',')
+                .map(|id| {
+                    id.trim()
+                        .parse::<i32>()
+                        .with_context(|| format!("--replicas {list:?}: {id:?} is not a broker id"))
+                })
+                .collect::<anyhow::Result<Vec<i32>>>()?;
+            Ok((*partition, ids))
+        })
+        .collect()
+}
+
+/// Polls until none of `partitions` of `topic` is being moved.
+async fn wait_for_moves(
+    admin: &Admin,
+    topic: &str,
+    partitions: &[i32],
+    patience: Duration,
+) -> anyhow::Result<()> {
+    let started = Instant::now();
+    loop {
+        let moving = admin.list_partition_reassignments(&[topic]).await?;
+        let left: Vec<i32> = moving
+            .iter()
+            .filter(|r| partitions.contains(&r.partition))
+            .map(|r| r.partition)
+            .collect();
+        if left.is_empty() {
+            return Ok(());
+        }
+        if started.elapsed() >= patience {
+            anyhow::bail!(
+                "partitions {left:?} of {topic} are still being moved after {patience:?} (the move goes on)"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// The partition as its leader describes it, if the leader answers.
@@ -126,4 +265,25 @@ async fn offsets_from_leader(
 
 fn join(ids: &[i32]) -> String {
     ids.iter().map(i32::to_string).collect::<Vec<_>>().join(",")
+}
+
+fn or_none(ids: &[i32]) -> String {
+    if ids.is_empty() {
+        "-".into()
+    } else {
+        join(ids)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn given_partitions_and_replica_lists_then_they_pair_up_in_order() {
+        let plan = reassignment_plan(&[0, 2], &["2,3,4".into(), " 4, 1".into()]).expect("plan");
+        assert_eq!(plan, vec![(0, vec![2, 3, 4]), (2, vec![4, 1])]);
+        assert!(reassignment_plan(&[0], &[]).is_err());
+        assert!(reassignment_plan(&[0], &["2,x".into()]).is_err());
+    }
 }

@@ -4,8 +4,9 @@
 //! exactly what the broker decided; `metadata` asks any broker; `list_offsets` asks the
 //! partition's leader and retries only answers that were lost or came from a broker
 //! that no longer leads (after refreshing the metadata). Transactions: see
-//! [`transactions`].
+//! [`transactions`]; moving partitions between brokers: [`reassignments`].
 
+pub mod reassignments;
 pub mod transactions;
 pub mod txn_log_slices;
 

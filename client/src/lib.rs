@@ -54,6 +54,7 @@ pub mod producer;
 pub mod refresh;
 pub mod transactional;
 
+pub use admin::reassignments::PartitionReassignment;
 pub use admin::transactions::{
     HangingReason, HangingTransaction, OpenTransaction, PendingEnd, TopicPartition,
     TransactionDescription, TransactionState,

@@ -31,6 +31,10 @@ pub struct PartitionMetadata {
     pub high_watermark: i64,
     pub log_end_offset: i64,
     pub last_stable_offset: i64,
+    /// While the partition is being reassigned: replicas joining and leaving (both are
+    /// in `replicas`). Empty otherwise.
+    pub adding_replicas: Vec<i32>,
+    pub removing_replicas: Vec<i32>,
 }
 
 /// One topic and its partitions, in partition order.
@@ -117,6 +121,8 @@ impl From<proto::MetadataResponse> for ClusterMetadata {
                             high_watermark: p.high_watermark,
                             log_end_offset: p.log_end_offset,
                             last_stable_offset: p.last_stable_offset,
+                            adding_replicas: p.adding_replicas,
+                            removing_replicas: p.removing_replicas,
                         })
                         .collect();
                     partitions.sort_by_key(|p| p.partition);
@@ -391,6 +397,8 @@ mod tests {
                         high_watermark: 0,
                         log_end_offset: 0,
                         last_stable_offset: 0,
+                        adding_replicas: Vec::new(),
+                        removing_replicas: Vec::new(),
                     })
                     .collect(),
             }],

@@ -198,6 +198,20 @@ impl Broker for Fake {
     ) -> Result<Response<ListOpenTransactionsResponse>, Status> {
         Err(Status::unimplemented("list_open_transactions"))
     }
+
+    async fn alter_partition_reassignments(
+        &self,
+        _: Request<idem_proto::v1::AlterPartitionReassignmentsRequest>,
+    ) -> Result<Response<idem_proto::v1::AlterPartitionReassignmentsResponse>, Status> {
+        Err(Status::unimplemented("alter_partition_reassignments"))
+    }
+
+    async fn list_partition_reassignments(
+        &self,
+        _: Request<idem_proto::v1::ListPartitionReassignmentsRequest>,
+    ) -> Result<Response<idem_proto::v1::ListPartitionReassignmentsResponse>, Status> {
+        Err(Status::unimplemented("list_partition_reassignments"))
+    }
 }
 
 #[tonic::async_trait]

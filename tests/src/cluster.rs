@@ -39,6 +39,8 @@ pub struct Cluster {
     hosts: BTreeMap<ProcessId, usize>,
     /// Last, so its namespaces go after every process in them is reaped.
     lab: Option<Lab>,
+    /// The flags every broker was started with, for [`Cluster::add_broker`].
+    broker_extra: Vec<String>,
 }
 
 /// A process of the cluster, by kind and id.
@@ -107,6 +109,50 @@ impl Cluster {
             etcd,
             hosts: BTreeMap::new(),
             lab: None,
+            broker_extra: extra.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    /// Starts one more broker (id n + 1) against the same etcd, with the flags the
+    /// others got, and returns its id. It holds no partition until a reassignment or a
+    /// new topic names it; it is registered (and in Metadata) once this returns.
+    pub async fn add_broker(&mut self) -> i32 {
+        let id = self.brokers.len() as i32 + 1;
+        let endpoint = endpoints(&self.etcd);
+        let id_flag = id.to_string();
+        let mut args = vec![
+            "--id",
+            id_flag.as_str(),
+            "--etcd",
+            endpoint.as_str(),
+            "--lease-ttl-ms",
+            "2000",
+        ];
+        args.extend(self.broker_extra.iter().map(String::as_str));
+        self.brokers.push(BrokerProcess::start_with(&args));
+        let started = Instant::now();
+        // Asked of another broker: it knows the newcomer from etcd, as clients will.
+        let asked = self.observer(&[id]);
+        loop {
+            let mut client = raw::connect(&self.broker(asked).bootstrap()).await;
+            let registered = client
+                .metadata(MetadataRequest { topics: Vec::new() })
+                .await
+                .map(|answer| {
+                    answer
+                        .into_inner()
+                        .brokers
+                        .iter()
+                        .any(|b| b.broker_id == id)
+                });
+            if registered.unwrap_or(false) {
+                return id;
+            }
+            assert!(
+                started.elapsed() < PATIENCE,
+                "broker {id} never appeared in broker {asked}'s metadata"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 
@@ -186,6 +232,7 @@ impl Cluster {
             etcd,
             hosts,
             lab: Some(lab),
+            broker_extra: broker_extra.iter().map(|s| s.to_string()).collect(),
         };
         cluster.add_coordinators(coordinators, &[]).await;
         cluster

@@ -46,6 +46,8 @@ mod tests {
             leader_epoch: 4,
             isr: isr.to_vec(),
             partition_epoch: 9,
+            adding_replicas: Vec::new(),
+            removing_replicas: Vec::new(),
         }
     }
 

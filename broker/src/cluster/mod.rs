@@ -6,3 +6,5 @@ pub mod catalog;
 pub mod data_dir_id;
 pub mod isr_exit;
 pub mod membership;
+pub mod reassignment;
+pub mod reassignment_request;

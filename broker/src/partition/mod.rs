@@ -104,6 +104,9 @@ pub struct Partition {
     /// Whether this replica must leave the ISR before it may lead (see
     /// [`Partition::must_leave_isr`]).
     leave_isr_pending: AtomicBool,
+    /// This broker is no longer a replica (see [`Partition::retire`]); set under the
+    /// partition lock, so no append follows it.
+    retired: AtomicBool,
 }
 
 impl Partition {
@@ -148,6 +151,7 @@ impl Partition {
             replicas: Mutex::new(ReplicaSet::sole(broker_id)),
             epochs: Mutex::new(epochs),
             leave_isr_pending: AtomicBool::new(leave_isr),
+            retired: AtomicBool::new(false),
         })
     }
 
@@ -262,7 +266,8 @@ impl Partition {
         leader_epoch: i32,
     ) -> Result<(), BrokerError> {
         let mut hw = self.high_watermark.subscribe();
-        let replicated = tokio::time::timeout(timeout, hw.wait_for(|hw| *hw >= end))
+        let retired = || self.retired.load(Ordering::SeqCst);
+        let replicated = tokio::time::timeout(timeout, hw.wait_for(|hw| *hw >= end || retired()))
             .await
             .is_ok_and(|waited| waited.is_ok());
         if !replicated {
@@ -331,6 +336,13 @@ impl Partition {
         buf: &[u8],
         leader_epoch: i32,
     ) -> Result<AppendInfo, BrokerError> {
+        if self.retired.load(Ordering::SeqCst) {
+            return Err(BrokerError::NotLeaderOrFollower {
+                topic: self.topic.clone(),
+                partition: self.index,
+                leader: -1,
+            });
+        }
         // Read the marker before appending: a control batch whose record cannot be read
         // must not reach the log, where it would be a transaction end nobody can apply.
         let marker = read_marker(buf)?;
@@ -386,6 +398,37 @@ impl Partition {
 
     pub fn replication(&self) -> ReplicaSet {
         self.replica_set().clone()
+    }
+
+    /// This broker is no longer one of the partition's replicas (a reassignment moved
+    /// it away): nothing is appended any more, and an acks=all produce still waiting
+    /// for the in-sync replicas ends at once as a lost leadership (REQUEST_TIMED_OUT:
+    /// the new leader may hold the batch) instead of at its timeout. The registry has
+    /// already stopped handing this partition out.
+    pub fn retire(&self) {
+        {
+            let _inner = self.lock();
+            self.retired.store(true, Ordering::SeqCst);
+        }
+        {
+            let mut replicas = self.replica_set();
+            let (epoch, replicas_now, isr, min) = (
+                replicas.leader_epoch,
+                replicas.replicas.clone(),
+                replicas.isr.clone(),
+                replicas.min_insync_replicas,
+            );
+            replicas.update(
+                Role::Follower { leader: -1 },
+                epoch,
+                replicas_now,
+                isr,
+                min,
+                now_ms(),
+            );
+        }
+        // Wake the acks=all waits, which re-check and see the lost leadership.
+        self.high_watermark.send_modify(|_| {});
     }
 
     /// Leader: recomputes the high watermark from its own durable end and the ISR.
@@ -686,7 +729,12 @@ impl Partition {
 
     /// Flushes on a timer for `interval:<ms>` policies.
     pub fn flush(&self) -> Result<(), BrokerError> {
-        Ok(self.lock().log.flush()?)
+        let mut inner = self.lock();
+        // A retired partition's files are being deleted: nothing of it is worth keeping.
+        if self.retired.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        Ok(inner.log.flush()?)
     }
 
     /// Clean shutdown: flush the log and snapshot the producer state at the log end,

@@ -693,3 +693,42 @@ async fn given_a_deposed_leader_waiting_for_acks_all_when_it_follows_a_new_leade
         "{error}"
     );
 }
+
+#[tokio::test]
+async fn given_a_leader_moved_off_the_partition_when_it_retires_then_a_waiting_acks_all_fails_at_once_and_nothing_more_is_appended(
+) {
+    // A reassignment that drops the leader: the leader publishes the final state (a new
+    // leader, a new epoch) and closes its replica; its follower stopped fetching from it,
+    // so without retirement an acks=all produce would wait out its whole timeout.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let leaving = Partition::open("orders", 0, dir.path(), settings(), 1).expect("open");
+    leaving.set_replication(Role::Leader, 3, vec![1, 2], vec![1, 2], 1);
+    let started = tokio::time::Instant::now();
+    let waiting = {
+        let batch = data(9, 0, 0, 1, false);
+        let leaving = &leaving;
+        async move {
+            leaving
+                .append(&batch, ACKS_ALL, Duration::from_secs(30))
+                .await
+        }
+    };
+    let retire = async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        leaving.retire();
+    };
+    let (answer, ()) = tokio::join!(waiting, retire);
+    let error = answer.expect_err("not confirmed by the ISR");
+    assert_eq!(error.code(), ErrorCode::RequestTimedOut, "{error}");
+    assert!(
+        error.to_string().contains("may have been written"),
+        "{error}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(5), "ended at once");
+    let after = leaving
+        .append(&data(9, 0, 1, 1, false), 1, TIMEOUT)
+        .await
+        .expect_err("a retired replica appends nothing");
+    assert_eq!(after.code(), ErrorCode::NotLeaderOrFollower, "{after}");
+    assert_eq!(leaving.offsets().log_end_offset, 1);
+}

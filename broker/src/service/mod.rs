@@ -12,20 +12,24 @@ use idem_proto::internal::is_internal_topic;
 use idem_proto::txn::TXN_LOG_TOPIC;
 use idem_proto::v1::broker_server::Broker;
 use idem_proto::v1::{
-    BrokerInfo, ControlType, CoordinatorInfo, CreateTopicResult, CreateTopicsRequest,
-    CreateTopicsResponse, FetchPartitionResponse, FetchRequest, FetchResponse, FetchTopicResponse,
+    AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, BrokerInfo,
+    ControlType, CoordinatorInfo, CreateTopicResult, CreateTopicsRequest, CreateTopicsResponse,
+    FetchPartitionResponse, FetchRequest, FetchResponse, FetchTopicResponse,
     FindCoordinatorRequest, FindCoordinatorResponse, InitProducerIdRequest, InitProducerIdResponse,
     IsolationLevel, ListOffsetsPartitionResponse, ListOffsetsRequest, ListOffsetsResponse,
     ListOffsetsTopicResponse, ListOpenTransactionsRequest, ListOpenTransactionsResponse,
-    MetadataRequest, MetadataResponse, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse,
-    OpenTransaction, PartitionMetadata, PartitionProduceResponse, ProduceRequest, ProduceResponse,
-    TopicMetadata, TopicProduceResponse, TxnLogOwner, TxnMarkerPartitionResult,
-    WriteTxnMarkersRequest, WriteTxnMarkersResponse,
+    ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse, MetadataRequest,
+    MetadataResponse, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse,
+    OngoingPartitionReassignment, OpenTransaction, PartitionMetadata, PartitionProduceResponse,
+    ProduceRequest, ProduceResponse, ReassignablePartitionResult, TopicMetadata,
+    TopicProduceResponse, TxnLogOwner, TxnMarkerPartitionResult, WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
 };
 use idem_proto::ErrorCode;
 use tonic::{Request, Response, Status};
 
 use crate::cluster::membership::Membership;
+use crate::cluster::reassignment_request::alter_reassignment;
 use crate::coordinators::Coordinators;
 use crate::error::BrokerError;
 use crate::internal_topics::{self, OwnerFacts};
@@ -176,7 +180,33 @@ impl BrokerService {
             high_watermark: offsets.map_or(-1, |o| o.high_watermark),
             log_end_offset: offsets.map_or(-1, |o| o.log_end_offset),
             last_stable_offset: offsets.map_or(-1, |o| o.last_stable_offset),
+            adding_replicas: view.adding_replicas.clone(),
+            removing_replicas: view.removing_replicas.clone(),
         }
+    }
+
+    /// One partition of AlterPartitionReassignments.
+    async fn reassign(
+        &self,
+        topic: &str,
+        partition: i32,
+        replicas: &[i32],
+    ) -> Result<(), BrokerError> {
+        let Some(cluster) = self.topics.cluster() else {
+            return Err(BrokerError::InvalidRequest(
+                "partition reassignment needs a cluster: this broker runs alone (no --etcd), \
+                 so its partitions have no other broker to move to"
+                    .into(),
+            ));
+        };
+        alter_reassignment(
+            &cluster.catalog,
+            &cluster.membership,
+            topic,
+            partition,
+            replicas,
+        )
+        .await
     }
 
     /// What the catalog knows of the owner of an internal topic's partition: only
@@ -797,6 +827,84 @@ impl Broker for BrokerService {
             }
         }
         Ok(Response::new(ListOpenTransactionsResponse { transactions }))
+    }
+
+    async fn alter_partition_reassignments(
+        &self,
+        request: Request<AlterPartitionReassignmentsRequest>,
+    ) -> Result<Response<AlterPartitionReassignmentsResponse>, Status> {
+        let request = request.into_inner();
+        let mut partitions = Vec::with_capacity(request.partitions.len());
+        let mut started = false;
+        for wanted in &request.partitions {
+            let result = self
+                .reassign(&request.topic, wanted.partition, &wanted.replicas)
+                .await;
+            started |= result.is_ok();
+            let (error_code, error_message) = match result {
+                Ok(()) => (ErrorCode::None, String::new()),
+                Err(e) => {
+                    log_refusal(&request.topic, wanted.partition, &e);
+                    (e.code(), e.to_string())
+                }
+            };
+            partitions.push(ReassignablePartitionResult {
+                partition: wanted.partition,
+                error_code: error_code as i32,
+                error_message,
+            });
+        }
+        // Answer from the new state: ListPartitionReassignments and Metadata of this
+        // broker show the move at once rather than when the catalog watch catches up.
+        if started {
+            if let Err(e) = self.topics.sync().await {
+                tracing::debug!(error = %e, "reading the catalog after a reassignment failed; the watch catches up");
+            }
+        }
+        Ok(Response::new(AlterPartitionReassignmentsResponse {
+            topic: request.topic,
+            partitions,
+        }))
+    }
+
+    async fn list_partition_reassignments(
+        &self,
+        request: Request<ListPartitionReassignmentsRequest>,
+    ) -> Result<Response<ListPartitionReassignmentsResponse>, Status> {
+        let request = request.into_inner();
+        let mut reassignments = Vec::new();
+        let mut unknown = Vec::new();
+        for (topic, views) in self.topics.describe(&request.topics) {
+            let Some(views) = views else {
+                unknown.push(topic);
+                continue;
+            };
+            reassignments.extend(
+                views
+                    .into_iter()
+                    .filter(|v| !v.adding_replicas.is_empty() || !v.removing_replicas.is_empty())
+                    .map(|v| OngoingPartitionReassignment {
+                        topic: topic.clone(),
+                        partition: v.index,
+                        replicas: v.replicas,
+                        adding_replicas: v.adding_replicas,
+                        removing_replicas: v.removing_replicas,
+                    }),
+            );
+        }
+        let (error_code, error_message) = if unknown.is_empty() {
+            (ErrorCode::None, String::new())
+        } else {
+            (
+                ErrorCode::UnknownTopicOrPartition,
+                format!("unknown topic(s): {}", unknown.join(", ")),
+            )
+        };
+        Ok(Response::new(ListPartitionReassignmentsResponse {
+            error_code: error_code as i32,
+            error_message,
+            reassignments,
+        }))
     }
 }
 

@@ -15,6 +15,7 @@ mod internal_topics;
 mod membership;
 mod network_partitions;
 mod producer_ids;
+mod reassignment;
 mod replication;
 mod storage;
 mod transactions;
