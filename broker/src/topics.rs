@@ -804,8 +804,15 @@ impl TopicRegistry {
                         .synced_generation
                         .load(std::sync::atomic::Ordering::SeqCst)
         });
+        // The catalog naming this broker is not enough: a replica that restarted as the
+        // leader of record with a log its recovery cut does not lead (see
+        // `apply_snapshot`); serving produce there, in the old epoch, would write a
+        // batch at an offset where the other replicas hold another of the same epoch,
+        // which no truncation check can tell apart.
         match &view.local {
-            Some(local) if view.leader == self.broker_id && !fenced => Ok(local.clone()),
+            Some(local) if view.leader == self.broker_id && local.is_leader() && !fenced => {
+                Ok(local.clone())
+            }
             _ => Err(BrokerError::NotLeaderOrFollower {
                 topic: topic.to_string(),
                 partition,

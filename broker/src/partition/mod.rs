@@ -400,6 +400,11 @@ impl Partition {
         self.replica_set().clone()
     }
 
+    /// Whether this replica acts as the partition's leader.
+    pub fn is_leader(&self) -> bool {
+        self.replica_set().is_leader()
+    }
+
     /// This broker is no longer one of the partition's replicas (a reassignment moved
     /// it away): nothing is appended any more, and an acks=all produce still waiting
     /// for the in-sync replicas ends at once as a lost leadership (REQUEST_TIMED_OUT:
