@@ -116,9 +116,16 @@ impl Cluster {
             }
             for topic in &metadata.topics {
                 for p in &topic.partitions {
+                    // Every replica in sync (the replicas are every broker unless the
+                    // cluster has more brokers than the replication factor).
                     let mut isr = p.isr.clone();
                     isr.sort_unstable();
-                    if !running.contains(&p.leader_id) || isr != running {
+                    let mut replicas = p.replicas.clone();
+                    replicas.sort_unstable();
+                    if !running.contains(&p.leader_id)
+                        || isr != replicas
+                        || !replicas.iter().all(|r| running.contains(r))
+                    {
                         return Some(format!(
                             "broker {id} sees {}-{} led by {} with ISR {:?}",
                             topic.name, p.partition, p.leader_id, p.isr

@@ -1,6 +1,7 @@
 //! Chaos verification in CI (issue 23): one bounded run per nemesis family (process
 //! kills, pauses, cuts from etcd, isolated leaders, etcd faults, etcd member faults of
-//! a 3-member etcd, torn logs, network splits between hosts of a lab network), fixed
+//! a 3-member etcd, torn logs, network splits between hosts of a lab network, partition
+//! moves and broker removals), fixed
 //! seeds, 60 s of faults each;
 //! any anomaly the checker finds in the history fails the test and names the report
 //! directory. The runs take turns (one cluster at a time on a 2-core machine).
@@ -76,6 +77,11 @@ async fn given_network_splits_between_hosts_then_the_history_has_no_anomaly() {
     run(&[Family::Split], 8, CI_RUN).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_partitions_moved_and_brokers_removed_and_added_then_the_history_has_no_anomaly() {
+    run(&[Family::Membership], 9, CI_RUN).await;
+}
+
 /// `IDEM_CHAOS_DURATION` (seconds, default 600), `IDEM_CHAOS_SEED` (default 42),
 /// `IDEM_CHAOS_NEMESIS` (comma-separated families, default all).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -96,7 +102,7 @@ async fn soak() {
                 Family::parse(name.trim()).unwrap_or_else(|| {
                     panic!(
                         "unknown nemesis family {name:?}: kill, pause, partition, isolate, \
-                         etcd, etcd-member, torn, split"
+                         etcd, etcd-member, torn, split, membership"
                     )
                 })
             })
@@ -111,7 +117,7 @@ async fn soak() {
         ],
         // etcd-member needs a 3-member etcd, and the other families one member: a
         // soak of it is its own run (IDEM_CHAOS_NEMESIS=etcd-member); so is split, on a
-        // lab network (IDEM_CHAOS_NEMESIS=split).
+        // lab network (IDEM_CHAOS_NEMESIS=split), and membership, on 4 brokers.
     };
     run(&families, seed, Duration::from_secs(seconds)).await;
 }

@@ -10,7 +10,9 @@
 //! then restarted), and on a lab network ([`Cluster::start_on_lab`]), splits:
 //! a majority/minority split of every host (etcd keeping its quorum on the majority
 //! side), the leader of a partition cut from every other host (clients still reach it),
-//! or a one-way or two-way cut between two brokers.
+//! or a one-way or two-way cut between two brokers. With a 4th broker, membership
+//! changes: a partition moved to another replica set, or a broker removed (everything
+//! it holds moved away, then stopped) and added back empty.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -24,6 +26,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 
+use crate::chaos::membership::{self, Placement};
 use crate::chaos::workload::{PARTITIONS, TOPICS};
 use crate::cluster::ProcessId;
 use crate::netns::ClientLink;
@@ -40,6 +43,7 @@ pub enum Family {
     EtcdMember,
     Torn,
     Split,
+    Membership,
 }
 
 impl Family {
@@ -53,6 +57,7 @@ impl Family {
             Family::EtcdMember => "etcd-member",
             Family::Torn => "torn",
             Family::Split => "split",
+            Family::Membership => "membership",
         }
     }
 
@@ -66,6 +71,7 @@ impl Family {
             Family::EtcdMember,
             Family::Torn,
             Family::Split,
+            Family::Membership,
         ]
         .into_iter()
         .find(|f| f.name() == name)
@@ -87,6 +93,11 @@ enum Fault {
     PauseEtcdMember(usize),
     /// Two of three members killed: no quorum until they return.
     KillEtcdQuorum(usize, usize),
+    /// A partition moved to the replicas named (one broker's replica moved to another).
+    MovePartition(Placement),
+    /// Every replica of a broker moved to the others, then the broker stopped; healing
+    /// starts it again, holding nothing, as a new member.
+    RemoveBroker(i32),
     /// A broker killed and every partition log on its disk torn (`seed` picks where).
     TearLogs {
         broker: i32,
@@ -138,9 +149,9 @@ impl Nemesis {
             };
             let length = Duration::from_millis(self.rng.gen_range(1_000..4_000));
             let start = self.started.elapsed();
-            inject(cluster, &fault);
+            inject(cluster, &fault).await;
             tokio::time::sleep(length).await;
-            heal(cluster, &fault);
+            heal(cluster, &fault).await;
             let end = self.started.elapsed();
             *self.injected.entry(family.name()).or_default() += 1;
             let line = json!({
@@ -218,6 +229,24 @@ impl Nemesis {
                 seed: self.rng.gen(),
             },
             Family::Split => self.choose_split(cluster).await?,
+            // Moves need a broker outside every replica set: a 4th broker at RF 3.
+            Family::Membership if brokers.len() < 4 => return None,
+            Family::Membership => {
+                if self.rng.gen_bool(0.5) {
+                    Fault::RemoveBroker(broker)
+                } else {
+                    let observer = cluster.observer(&[]);
+                    let topic = TOPICS[self.rng.gen_range(0..TOPICS.len())];
+                    let partition = self.rng.gen_range(0..PARTITIONS);
+                    let placement = membership::placements(cluster, observer)
+                        .await
+                        .into_iter()
+                        .find(|p| p.topic == topic && p.partition == partition)?;
+                    let leaving =
+                        placement.replicas[self.rng.gen_range(0..placement.replicas.len())];
+                    Fault::MovePartition(membership::without(&placement, leaving, &brokers)?)
+                }
+            }
             Family::EtcdMember => {
                 let member = self.rng.gen_range(0..3);
                 match self.rng.gen_range(0..3) {
@@ -326,7 +355,7 @@ async fn owner_of(bootstrap: &str, transactional_id: &str) -> Option<i32> {
     (answer.error_code() == ErrorCode::None).then_some(answer.coordinator_id)
 }
 
-fn inject(cluster: &mut Cluster, fault: &Fault) {
+async fn inject(cluster: &mut Cluster, fault: &Fault) {
     match fault {
         Fault::KillBroker(id) => cluster.kill(*id),
         Fault::KillCoordinator(id) => cluster.kill_coordinator(*id),
@@ -341,6 +370,22 @@ fn inject(cluster: &mut Cluster, fault: &Fault) {
         Fault::KillEtcdQuorum(a, b) => {
             cluster.etcd(*a).kill();
             cluster.etcd(*b).kill();
+        }
+        Fault::MovePartition(target) => {
+            let via = cluster.observer(&[]);
+            membership::reassign(cluster, via, std::slice::from_ref(target)).await;
+        }
+        Fault::RemoveBroker(id) => {
+            let via = cluster.observer(&[*id]);
+            let brokers = cluster.ids();
+            let moves: Vec<Placement> = membership::placements(cluster, via)
+                .await
+                .iter()
+                .filter_map(|p| membership::without(p, *id, &brokers))
+                .collect();
+            membership::reassign(cluster, via, &moves).await;
+            membership::wait_until_settled(cluster, via).await;
+            cluster.kill(*id);
         }
         Fault::TearLogs { broker, seed } => {
             cluster.kill(*broker);
@@ -415,7 +460,7 @@ fn batch_spans(bytes: &[u8]) -> Vec<(usize, usize)> {
     spans
 }
 
-fn heal(cluster: &mut Cluster, fault: &Fault) {
+async fn heal(cluster: &mut Cluster, fault: &Fault) {
     match fault {
         Fault::KillBroker(id) => cluster.restart(*id),
         Fault::KillCoordinator(id) => cluster.restart_coordinator(*id),
@@ -434,6 +479,11 @@ fn heal(cluster: &mut Cluster, fault: &Fault) {
         }
         Fault::PauseEtcdMember(member) => cluster.etcd(*member).resume(),
         Fault::TearLogs { broker, .. } => cluster.restart(*broker),
+        Fault::MovePartition(_) => {
+            let observer = cluster.observer(&[]);
+            membership::wait_until_settled(cluster, observer).await;
+        }
+        Fault::RemoveBroker(id) => cluster.restart(*id),
         Fault::KillEtcdQuorum(a, b) => {
             cluster.etcd(*a).restart_member();
             cluster.etcd(*b).restart_member();

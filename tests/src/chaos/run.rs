@@ -79,6 +79,9 @@ impl ChaosRun {
             Cluster::start_on_lab(3, 2, 3, &["--replica-lag-time-max-ms", LAB_REPLICA_LAG_MS]).await
         } else if self.families.iter().any(|f| linked.contains(f)) {
             Cluster::start_linked(3, 2).await
+        } else if self.families.contains(&Family::Membership) {
+            // A 4th broker, so that every partition has somewhere to move to.
+            Cluster::start_with_coordinators(4, 2, &[], &[]).await
         } else if self.families.contains(&Family::EtcdMember) {
             Cluster::start_with_etcd_members(3, 3, 2, &[], &[]).await
         } else {
