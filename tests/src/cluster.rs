@@ -85,20 +85,12 @@ impl Cluster {
                     .get(&ProcessId::Broker(id))
                     .map_or_else(|| direct.clone(), CuttableLink::endpoint);
                 let advertise = advertised.get(&id);
-                let id = id.to_string();
-                let mut args = vec![
-                    "--id",
-                    id.as_str(),
-                    "--etcd",
-                    endpoint.as_str(),
-                    "--lease-ttl-ms",
-                    "2000",
-                ];
+                let mut args = broker_args(id, &endpoint);
                 if let Some(address) = advertise {
-                    args.extend_from_slice(&["--advertise", address.as_str()]);
+                    args.extend(["--advertise".to_string(), address.clone()]);
                 }
-                args.extend_from_slice(extra);
-                BrokerProcess::start_with(&args)
+                args.extend(extra.iter().map(|s| s.to_string()));
+                BrokerProcess::start_with(&as_strs(&args))
             })
             .collect();
         Cluster {
@@ -119,17 +111,10 @@ impl Cluster {
     pub async fn add_broker(&mut self) -> i32 {
         let id = self.brokers.len() as i32 + 1;
         let endpoint = endpoints(&self.etcd);
-        let id_flag = id.to_string();
-        let mut args = vec![
-            "--id",
-            id_flag.as_str(),
-            "--etcd",
-            endpoint.as_str(),
-            "--lease-ttl-ms",
-            "2000",
-        ];
-        args.extend(self.broker_extra.iter().map(String::as_str));
-        self.brokers.push(BrokerProcess::start_with(&args));
+        let mut args = broker_args(id, &endpoint);
+        args.extend(self.broker_extra.iter().cloned());
+        self.brokers
+            .push(BrokerProcess::start_with(&as_strs(&args)));
         let started = Instant::now();
         // Asked of another broker: it knows the newcomer from etcd, as clients will.
         let asked = self.observer(&[id]);
@@ -211,17 +196,9 @@ impl Cluster {
         let brokers = (1..=brokers)
             .map(|id| {
                 let host = lab.host(hosts[&ProcessId::Broker(id)]);
-                let id = id.to_string();
-                let mut args = vec![
-                    "--id",
-                    id.as_str(),
-                    "--etcd",
-                    endpoint.as_str(),
-                    "--lease-ttl-ms",
-                    "2000",
-                ];
-                args.extend_from_slice(broker_extra);
-                BrokerProcess::start_on(host, &args)
+                let mut args = broker_args(id, &endpoint);
+                args.extend(broker_extra.iter().map(|s| s.to_string()));
+                BrokerProcess::start_on(host, &as_strs(&args))
             })
             .collect();
         let mut cluster = Cluster {
@@ -584,4 +561,22 @@ fn endpoints(etcd: &[EtcdServer]) -> String {
 
 fn index(id: i32) -> usize {
     usize::try_from(id - 1).expect("broker ids start at 1")
+}
+
+/// The flags every broker of a cluster starts with: its id, etcd, 2-second leases.
+fn broker_args(id: i32, etcd_endpoint: &str) -> Vec<String> {
+    [
+        "--id",
+        &id.to_string(),
+        "--etcd",
+        etcd_endpoint,
+        "--lease-ttl-ms",
+        "2000",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+fn as_strs(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
 }

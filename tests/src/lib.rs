@@ -14,6 +14,7 @@ pub mod proxy;
 pub mod raw;
 pub mod replicas;
 pub mod sdk;
+pub mod segments;
 pub mod server_process;
 pub mod serving;
 pub mod signal;

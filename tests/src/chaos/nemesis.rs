@@ -30,7 +30,7 @@ use crate::chaos::membership::{self, Placement};
 use crate::chaos::workload::{PARTITIONS, TOPICS};
 use crate::cluster::ProcessId;
 use crate::netns::ClientLink;
-use crate::{raw, Cluster};
+use crate::{raw, segments, Cluster};
 
 /// A family of faults a run injects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -165,6 +165,23 @@ impl Nemesis {
         self.log.flush().expect("flush the nemesis log");
     }
 
+    /// The leader of a random partition of the workload's topics.
+    async fn random_leader(&mut self, cluster: &Cluster) -> Option<i32> {
+        let (topic, partition) = self.random_partition();
+        let observer = cluster.observer(&[]);
+        Some(
+            cluster
+                .partition(observer, topic, partition)
+                .await?
+                .leader_id,
+        )
+    }
+
+    fn random_partition(&mut self) -> (&'static str, i32) {
+        let topic = TOPICS[self.rng.gen_range(0..TOPICS.len())];
+        (topic, self.rng.gen_range(0..PARTITIONS))
+    }
+
     async fn choose(
         &mut self,
         family: Family,
@@ -178,16 +195,7 @@ impl Nemesis {
         Some(match family {
             Family::Kill => match self.rng.gen_range(0..3) {
                 0 => Fault::KillBroker(broker),
-                1 => {
-                    let topic = TOPICS[self.rng.gen_range(0..TOPICS.len())];
-                    let partition = self.rng.gen_range(0..PARTITIONS);
-                    let observer = cluster.observer(&[]);
-                    let leader = cluster
-                        .partition(observer, topic, partition)
-                        .await?
-                        .leader_id;
-                    Fault::KillBroker(leader)
-                }
+                1 => Fault::KillBroker(self.random_leader(cluster).await?),
                 _ => {
                     let id = format!("chaos-txn-{}", self.rng.gen_range(0..2));
                     Fault::KillCoordinator(owner_of(bootstrap, &id).await.unwrap_or(coordinator))
@@ -207,16 +215,7 @@ impl Nemesis {
                     Fault::CutFromEtcd(ProcessId::Coordinator(coordinator))
                 }
             }
-            Family::Isolate => {
-                let topic = TOPICS[self.rng.gen_range(0..TOPICS.len())];
-                let partition = self.rng.gen_range(0..PARTITIONS);
-                let observer = cluster.observer(&[]);
-                let leader = cluster
-                    .partition(observer, topic, partition)
-                    .await?
-                    .leader_id;
-                Fault::Isolate(leader)
-            }
+            Family::Isolate => Fault::Isolate(self.random_leader(cluster).await?),
             Family::Etcd => {
                 if self.rng.gen_bool(0.5) {
                     Fault::KillEtcd
@@ -236,8 +235,7 @@ impl Nemesis {
                     Fault::RemoveBroker(broker)
                 } else {
                     let observer = cluster.observer(&[]);
-                    let topic = TOPICS[self.rng.gen_range(0..TOPICS.len())];
-                    let partition = self.rng.gen_range(0..PARTITIONS);
+                    let (topic, partition) = self.random_partition();
                     let placement = membership::placements(cluster, observer)
                         .await
                         .into_iter()
@@ -279,16 +277,7 @@ impl Nemesis {
                     split_keeping_quorum(&processes, &order, size, etcd_members);
                 Fault::Split { minority, majority }
             }
-            1 => {
-                let topic = TOPICS[self.rng.gen_range(0..TOPICS.len())];
-                let partition = self.rng.gen_range(0..PARTITIONS);
-                let observer = cluster.observer(&[]);
-                let leader = cluster
-                    .partition(observer, topic, partition)
-                    .await?
-                    .leader_id;
-                Fault::IsolateLeaderHost(leader)
-            }
+            1 => Fault::IsolateLeaderHost(self.random_leader(cluster).await?),
             2 => Fault::CutOneWay(a, b),
             _ => Fault::CutBrokers(a, b),
         })
@@ -421,13 +410,7 @@ fn tear_logs(data_dir: &Path, seed: u64) {
         .collect();
     partitions.sort();
     for dir in partitions {
-        let mut segments: Vec<PathBuf> = std::fs::read_dir(&dir)
-            .expect("read a partition dir")
-            .filter_map(|entry| Some(entry.ok()?.path()))
-            .filter(|path| path.extension().is_some_and(|e| e == "log"))
-            .collect();
-        segments.sort();
-        let Some(active) = segments.pop() else {
+        let Some(active) = segments::active_segment(&dir) else {
             continue;
         };
         let bytes = std::fs::read(&active).expect("read a segment");

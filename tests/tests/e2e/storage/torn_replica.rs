@@ -4,25 +4,14 @@
 //! itself out of the ISR before it takes part in elections, so while it catches up only
 //! the replicas that still hold everything may lead; then it rejoins.
 
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use idem_proto::v1::MetadataRequest;
 use idem_proto::ErrorCode;
-use idem_tests::raw;
 use idem_tests::Cluster;
+use idem_tests::{raw, segments};
 
 const RECORDS: i32 = 40;
-
-fn active_segment(partition_dir: &Path) -> PathBuf {
-    let mut segments: Vec<PathBuf> = std::fs::read_dir(partition_dir)
-        .expect("partition dir")
-        .map(|e| e.expect("dir entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "log"))
-        .collect();
-    segments.sort();
-    segments.pop().expect("at least one segment")
-}
 
 /// Waits until `observer` no longer lists broker `gone` as registered.
 async fn wait_until_unregistered(cluster: &Cluster, observer: i32, gone: i32) {
@@ -80,7 +69,8 @@ async fn given_a_follower_restarted_with_a_torn_log_then_it_leaves_the_isr_and_n
     assert_eq!(before.isr.len(), 3, "{:?}", before.isr);
 
     cluster.kill(torn);
-    let segment = active_segment(&cluster.broker(torn).data_dir().join("ledger-0"));
+    let segment = segments::active_segment(&cluster.broker(torn).data_dir().join("ledger-0"))
+        .expect("a segment");
     let length = std::fs::metadata(&segment).expect("segment").len();
     let file = std::fs::OpenOptions::new()
         .write(true)

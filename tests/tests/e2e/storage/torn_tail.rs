@@ -2,21 +2,11 @@
 //! the broker recovers to the last valid batch, never serves the broken bytes, and
 //! appends continue right after the last valid batch.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use idem_proto::ErrorCode;
-use idem_tests::raw;
 use idem_tests::BrokerProcess;
-
-fn active_segment(partition_dir: &Path) -> PathBuf {
-    let mut segments: Vec<PathBuf> = std::fs::read_dir(partition_dir)
-        .expect("partition dir")
-        .map(|e| e.expect("dir entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "log"))
-        .collect();
-    segments.sort();
-    segments.pop().expect("at least one segment")
-}
+use idem_tests::{raw, segments};
 
 async fn broker_with_ten_batches() -> (BrokerProcess, PathBuf) {
     let broker = BrokerProcess::start();
@@ -80,7 +70,7 @@ async fn given_the_last_batch_torn_while_down_when_restarted_then_log_ends_at_th
 {
     let (mut broker, dir) = broker_with_ten_batches().await;
     broker.kill();
-    let segment = active_segment(&dir);
+    let segment = segments::active_segment(&dir).expect("a segment");
     let len = std::fs::metadata(&segment).expect("segment").len();
     let file = std::fs::OpenOptions::new()
         .write(true)
@@ -95,7 +85,7 @@ async fn given_the_last_batch_torn_while_down_when_restarted_then_log_ends_at_th
 async fn given_the_last_batch_garbled_while_down_when_restarted_then_it_is_cut_and_never_served() {
     let (mut broker, dir) = broker_with_ten_batches().await;
     broker.kill();
-    let segment = active_segment(&dir);
+    let segment = segments::active_segment(&dir).expect("a segment");
     let mut bytes = std::fs::read(&segment).expect("segment");
     let at = bytes.len() - 3;
     bytes[at] ^= 0xff;
@@ -108,7 +98,7 @@ async fn given_the_last_batch_garbled_while_down_when_restarted_then_it_is_cut_a
 async fn given_garbage_appended_while_down_when_restarted_then_it_is_cut() {
     let (mut broker, dir) = broker_with_ten_batches().await;
     broker.kill();
-    let segment = active_segment(&dir);
+    let segment = segments::active_segment(&dir).expect("a segment");
     let mut bytes = std::fs::read(&segment).expect("segment");
     // Cut the last batch in half and leave junk behind it, as a crash mid-write can.
     let whole = bytes.len();
