@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The produce-latency target in one command (docs/benchmarks.md, "(c)"): measures the
+# The produce-latency target in one command (docs/benchmarks-history.md, "(c)"): measures the
 # replication factor 3 exactly-once peak on this machine (a fresh cluster per round),
 # then runs the given modes at half of it and prints their latency table, e.g.
 #

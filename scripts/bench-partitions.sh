@@ -13,7 +13,7 @@
 # Options: --rounds N (default 3), --duration D (default 2s), --counts "A B C" (default
 # "6 60 600"; the first is the base of the ratios), --keep DIR (keep every run's JSON in
 # DIR), --drop-caches (root: drop the page cache before every run, see
-# docs/benchmarks.md, "How to read the ratios"), --dev (instead of --embedded, a fresh
+# docs/benchmarks-history.md, "How to read the ratios"), --dev (instead of --embedded, a fresh
 # `idem dev` process per run on 127.0.0.1:19592/19593, so that the memory reported is
 # the broker's alone: in-process it includes the bench's producer and consumer);
 # anything after `--` goes to every `idem bench produce`. The goal is 600/6 >= 0.7
