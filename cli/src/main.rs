@@ -18,7 +18,8 @@ use clap::{Parser, Subcommand};
     about = "idem: a Kafka-style broker built for exactly-once delivery"
 )]
 struct Cli {
-    /// Broker address to connect to (host:port).
+    /// Broker address to connect to (host:port), or a comma-separated list of them
+    /// tried in turn until one answers (Kafka's `bootstrap.servers`).
     #[arg(
         long,
         global = true,

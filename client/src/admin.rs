@@ -53,7 +53,8 @@ pub struct Admin {
 }
 
 impl Admin {
-    /// Connects to `bootstrap` (`host:port`).
+    /// Connects to `bootstrap` (`host:port`, or a comma-separated list of them tried in
+    /// turn).
     pub async fn connect(bootstrap: &str) -> Result<Admin, ClientError> {
         Ok(Admin {
             conn: Connection::connect(bootstrap, DEFAULT_REQUEST_TIMEOUT).await?,

@@ -25,6 +25,7 @@ use idem_proto::ErrorCode;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::admin::OffsetSpec;
+use crate::bootstrap;
 use crate::consumer::Isolation;
 use crate::error::{is_retriable_status, ClientError};
 use crate::metadata::{ClusterMetadata, MetadataCache, Route};
@@ -158,22 +159,30 @@ pub(crate) fn is_leadership_error(code: ErrorCode) -> bool {
 }
 
 impl Connection {
-    /// Connects to `bootstrap` (`host:port`); fails if the broker cannot be reached.
+    /// Connects to `bootstrap`, one `host:port` or a comma-separated list of them
+    /// ([`crate::bootstrap`]): the first broker of the list that can be reached (and,
+    /// when there is a choice, answers Metadata) becomes the bootstrap connection. Fails
+    /// naming each broker that could not be reached.
     pub async fn connect(bootstrap: &str, request_timeout: Duration) -> Result<Self, ClientError> {
-        if bootstrap.trim().is_empty() {
-            return Err(ClientError::InvalidConfig(
-                "bootstrap address is empty".into(),
-            ));
+        let addresses = bootstrap::addresses(bootstrap)?;
+        for address in &addresses {
+            endpoint(address).map_err(|e| {
+                ClientError::InvalidConfig(format!("bad bootstrap address {address:?}: {e}"))
+            })?;
         }
-        let endpoint = endpoint(bootstrap).map_err(|e| {
-            ClientError::InvalidConfig(format!("bad bootstrap address {bootstrap:?}: {e}"))
-        })?;
-        let channel = endpoint.connect().await.map_err(|e| ClientError::Connect {
-            address: bootstrap.to_string(),
-            message: error_chain(&e),
-        })?;
+        // With one address there is nothing to choose: the first request reports trouble.
+        let probe = (addresses.len() > 1).then(|| request_timeout.min(ANY_BROKER_ATTEMPT_TIMEOUT));
+        let (bootstrap, channel) = bootstrap::first_answering(&addresses, |address| async move {
+            let endpoint = endpoint(&address)?;
+            let channel = endpoint.connect().await.map_err(|e| error_chain(&e))?;
+            if let Some(timeout) = probe {
+                bootstrap::answers_metadata(broker_client(channel.clone()), timeout).await?;
+            }
+            Ok(channel)
+        })
+        .await?;
         Ok(Connection {
-            bootstrap: bootstrap.to_string(),
+            bootstrap,
             client: broker_client(channel),
             shared: Arc::new(SharedState {
                 metadata: RwLock::new(MetadataCache::default()),
@@ -191,6 +200,7 @@ impl Connection {
     /// Like [`Connection::connect`] without dialling: the bootstrap channel connects on
     /// first use (and again whenever it breaks), so this succeeds while the broker is
     /// still starting. For servers that talk to brokers (the transaction coordinator).
+    /// Takes one address: a channel that is not dialled cannot try a list in turn.
     pub fn connect_lazy(bootstrap: &str, request_timeout: Duration) -> Result<Self, ClientError> {
         if bootstrap.trim().is_empty() {
             return Err(ClientError::InvalidConfig(

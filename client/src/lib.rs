@@ -44,6 +44,7 @@
 //! ```
 
 pub mod admin;
+mod bootstrap;
 pub mod connection;
 pub mod consumer;
 mod coordinator;

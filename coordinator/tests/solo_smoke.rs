@@ -14,8 +14,11 @@ use idem_client::{
 };
 use idem_coordinator::{BoundCoordinator, CoordinatorConfig};
 use idem_proto::v1::txn_coordinator_client::TxnCoordinatorClient;
-use idem_proto::v1::{DescribeTransactionRequest, ListTransactionsRequest};
+use idem_proto::v1::{
+    DescribeTransactionRequest, DescribeTransactionResponse, ListTransactionsRequest,
+};
 use idem_proto::ErrorCode;
+use tonic::transport::Channel;
 
 struct Reaped(Child);
 
@@ -24,6 +27,44 @@ impl Drop for Reaped {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// Longest the test waits for a state the broker and coordinator reach in a few seconds.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// Calls `probe` until it returns a value; panics naming `what` after [`PATIENCE`].
+/// (This crate cannot use the tests crate's `wait` module: that crate depends on it.)
+async fn eventually<T, Fut>(what: &str, mut probe: impl FnMut() -> Fut) -> T
+where
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let started = std::time::Instant::now();
+    loop {
+        if let Some(value) = probe().await {
+            return value;
+        }
+        assert!(
+            started.elapsed() < PATIENCE,
+            "{what}: not within {PATIENCE:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// DescribeTransaction of `transactional_id`, when the coordinator knows it.
+async fn described(
+    client: &TxnCoordinatorClient<Channel>,
+    transactional_id: &str,
+) -> Option<DescribeTransactionResponse> {
+    let answer = client
+        .clone()
+        .describe_transaction(DescribeTransactionRequest {
+            transactional_id: transactional_id.into(),
+        })
+        .await
+        .expect("describe")
+        .into_inner();
+    (answer.error_code == ErrorCode::None as i32).then_some(answer)
 }
 
 fn free_port() -> u16 {
@@ -101,12 +142,10 @@ async fn given_a_solo_coordinator_then_commits_show_aborts_do_not_and_a_restart_
     let (stop, serving) =
         start_coordinator(coordinator_dir.path(), coordinator_addr, &broker_addr).await;
 
-    let admin = loop {
-        if let Ok(admin) = Admin::connect(&broker_addr).await {
-            break admin;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let admin = eventually("the broker accepts connections", || async {
+        Admin::connect(&broker_addr).await.ok()
+    })
+    .await;
     admin.create_topic("orders", 1, 1).await.expect("topic");
 
     let producer = TransactionalProducer::connect(TransactionalConfig::new(&broker_addr, "smoke"))
@@ -140,6 +179,9 @@ async fn given_a_solo_coordinator_then_commits_show_aborts_do_not_and_a_restart_
 
     // A transaction open past its timeout is aborted by the coordinator; its producer
     // is fenced and cannot commit it.
+    let coordinator = TxnCoordinatorClient::connect(format!("http://{coordinator_addr}"))
+        .await
+        .expect("coordinator");
     let mut slow_config = TransactionalConfig::new(&broker_addr, "slow");
     slow_config.transaction_timeout = Duration::from_millis(300);
     let slow = TransactionalProducer::connect(slow_config)
@@ -151,7 +193,17 @@ async fn given_a_solo_coordinator_then_commits_show_aborts_do_not_and_a_restart_
         .send(ProducerRecord::new("orders", "timed-out").partition(0))
         .await
         .expect("send");
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Awaits the coordinator's abort itself rather than sleeping past the timeout.
+    eventually(
+        "the coordinator aborts the timed-out transaction",
+        || async {
+            described(&coordinator, "slow")
+                .await
+                .and_then(|answer| answer.transaction)
+                .filter(|t| t.state == "PrepareAbort" || t.state == "CompleteAbort")
+        },
+    )
+    .await;
     assert!(
         slow.commit().await.is_err(),
         "a timed-out transaction committed"
@@ -229,22 +281,13 @@ async fn given_a_solo_coordinator_then_commits_show_aborts_do_not_and_a_restart_
     serving.await.expect("stopped");
     let (stop, serving) =
         start_coordinator(coordinator_dir.path(), coordinator_addr, &broker_addr).await;
-    let mut client = TxnCoordinatorClient::connect(format!("http://{coordinator_addr}"))
+    let client = TxnCoordinatorClient::connect(format!("http://{coordinator_addr}"))
         .await
         .expect("coordinator");
-    let after = loop {
-        let answer = client
-            .describe_transaction(DescribeTransactionRequest {
-                transactional_id: "smoke".into(),
-            })
-            .await
-            .expect("describe")
-            .into_inner();
-        if answer.error_code == ErrorCode::None as i32 {
-            break answer;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let after = eventually("the restarted coordinator describes smoke", || {
+        described(&client, "smoke")
+    })
+    .await;
     let (before, after) = (
         before.transaction.expect("txn"),
         after.transaction.expect("txn"),

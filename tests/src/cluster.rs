@@ -22,7 +22,7 @@ use crate::{raw, replicas, BrokerProcess, CoordinatorProcess};
 pub const TXN_LOG_PARTITIONS: i32 = 4;
 
 /// Longest a test waits for the cluster to reach a state.
-const PATIENCE: Duration = Duration::from_secs(30);
+pub use crate::wait::PATIENCE;
 
 pub struct Cluster {
     // Processes first: they are dropped (killed) before etcd, which lives as long as

@@ -20,6 +20,7 @@ pub mod serving;
 pub mod signal;
 pub mod txn;
 pub mod txn_workload;
+pub mod wait;
 
 pub use cluster::Cluster;
 pub use proxy::FaultyProxy;

@@ -73,7 +73,8 @@ impl FromStr for Delivery {
 /// fields; [`ProducerConfig::validate`] runs on connect.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProducerConfig {
-    /// `host:port` of a broker (an `http://` prefix is accepted).
+    /// `host:port` of a broker (an `http://` prefix is accepted), or a comma-separated
+    /// list of them, tried in turn until one answers (Kafka's `bootstrap.servers`).
     pub bootstrap: String,
     /// Default [`Delivery::ExactlyOnce`].
     pub delivery: Delivery,

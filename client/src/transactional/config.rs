@@ -11,7 +11,8 @@ use crate::producer::config::{Delivery, ProducerConfig, MAX_IN_FLIGHT_EXACTLY_ON
 /// and adjust fields; validated on connect.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TransactionalConfig {
-    /// `host:port` of a broker (an `http://` prefix is accepted).
+    /// `host:port` of a broker (an `http://` prefix is accepted), or a comma-separated
+    /// list of them, tried in turn until one answers (Kafka's `bootstrap.servers`).
     pub bootstrap: String,
     /// Names this producer across restarts: a new instance with the same id fences the
     /// old one and aborts its open transaction.

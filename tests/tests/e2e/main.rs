@@ -3,6 +3,7 @@
 
 mod bad_input;
 mod bench;
+mod bootstrap_list;
 mod chaos;
 mod cli;
 mod cluster_topics;

@@ -3,6 +3,8 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
+use proptest::prelude::*;
+
 use super::*;
 
 const PID: ProducerIdAndEpoch = ProducerIdAndEpoch {
@@ -945,6 +947,29 @@ impl Rng {
         self.0 ^= self.0 << 17;
         self.0
     }
+}
+
+/// Where a simulation draws its choices: first a given prefix (proptest's, which
+/// shrinks), then a seeded xorshift stream that never runs dry, so every run can
+/// finish whatever the prefix chose.
+struct Choices {
+    prefix: std::vec::IntoIter<u64>,
+    rng: Rng,
+}
+
+impl Choices {
+    fn seeded(seed: u64) -> Self {
+        Choices::after(Vec::new(), seed)
+    }
+    fn after(prefix: Vec<u64>, seed: u64) -> Self {
+        Choices {
+            prefix: prefix.into_iter(),
+            rng: Rng(seed.max(1)),
+        }
+    }
+    fn next(&mut self) -> u64 {
+        self.prefix.next().unwrap_or_else(|| self.rng.next())
+    }
     fn below(&mut self, n: usize) -> usize {
         (self.next() % n as u64) as usize
     }
@@ -1056,11 +1081,15 @@ struct Run {
 /// losing some before or after the broker acted. With `expire_idle`, the broker also
 /// forgets producer state whenever the partition is idle (idle producer expiry).
 fn simulate(delivery: Delivery, seed: u64, batches: u64, expire_idle: bool) -> Run {
-    simulate_with(config(delivery), seed, batches, expire_idle)
+    simulate_with(
+        config(delivery),
+        Choices::seeded(seed),
+        batches,
+        expire_idle,
+    )
 }
 
-fn simulate_with(config: InflightConfig, seed: u64, batches: u64, expire_idle: bool) -> Run {
-    let mut rng = Rng(seed.max(1));
+fn simulate_with(config: InflightConfig, mut rng: Choices, batches: u64, expire_idle: bool) -> Run {
     let mut broker = ModelBroker::default();
     let mut h = Harness::with(config, Some(PID));
     let mut requests: Vec<Sent> = Vec::new(); // on the way to the broker
@@ -1161,7 +1190,7 @@ fn simulate_with(config: InflightConfig, seed: u64, batches: u64, expire_idle: b
             _ => h.advance(Duration::from_millis(50)),
         }
     }
-    assert!(h.m.is_idle(), "seed {seed}: run did not finish");
+    assert!(h.m.is_idle(), "run did not finish");
     let mut acked = BTreeMap::new();
     let mut failed = BTreeMap::new();
     for (batch, result) in std::mem::take(&mut h.completed) {
@@ -1189,12 +1218,12 @@ fn simulate_with(config: InflightConfig, seed: u64, batches: u64, expire_idle: b
 /// everything in the log in send order, including a batch given up as possibly written
 /// whose request outlived the client's patience: once the partition bumped its epoch, a
 /// late copy of such a batch is fenced rather than appended behind its successors.
-fn assert_exactly_once(run: &Run, seed: u64) {
+fn assert_exactly_once(run: &Run, run_name: &str) {
     let mut position: HashMap<&Bytes, usize> = HashMap::new();
     for (i, v) in run.log.iter().enumerate() {
         assert!(
             position.insert(v, i).is_none(),
-            "seed {seed}: {v:?} duplicated"
+            "{run_name}: {v:?} duplicated"
         );
     }
     let sent: Vec<&Bytes> = run.pushed.iter().flat_map(|(_, v)| v.iter()).collect();
@@ -1204,27 +1233,111 @@ fn assert_exactly_once(run: &Run, seed: u64) {
         .collect();
     assert!(
         order.windows(2).all(|w| w[0] < w[1]),
-        "seed {seed}: log order differs from send order"
+        "{run_name}: log order differs from send order"
     );
     for (batch, values) in &run.pushed {
         if let Some(offset) = run.acked.get(batch) {
             let at = *offset as usize;
-            assert_eq!(&run.log[at..at + values.len()], &values[..], "seed {seed}");
+            assert_eq!(&run.log[at..at + values.len()], &values[..], "{run_name}");
         } else {
             let error = &run.failed[batch];
             if !error.possibly_written() {
                 assert!(
                     values.iter().all(|v| !position.contains_key(v)),
-                    "seed {seed}: {batch:?} failed as not written but is in the log"
+                    "{run_name}: {batch:?} failed as not written but is in the log"
                 );
             }
         }
     }
 }
 
+/// Exactly-once while the broker keeps its producer state: nothing fails, no new
+/// producer id is needed, and the log is the send order.
+fn check_exactly_once_kept_state(run: &Run, run_name: &str) {
+    assert!(
+        run.failed.is_empty(),
+        "{run_name}: nothing fails while the broker keeps its state: {:?}",
+        run.failed
+    );
+    assert_eq!(run.producer_ids_taken, 0, "{run_name}");
+    let expected: Vec<Bytes> = run.pushed.iter().flat_map(|(_, v)| v.clone()).collect();
+    assert_eq!(run.log, expected, "{run_name}: log differs from send order");
+    assert_exactly_once(run, run_name);
+}
+
+/// At-least-once: every batch acknowledged and none of its records missing.
+fn check_at_least_once(run: &Run, run_name: &str) {
+    assert!(run.failed.is_empty(), "{run_name}: {:?}", run.failed);
+    for (batch, values) in &run.pushed {
+        assert!(run.acked.contains_key(batch));
+        for v in values {
+            assert!(run.log.contains(v), "{run_name}: acked record lost");
+        }
+    }
+}
+
+fn short_delivery_timeout() -> InflightConfig {
+    InflightConfig {
+        delivery_timeout: Duration::from_millis(400),
+        ..config(Delivery::ExactlyOnce)
+    }
+}
+
+/// The prefix's choices stay below this: every draw is a percentage or an index into a
+/// short queue, and small numbers shrink toward the first option.
+const CHOICE_RANGE: u64 = 100;
+
+proptest! {
+    // Each case is a whole simulated run of 30 to 40 batches: fewer cases than the
+    // default keep the four properties within a few seconds.
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Any interleaving of reordering, rejections and lost responses: exactly-once
+    /// writes the log in send order. The run's choices start with `prefix`, which
+    /// shrinks to the few choices that matter.
+    #[test]
+    fn given_any_interleaving_of_reordering_rejections_and_lost_responses_then_exactly_once_log_equals_send_order(
+        prefix in proptest::collection::vec(0..CHOICE_RANGE, 0..3_000),
+        seed in any::<u64>(),
+    ) {
+        let run = simulate_with(config(Delivery::ExactlyOnce), Choices::after(prefix, seed), 40, false);
+        check_exactly_once_kept_state(&run, "proptest");
+    }
+
+    #[test]
+    fn given_broker_expires_idle_producers_then_partition_bumps_epochs_without_duplicates(
+        prefix in proptest::collection::vec(0..CHOICE_RANGE, 0..3_000),
+        seed in any::<u64>(),
+    ) {
+        let run = simulate_with(config(Delivery::ExactlyOnce), Choices::after(prefix, seed), 40, true);
+        assert_exactly_once(&run, "proptest");
+    }
+
+    #[test]
+    fn given_short_delivery_timeout_and_late_requests_then_nothing_failed_as_unwritten_is_in_the_log(
+        prefix in proptest::collection::vec(0..CHOICE_RANGE, 0..3_000),
+        seed in any::<u64>(),
+    ) {
+        let run = simulate_with(short_delivery_timeout(), Choices::after(prefix, seed), 40, true);
+        assert_exactly_once(&run, "proptest");
+    }
+
+    #[test]
+    fn given_any_interleaving_then_at_least_once_loses_nothing_acknowledged(
+        prefix in proptest::collection::vec(0..CHOICE_RANGE, 0..3_000),
+        seed in any::<u64>(),
+    ) {
+        let run = simulate_with(config(Delivery::AtLeastOnce), Choices::after(prefix, seed), 30, false);
+        check_at_least_once(&run, "proptest");
+    }
+}
+
+// The seeded runs the hand-rolled model tests played, kept as regression cases: the
+// core was developed against them, and together they show each property's interesting
+// cases (epoch bumps, timeouts, fenced late requests) really come up.
+
 #[test]
-fn given_any_interleaving_of_reordering_rejections_and_lost_responses_then_exactly_once_log_equals_send_order(
-) {
+fn given_the_original_seeded_interleavings_then_exactly_once_log_equals_send_order() {
     for seed in 1..=300u64 {
         let run = simulate(
             Delivery::ExactlyOnce,
@@ -1232,23 +1345,12 @@ fn given_any_interleaving_of_reordering_rejections_and_lost_responses_then_exact
             40,
             false,
         );
-        assert!(
-            run.failed.is_empty(),
-            "seed {seed}: nothing fails while the broker keeps its state: {:?}",
-            run.failed
-        );
-        assert_eq!(run.producer_ids_taken, 0, "seed {seed}");
-        let expected: Vec<Bytes> = run.pushed.iter().flat_map(|(_, v)| v.clone()).collect();
-        assert_eq!(
-            run.log, expected,
-            "seed {seed}: log differs from send order"
-        );
-        assert_exactly_once(&run, seed);
+        check_exactly_once_kept_state(&run, &format!("seed {seed}"));
     }
 }
 
 #[test]
-fn given_broker_expires_idle_producers_then_partition_bumps_epochs_without_duplicates() {
+fn given_the_original_seeded_expiring_runs_then_partition_bumps_epochs_without_duplicates() {
     let mut switched = 0;
     for seed in 1..=300u64 {
         let run = simulate(
@@ -1257,25 +1359,22 @@ fn given_broker_expires_idle_producers_then_partition_bumps_epochs_without_dupli
             40,
             true,
         );
-        assert_exactly_once(&run, seed);
+        assert_exactly_once(&run, &format!("seed {seed}"));
         switched += run.producer_ids_taken;
     }
     assert!(switched > 0, "the runs exercised epoch bumps");
 }
 
 #[test]
-fn given_short_delivery_timeout_and_late_requests_then_nothing_failed_as_unwritten_is_in_the_log_and_late_old_epoch_requests_are_fenced(
+fn given_the_original_seeded_short_timeouts_then_nothing_failed_as_unwritten_is_in_the_log_and_late_old_epoch_requests_are_fenced(
 ) {
     let mut timeouts = 0;
     let mut unknown = 0;
     let mut fenced = 0;
     for seed in 1..=300u64 {
-        let config = InflightConfig {
-            delivery_timeout: Duration::from_millis(400),
-            ..config(Delivery::ExactlyOnce)
-        };
-        let run = simulate_with(config, seed.wrapping_mul(0xa076_1d64_78bd_642f), 40, true);
-        assert_exactly_once(&run, seed);
+        let choices = Choices::seeded(seed.wrapping_mul(0xa076_1d64_78bd_642f));
+        let run = simulate_with(short_delivery_timeout(), choices, 40, true);
+        assert_exactly_once(&run, &format!("seed {seed}"));
         fenced += run.fenced;
         for e in run.failed.values() {
             match e {
@@ -1292,7 +1391,7 @@ fn given_short_delivery_timeout_and_late_requests_then_nothing_failed_as_unwritt
 }
 
 #[test]
-fn given_any_interleaving_then_at_least_once_loses_nothing_acknowledged() {
+fn given_the_original_seeded_interleavings_then_at_least_once_loses_nothing_acknowledged() {
     for seed in 1..=100u64 {
         let run = simulate(
             Delivery::AtLeastOnce,
@@ -1300,13 +1399,7 @@ fn given_any_interleaving_then_at_least_once_loses_nothing_acknowledged() {
             30,
             false,
         );
-        assert!(run.failed.is_empty(), "seed {seed}: {:?}", run.failed);
-        for (batch, values) in &run.pushed {
-            assert!(run.acked.contains_key(batch));
-            for v in values {
-                assert!(run.log.contains(v), "seed {seed}: acked record lost");
-            }
-        }
+        check_at_least_once(&run, &format!("seed {seed}"));
     }
 }
 

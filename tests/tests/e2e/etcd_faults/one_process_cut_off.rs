@@ -33,8 +33,11 @@ async fn given_a_coordinator_cut_off_from_etcd_then_it_stops_serving_and_the_oth
         if owned.is_empty() {
             break;
         }
+        // A bound on purpose: it must stop by its own clock at about the TTL, not at
+        // some later event. The second of slack absorbs a loaded machine's scheduling
+        // and the 20 ms polls.
         assert!(
-            cut.elapsed() < LEASE_TTL + Duration::from_millis(500),
+            cut.elapsed() < LEASE_TTL + Duration::from_secs(1),
             "coordinator 1 still serves {owned:?} {:?} after losing etcd",
             cut.elapsed()
         );

@@ -12,6 +12,7 @@ async fn etcd_killed_for(outage: Duration, kill_coordinator: bool) {
     if kill_coordinator {
         cluster.kill_coordinator(1);
     }
+    // The outage's length is the fault under test, not a wait for a state.
     tokio::time::sleep(outage).await;
     cluster.etcd(0).restart();
     let healed = Instant::now();
@@ -29,6 +30,7 @@ async fn etcd_paused_for(outage: Duration, kill_coordinator: bool) {
     if kill_coordinator {
         cluster.kill_coordinator(1);
     }
+    // The outage's length is the fault under test, not a wait for a state.
     tokio::time::sleep(outage).await;
     cluster.etcd(0).resume();
     let healed = Instant::now();

@@ -29,6 +29,7 @@ async fn given_a_3_member_etcd_when_the_quorum_is_lost_and_regained_then_every_s
     let (mut cluster, workload) = cluster_under_load(3).await;
     cluster.etcd(0).kill();
     cluster.etcd(1).kill();
+    // The outage lasts 5 s on purpose (longer than every lease): its length is the fault.
     tokio::time::sleep(Duration::from_secs(5)).await;
     cluster.etcd(0).restart_member();
     cluster.etcd(1).restart_member();

@@ -5,6 +5,7 @@
 use idem_client::{Isolation, ProducerRecord};
 use idem_proto::v1::DescribeTransactionRequest;
 use idem_tests::txn::{self, values, wait_until_stable};
+use idem_tests::wait::{seen_if, wait_until, PATIENCE};
 use idem_tests::Cluster;
 
 const ORDERS: &str = "orders";
@@ -41,13 +42,12 @@ async fn given_prepare_commit_persisted_when_the_coordinator_is_killed_before_ma
     cluster.resume(orders_leader);
 
     // The survivor takes the partition over once the dead one's lease expires.
-    let successor = loop {
+    let (successor, _) = wait_until(PATIENCE, "the survivor owns the id", || async {
         let found = txn::find_coordinator(&bootstrap, "checkout").await;
-        if found.coordinator_id == other {
-            break found;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    };
+        let moved = found.coordinator_id == other;
+        seen_if(found, moved)
+    })
+    .await;
     assert!(successor.coordinator_epoch > owner.coordinator_epoch);
 
     wait_until_stable(&bootstrap, ORDERS, &[0]).await;

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use idem_client::{Isolation, ProducerRecord, TxnErrorClass};
 use idem_proto::ErrorCode;
 use idem_tests::txn::{self, values, wait_until_stable};
+use idem_tests::wait::{wait_until, Seen, PATIENCE};
 use idem_tests::Cluster;
 
 const TOPIC: &str = "retired";
@@ -46,20 +47,19 @@ async fn given_an_idle_transactional_id_when_its_expiration_passes_then_it_is_re
     assert!(settled(&state), "{state}");
 
     // The coordinator's timer retires it once it has been idle past the expiration.
-    loop {
+    wait_until(PATIENCE, "the idle id retired", || async {
         match describe(&bootstrap).await {
-            Ok(state) => assert!(settled(&state), "{state}"),
+            Ok(state) => {
+                assert!(settled(&state), "{state}");
+                Seen::Not(state)
+            }
             Err(code) => {
                 assert_eq!(code, ErrorCode::TransactionalIdNotFound);
-                break;
+                Seen::Reached(())
             }
         }
-        assert!(
-            committed_at.elapsed() < Duration::from_secs(20),
-            "{ID} was never retired"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
     assert!(
         committed_at.elapsed() >= EXPIRATION,
         "retired after {:?}, before its expiration",

@@ -346,6 +346,8 @@ async fn given_a_commit_whose_marker_is_delayed_when_the_next_transaction_regist
         },
     )
     .await;
+    // Time passes on purpose: that the registration is held back is an absence, which
+    // only a wait of some length can show (it waits for the marker, not for a timer).
     tokio::time::sleep(HELD).await;
     assert!(
         !registration.is_finished(),

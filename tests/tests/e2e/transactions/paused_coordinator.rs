@@ -2,12 +2,11 @@
 //! it can change nothing: it answers NOT_COORDINATOR for the ids it used to own, and the
 //! transaction the producer committed through the new owner is visible once.
 
-use std::time::Duration;
-
 use idem_client::{Isolation, ProducerRecord};
 use idem_proto::v1::EndTxnRequest;
 use idem_proto::ErrorCode;
 use idem_tests::txn::{self, values, wait_until_stable};
+use idem_tests::wait::{seen_if, wait_until, PATIENCE};
 use idem_tests::Cluster;
 
 const TOPIC: &str = "invoices";
@@ -23,13 +22,13 @@ async fn given_a_coordinator_paused_past_its_lease_when_it_resumes_then_it_answe
     let old = txn::find_coordinator(&bootstrap, ID).await;
 
     cluster.pause_coordinator(old.coordinator_id);
-    let new = loop {
+    // The other coordinator takes the id over once the paused one's lease lapses.
+    let (new, _) = wait_until(PATIENCE, "another coordinator owns the id", || async {
         let found = txn::find_coordinator(&bootstrap, ID).await;
-        if found.coordinator_id != old.coordinator_id {
-            break found;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+        let moved = found.coordinator_id != old.coordinator_id;
+        seen_if(found, moved)
+    })
+    .await;
     assert!(new.coordinator_epoch > old.coordinator_epoch);
 
     txn::commit_one(&producer, TOPIC, "invoice-1")

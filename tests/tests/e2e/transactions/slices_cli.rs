@@ -4,10 +4,10 @@
 //! exits non-zero until a coordinator serves it again.
 
 use std::process::Output;
-use std::time::{Duration, Instant};
 
 use idem_tests::cli::idem;
 use idem_tests::cluster::TXN_LOG_PARTITIONS;
+use idem_tests::wait::{wait_until, Seen, PATIENCE};
 use idem_tests::Cluster;
 
 fn rows_with(output: &Output, status: &str) -> usize {
@@ -17,22 +17,23 @@ fn rows_with(output: &Output, status: &str) -> usize {
         .count()
 }
 
-/// Runs `idem txn slices` until `done` holds of its output (up to 20 s).
-fn slices_until(bootstrap: &str, what: &str, done: impl Fn(&Output) -> bool) -> Output {
-    let started = Instant::now();
-    loop {
+/// Runs `idem txn slices` until `done` holds of its output.
+async fn slices_until(bootstrap: &str, what: &str, done: impl Fn(&Output) -> bool) -> Output {
+    let what = format!("idem txn slices showing {what}");
+    let (output, _) = wait_until(PATIENCE, &what, || async {
         let output = idem(bootstrap, &["txn", "slices"]);
         if done(&output) {
-            return output;
+            Seen::Reached(output)
+        } else {
+            Seen::Not(format!(
+                "{}{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            ))
         }
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "idem txn slices never showed {what}:\n{}{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    })
+    .await;
+    output
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -63,7 +64,8 @@ async fn given_every_coordinator_killed_then_txn_slices_shows_the_unserved_slice
     );
     let unowned = slices_until(&bootstrap, "NO OWNER on every slice", |o| {
         rows_with(o, "NO OWNER") == partitions
-    });
+    })
+    .await;
     assert!(!unowned.status.success());
     assert!(
         String::from_utf8_lossy(&unowned.stderr).contains(&format!(
@@ -83,6 +85,6 @@ async fn given_every_coordinator_killed_then_txn_slices_shows_the_unserved_slice
     );
 
     cluster.restart_coordinator(1);
-    let back = slices_until(&bootstrap, "every slice served", |o| o.status.success());
+    let back = slices_until(&bootstrap, "every slice served", |o| o.status.success()).await;
     assert_eq!(rows_with(&back, "served"), partitions);
 }
