@@ -7,8 +7,11 @@
 //! - [`stop`]: the graceful stop sequence;
 //! - [`etcd_call`], [`lease`]: etcd calls with a deadline, and telling an expired lease
 //!   from an unreachable etcd;
-//! - [`log_limit`]: a limit on how often a repeating failure is logged.
+//! - [`log_limit`]: a limit on how often a repeating failure is logged;
+//! - [`atomic_file`], [`clock`]: replacing a file crash-safely, and the wall clock.
 
+pub mod atomic_file;
+pub mod clock;
 pub mod deferred;
 pub mod etcd_call;
 pub mod grpc_server;
