@@ -30,14 +30,11 @@ async fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
-    let broker = BoundBroker::bind(args.broker)
+    let broker = BoundBroker::bind(args.broker, idem_runtime::shutdown::on_signal())
         .await
         .context("starting broker")?;
     // Tests and scripts read this line to learn the port when they pass port 0.
     println!("idem-broker listening on {}", broker.local_addr());
-    broker
-        .serve(idem_broker::shutdown_signal())
-        .await
-        .context("serving")?;
+    broker.serve().await.context("serving")?;
     Ok(())
 }

@@ -3,17 +3,21 @@
 //! tasks (producer expiry, timed flushes); shuts all of it down cleanly on request.
 
 use idem_proto::transport::MAX_MESSAGE_BYTES;
+use idem_runtime::deferred::Deferred;
+use idem_runtime::grpc_server::{GrpcListener, GrpcServerError, GrpcSettings, RunningServer};
+use idem_runtime::health::Health;
 use idem_runtime::log_limit::LogLimit;
+use idem_runtime::shutdown::{CancellationToken, Duties};
+use idem_runtime::stop::serve_then_stop;
 use idem_runtime::warn_limited;
-use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use idem_pidstore::{EtcdPidStore, PidBlockStore, ProducerIdManager, SledPidStore};
-use idem_proto::transport::accept_without_nagle;
 use idem_proto::v1::broker_server::BrokerServer;
-use tokio::net::TcpListener;
+use tonic::server::NamedService;
+use tonic::service::Routes;
 
 use crate::cluster::catalog::EtcdCatalog;
 use crate::cluster::data_dir_id;
@@ -25,44 +29,46 @@ use crate::partition::{now_ms, PartitionSettings};
 use crate::service::BrokerService;
 use crate::topics::{ClusterCatalog, TopicRegistry};
 
-/// How long a stopping broker lets in-flight requests finish.
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
-
 /// Why a broker could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
-    #[error("cannot bind {addr}: {source}")]
-    Bind {
-        addr: SocketAddr,
-        source: std::io::Error,
-    },
     #[error(transparent)]
     Broker(#[from] BrokerError),
     #[error("producer id store: {0}")]
     PidStore(String),
-    #[error("gRPC server: {0}")]
-    Transport(#[from] tonic::transport::Error),
+    #[error(transparent)]
+    Grpc(#[from] GrpcServerError),
     #[error("joining the cluster: {0}")]
     Membership(#[from] MembershipError),
-    #[error("reflection service: {0}")]
-    Reflection(String),
     #[error("invalid configuration: {0}")]
     Config(String),
 }
 
-/// A broker bound to its address, ready to serve.
+type BrokerGrpc = BrokerServer<BrokerService>;
+
+/// A broker bound to its address with its logs loaded. Its gRPC server already
+/// answers health (NOT_SERVING) and refuses broker RPCs as unavailable until
+/// [`BoundBroker::serve`].
 pub struct BoundBroker {
     config: BrokerConfig,
-    listener: TcpListener,
     local_addr: SocketAddr,
     topics: Arc<TopicRegistry>,
     producer_ids: Arc<ProducerIdManager>,
     membership: Option<Arc<Membership>>,
+    service: Deferred<BrokerGrpc>,
+    server: RunningServer,
+    health: Health,
+    duties: Duties,
 }
 
 impl BoundBroker {
-    /// Opens storage and binds the listen address (port 0 picks a free port).
-    pub async fn bind(config: BrokerConfig) -> Result<Self, ServerError> {
+    /// Binds the listen address (port 0 picks a free port), starts answering health,
+    /// joins the cluster and loads the logs. The broker stops when `shutdown` is
+    /// cancelled.
+    pub async fn bind(
+        config: BrokerConfig,
+        shutdown: CancellationToken,
+    ) -> Result<Self, ServerError> {
         config.limits.check().map_err(ServerError::Config)?;
         let settings = PartitionSettings {
             log: LogConfig {
@@ -77,17 +83,20 @@ impl BoundBroker {
         let producer_ids = Arc::new(
             ProducerIdManager::new(store, config.broker_id).with_prefetch(config.pid_prefetch),
         );
-        let listener =
-            TcpListener::bind(config.listen)
-                .await
-                .map_err(|source| ServerError::Bind {
-                    addr: config.listen,
-                    source,
-                })?;
-        let local_addr = listener.local_addr().map_err(|source| ServerError::Bind {
-            addr: config.listen,
-            source,
-        })?;
+        let listener = GrpcListener::bind(config.listen).await?;
+        let local_addr = listener.local_addr();
+        let health = Health::new();
+        let service = Deferred::new();
+        // Stops the server already answering health if loading fails below.
+        let stop_on_failure = shutdown.child_token();
+        let server = listener.serve(
+            Routes::new(service.clone()),
+            BrokerGrpc::NAME,
+            &health,
+            GrpcSettings::default(),
+            stop_on_failure.clone(),
+        )?;
+        let failed = stop_on_failure.drop_guard();
         let membership = join_cluster(&config, local_addr).await?;
         let topics = match &membership {
             None => TopicRegistry::open(
@@ -115,19 +124,27 @@ impl BoundBroker {
                 registry
             }
         };
-        let topics = Arc::new(topics);
+        failed.disarm();
         Ok(BoundBroker {
             config,
-            listener,
             local_addr,
-            topics,
+            topics: Arc::new(topics),
             producer_ids,
             membership,
+            service,
+            server,
+            health,
+            duties: Duties::under(&shutdown),
         })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// What this broker publishes about its readiness (health reads the same).
+    pub fn health(&self) -> &Health {
+        &self.health
     }
 
     /// Names the single-node transaction coordinator (`--coordinator`) once its address
@@ -137,21 +154,22 @@ impl BoundBroker {
         self
     }
 
-    /// Serves until `shutdown` resolves, then flushes and snapshots every partition.
-    pub async fn serve(
-        self,
-        shutdown: impl Future<Output = ()> + Send + 'static,
-    ) -> Result<(), ServerError> {
+    /// Serves until the shutdown token is cancelled, then stops in order (see
+    /// [`serve_then_stop`]): flushes and snapshots every partition, leaves the cluster.
+    pub async fn serve(self) -> Result<(), ServerError> {
         let BoundBroker {
             config,
-            listener,
             local_addr,
             topics,
             producer_ids,
             membership,
+            service,
+            server,
+            health,
+            duties,
         } = self;
         let advertised = advertised_address(&config, local_addr);
-        let service = BrokerService::new(
+        let broker = BrokerService::new(
             config.broker_id,
             advertised.clone(),
             topics.clone(),
@@ -164,68 +182,58 @@ impl BoundBroker {
         if config.coordinator.is_some() && membership.is_some() {
             tracing::warn!("--coordinator is ignored in a cluster: coordinators are found in etcd");
         }
-        let broker = BrokerServer::new(service)
-            .max_decoding_message_size(config.limits.max_request_bytes)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        service.install(
+            BrokerServer::new(broker)
+                .max_decoding_message_size(config.limits.max_request_bytes)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+        );
+        health.set_loaded(true);
 
-        let (health_reporter, health) = tonic_health::server::health_reporter();
-        health_reporter
-            .set_serving::<BrokerServer<BrokerService>>()
-            .await;
-        let reflection = tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(idem_proto::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-            .build_v1()
-            .map_err(|e| ServerError::Reflection(e.to_string()))?;
-
-        let background = tokio::spawn(run_background(topics.clone(), config.clone()));
-        let catalog_watch = topics
-            .catalog()
-            .is_some()
-            .then(|| tokio::spawn(follow_catalog(topics.clone())));
-        let isr_duty = topics
-            .catalog()
-            .is_some()
-            .then(|| tokio::spawn(maintain_isr(topics.clone(), config.replica_lag_time_max_ms)));
+        {
+            let (topics, config) = (topics.clone(), config.clone());
+            duties.spawn_cooperative(move |stop| run_background(topics, config, stop));
+        }
+        if topics.catalog().is_some() {
+            duties.spawn("follow the topic catalog", follow_catalog(topics.clone()));
+            duties.spawn(
+                "maintain the ISR",
+                maintain_isr(topics.clone(), config.replica_lag_time_max_ms),
+            );
+        }
+        if let Some(membership) = &membership {
+            duties.spawn(
+                "report the lease",
+                report_lease(membership.clone(), health.clone()),
+            );
+        }
         tracing::info!(broker_id = config.broker_id, address = %advertised, data_dir = %config.data_dir.display(), "broker serving");
-        let incoming = accept_without_nagle(listener);
-        let (stopping, mut stopping_rx) = tokio::sync::watch::channel(false);
-        let signalled = async move {
-            shutdown.await;
-            let _ = stopping.send(true);
-        };
-        let server = tonic::transport::Server::builder()
-            .add_service(health)
-            .add_service(reflection)
-            .add_service(broker)
-            .serve_with_incoming_shutdown(incoming, signalled);
-        // Graceful shutdown waits for clients to hang up; idle clients and long-polling
-        // fetches must not keep a stopping broker alive past the grace period.
-        let grace = async move {
-            let _ = stopping_rx.wait_for(|stopping| *stopping).await;
-            tokio::time::sleep(SHUTDOWN_GRACE).await;
-        };
-        let served = tokio::select! {
-            served = server => served,
-            () = grace => {
-                tracing::warn!(grace_ms = SHUTDOWN_GRACE.as_millis() as u64, "clients still connected after the grace period; stopping anyway");
-                Ok(())
+        let flush = async {
+            for partition in topics.all_partitions() {
+                if let Err(e) = partition.shutdown() {
+                    tracing::error!(topic = partition.topic(), partition = partition.index(), error = %e, "clean shutdown failed");
+                }
             }
         };
-        background.abort();
-        for task in [catalog_watch, isr_duty].into_iter().flatten() {
-            task.abort();
-        }
-        for partition in topics.all_partitions() {
-            if let Err(e) = partition.shutdown() {
-                tracing::error!(topic = partition.topic(), partition = partition.index(), error = %e, "clean shutdown failed");
+        let release = async {
+            if let Some(membership) = &membership {
+                membership.leave().await;
             }
-        }
-        if let Some(membership) = membership {
-            membership.leave().await;
-        }
+        };
+        let served = serve_then_stop(server, &duties, flush, release).await;
         tracing::info!(broker_id = config.broker_id, "broker stopped");
         Ok(served?)
+    }
+}
+
+/// Health follows the broker's etcd registration: NOT_SERVING from the moment its
+/// lease is found lost until it is registered again.
+async fn report_lease(membership: Arc<Membership>, health: Health) {
+    let mut registered = membership.registered();
+    loop {
+        health.set_lease_held(*registered.borrow_and_update());
+        if registered.changed().await.is_err() {
+            return;
+        }
     }
 }
 
@@ -332,7 +340,9 @@ async fn maintain_isr(topics: Arc<TopicRegistry>, lag_limit_ms: i64) {
 }
 
 /// Periodic work: forget idle producers; flush on a timer for `interval:<ms>`.
-async fn run_background(topics: Arc<TopicRegistry>, config: BrokerConfig) {
+/// Returns between pieces of work once `stop` is cancelled: a timed flush is never cut
+/// short.
+async fn run_background(topics: Arc<TopicRegistry>, config: BrokerConfig, stop: CancellationToken) {
     let expiry_every =
         Duration::from_millis((config.producer_id_expiration_ms / 10).clamp(100, 60_000) as u64);
     let flush_every = match config.flush {
@@ -343,6 +353,7 @@ async fn run_background(topics: Arc<TopicRegistry>, config: BrokerConfig) {
     let mut flush = tokio::time::interval(flush_every.unwrap_or(Duration::from_secs(3600)));
     loop {
         tokio::select! {
+            () = stop.cancelled() => return,
             _ = expiry.tick() => {
                 let now = now_ms();
                 for partition in topics.all_partitions() {

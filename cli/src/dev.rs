@@ -11,7 +11,6 @@ use idem_broker::config::{BrokerConfig, SizeLimits};
 use idem_broker::server::BoundBroker;
 use idem_coordinator::config::CoordinatorConfig;
 use idem_coordinator::server::BoundCoordinator;
-use tokio::sync::watch;
 
 #[derive(Debug, clap::Args)]
 pub struct DevArgs {
@@ -39,7 +38,9 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         limits: args.limits,
         ..BrokerConfig::single_node(args.data_dir.clone(), args.listen)
     };
-    let broker = BoundBroker::bind(config)
+    // One Ctrl-C stops both servers: each gets a child of the process's root token.
+    let shutdown = idem_runtime::shutdown::on_signal();
+    let broker = BoundBroker::bind(config, shutdown.child_token())
         .await
         .with_context(|| format!("starting the dev broker in {}", args.data_dir.display()))?;
     let addr = broker.local_addr();
@@ -48,7 +49,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         args.coordinator_listen,
         addr.to_string(),
     );
-    let coordinator = BoundCoordinator::bind(coordinator_config, None)
+    let coordinator = BoundCoordinator::bind(coordinator_config, None, shutdown.child_token())
         .await
         .context("starting the dev transaction coordinator")?;
     let coordinator_addr = coordinator.local_addr();
@@ -62,20 +63,8 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     println!("  seq 1 5 | idem --bootstrap {addr} produce demo --transactional-id demo-txn");
     println!("  idem --bootstrap {addr} consume demo --from-beginning --max-messages 10");
     println!("Ctrl-C stops it; the data stays for the next start.");
-    // One Ctrl-C stops both servers.
-    let (stop, stopped) = watch::channel(false);
-    tokio::spawn(async move {
-        idem_broker::shutdown_signal().await;
-        let _ = stop.send(true);
-    });
-    let until_stopped = |mut rx: watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|s| *s).await;
-    };
-    let coordinator_task = tokio::spawn(coordinator.serve(until_stopped(stopped.clone())));
-    broker
-        .serve(until_stopped(stopped))
-        .await
-        .context("serving the broker")?;
+    let coordinator_task = tokio::spawn(coordinator.serve());
+    broker.serve().await.context("serving the broker")?;
     coordinator_task
         .await
         .context("coordinator task")?

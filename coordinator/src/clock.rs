@@ -2,11 +2,7 @@
 //! times, timeouts, and the lease-lapse check; and the microseconds its timing logs
 //! report.
 
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
+pub use idem_runtime::clock::now_ms;
 
 /// Microseconds since `started`, for the debug timing logs.
 pub fn micros_since(started: std::time::Instant) -> u64 {

@@ -2,7 +2,6 @@
 //! one every caller must treat specially: the coordinator stops serving that
 //! transaction log partition at once, because another coordinator may own it now.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use idem_client::ClientError;
@@ -51,15 +50,8 @@ pub enum CoordinatorError {
     CorruptStateFile { path: PathBuf, reason: String },
     #[error("the coordinator epoch {0} no longer fits a producer epoch (i16)")]
     EpochExhausted(i32),
-    #[error("cannot bind {addr}: {source}")]
-    Bind {
-        addr: SocketAddr,
-        source: std::io::Error,
-    },
-    #[error("gRPC server: {0}")]
-    Transport(#[from] tonic::transport::Error),
-    #[error("reflection service: {0}")]
-    Reflection(String),
+    #[error(transparent)]
+    Grpc(#[from] idem_runtime::grpc_server::GrpcServerError),
     #[error("invalid configuration: {0}")]
     Config(String),
     /// The coordinator is shutting down.

@@ -30,14 +30,12 @@ async fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
-    let coordinator = BoundCoordinator::bind(args.coordinator, None)
-        .await
-        .context("starting coordinator")?;
+    let coordinator =
+        BoundCoordinator::bind(args.coordinator, None, idem_runtime::shutdown::on_signal())
+            .await
+            .context("starting coordinator")?;
     // Tests and scripts read this line to learn the port when they pass port 0.
     println!("idem-coordinator listening on {}", coordinator.local_addr());
-    coordinator
-        .serve(idem_coordinator::shutdown_signal())
-        .await
-        .context("serving")?;
+    coordinator.serve().await.context("serving")?;
     Ok(())
 }

@@ -5,17 +5,20 @@
 //! partitions up at once.
 
 use idem_proto::transport::MAX_MESSAGE_BYTES;
-use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use idem_client::Connection;
 use idem_pidstore::{EtcdPidStore, PidBlockStore, ProducerIdManager};
-use idem_proto::transport::accept_without_nagle;
 use idem_proto::v1::txn_coordinator_server::TxnCoordinatorServer;
-use tokio::net::TcpListener;
+use idem_runtime::grpc_server::{GrpcListener, GrpcSettings};
+use idem_runtime::health::Health;
+use idem_runtime::shutdown::{CancellationToken, Duties};
+use idem_runtime::stop::serve_then_stop;
 use tokio::sync::mpsc;
+use tonic::server::NamedService;
+use tonic::service::Routes;
 
 use crate::config::{CoordinatorConfig, Mode};
 use crate::core::{Coordinator, CoreSettings};
@@ -27,43 +30,36 @@ use crate::ownership::Ownership;
 use crate::producer_ids::{BrokerProducerIds, SharedProducerIds};
 use crate::service::TxnCoordinatorService;
 
-/// How long a stopping coordinator lets in-flight requests finish.
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+/// How often health looks at the slices and the lease: the lease is a clock compared
+/// against the TTL, which no event announces.
+const HEALTH_CHECK: Duration = Duration::from_millis(50);
 /// Longest one broker RPC may take.
 const BROKER_REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// A coordinator bound to its address, ready to serve.
 pub struct BoundCoordinator {
     config: CoordinatorConfig,
-    listener: TcpListener,
-    local_addr: SocketAddr,
+    listener: GrpcListener,
     core: Arc<Coordinator>,
     ownership: Arc<dyn Ownership>,
+    health: Health,
+    shutdown: CancellationToken,
 }
 
 impl BoundCoordinator {
     /// Binds the listen address and joins the cluster (etcd) or opens the solo state.
     /// `pid_store` is where producer ids come from when embedding (the broker's store
     /// in `idem dev`); without it, etcd mode uses the etcd store and solo mode asks the
-    /// broker for ids. Brokers are dialled lazily: they need not be up yet.
+    /// broker for ids. Brokers are dialled lazily: they need not be up yet. The
+    /// coordinator stops when `shutdown` is cancelled.
     pub async fn bind(
         config: CoordinatorConfig,
         pid_store: Option<Arc<dyn PidBlockStore>>,
+        shutdown: CancellationToken,
     ) -> Result<Self, CoordinatorError> {
         let mode = config.mode()?;
-        let listener =
-            TcpListener::bind(config.listen)
-                .await
-                .map_err(|source| CoordinatorError::Bind {
-                    addr: config.listen,
-                    source,
-                })?;
-        let local_addr = listener
-            .local_addr()
-            .map_err(|source| CoordinatorError::Bind {
-                addr: config.listen,
-                source,
-            })?;
+        let listener = GrpcListener::bind(config.listen).await?;
+        let local_addr = listener.local_addr();
         let address = config
             .advertise
             .clone()
@@ -119,79 +115,78 @@ impl BoundCoordinator {
         Ok(BoundCoordinator {
             config,
             listener,
-            local_addr,
             core,
             ownership,
+            health: Health::new(),
+            shutdown,
         })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
-        self.local_addr
+        self.listener.local_addr()
     }
 
-    /// Serves until `shutdown` resolves, then gives every partition up.
-    pub async fn serve(
-        self,
-        shutdown: impl Future<Output = ()> + Send + 'static,
-    ) -> Result<(), CoordinatorError> {
+    /// What this coordinator publishes about its readiness (health reads the same).
+    pub fn health(&self) -> &Health {
+        &self.health
+    }
+
+    /// Serves until the shutdown token is cancelled, then stops in order (see
+    /// [`serve_then_stop`]), giving every partition up at once.
+    pub async fn serve(self) -> Result<(), CoordinatorError> {
         let BoundCoordinator {
             config,
             listener,
-            local_addr,
             core,
             ownership,
+            health,
+            shutdown,
         } = self;
-        let (health_reporter, health) = tonic_health::server::health_reporter();
-        health_reporter
-            .set_serving::<TxnCoordinatorServer<TxnCoordinatorService>>()
-            .await;
-        let reflection = tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(idem_proto::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-            .build_v1()
-            .map_err(|e| CoordinatorError::Reflection(e.to_string()))?;
+        let local_addr = listener.local_addr();
         let service = TxnCoordinatorServer::new(TxnCoordinatorService::new(core.clone()))
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
-
-        let ownership_task = tokio::spawn(follow_ownership(
-            core.clone(),
-            ownership,
-            config.txn_log_partitions,
-        ));
-        let timer = tokio::spawn(time_out_transactions(
-            core.clone(),
-            Duration::from_millis(config.txn_check_interval_ms),
-        ));
+        let server = listener.serve(
+            Routes::new(service),
+            TxnCoordinatorServer::<TxnCoordinatorService>::NAME,
+            &health,
+            GrpcSettings::default(),
+            shutdown.clone(),
+        )?;
+        let duties = Duties::under(&shutdown);
+        duties.spawn(
+            "follow ownership",
+            follow_ownership(core.clone(), ownership.clone(), config.txn_log_partitions),
+        );
+        duties.spawn(
+            "time transactions out",
+            time_out_transactions(
+                core.clone(),
+                Duration::from_millis(config.txn_check_interval_ms),
+            ),
+        );
+        duties.spawn(
+            "report health",
+            report_health(core.clone(), ownership, health),
+        );
         tracing::info!(coordinator_id = config.coordinator_id, address = %local_addr, bootstrap = %config.bootstrap, "coordinator serving");
-
-        let (stopping, mut stopping_rx) = tokio::sync::watch::channel(false);
-        let signalled = async move {
-            shutdown.await;
-            let _ = stopping.send(true);
-        };
-        let server = tonic::transport::Server::builder()
-            .add_service(health)
-            .add_service(reflection)
-            .add_service(service)
-            .serve_with_incoming_shutdown(accept_without_nagle(listener), signalled);
-        // Graceful shutdown waits for clients to hang up; idle ones must not keep a
-        // stopping coordinator alive past the grace period.
-        let grace = async move {
-            let _ = stopping_rx.wait_for(|stopping| *stopping).await;
-            tokio::time::sleep(SHUTDOWN_GRACE).await;
-        };
-        let served = tokio::select! {
-            served = server => served,
-            () = grace => Ok(()),
-        };
-        ownership_task.abort();
-        timer.abort();
-        core.leave().await;
+        let served = serve_then_stop(server, &duties, async {}, core.leave()).await;
         tracing::info!(
             coordinator_id = config.coordinator_id,
             "coordinator stopped"
         );
         Ok(served?)
+    }
+}
+
+/// SERVING while every slice this coordinator claimed is loaded (and it claimed one)
+/// and it holds its lease.
+async fn report_health(core: Arc<Coordinator>, ownership: Arc<dyn Ownership>, health: Health) {
+    let mut tick = tokio::time::interval(HEALTH_CHECK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        health.set_loaded(core.serves_every_claimed_slice());
+        health.set_lease_held(ownership.holds_lease());
     }
 }
 
@@ -210,11 +205,13 @@ async fn follow_ownership(core: Arc<Coordinator>, ownership: Arc<dyn Ownership>,
     };
     core.set_partition_count(partitions);
     let (claims_tx, mut claims) = mpsc::unbounded_channel();
-    let run = tokio::spawn(ownership.run(partitions, claims_tx));
-    while let Some(claim) = claims.recv().await {
-        core.on_claim(claim);
-    }
-    run.abort();
+    let take_claims = async {
+        while let Some(claim) = claims.recv().await {
+            core.on_claim(claim);
+        }
+    };
+    // Claims stop with the ownership run; both stop with this duty.
+    tokio::join!(ownership.run(partitions, claims_tx), take_claims);
 }
 
 async fn time_out_transactions(core: Arc<Coordinator>, every: Duration) {

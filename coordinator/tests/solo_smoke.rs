@@ -83,15 +83,17 @@ async fn start_coordinator(
     let mut config = CoordinatorConfig::solo(dir.to_path_buf(), listen, bootstrap.to_string());
     config.txn_log_partitions = 2;
     config.txn_check_interval_ms = 100;
-    let bound = BoundCoordinator::bind(config, None).await.expect("binds");
+    let shutdown = idem_runtime::shutdown::CancellationToken::new();
+    let bound = BoundCoordinator::bind(config, None, shutdown.clone())
+        .await
+        .expect("binds");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let _ = stopped.await;
+        shutdown.cancel();
+    });
     let serving = tokio::spawn(async move {
-        bound
-            .serve(async move {
-                let _ = stopped.await;
-            })
-            .await
-            .expect("serves");
+        bound.serve().await.expect("serves");
     });
     (stop, serving)
 }

@@ -1,7 +1,22 @@
-//! What every idem server process (broker, coordinator) shares: etcd calls with a
-//! deadline, and the lease keep-alive's way of telling an expired lease from an
-//! unreachable etcd, and a limit on how often a repeating failure is logged.
+//! What every idem server process (broker, coordinator) shares:
+//!
+//! - [`shutdown`]: one cancellation tree per process, and the duties each server runs;
+//! - [`grpc_server`]: the listener, health, reflection and tower layers of every server;
+//! - [`deferred`]: a gRPC service installed once the server's state is loaded;
+//! - [`health`]: SERVING only while the server can do its job;
+//! - [`stop`]: the graceful stop sequence;
+//! - [`etcd_call`], [`lease`]: etcd calls with a deadline, and telling an expired lease
+//!   from an unreachable etcd;
+//! - [`log_limit`]: a limit on how often a repeating failure is logged;
+//! - [`atomic_file`], [`clock`]: replacing a file crash-safely, and the wall clock.
 
+pub mod atomic_file;
+pub mod clock;
+pub mod deferred;
 pub mod etcd_call;
+pub mod grpc_server;
+pub mod health;
 pub mod lease;
 pub mod log_limit;
+pub mod shutdown;
+pub mod stop;

@@ -18,6 +18,7 @@ use idem_runtime::etcd_call::{bounded, connect, EtcdCallError, REQUEST_TIMEOUT};
 use idem_runtime::lease::{open_keep_alive, KeepAliveOpenError};
 use idem_runtime::log_limit::LogLimit;
 use idem_runtime::warn_limited;
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 /// Why a broker could not join or read the cluster.
@@ -76,6 +77,8 @@ pub struct LeaseState {
     valid_until_ms: AtomicI64,
     /// Counts registrations; a new one means the broker was out of the cluster.
     generation: AtomicU64,
+    /// False from the moment etcd says the lease expired until registered again.
+    registered: watch::Sender<bool>,
 }
 
 impl LeaseState {
@@ -84,6 +87,7 @@ impl LeaseState {
             lease_id: AtomicI64::new(lease_id),
             valid_until_ms: AtomicI64::new(valid_until_ms),
             generation: AtomicU64::new(0),
+            registered: watch::Sender::new(true),
         }
     }
 }
@@ -141,6 +145,12 @@ impl Membership {
     /// Changes each time the broker had to register again after losing its lease.
     pub fn generation(&self) -> u64 {
         self.lease.generation.load(Ordering::SeqCst)
+    }
+
+    /// Whether the broker is registered: false from the moment etcd says its lease
+    /// expired until it registered again under a new one.
+    pub fn registered(&self) -> watch::Receiver<bool> {
+        self.lease.registered.subscribe()
     }
 
     /// Every broker registered now, by id.
@@ -313,6 +323,7 @@ async fn keep_lease_alive(mut client: Client, lease: Arc<LeaseState>, registrati
                 lease_id,
                 "broker lease expired: registering again"
             );
+            lease.registered.send_replace(false);
             loop {
                 match register_again(&mut client, &registration).await {
                     Ok(new_lease) => {
@@ -322,6 +333,7 @@ async fn keep_lease_alive(mut client: Client, lease: Arc<LeaseState>, registrati
                             Ordering::SeqCst,
                         );
                         lease.generation.fetch_add(1, Ordering::SeqCst);
+                        lease.registered.send_replace(true);
                         tracing::info!(broker_id, lease_id = new_lease, "registered again in etcd");
                         break;
                     }

@@ -898,11 +898,7 @@ fn rebuild_producer_state(
     Ok(table)
 }
 
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
+pub use idem_runtime::clock::now_ms;
 
 #[cfg(test)]
 mod tests;

@@ -5,7 +5,7 @@
 //! replayed from an older one.
 
 use std::fs;
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 
 use super::{ProducerStateTable, SnapshotError};
@@ -30,15 +30,7 @@ pub fn write_snapshot(dir: &Path, offset: i64, table: &ProducerStateTable) -> io
         ));
     }
     let name = snapshot_file_name(offset);
-    let tmp = dir.join(format!("{name}.tmp"));
-    let bytes = table.encode_snapshot();
-    {
-        let mut file = fs::File::create(&tmp)?;
-        file.write_all(&bytes)?;
-        file.sync_all()?;
-    }
-    fs::rename(&tmp, dir.join(&name))?;
-    sync_dir(dir)?;
+    idem_runtime::atomic_file::replace(&dir.join(&name), &table.encode_snapshot())?;
     tracing::debug!(dir = %dir.display(), offset, producers = table.len(), "wrote producer state snapshot");
 
     let mut snapshots = list_snapshots(dir)?;

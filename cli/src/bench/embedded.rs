@@ -12,7 +12,7 @@ use idem_broker::log::FlushPolicy;
 use idem_broker::server::BoundBroker;
 use idem_coordinator::config::CoordinatorConfig;
 use idem_coordinator::server::BoundCoordinator;
-use tokio::sync::watch;
+use idem_runtime::shutdown::CancellationToken;
 use tokio::task::JoinHandle;
 
 /// How long `stop` waits for the servers to wind down (the broker's own grace for
@@ -25,7 +25,7 @@ pub struct Embedded {
     /// None beside a null-produce broker: its log takes no writes, so a coordinator
     /// could never load `__transaction_state`, and the null run has no transactions.
     pub coordinator: Option<SocketAddr>,
-    stop: watch::Sender<bool>,
+    stop: CancellationToken,
     tasks: Vec<JoinHandle<anyhow::Result<()>>>,
 }
 
@@ -42,14 +42,11 @@ pub async fn start_embedded(
         flush,
         ..BrokerConfig::single_node(data_dir.to_path_buf(), loopback)
     };
-    let broker = BoundBroker::bind(config)
+    let stop = CancellationToken::new();
+    let broker = BoundBroker::bind(config, stop.child_token())
         .await
         .with_context(|| format!("starting the embedded broker in {}", data_dir.display()))?;
     let broker_addr = broker.local_addr();
-    let (stop, stopped) = watch::channel(false);
-    let until_stopped = |mut rx: watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|s| *s).await;
-    };
     let mut tasks = Vec::new();
     let mut coordinator_addr = None;
     let broker = if null_produce {
@@ -62,25 +59,21 @@ pub async fn start_embedded(
                 broker_addr.to_string(),
             ),
             None,
+            stop.child_token(),
         )
         .await
         .context("starting the embedded transaction coordinator")?;
         coordinator_addr = Some(coordinator.local_addr());
-        let coordinator_stop = until_stopped(stopped.clone());
         tasks.push(tokio::spawn(async move {
             coordinator
-                .serve(coordinator_stop)
+                .serve()
                 .await
                 .context("serving the embedded coordinator")
         }));
         broker.with_coordinator(coordinator_addr.map(|a| a.to_string()))
     };
-    let broker_stop = until_stopped(stopped);
     tasks.push(tokio::spawn(async move {
-        broker
-            .serve(broker_stop)
-            .await
-            .context("serving the embedded broker")
+        broker.serve().await.context("serving the embedded broker")
     }));
     Ok(Embedded {
         broker: broker_addr,
@@ -93,7 +86,7 @@ pub async fn start_embedded(
 impl Embedded {
     /// Stops both servers and waits (a bounded time) for them to finish.
     pub async fn stop(self) {
-        let _ = self.stop.send(true);
+        self.stop.cancel();
         for task in self.tasks {
             match tokio::time::timeout(STOP_WAIT, task).await {
                 Ok(Ok(Ok(()))) => {}

@@ -931,6 +931,14 @@ impl Coordinator {
             })
     }
 
+    /// Whether this coordinator claimed at least one slice of the transaction log and
+    /// finished loading every slice it claimed: only then can it answer for them.
+    pub fn serves_every_claimed_slice(&self) -> bool {
+        self.slots.read().is_ok_and(|slots| {
+            !slots.is_empty() && slots.values().all(|slot| matches!(slot, Slot::Ready(_)))
+        })
+    }
+
     /// Gives up every partition (clean shutdown).
     pub async fn leave(&self) {
         self.ownership.leave().await;

@@ -6,7 +6,6 @@
 //! and kept.
 
 use std::collections::HashMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -53,20 +52,8 @@ pub fn write_state(path: &Path, state: SoloState) -> Result<(), CoordinatorError
         path: path.to_path_buf(),
         source,
     };
-    let tmp = path.with_extension("json.tmp");
     let json = serde_json::to_vec(&state).unwrap_or_default();
-    {
-        let mut file = std::fs::File::create(&tmp).map_err(io)?;
-        file.write_all(&json).map_err(io)?;
-        file.sync_all().map_err(io)?;
-    }
-    std::fs::rename(&tmp, path).map_err(io)?;
-    if let Some(dir) = path.parent() {
-        std::fs::File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(io)?;
-    }
-    Ok(())
+    idem_runtime::atomic_file::replace(path, &json).map_err(io)
 }
 
 /// The next epoch after `previous`; an exhausted epoch (it must fit the writer's i16

@@ -11,6 +11,7 @@ mod delivery;
 mod etcd_faults;
 mod failover;
 mod grpc_tooling;
+mod health;
 mod idempotence;
 mod internal_topics;
 mod membership;

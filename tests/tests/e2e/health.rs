@@ -1,0 +1,127 @@
+//! Health tells the truth: through the standard gRPC health API a server reports
+//! NOT_SERVING while it loads its state (a broker's logs, a coordinator's slices) and
+//! while it has lost its etcd lease, and SERVING only when it can do its job. Each state
+//! is awaited with a deadline.
+
+use std::time::{Duration, Instant};
+
+use etcd_client::{Client, PutOptions};
+use idem_proto::batch::{self, ProducerInfo};
+use idem_tests::raw;
+use idem_tests::{BrokerProcess, Cluster, CoordinatorProcess};
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::HealthCheckRequest;
+
+const BROKER: &str = "idem.v1.Broker";
+const COORDINATOR: &str = "idem.v1.TxnCoordinator";
+/// Generous: CI machines are slow and shared.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// Polls `address`'s health for `service` until it reports `wanted` (a refused
+/// connection counts as "not yet"), failing after `PATIENCE` with what was seen last.
+async fn await_status(address: &str, service: &str, wanted: ServingStatus) {
+    let deadline = Instant::now() + PATIENCE;
+    let endpoint =
+        tonic::transport::Endpoint::from_shared(format!("http://{address}")).expect("endpoint");
+    loop {
+        let last = match endpoint.connect().await {
+            Ok(channel) => {
+                let request = HealthCheckRequest {
+                    service: service.into(),
+                };
+                match HealthClient::new(channel).check(request).await {
+                    Ok(answer) if answer.get_ref().status() == wanted => return,
+                    Ok(answer) => format!("{:?}", answer.get_ref().status()),
+                    Err(status) => format!("error {status}"),
+                }
+            }
+            Err(e) => format!("cannot connect: {e}"),
+        };
+        assert!(
+            Instant::now() < deadline,
+            "{address} {service} did not report {wanted:?} within {PATIENCE:?}; last seen {last}"
+        );
+        // A poll interval inside a deadline-bounded wait, not a wait for a state.
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test]
+async fn given_a_broker_loading_a_large_log_then_it_is_not_serving_until_loaded() {
+    let mut broker = BrokerProcess::start_with(&["--segment-bytes", "1048576"]);
+    let address = broker.bootstrap();
+    let mut client = raw::connect(&address).await;
+    // Many partitions, each with a few segments to recover after a SIGKILL: loading
+    // takes long enough (hundreds of ms in a debug build) to be seen.
+    let partitions = 64;
+    raw::create_topic(&mut client, "big", partitions).await;
+    let value = "x".repeat(256 * 1024);
+    for partition in 0..partitions {
+        for _ in 0..3 {
+            let records = raw::records(&[&value, &value]);
+            let batch = batch::encode(ProducerInfo::NONE, 0, &records);
+            raw::produce(&mut client, "big", partition, batch).await;
+        }
+    }
+    broker.kill();
+    let restarted = tokio::task::spawn_blocking(move || {
+        broker.restart();
+        broker
+    });
+    await_status(&address, BROKER, ServingStatus::NotServing).await;
+    await_status(&address, BROKER, ServingStatus::Serving).await;
+    let _broker = restarted.await.expect("restarted");
+}
+
+#[tokio::test]
+async fn given_a_coordinator_whose_broker_is_down_then_it_serves_once_its_slices_load() {
+    let mut broker = BrokerProcess::start();
+    broker.stop();
+    let coordinator = CoordinatorProcess::coordinator(&[
+        "--data-dir",
+        "{data_dir}",
+        "--bootstrap",
+        broker.bootstrap().as_str(),
+        "--txn-log-partitions",
+        "2",
+    ]);
+    // Without its broker it cannot load a slice of the transaction log.
+    await_status(
+        &coordinator.bootstrap(),
+        COORDINATOR,
+        ServingStatus::NotServing,
+    )
+    .await;
+    broker.restart();
+    await_status(
+        &coordinator.bootstrap(),
+        COORDINATOR,
+        ServingStatus::Serving,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn given_a_broker_whose_lease_is_revoked_then_it_is_not_serving_until_registered_again() {
+    let mut cluster = Cluster::start(1, &[]);
+    let address = cluster.broker(1).bootstrap();
+    await_status(&address, BROKER, ServingStatus::Serving).await;
+    let mut etcd = Client::connect([cluster.etcd(0).endpoint()], None)
+        .await
+        .expect("etcd");
+    let key = "/idem/brokers/1";
+    let registration = etcd.get(key, None).await.expect("get");
+    let broker_lease = registration.kvs().first().expect("registered").lease();
+    // Another holder takes the id before the lease goes, so the broker cannot register
+    // again until it lets go: NOT_SERVING is a state, not a blip.
+    let squatter = etcd.lease_grant(60, None).await.expect("grant").id();
+    let value = r#"{"broker_id":1,"address":"127.0.0.1:1","data_dir_id":"someone-else"}"#;
+    etcd.put(key, value, Some(PutOptions::new().with_lease(squatter)))
+        .await
+        .expect("squat");
+    etcd.lease_revoke(broker_lease).await.expect("revoke");
+    await_status(&address, BROKER, ServingStatus::NotServing).await;
+    etcd.lease_revoke(squatter).await.expect("let go");
+    await_status(&address, BROKER, ServingStatus::Serving).await;
+}
