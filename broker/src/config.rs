@@ -2,6 +2,7 @@
 //! from flags, `IDEM_*` environment variables and documented defaults.
 
 use idem_proto::transport::MAX_MESSAGE_BYTES;
+use idem_runtime::config_error::{check_advertised, ConfigError};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -98,20 +99,64 @@ impl BrokerConfig {
     /// leases from etcd: a broker handing out ids from its own embedded store would give
     /// the same producer id to two producers (another broker's, a coordinator's
     /// transactional one), which then fence each other's batches and markers.
-    pub fn pid_store(&self) -> Result<PidStoreKind, String> {
+    pub fn pid_store(&self) -> Result<PidStoreKind, ConfigError> {
         match (self.pid_store_flag, self.etcd_endpoints.is_empty()) {
-            (Some(PidStoreKind::Embedded), false) => Err(
-                "--pid-store embedded cannot be used with --etcd: every broker of a cluster \
-                 must lease producer ids from etcd, or two producers get the same id"
-                    .into(),
-            ),
-            (Some(PidStoreKind::Etcd), true) => {
-                Err("--pid-store etcd needs --etcd http://host:2379[,...]".into())
-            }
+            (Some(PidStoreKind::Embedded), false) => Err(ConfigError::new(
+                "--pid-store",
+                "embedded cannot be used with --etcd: every broker of a cluster must lease \
+                 producer ids from etcd, or two producers get the same id",
+            )),
+            (Some(PidStoreKind::Etcd), true) => Err(ConfigError::new(
+                "--pid-store",
+                "etcd needs --etcd http://host:2379[,...]",
+            )),
             (Some(kind), _) => Ok(kind),
             (None, true) => Ok(PidStoreKind::Embedded),
             (None, false) => Ok(PidStoreKind::Etcd),
         }
+    }
+
+    /// Refuses, naming the flag, settings the broker cannot run with; called before it
+    /// opens anything.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        ConfigError::unless(
+            self.broker_id >= 0,
+            "--id",
+            "must be 0 or more (-1 means \"no broker\" on the wire)",
+        )?;
+        check_advertised("--advertise", self.advertise.as_deref())?;
+        ConfigError::unless(
+            self.segment_bytes > 0,
+            "--segment-bytes",
+            "must be at least 1",
+        )?;
+        self.limits.check()?;
+        ConfigError::unless(
+            self.producer_id_expiration_ms > 0,
+            "--producer-id-expiration-ms",
+            "must be at least 1",
+        )?;
+        self.pid_store()?;
+        ConfigError::unless(
+            self.lease_ttl_ms >= 1000,
+            "--lease-ttl-ms",
+            "must be at least 1000 (etcd leases last whole seconds)",
+        )?;
+        ConfigError::unless(
+            self.replica_lag_time_max_ms > 0,
+            "--replica-lag-time-max-ms",
+            "must be at least 1",
+        )?;
+        ConfigError::unless(
+            !self.etcd_prefix.trim().is_empty(),
+            "--etcd-prefix",
+            "must not be empty",
+        )?;
+        ConfigError::unless(
+            self.max_partitions_per_topic > 0,
+            "--max-partitions",
+            "must be at least 1",
+        )
     }
 
     /// A config for tests and `idem dev`: everything default but the data dir and address.
@@ -173,23 +218,29 @@ impl SizeLimits {
     /// decodes (`idem_proto::transport::MAX_MESSAGE_BYTES`): a Fetch carries up to
     /// `max_fetch_bytes` of records, or one whole batch (up to `max_batch_bytes`) when
     /// that alone is larger.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), ConfigError> {
         let ceiling = MAX_MESSAGE_BYTES - Self::FRAMING_BYTES;
         for (flag, value) in [
             ("--max-fetch-bytes", self.max_fetch_bytes),
             ("--max-batch-bytes", self.max_batch_bytes),
         ] {
             if value == 0 || value > ceiling {
-                return Err(format!(
-                    "{flag} {value} must be between 1 and {ceiling} (the largest gRPC message \
-                     idem clients decode, {MAX_MESSAGE_BYTES}, less 1 MiB of framing)"
+                return Err(ConfigError::new(
+                    flag,
+                    format!(
+                        "{value} must be between 1 and {ceiling} (the largest gRPC message \
+                         idem clients decode, {MAX_MESSAGE_BYTES}, less 1 MiB of framing)"
+                    ),
                 ));
             }
         }
         if self.max_request_bytes == 0 || self.max_request_bytes > MAX_MESSAGE_BYTES {
-            return Err(format!(
-                "--max-request-bytes {} must be between 1 and {MAX_MESSAGE_BYTES}",
-                self.max_request_bytes
+            return Err(ConfigError::new(
+                "--max-request-bytes",
+                format!(
+                    "{} must be between 1 and {MAX_MESSAGE_BYTES}",
+                    self.max_request_bytes
+                ),
             ));
         }
         Ok(())
@@ -239,8 +290,99 @@ mod tests {
         let refused = with(Some(PidStoreKind::Embedded), true)
             .pid_store()
             .expect_err("two stores would hand out the same ids");
-        assert!(refused.contains("--pid-store embedded cannot be used with --etcd"));
+        assert_eq!(refused.flag, "--pid-store");
+        assert!(refused
+            .to_string()
+            .contains("--pid-store embedded cannot be used with --etcd"));
         assert!(with(Some(PidStoreKind::Etcd), false).pid_store().is_err());
+    }
+
+    fn single_node() -> BrokerConfig {
+        BrokerConfig::single_node(PathBuf::from("d"), ([127, 0, 0, 1], 0).into())
+    }
+
+    #[test]
+    fn the_defaults_are_valid_and_each_bad_setting_is_refused_by_its_flag() {
+        assert_eq!(single_node().validate(), Ok(()));
+        let cases: Vec<(&str, BrokerConfig)> = vec![
+            (
+                "--id",
+                BrokerConfig {
+                    broker_id: -1,
+                    ..single_node()
+                },
+            ),
+            (
+                "--advertise",
+                BrokerConfig {
+                    advertise: Some("broker-0".into()),
+                    ..single_node()
+                },
+            ),
+            (
+                "--segment-bytes",
+                BrokerConfig {
+                    segment_bytes: 0,
+                    ..single_node()
+                },
+            ),
+            (
+                "--max-batch-bytes",
+                BrokerConfig {
+                    limits: SizeLimits {
+                        max_batch_bytes: 0,
+                        ..SizeLimits::default()
+                    },
+                    ..single_node()
+                },
+            ),
+            (
+                "--producer-id-expiration-ms",
+                BrokerConfig {
+                    producer_id_expiration_ms: 0,
+                    ..single_node()
+                },
+            ),
+            (
+                "--pid-store",
+                BrokerConfig {
+                    pid_store_flag: Some(PidStoreKind::Etcd),
+                    ..single_node()
+                },
+            ),
+            (
+                "--lease-ttl-ms",
+                BrokerConfig {
+                    lease_ttl_ms: 999,
+                    ..single_node()
+                },
+            ),
+            (
+                "--replica-lag-time-max-ms",
+                BrokerConfig {
+                    replica_lag_time_max_ms: 0,
+                    ..single_node()
+                },
+            ),
+            (
+                "--etcd-prefix",
+                BrokerConfig {
+                    etcd_prefix: " ".into(),
+                    ..single_node()
+                },
+            ),
+            (
+                "--max-partitions",
+                BrokerConfig {
+                    max_partitions_per_topic: 0,
+                    ..single_node()
+                },
+            ),
+        ];
+        for (flag, config) in cases {
+            let refused = config.validate().expect_err(flag);
+            assert_eq!(refused.flag, flag, "{refused}");
+        }
     }
 
     #[test]
@@ -266,7 +408,10 @@ mod tests {
             },
         ] {
             let refused = limits.check().expect_err("refused");
-            assert!(refused.starts_with("--max-"), "names the flag: {refused}");
+            assert!(
+                refused.flag.starts_with("--max-"),
+                "names the flag: {refused}"
+            );
         }
         let largest = SizeLimits {
             max_fetch_bytes: MAX_MESSAGE_BYTES - 1024 * 1024,

@@ -3,6 +3,7 @@
 //! tasks (producer expiry, timed flushes); shuts all of it down cleanly on request.
 
 use idem_proto::transport::MAX_MESSAGE_BYTES;
+use idem_runtime::config_error::ConfigError;
 use idem_runtime::deferred::Deferred;
 use idem_runtime::grpc_server::{GrpcListener, GrpcServerError, GrpcSettings, RunningServer};
 use idem_runtime::health::Health;
@@ -41,7 +42,7 @@ pub enum ServerError {
     #[error("joining the cluster: {0}")]
     Membership(#[from] MembershipError),
     #[error("invalid configuration: {0}")]
-    Config(String),
+    Config(#[from] ConfigError),
 }
 
 type BrokerGrpc = BrokerServer<BrokerService>;
@@ -69,7 +70,7 @@ impl BoundBroker {
         config: BrokerConfig,
         shutdown: CancellationToken,
     ) -> Result<Self, ServerError> {
-        config.limits.check().map_err(ServerError::Config)?;
+        config.validate()?;
         let settings = PartitionSettings {
             log: LogConfig {
                 segment_bytes: config.segment_bytes,
@@ -270,7 +271,7 @@ async fn join_cluster(
 /// The producer-id block store the config names. A broker must never fall back from
 /// etcd to its embedded store: two stores would hand out the same ids.
 async fn open_pid_store(config: &BrokerConfig) -> Result<Arc<dyn PidBlockStore>, ServerError> {
-    match config.pid_store().map_err(ServerError::Config)? {
+    match config.pid_store()? {
         PidStoreKind::Embedded => {
             let store = SledPidStore::open(config.data_dir.join("pidstore"))
                 .map_err(|e| ServerError::PidStore(e.to_string()))?;

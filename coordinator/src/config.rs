@@ -6,6 +6,8 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use idem_runtime::config_error::{check_advertised, ConfigError};
+
 use crate::error::CoordinatorError;
 
 #[derive(Debug, Clone, clap::Args)]
@@ -108,36 +110,61 @@ impl CoordinatorConfig {
         }
     }
 
+    /// Refuses, naming the flag, settings the coordinator cannot run with.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        ConfigError::unless(self.coordinator_id >= 0, "--id", "must be 0 or more")?;
+        check_advertised("--advertise", self.advertise.as_deref())?;
+        ConfigError::unless(
+            self.bootstrap.split(',').any(|b| !b.trim().is_empty()),
+            "--bootstrap",
+            "must name at least one broker (host:port)",
+        )?;
+        ConfigError::unless(
+            self.txn_log_partitions >= 1,
+            "--txn-log-partitions",
+            "must be at least 1",
+        )?;
+        ConfigError::unless(
+            self.lease_ttl_ms >= 1000,
+            "--lease-ttl-ms",
+            "must be at least 1000 (etcd leases last whole seconds)",
+        )?;
+        ConfigError::unless(
+            self.max_transaction_timeout_ms >= 1,
+            "--max-transaction-timeout-ms",
+            "must be at least 1",
+        )?;
+        ConfigError::unless(
+            self.txn_check_interval_ms >= 1,
+            "--txn-check-interval-ms",
+            "must be at least 1",
+        )?;
+        ConfigError::unless(
+            self.transactional_id_expiration_ms >= 1,
+            "--transactional-id-expiration-ms",
+            "must be at least 1",
+        )?;
+        ConfigError::unless(
+            !self.etcd_prefix.trim().is_empty(),
+            "--etcd-prefix",
+            "must not be empty",
+        )
+    }
+
     /// Checks the settings and says which ownership backend they select.
     pub fn mode(&self) -> Result<Mode, CoordinatorError> {
-        if self.txn_log_partitions < 1 {
-            return Err(CoordinatorError::Config(
-                "--txn-log-partitions must be at least 1".into(),
-            ));
-        }
-        if self.max_transaction_timeout_ms < 1 {
-            return Err(CoordinatorError::Config(
-                "--max-transaction-timeout-ms must be at least 1".into(),
-            ));
-        }
-        if self.transactional_id_expiration_ms < 1 {
-            return Err(CoordinatorError::Config(
-                "--transactional-id-expiration-ms must be at least 1".into(),
-            ));
-        }
-        if self.txn_check_interval_ms == 0 || self.lease_ttl_ms < 1000 {
-            return Err(CoordinatorError::Config(
-                "--txn-check-interval-ms must be positive and --lease-ttl-ms at least 1000".into(),
-            ));
-        }
+        self.validate()?;
         if self.etcd_endpoints.iter().any(|e| !e.trim().is_empty()) {
             return Ok(Mode::Etcd);
         }
         match &self.data_dir {
             Some(dir) => Ok(Mode::Solo(dir.clone())),
-            None => Err(CoordinatorError::Config(
-                "give --etcd (cluster) or --data-dir (solo coordinator of one broker)".into(),
-            )),
+            None => Err(ConfigError::new(
+                "--etcd",
+                "or --data-dir is needed: --etcd to join a cluster, --data-dir for the solo \
+                 coordinator of one broker",
+            )
+            .into()),
         }
     }
 }
@@ -183,7 +210,10 @@ mod tests {
         let none = Args::try_parse_from(["idem-coordinator"]).expect("parses");
         assert!(matches!(
             none.config.mode(),
-            Err(CoordinatorError::Config(_))
+            Err(CoordinatorError::InvalidConfig(ConfigError {
+                flag: "--etcd",
+                ..
+            }))
         ));
         let zero = Args::try_parse_from([
             "idem-coordinator",
@@ -195,7 +225,91 @@ mod tests {
         .expect("parses");
         assert!(matches!(
             zero.config.mode(),
-            Err(CoordinatorError::Config(_))
+            Err(CoordinatorError::InvalidConfig(ConfigError {
+                flag: "--txn-log-partitions",
+                ..
+            }))
         ));
+    }
+
+    #[test]
+    fn each_bad_setting_is_refused_by_its_flag() {
+        let solo = || {
+            CoordinatorConfig::solo(
+                PathBuf::from("d"),
+                ([127, 0, 0, 1], 0).into(),
+                "127.0.0.1:9092".into(),
+            )
+        };
+        assert_eq!(solo().validate(), Ok(()));
+        let cases: Vec<(&str, CoordinatorConfig)> = vec![
+            (
+                "--id",
+                CoordinatorConfig {
+                    coordinator_id: -2,
+                    ..solo()
+                },
+            ),
+            (
+                "--advertise",
+                CoordinatorConfig {
+                    advertise: Some("c:".into()),
+                    ..solo()
+                },
+            ),
+            (
+                "--bootstrap",
+                CoordinatorConfig {
+                    bootstrap: " , ".into(),
+                    ..solo()
+                },
+            ),
+            (
+                "--txn-log-partitions",
+                CoordinatorConfig {
+                    txn_log_partitions: 0,
+                    ..solo()
+                },
+            ),
+            (
+                "--lease-ttl-ms",
+                CoordinatorConfig {
+                    lease_ttl_ms: 500,
+                    ..solo()
+                },
+            ),
+            (
+                "--max-transaction-timeout-ms",
+                CoordinatorConfig {
+                    max_transaction_timeout_ms: 0,
+                    ..solo()
+                },
+            ),
+            (
+                "--txn-check-interval-ms",
+                CoordinatorConfig {
+                    txn_check_interval_ms: 0,
+                    ..solo()
+                },
+            ),
+            (
+                "--transactional-id-expiration-ms",
+                CoordinatorConfig {
+                    transactional_id_expiration_ms: 0,
+                    ..solo()
+                },
+            ),
+            (
+                "--etcd-prefix",
+                CoordinatorConfig {
+                    etcd_prefix: String::new(),
+                    ..solo()
+                },
+            ),
+        ];
+        for (flag, config) in cases {
+            let refused = config.validate().expect_err(flag);
+            assert_eq!(refused.flag, flag, "{refused}");
+        }
     }
 }

@@ -54,6 +54,8 @@ pub enum CoordinatorError {
     Grpc(#[from] idem_runtime::grpc_server::GrpcServerError),
     #[error("invalid configuration: {0}")]
     Config(String),
+    #[error("invalid configuration: {0}")]
+    InvalidConfig(#[from] idem_runtime::config_error::ConfigError),
     /// The coordinator is shutting down.
     #[error("the coordinator is stopping")]
     Stopping,

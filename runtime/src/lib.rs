@@ -8,10 +8,12 @@
 //! - [`etcd_call`], [`lease`]: etcd calls with a deadline, and telling an expired lease
 //!   from an unreachable etcd;
 //! - [`log_limit`]: a limit on how often a repeating failure is logged;
-//! - [`atomic_file`], [`clock`]: replacing a file crash-safely, and the wall clock.
+//! - [`atomic_file`], [`clock`]: replacing a file crash-safely, and the wall clock;
+//! - [`config_error`]: a setting refused at start, naming its flag.
 
 pub mod atomic_file;
 pub mod clock;
+pub mod config_error;
 pub mod deferred;
 pub mod etcd_call;
 pub mod grpc_server;

@@ -49,8 +49,7 @@ async fn given_pauses_partition_moves_and_broker_removals_then_the_history_has_n
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn given_processes_cut_off_from_etcd_and_leaders_isolated_then_the_history_has_no_anomaly(
-) {
+async fn given_processes_cut_off_from_etcd_and_leaders_isolated_then_the_history_has_no_anomaly() {
     run(&[Family::Partition, Family::Isolate], 3, CI_RUN).await;
 }
 

@@ -1,0 +1,77 @@
+//! A server started with a setting it cannot run with exits at once, with a message
+//! that names the flag, before it binds, registers or opens anything.
+
+use std::process::{Command, Stdio};
+
+use idem_tests::binaries::binary;
+
+/// Runs `program` with `args` and returns its exit status and stderr.
+fn run(program: &str, args: &[&str]) -> (Option<i32>, String) {
+    let output = Command::new(binary(program))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("run {program}: {e}"));
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn given_bad_broker_flags_then_it_refuses_to_start_naming_each_flag() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data_dir = dir.path().to_string_lossy().into_owned();
+    for (args, flag) in [
+        (vec!["--lease-ttl-ms", "10"], "--lease-ttl-ms"),
+        (vec!["--advertise", "broker-0"], "--advertise"),
+        (vec!["--id=-1"], "--id"),
+        (vec!["--segment-bytes", "0"], "--segment-bytes"),
+        (
+            vec!["--replica-lag-time-max-ms", "0"],
+            "--replica-lag-time-max-ms",
+        ),
+        (vec!["--pid-store", "etcd"], "--pid-store"),
+    ] {
+        let mut all = vec!["--listen", "127.0.0.1:0", "--data-dir", data_dir.as_str()];
+        all.extend(&args);
+        let (code, stderr) = run("idem-broker", &all);
+        assert_ne!(code, Some(0), "{args:?} started");
+        assert!(
+            stderr.contains(&format!("invalid configuration: {flag} ")),
+            "{args:?}: {stderr}"
+        );
+    }
+    let left: Vec<_> = std::fs::read_dir(dir.path()).expect("data dir").collect();
+    assert!(left.is_empty(), "a refused broker wrote {left:?}");
+}
+
+#[test]
+fn given_bad_coordinator_flags_then_it_refuses_to_start_naming_each_flag() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data_dir = dir.path().to_string_lossy().into_owned();
+    for (args, flag) in [
+        (
+            vec!["--data-dir", data_dir.as_str(), "--txn-log-partitions", "0"],
+            "--txn-log-partitions",
+        ),
+        (
+            vec!["--data-dir", data_dir.as_str(), "--lease-ttl-ms", "999"],
+            "--lease-ttl-ms",
+        ),
+        (
+            vec!["--data-dir", data_dir.as_str(), "--advertise", "c:"],
+            "--advertise",
+        ),
+        (vec![], "--etcd"),
+    ] {
+        let mut all = vec!["--listen", "127.0.0.1:0"];
+        all.extend(&args);
+        let (code, stderr) = run("idem-coordinator", &all);
+        assert_ne!(code, Some(0), "{args:?} started");
+        assert!(
+            stderr.contains(&format!("invalid configuration: {flag} ")),
+            "{args:?}: {stderr}"
+        );
+    }
+}
