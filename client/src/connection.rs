@@ -24,12 +24,10 @@ use idem_proto::v1::{
 use idem_proto::ErrorCode;
 use tonic::transport::{Channel, Endpoint};
 
-use crate::admin::OffsetSpec;
-use crate::consumer::Isolation;
 use crate::error::{is_retriable_status, ClientError};
 use crate::metadata::{ClusterMetadata, MetadataCache, Route};
-use crate::producer::inflight::ProducerIdAndEpoch;
 use crate::refresh::{RefreshGate, RefreshPlan};
+use crate::types::{Isolation, OffsetSpec, ProducerIdAndEpoch};
 
 /// The largest gRPC message the SDK sends or decodes: the protocol's limit.
 pub use idem_proto::transport::MAX_MESSAGE_BYTES;

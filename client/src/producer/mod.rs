@@ -23,11 +23,11 @@ use tokio::sync::{mpsc, oneshot};
 
 use self::accumulator::record_size;
 use self::config::ProducerConfig;
-use self::inflight::ProducerIdAndEpoch;
 use self::sender::{PartitionMsg, PartitionSender};
 use crate::connection::{Connection, MAX_MESSAGE_BYTES};
 use crate::error::ClientError;
 use crate::partitioner::TopicPartitioners;
+use crate::types::ProducerIdAndEpoch;
 
 /// Records a partition task may have queued in its channel before `send` waits (the
 /// task itself stops taking records at `buffer_memory`).
