@@ -44,6 +44,7 @@
 //! ```
 
 pub mod admin;
+pub mod clock;
 pub mod connection;
 pub mod consumer;
 mod coordinator;
