@@ -15,6 +15,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use backon::Retryable;
 use futures::future::{BoxFuture, FutureExt, Shared};
 use idem_proto::v1::broker_client::BrokerClient;
 use idem_proto::v1::{
@@ -27,6 +28,7 @@ use tonic::transport::{Channel, Endpoint};
 use crate::error::{is_retriable_status, ClientError};
 use crate::metadata::{ClusterMetadata, MetadataCache, Route};
 use crate::refresh::{RefreshGate, RefreshPlan};
+use crate::retry;
 use crate::types::{Isolation, OffsetSpec, ProducerIdAndEpoch};
 
 /// The largest gRPC message the SDK sends or decodes: the protocol's limit.
@@ -34,8 +36,6 @@ pub use idem_proto::transport::MAX_MESSAGE_BYTES;
 /// Default time one RPC may take.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// Attempts for requests that are safe to repeat (metadata, offsets, producer ids).
-const READ_RETRIES: u32 = 8;
 /// Longest one attempt of a request any broker may serve waits before the next broker
 /// is tried (a paused broker accepts connections but never answers).
 const ANY_BROKER_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -408,8 +408,8 @@ impl Connection {
     }
 
     /// Runs a request any broker may serve and that is safe to repeat, moving on to the
-    /// next broker after an attempt that got no answer, for up to `READ_RETRIES`
-    /// attempts with a growing backoff.
+    /// next broker after an attempt that got no answer, for up to
+    /// [`retry::READ_ATTEMPTS`] attempts with [`retry::read_backoff`] between them.
     async fn call_any<T, F, Fut>(&self, mut rpc: F) -> Result<(T, Node), ClientError>
     where
         F: FnMut(BrokerClient<Channel>) -> Fut,
@@ -417,32 +417,30 @@ impl Connection {
     {
         let nodes = self.any_nodes();
         let attempt_timeout = self.request_timeout.min(ANY_BROKER_ATTEMPT_TIMEOUT);
-        let mut backoff = Duration::from_millis(20);
-        let mut attempt = 1;
-        loop {
-            let node = &nodes[(attempt as usize - 1) % nodes.len()];
-            let result = match self.client_for(node) {
-                Ok(client) => with_timeout(attempt_timeout, rpc(client)).await,
-                Err(e) => Err(e),
-            };
-            match result {
-                Ok(value) => {
-                    if let Ok(mut preferred) = self.shared.preferred.lock() {
-                        *preferred = node.clone();
-                    }
-                    return Ok((value, node.clone()));
+        let mut attempt = 0;
+        let (value, node) = (|| {
+            let node = nodes[attempt % nodes.len()].clone();
+            attempt += 1;
+            let call = self.client_for(&node).map(&mut rpc);
+            async move {
+                match call {
+                    Ok(call) => with_timeout(attempt_timeout, call)
+                        .await
+                        .map(|value| (value, node)),
+                    Err(e) => Err(e),
                 }
-                Err(ClientError::Transport(status))
-                    if attempt < READ_RETRIES && is_retriable_status(status.code()) =>
-                {
-                    tracing::debug!(attempt, ?node, status = %status, "no answer; trying the next broker");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(1));
-                    attempt += 1;
-                }
-                Err(e) => return Err(e),
             }
+        })
+        .retry(retry::read_backoff())
+        .when(retry::is_lost_answer)
+        .notify(|error, pause| {
+            tracing::debug!(%error, ?pause, "no answer; trying the next broker");
+        })
+        .await?;
+        if let Ok(mut preferred) = self.shared.preferred.lock() {
+            *preferred = node.clone();
         }
+        Ok((value, node))
     }
 
     /// Runs one RPC with the request timeout.
@@ -454,29 +452,19 @@ impl Connection {
     }
 
     /// Runs a read-only (or otherwise safe to repeat) RPC on the bootstrap connection,
-    /// retrying answers lost in transport with a growing backoff for up to
-    /// `READ_RETRIES` attempts. (The SDK itself sends such requests to any broker, with
-    /// failover; this stays for callers that want the bootstrap broker's answer.)
+    /// retrying answers lost in transport with [`retry::read_backoff`]. (The SDK itself
+    /// sends such requests to any broker, with failover; this stays for callers that
+    /// want the bootstrap broker's answer.)
     pub async fn call_retrying<T, F, Fut>(&self, mut rpc: F) -> Result<T, ClientError>
     where
         F: FnMut(BrokerClient<Channel>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
-        let mut backoff = Duration::from_millis(20);
-        let mut attempt = 1;
-        loop {
-            match self.call(rpc(self.client())).await {
-                Err(ClientError::Transport(status))
-                    if attempt < READ_RETRIES && is_retriable_status(status.code()) =>
-                {
-                    tracing::debug!(attempt, status = %status, "retrying a safe request");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(1));
-                    attempt += 1;
-                }
-                other => return other,
-            }
-        }
+        (|| self.call(rpc(self.client())))
+            .retry(retry::read_backoff())
+            .when(retry::is_lost_answer)
+            .notify(|error, pause| tracing::debug!(%error, ?pause, "retrying a safe request"))
+            .await
     }
 
     /// Asks any broker for metadata of `topics` (all topics when empty) and updates the
@@ -595,21 +583,21 @@ impl Connection {
             ..InitProducerIdRequest::default()
         };
         let deadline = tokio::time::Instant::now() + self.request_timeout;
-        let mut backoff = Duration::from_millis(50);
-        loop {
-            match self.init_producer_id_once(&request).await {
-                Err(
-                    e @ ClientError::Broker {
-                        retriable: true, ..
-                    },
-                ) if tokio::time::Instant::now() + backoff < deadline => {
-                    tracing::debug!(error = %e, "InitProducerId refused; retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(1));
-                }
-                other => return other,
-            }
-        }
+        (|| self.init_producer_id_once(&request))
+            .retry(retry::until_deadline_backoff(self.request_timeout))
+            .when(|e| {
+                matches!(
+                    e,
+                    ClientError::Broker {
+                        retriable: true,
+                        ..
+                    }
+                )
+            })
+            // No pause that would end past the deadline: the last refusal is the answer.
+            .adjust(move |_, pause| pause.filter(|p| tokio::time::Instant::now() + *p < deadline))
+            .notify(|error, _| tracing::debug!(%error, "InitProducerId refused; retrying"))
+            .await
     }
 
     async fn init_producer_id_once(
@@ -654,7 +642,7 @@ impl Connection {
     /// The earliest or latest offset of one partition, asked of its leader (only the
     /// leader knows the high watermark and last stable offset). A leader that does not
     /// answer or no longer leads makes it refresh the metadata and ask again, for up to
-    /// `READ_RETRIES` attempts.
+    /// [`retry::READ_ATTEMPTS`] attempts.
     pub async fn list_offset(
         &self,
         topic: &str,
@@ -672,30 +660,21 @@ impl Connection {
                 }],
             }],
         };
-        let mut backoff = Duration::from_millis(20);
-        let mut attempt = 1;
-        loop {
-            let error = match self.list_offset_once(topic, partition, &request).await {
-                Ok(offset) => return Ok(offset),
-                Err(e) => e,
-            };
-            let retry = match &error {
+        (|| self.list_offset_once(topic, partition, &request))
+            .retry(retry::read_backoff())
+            .when(|error| match error {
                 ClientError::Transport(status) => is_retriable_status(status.code()),
                 ClientError::Broker { code, .. } => is_leadership_error(*code),
                 // The leader does not know the topic the metadata lists yet (just
                 // created): ask again.
                 ClientError::UnknownTopic { .. } => self.knows_partition(topic, partition),
                 _ => false,
-            };
-            if !retry || attempt >= READ_RETRIES {
-                return Err(error);
-            }
-            tracing::debug!(attempt, %error, topic, partition, "list offsets will retry");
-            self.request_refresh();
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(1));
-            attempt += 1;
-        }
+            })
+            .notify(|error, _| {
+                tracing::debug!(%error, topic, partition, "list offsets will retry");
+                self.request_refresh();
+            })
+            .await
     }
 
     async fn list_offset_once(

@@ -53,6 +53,7 @@ pub mod metadata;
 pub mod partitioner;
 pub mod producer;
 pub mod refresh;
+mod retry;
 pub mod transactional;
 pub mod types;
 
