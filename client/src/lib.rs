@@ -50,6 +50,7 @@ pub mod consumer;
 mod coordinator;
 pub mod error;
 pub mod metadata;
+mod metadata_view;
 pub mod partitioner;
 pub mod producer;
 pub mod refresh;
