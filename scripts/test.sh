@@ -5,6 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/install-deps.sh protoc etcd cc script
+# No two files may import each other (see the script); cheap, so it runs first.
+scripts/import-cycles.sh
 cargo build --workspace --bins
 # The coordinator crate cannot depend on the broker crate; its solo smoke test runs the
 # broker binary built above.

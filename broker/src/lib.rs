@@ -12,5 +12,6 @@ pub mod producer_state;
 pub mod replication;
 pub mod server;
 pub mod service;
+pub mod topic_spec;
 pub mod topics;
 pub mod txn_index;

@@ -7,61 +7,30 @@
 //! no longer names this broker among a partition's replicas (a reassignment moved it
 //! away), the partition is closed for good and its directory deleted (Kafka's
 //! StopReplica with delete), at once or, after a restart, at the first catalog sync.
+//! The duties a sync sets off live with the cluster: failover in `cluster/election.rs`,
+//! ISR upkeep in `cluster/isr_upkeep.rs`, following leaders in `replication/`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
 use serde::{Deserialize, Serialize};
 
-use crate::cluster::catalog::{
-    CatalogError, CatalogSnapshot, EtcdCatalog, PartitionState, VersionedState,
-};
-use crate::cluster::isr_exit::leave_isr;
-use crate::cluster::membership::Membership;
-use crate::cluster::reassignment;
+use crate::cluster::catalog::{CatalogError, CatalogSnapshot, EtcdCatalog, PartitionState};
+pub use crate::cluster::cluster_catalog::ClusterCatalog;
+pub use crate::cluster::partition_view::PartitionView;
+use crate::cluster::partition_view::TopicView;
+use crate::cluster::{election, isr_upkeep};
 use crate::coordinators::CoordinatorView;
 use crate::error::BrokerError;
-use crate::partition::{now_ms, Partition, PartitionSettings};
-use crate::replication::fetchers::{Fetchers, Following, PartitionKey};
+use crate::partition::{Partition, PartitionSettings};
+use crate::replication::fetchers::Fetchers;
+use crate::replication::following;
 use crate::replication::replica_set::Role;
+use crate::topic_spec::TopicSpec;
 
 const TOPICS_FILE: &str = "topics.json";
 const MAX_TOPIC_NAME_LEN: usize = 249;
-
-/// A topic as recorded on disk.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TopicSpec {
-    pub name: String,
-    pub partitions: i32,
-    pub replication_factor: i32,
-    /// acks=all needs this many in-sync replicas (0 in files written before it existed:
-    /// read as the default).
-    #[serde(default)]
-    pub min_insync_replicas: i32,
-    /// Whether a replica outside the ISR may take over when the whole ISR is gone.
-    #[serde(default)]
-    pub unclean_leader_election: bool,
-}
-
-impl TopicSpec {
-    /// 2 when there are at least 3 replicas (one may fail without losing acks=all), else 1.
-    pub fn default_min_insync_replicas(replication_factor: i32) -> i32 {
-        if replication_factor >= 3 {
-            2
-        } else {
-            1
-        }
-    }
-
-    pub fn min_insync_replicas(&self) -> i32 {
-        if self.min_insync_replicas > 0 {
-            self.min_insync_replicas
-        } else {
-            Self::default_min_insync_replicas(self.replication_factor)
-        }
-    }
-}
 
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct TopicsFile {
@@ -105,75 +74,9 @@ pub fn resolve_replication_factor(requested: i32) -> Result<i32, BrokerError> {
     }
 }
 
-/// One partition as this broker sees it: where it lives in the cluster, and the local
-/// log when this broker is one of its replicas.
-#[derive(Clone)]
-pub struct PartitionView {
-    pub index: i32,
-    pub leader: i32,
-    pub leader_epoch: i32,
-    pub replicas: Vec<i32>,
-    pub isr: Vec<i32>,
-    /// `mod_revision` of the partition's catalog key (0 on a single node).
-    pub catalog_revision: i64,
-    pub partition_epoch: i32,
-    /// While a reassignment runs: replicas joining and leaving (both in `replicas`).
-    pub adding_replicas: Vec<i32>,
-    pub removing_replicas: Vec<i32>,
-    pub local: Option<Arc<Partition>>,
-}
-
-impl PartitionView {
-    /// The catalog state this view was read from.
-    fn catalog_state(&self) -> PartitionState {
-        PartitionState {
-            replicas: self.replicas.clone(),
-            leader: self.leader,
-            leader_epoch: self.leader_epoch,
-            isr: self.isr.clone(),
-            partition_epoch: self.partition_epoch,
-            adding_replicas: self.adding_replicas.clone(),
-            removing_replicas: self.removing_replicas.clone(),
-        }
-    }
-}
-
 struct Topic {
     spec: TopicSpec,
     partitions: Vec<PartitionView>,
-}
-
-/// The etcd side of a clustered broker.
-pub struct ClusterCatalog {
-    pub broker_id: i32,
-    pub catalog: EtcdCatalog,
-    pub membership: Arc<Membership>,
-}
-
-impl ClusterCatalog {
-    /// Publishes `state` for a partition last seen at `view`'s catalog revision;
-    /// `Ok(false)` when another change got there first (nothing written).
-    async fn publish(
-        &self,
-        topic: &str,
-        view: &PartitionView,
-        state: &PartitionState,
-    ) -> Result<bool, BrokerError> {
-        self.catalog
-            .compare_and_set_partition(topic, view.index, view.catalog_revision, state)
-            .await
-            .map_err(|e| BrokerError::Cluster(e.to_string()))
-    }
-
-    /// Ids of the brokers registered now.
-    async fn live_broker_ids(&self) -> Result<Vec<i32>, BrokerError> {
-        let brokers = self
-            .membership
-            .live_brokers()
-            .await
-            .map_err(|e| BrokerError::Cluster(e.to_string()))?;
-        Ok(brokers.into_iter().map(|b| b.broker_id).collect())
-    }
 }
 
 /// Topics and their partitions.
@@ -384,16 +287,26 @@ impl TopicRegistry {
         let revision = snapshot.revision;
         let mut snapshot = snapshot;
         let coordinators = std::mem::take(&mut snapshot.coordinators);
-        let in_isr = self.isrs_holding_me(&snapshot);
+        let in_isr = isr_upkeep::isrs_holding_me(self.broker_id, &snapshot);
         let topics = self.apply_snapshot(snapshot)?;
         let dropped = dropped_replicas(&self.read(), &topics);
         *self.write() = topics;
-        self.leave_isrs(cluster, in_isr).await?;
+        // The create lock is held: these views stay those of this sync until it ends.
+        let views = self.views();
+        isr_upkeep::leave_isrs(cluster, &views, in_isr).await?;
         *self
             .coordinators
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = coordinators;
-        self.reconcile_followers(cluster);
+        // Hands every followed partition to its leader's fetcher.
+        self.fetchers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .reconcile(
+                self.broker_id,
+                following::followed(self.broker_id, &views),
+                &cluster.membership,
+            );
         // Only now that neither the registry nor a fetcher hands them out.
         for partition in dropped {
             self.delete_replica(&partition);
@@ -401,87 +314,11 @@ impl TopicRegistry {
         self.delete_stale_dirs();
         self.synced_generation
             .store(generation, std::sync::atomic::Ordering::SeqCst);
-        if self.elect_leaders(cluster).await? {
+        if election::elect_leaders(cluster, &views).await? {
             // The elections changed the catalog; the watch reloads it.
             tracing::debug!("took over leadership of partitions whose leader is gone");
         }
         Ok(revision)
-    }
-
-    /// The partition states, as `snapshot` holds them, whose ISR holds this broker.
-    fn isrs_holding_me(&self, snapshot: &CatalogSnapshot) -> Vec<(String, i32, VersionedState)> {
-        snapshot
-            .topics
-            .iter()
-            .flat_map(|(name, (_, states))| {
-                states.iter().enumerate().filter_map(move |(p, state)| {
-                    let state = state.as_ref()?;
-                    state
-                        .0
-                        .isr
-                        .contains(&self.broker_id)
-                        .then(|| (name.clone(), p as i32, state.clone()))
-                })
-            })
-            .collect()
-    }
-
-    /// Takes this broker out of the ISR of every hosted partition that must leave it
-    /// (see [`Partition::must_leave_isr`] and [`crate::cluster::isr_exit`]). A lost
-    /// compare-and-swap leaves the partition marked: the change that won wakes the
-    /// catalog watch, and the next sync tries again. Until then it elects nothing there.
-    async fn leave_isrs(
-        &self,
-        cluster: &ClusterCatalog,
-        in_isr: Vec<(String, i32, VersionedState)>,
-    ) -> Result<(), BrokerError> {
-        let pending: HashMap<(String, i32), Arc<Partition>> = self
-            .read()
-            .iter()
-            .flat_map(|(name, topic)| {
-                topic.partitions.iter().filter_map(move |v| {
-                    let local = v.local.as_ref()?;
-                    local
-                        .must_leave_isr()
-                        .then(|| ((name.clone(), v.index), local.clone()))
-                })
-            })
-            .collect();
-        for local in pending.values() {
-            // Not in the ISR (any more): nothing to leave.
-            if !in_isr
-                .iter()
-                .any(|(t, p, _)| t == local.topic() && *p == local.index())
-            {
-                local.isr_left();
-            }
-        }
-        for (topic, index, (state, revision)) in in_isr {
-            let Some(local) = pending.get(&(topic.clone(), index)) else {
-                continue;
-            };
-            let Some(next) = leave_isr(self.broker_id, &state) else {
-                // The last ISR member stays: no replica is known to hold more.
-                local.isr_left();
-                continue;
-            };
-            let written = cluster
-                .catalog
-                .compare_and_set_partition(&topic, index, revision, &next)
-                .await
-                .map_err(|e| BrokerError::Cluster(e.to_string()))?;
-            if written {
-                local.isr_left();
-                tracing::warn!(
-                    topic,
-                    partition = index,
-                    isr = ?next.isr,
-                    leader = next.leader,
-                    "left the ISR: this replica's log may have lost records it had reported; rejoining once caught up"
-                );
-            }
-        }
-        Ok(())
     }
 
     /// Whether a membership change since the last sync calls for another one.
@@ -494,109 +331,24 @@ impl TopicRegistry {
         })
     }
 
-    /// Failover: for every partition whose leader is no longer registered and whose
-    /// ISR holds this broker, try to become leader with `leader_epoch + 1` by
-    /// compare-and-swap. The first in-sync replica to swap wins; out-of-ISR replicas
-    /// take over only where the topic enables unclean election and no ISR member lives.
-    async fn elect_leaders(&self, cluster: &ClusterCatalog) -> Result<bool, BrokerError> {
-        let live = cluster.live_broker_ids().await?;
-        if !live.contains(&self.broker_id) || !cluster.membership.holds_lease() {
-            return Ok(false);
-        }
-        // Leaderless partitions this broker may take: as an in-sync replica, or, where
-        // the topic allows unclean election and no in-sync replica is alive, as any
-        // replica (then the ISR restarts as this broker alone).
-        let orphans: Vec<(String, PartitionView, bool)> = self
-            .read()
-            .iter()
-            .flat_map(|(name, topic)| {
-                let unclean_allowed = topic.spec.unclean_leader_election;
-                let live = &live;
-                topic.partitions.iter().filter_map(move |v| {
-                    if live.contains(&v.leader) || !v.replicas.contains(&self.broker_id) {
-                        return None;
-                    }
-                    if v.local.as_ref().is_some_and(|l| l.must_leave_isr()) {
-                        return None; // not before it has left the ISR
-                    }
-                    if v.isr.contains(&self.broker_id) {
-                        return Some((name.clone(), v.clone(), false));
-                    }
-                    let isr_gone = !v.isr.iter().any(|b| live.contains(b));
-                    (unclean_allowed && isr_gone).then(|| (name.clone(), v.clone(), true))
-                })
-            })
-            .collect();
-        let mut changed = false;
-        for (topic, view, unclean) in orphans {
-            let isr: Vec<i32> = if unclean {
-                tracing::warn!(
-                    topic,
-                    partition = view.index,
-                    "unclean leader election: records only the lost ISR had are gone"
-                );
-                vec![self.broker_id]
-            } else {
-                view.isr
-                    .iter()
-                    .copied()
-                    .filter(|b| live.contains(b))
-                    .collect()
-            };
-            // A reassignment in progress goes on under the new leader.
-            let state = PartitionState {
-                leader: self.broker_id,
-                leader_epoch: view.leader_epoch + 1,
-                isr,
-                partition_epoch: view.partition_epoch + 1,
-                ..view.catalog_state()
-            };
-            match cluster.publish(&topic, &view, &state).await {
-                Ok(true) => {
-                    changed = true;
-                    tracing::info!(
-                        topic,
-                        partition = view.index,
-                        old_leader = view.leader,
-                        leader_epoch = state.leader_epoch,
-                        "became leader"
-                    );
-                }
-                Ok(false) => tracing::debug!(
-                    topic,
-                    partition = view.index,
-                    "another replica took over first"
-                ),
-                Err(e) => {
-                    tracing::warn!(topic, partition = view.index, error = %e, "taking over leadership failed")
-                }
-            }
-        }
-        Ok(changed)
+    /// Leader duty: publishes ISR shrinks (a follower lagging past `lag_limit_ms`) and
+    /// expansions (a follower back at the high watermark), and ends reassignments; see
+    /// [`isr_upkeep::maintain_isr`].
+    pub async fn maintain_isr(&self, lag_limit_ms: i64) {
+        let Some(cluster) = &self.cluster else { return };
+        isr_upkeep::maintain_isr(cluster, &self.views(), lag_limit_ms).await;
     }
 
-    /// Hands every followed partition to its leader's fetcher; a partition whose leader
-    /// or epoch changed starts over with a truncation check.
-    fn reconcile_followers(&self, cluster: &ClusterCatalog) {
-        let mut wanted: HashMap<PartitionKey, (Following, Arc<Partition>)> = HashMap::new();
-        for (name, topic) in self.read().iter() {
-            for view in &topic.partitions {
-                let Some(local) = &view.local else { continue };
-                if view.leader == self.broker_id || view.leader < 0 {
-                    continue;
-                }
-                let following = Following {
-                    me: self.broker_id,
-                    leader: view.leader,
-                    leader_epoch: view.leader_epoch,
-                };
-                wanted.insert((name.clone(), view.index), (following, local.clone()));
-            }
-        }
-        self.fetchers
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .reconcile(self.broker_id, wanted, &cluster.membership);
+    /// Every topic with its partitions, as of the last catalog sync.
+    fn views(&self) -> Vec<TopicView> {
+        self.read()
+            .iter()
+            .map(|(name, topic)| TopicView {
+                name: name.clone(),
+                unclean_leader_election: topic.spec.unclean_leader_election,
+                partitions: topic.partitions.clone(),
+            })
+            .collect()
     }
 
     /// Asks the ISR duty to run now (see `isr_wake`).
@@ -607,61 +359,6 @@ impl TopicRegistry {
     /// Resolves when [`TopicRegistry::wake_isr_duty`] was called since the last time.
     pub async fn isr_duty_woken(&self) {
         self.isr_wake.notified().await;
-    }
-
-    /// Leader duty: publishes ISR shrinks (a follower lagging past `lag_limit_ms`) and
-    /// expansions (a follower back at the high watermark) by compare-and-swap in etcd,
-    /// and ends a reassignment once every target replica is in sync
-    /// ([`reassignment::leader_step`]).
-    pub async fn maintain_isr(&self, lag_limit_ms: i64) {
-        let Some(cluster) = &self.cluster else { return };
-        let led: Vec<(String, PartitionView)> = self
-            .read()
-            .iter()
-            .flat_map(|(name, topic)| {
-                topic
-                    .partitions
-                    .iter()
-                    .filter(|v| v.leader == self.broker_id && v.local.is_some())
-                    .map(move |v| (name.clone(), v.clone()))
-            })
-            .collect();
-        for (topic, view) in led {
-            let Some(local) = &view.local else { continue };
-            let high_watermark = local.offsets().high_watermark;
-            let isr_change = local
-                .replication()
-                .isr_change(high_watermark, now_ms(), lag_limit_ms);
-            let current = view.catalog_state();
-            // Who is alive matters only to pick the next leader when a move ends.
-            let live = if reassignment::is_reassigning(&current) {
-                cluster.live_broker_ids().await.unwrap_or_default()
-            } else {
-                Vec::new()
-            };
-            let Some(state) = reassignment::leader_step(&current, isr_change, &live) else {
-                continue;
-            };
-            match cluster.publish(&topic, &view, &state).await {
-                Ok(true)
-                    if reassignment::is_reassigning(&current)
-                        && !reassignment::is_reassigning(&state) =>
-                {
-                    tracing::info!(topic, partition = view.index, replicas = ?state.replicas, isr = ?state.isr, leader = state.leader, leader_epoch = state.leader_epoch, "reassignment complete")
-                }
-                Ok(true) => {
-                    tracing::info!(topic, partition = view.index, from = ?view.isr, to = ?state.isr, "changed the ISR")
-                }
-                Ok(false) => tracing::debug!(
-                    topic,
-                    partition = view.index,
-                    "ISR change lost a race; will retry"
-                ),
-                Err(e) => {
-                    tracing::warn!(topic, partition = view.index, error = %e, "ISR change failed")
-                }
-            }
-        }
     }
 
     fn apply_snapshot(

@@ -6,6 +6,7 @@ mod consume;
 mod dev;
 mod produce;
 mod produce_txn;
+mod record_line;
 mod topic;
 mod txn;
 

@@ -6,9 +6,10 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use bytes::Bytes;
 use idem_client::{Delivery, Producer, ProducerConfig};
 use tokio::io::{AsyncBufReadExt, BufReader};
+
+use crate::record_line::split;
 
 #[derive(Debug, clap::Args)]
 pub struct ProduceArgs {
@@ -90,14 +91,4 @@ pub async fn run(bootstrap: &str, args: ProduceArgs) -> anyhow::Result<()> {
         anyhow::bail!("{failed} record(s) were not acknowledged");
     }
     Ok(())
-}
-
-pub(crate) fn split(line: &str, separator: Option<&str>) -> (Option<Bytes>, Bytes) {
-    match separator.and_then(|sep| line.split_once(sep)) {
-        Some((key, value)) => (
-            Some(Bytes::copy_from_slice(key.as_bytes())),
-            Bytes::copy_from_slice(value.as_bytes()),
-        ),
-        None => (None, Bytes::copy_from_slice(line.as_bytes())),
-    }
 }

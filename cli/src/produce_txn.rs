@@ -13,7 +13,7 @@ use idem_client::{
 };
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use crate::produce::split;
+use crate::record_line::split;
 
 /// What `idem produce` was asked to do, transactionally.
 pub struct TxnProduce<'a> {

@@ -4,9 +4,10 @@
 //! not be asked. `slices` shows whether every partition of the transaction log is owned
 //! and served (exiting non-zero when one is not); `list` warns about those that are not.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use anyhow::Context;
+use idem_client::clock::now_ms;
 use idem_client::{Admin, SliceStatus, TopicPartition};
 use idem_proto::txn::TXN_LOG_TOPIC;
 
@@ -193,10 +194,4 @@ fn partition_list(partitions: &[TopicPartition]) -> String {
         .map(ToString::to_string)
         .collect::<Vec<_>>()
         .join(",")
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }

@@ -11,29 +11,11 @@ pub mod transactions;
 pub mod txn_log_slices;
 
 use crate::connection::{Connection, DEFAULT_REQUEST_TIMEOUT};
-use crate::consumer::Isolation;
 use crate::error::ClientError;
 use crate::metadata::ClusterMetadata;
+use crate::types::Isolation;
+pub use crate::types::OffsetSpec;
 use idem_proto::v1::{CreatableTopic, CreateTopicsRequest};
-
-/// Which end of a partition to look up.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OffsetSpec {
-    /// The log start offset.
-    Earliest,
-    /// The high watermark (read-uncommitted) or last stable offset (read-committed).
-    Latest,
-}
-
-impl OffsetSpec {
-    /// The protocol's encoding: -2 earliest, -1 latest.
-    pub fn timestamp(self) -> i64 {
-        match self {
-            OffsetSpec::Earliest => -2,
-            OffsetSpec::Latest => -1,
-        }
-    }
-}
 
 /// A topic to create.
 #[derive(Debug, Clone, PartialEq, Eq)]

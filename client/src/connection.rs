@@ -1,21 +1,24 @@
 //! The client's link to the cluster: a gRPC channel to the bootstrap broker, a pool of
 //! lazily dialled channels to the brokers the metadata lists (one per address; HTTP/2,
-//! `TCP_NODELAY`, 64 MiB messages each), a per-call timeout, and the metadata cache.
+//! `TCP_NODELAY`, 64 MiB messages each), a per-call timeout, and a view of the metadata
+//! (`metadata_view.rs`: the cache and its one refresh at a time).
 //!
 //! Routing: requests any broker may serve (Metadata, InitProducerId) go to the node
 //! that last answered one (the bootstrap at first) and fail over to the other known
 //! brokers when a node does not answer; CreateTopics goes to the bootstrap; requests
 //! for a partition's leader (Produce, Fetch, ListOffsets) go where
-//! [`MetadataCache::route`] says. A broker that does not answer or says it does not
-//! lead the partition makes the caller refresh the metadata: refreshes are coalesced
-//! and rate-limited ([`RefreshGate`]) and ask any broker for every topic.
+//! [`crate::metadata::MetadataCache::route`] says. A broker that does not answer or
+//! says it does not lead the partition makes the caller refresh the metadata:
+//! refreshes are coalesced and rate-limited ([`crate::refresh::RefreshGate`]) and ask
+//! any broker for every topic. Retries of what is safe to repeat follow `retry.rs`.
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::future::{BoxFuture, FutureExt, Shared};
+use backon::Retryable;
+use futures::future::FutureExt;
 use idem_proto::v1::broker_client::BrokerClient;
 use idem_proto::v1::{
     InitProducerIdRequest, ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic,
@@ -24,21 +27,18 @@ use idem_proto::v1::{
 use idem_proto::ErrorCode;
 use tonic::transport::{Channel, Endpoint};
 
-use crate::admin::OffsetSpec;
 use crate::bootstrap;
-use crate::consumer::Isolation;
 use crate::error::{is_retriable_status, ClientError};
-use crate::metadata::{ClusterMetadata, MetadataCache, Route};
-use crate::producer::inflight::ProducerIdAndEpoch;
-use crate::refresh::{RefreshGate, RefreshPlan};
+use crate::metadata::{ClusterMetadata, Route};
+use crate::metadata_view::{MetadataView, RefreshFuture};
+use crate::retry;
+use crate::types::{Isolation, OffsetSpec, ProducerIdAndEpoch};
 
 /// The largest gRPC message the SDK sends or decodes: the protocol's limit.
 pub use idem_proto::transport::MAX_MESSAGE_BYTES;
 /// Default time one RPC may take.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// Attempts for requests that are safe to repeat (metadata, offsets, producer ids).
-const READ_RETRIES: u32 = 8;
 /// Longest one attempt of a request any broker may serve waits before the next broker
 /// is tried (a paused broker accepts connections but never answers).
 const ANY_BROKER_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -71,42 +71,14 @@ pub struct Connection {
     request_timeout: Duration,
 }
 
-type RefreshFuture = Shared<BoxFuture<'static, ()>>;
-
-struct RefreshSlot {
-    gate: RefreshGate,
-    current: Option<RefreshFuture>,
-}
-
-impl std::fmt::Debug for RefreshSlot {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RefreshSlot")
-            .field("gate", &self.gate)
-            .field("in_flight", &self.current.is_some())
-            .finish()
-    }
-}
-
 #[derive(Debug)]
 struct SharedState {
-    metadata: RwLock<MetadataCache>,
+    /// The metadata cache and its refresh.
+    metadata: Arc<MetadataView>,
     /// One channel per broker address, dialled on first use.
     pool: Mutex<HashMap<String, BrokerClient<Channel>>>,
-    refresh: Mutex<RefreshSlot>,
     /// The node that last answered a request any broker may serve.
     preferred: Mutex<Node>,
-}
-
-/// Marks the running refresh finished however its future ends (even dropped).
-struct RefreshDone(Arc<SharedState>);
-
-impl Drop for RefreshDone {
-    fn drop(&mut self) {
-        if let Ok(mut slot) = self.0.refresh.lock() {
-            slot.gate.finished();
-            slot.current = None;
-        }
-    }
 }
 
 /// `host:port` or a full URI as an endpoint URI.
@@ -185,12 +157,8 @@ impl Connection {
             bootstrap,
             client: broker_client(channel),
             shared: Arc::new(SharedState {
-                metadata: RwLock::new(MetadataCache::default()),
+                metadata: Arc::default(),
                 pool: Mutex::new(HashMap::new()),
-                refresh: Mutex::new(RefreshSlot {
-                    gate: RefreshGate::default(),
-                    current: None,
-                }),
                 preferred: Mutex::new(Node::Bootstrap),
             }),
             request_timeout,
@@ -214,12 +182,8 @@ impl Connection {
             bootstrap: bootstrap.to_string(),
             client: broker_client(endpoint.connect_lazy()),
             shared: Arc::new(SharedState {
-                metadata: RwLock::new(MetadataCache::default()),
+                metadata: Arc::default(),
                 pool: Mutex::new(HashMap::new()),
-                refresh: Mutex::new(RefreshSlot {
-                    gate: RefreshGate::default(),
-                    current: None,
-                }),
                 preferred: Mutex::new(Node::Bootstrap),
             }),
             request_timeout,
@@ -269,27 +233,18 @@ impl Connection {
         let route = self
             .shared
             .metadata
-            .read()
-            .ok()?
-            .route(topic, partition, &self.bootstrap);
+            .route(topic, partition, &self.bootstrap)?;
         Node::from_route(route)
     }
 
     /// The leader epoch the cache holds for this partition.
     pub(crate) fn leader_epoch(&self, topic: &str, partition: i32) -> Option<i32> {
-        self.shared
-            .metadata
-            .read()
-            .ok()?
-            .leader_epoch(topic, partition)
+        self.shared.metadata.leader_epoch(topic, partition)
     }
 
     /// Whether the cache lists this partition.
     pub(crate) fn knows_partition(&self, topic: &str, partition: i32) -> bool {
-        self.shared
-            .metadata
-            .read()
-            .is_ok_and(|m| m.knows_partition(topic, partition))
+        self.shared.metadata.knows_partition(topic, partition)
     }
 
     /// A client for the current leader of `topic`/`partition`. Waits for a refresh
@@ -358,42 +313,23 @@ impl Connection {
 
     /// Waits for the refresh under way, if any; starts none.
     pub(crate) async fn wait_for_refresh(&self) {
-        let current = self
-            .shared
-            .refresh
-            .lock()
-            .ok()
-            .and_then(|slot| slot.current.clone());
-        if let Some(refresh) = current {
+        if let Some(refresh) = self.shared.metadata.current_refresh() {
             refresh.await;
         }
     }
 
-    /// The refresh to wait for: the one under way, or a new one (driven by its own
-    /// task, so it completes even if nobody waits).
+    /// The refresh to wait for: the one under way, or a new one of every topic's
+    /// metadata (see [`MetadataView::start_refresh`]).
     fn start_refresh(&self) -> Option<RefreshFuture> {
-        let mut slot = self.shared.refresh.lock().ok()?;
-        let now = tokio::time::Instant::now();
-        match slot.gate.plan(now.into_std()) {
-            RefreshPlan::Join => slot.current.clone(),
-            RefreshPlan::Start { at } => {
-                let conn = self.clone();
-                let done = RefreshDone(self.shared.clone());
-                let refresh: RefreshFuture = async move {
-                    let _done = done;
-                    tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await;
-                    if let Err(e) = conn.fetch_metadata(Vec::new()).await {
-                        tracing::warn!(error = %e, "metadata refresh failed");
-                    }
+        let conn = self.clone();
+        self.shared.metadata.start_refresh(move || {
+            async move {
+                if let Err(e) = conn.fetch_metadata(Vec::new()).await {
+                    tracing::warn!(error = %e, "metadata refresh failed");
                 }
-                .boxed()
-                .shared();
-                slot.current = Some(refresh.clone());
-                drop(slot);
-                tokio::spawn(refresh.clone());
-                Some(refresh)
             }
-        }
+            .boxed()
+        })
     }
 
     /// Nodes for a request any broker may serve: the one that answered last, the
@@ -406,22 +342,18 @@ impl Connection {
         if !nodes.contains(&Node::Bootstrap) {
             nodes.push(Node::Bootstrap);
         }
-        if let Ok(cache) = self.shared.metadata.read() {
-            for (broker_id, address) in cache.broker_addresses() {
-                let behind_bootstrap = address.trim() == self.bootstrap.trim()
-                    || cache.bootstrap_broker() == Some(broker_id);
-                let node = Node::Broker(address);
-                if !behind_bootstrap && !nodes.contains(&node) {
-                    nodes.push(node);
-                }
+        for address in self.shared.metadata.brokers_besides(&self.bootstrap) {
+            let node = Node::Broker(address);
+            if !nodes.contains(&node) {
+                nodes.push(node);
             }
         }
         nodes
     }
 
     /// Runs a request any broker may serve and that is safe to repeat, moving on to the
-    /// next broker after an attempt that got no answer, for up to `READ_RETRIES`
-    /// attempts with a growing backoff.
+    /// next broker after an attempt that got no answer, for up to
+    /// [`retry::READ_ATTEMPTS`] attempts with [`retry::read_backoff`] between them.
     async fn call_any<T, F, Fut>(&self, mut rpc: F) -> Result<(T, Node), ClientError>
     where
         F: FnMut(BrokerClient<Channel>) -> Fut,
@@ -429,32 +361,30 @@ impl Connection {
     {
         let nodes = self.any_nodes();
         let attempt_timeout = self.request_timeout.min(ANY_BROKER_ATTEMPT_TIMEOUT);
-        let mut backoff = Duration::from_millis(20);
-        let mut attempt = 1;
-        loop {
-            let node = &nodes[(attempt as usize - 1) % nodes.len()];
-            let result = match self.client_for(node) {
-                Ok(client) => with_timeout(attempt_timeout, rpc(client)).await,
-                Err(e) => Err(e),
-            };
-            match result {
-                Ok(value) => {
-                    if let Ok(mut preferred) = self.shared.preferred.lock() {
-                        *preferred = node.clone();
-                    }
-                    return Ok((value, node.clone()));
+        let mut attempt = 0;
+        let (value, node) = (|| {
+            let node = nodes[attempt % nodes.len()].clone();
+            attempt += 1;
+            let call = self.client_for(&node).map(&mut rpc);
+            async move {
+                match call {
+                    Ok(call) => with_timeout(attempt_timeout, call)
+                        .await
+                        .map(|value| (value, node)),
+                    Err(e) => Err(e),
                 }
-                Err(ClientError::Transport(status))
-                    if attempt < READ_RETRIES && is_retriable_status(status.code()) =>
-                {
-                    tracing::debug!(attempt, ?node, status = %status, "no answer; trying the next broker");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(1));
-                    attempt += 1;
-                }
-                Err(e) => return Err(e),
             }
+        })
+        .retry(retry::read_backoff())
+        .when(retry::is_lost_answer)
+        .notify(|error, pause| {
+            tracing::debug!(%error, ?pause, "no answer; trying the next broker");
+        })
+        .await?;
+        if let Ok(mut preferred) = self.shared.preferred.lock() {
+            *preferred = node.clone();
         }
+        Ok((value, node))
     }
 
     /// Runs one RPC with the request timeout.
@@ -466,29 +396,20 @@ impl Connection {
     }
 
     /// Runs a read-only (or otherwise safe to repeat) RPC on the bootstrap connection,
-    /// retrying answers lost in transport with a growing backoff for up to
-    /// `READ_RETRIES` attempts. (The SDK itself sends such requests to any broker, with
-    /// failover; this stays for callers that want the bootstrap broker's answer.)
+    /// retrying answers lost in transport for up to 8 attempts, with jittered pauses
+    /// from 20 ms doubling to 1 s (`retry.rs`). (The SDK itself sends such requests to
+    /// any broker, with failover; this stays for callers that want the bootstrap
+    /// broker's answer.)
     pub async fn call_retrying<T, F, Fut>(&self, mut rpc: F) -> Result<T, ClientError>
     where
         F: FnMut(BrokerClient<Channel>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
-        let mut backoff = Duration::from_millis(20);
-        let mut attempt = 1;
-        loop {
-            match self.call(rpc(self.client())).await {
-                Err(ClientError::Transport(status))
-                    if attempt < READ_RETRIES && is_retriable_status(status.code()) =>
-                {
-                    tracing::debug!(attempt, status = %status, "retrying a safe request");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(1));
-                    attempt += 1;
-                }
-                other => return other,
-            }
-        }
+        (|| self.call(rpc(self.client())))
+            .retry(retry::read_backoff())
+            .when(retry::is_lost_answer)
+            .notify(|error, pause| tracing::debug!(%error, ?pause, "retrying a safe request"))
+            .await
     }
 
     /// Asks any broker for metadata of `topics` (all topics when empty) and updates the
@@ -506,12 +427,9 @@ impl Connection {
             })
             .await?;
         let metadata = ClusterMetadata::from(response);
-        if let Ok(mut cache) = self.shared.metadata.write() {
-            cache.update(&metadata);
-            if node == Node::Bootstrap {
-                cache.learn_bootstrap_broker(&metadata);
-            }
-        }
+        self.shared
+            .metadata
+            .learn(&metadata, node == Node::Bootstrap);
         if !metadata.brokers.is_empty() {
             if let Ok(mut pool) = self.shared.pool.lock() {
                 pool.retain(|address, _| metadata.brokers.iter().any(|b| &b.address == address));
@@ -547,14 +465,12 @@ impl Connection {
     }
 
     pub fn cached_partition_count(&self, topic: &str) -> Option<i32> {
-        self.shared.metadata.read().ok()?.partition_count(topic)
+        self.shared.metadata.partition_count(topic)
     }
 
     /// Forgets what the cache knows about `topic`.
     pub fn invalidate(&self, topic: &str) {
-        if let Ok(mut cache) = self.shared.metadata.write() {
-            cache.invalidate(topic);
-        }
+        self.shared.metadata.invalidate(topic);
     }
 
     /// A fresh idempotent producer id (epoch 0).
@@ -607,21 +523,21 @@ impl Connection {
             ..InitProducerIdRequest::default()
         };
         let deadline = tokio::time::Instant::now() + self.request_timeout;
-        let mut backoff = Duration::from_millis(50);
-        loop {
-            match self.init_producer_id_once(&request).await {
-                Err(
-                    e @ ClientError::Broker {
-                        retriable: true, ..
-                    },
-                ) if tokio::time::Instant::now() + backoff < deadline => {
-                    tracing::debug!(error = %e, "InitProducerId refused; retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(1));
-                }
-                other => return other,
-            }
-        }
+        (|| self.init_producer_id_once(&request))
+            .retry(retry::until_deadline_backoff(self.request_timeout))
+            .when(|e| {
+                matches!(
+                    e,
+                    ClientError::Broker {
+                        retriable: true,
+                        ..
+                    }
+                )
+            })
+            // No pause that would end past the deadline: the last refusal is the answer.
+            .adjust(move |_, pause| pause.filter(|p| tokio::time::Instant::now() + *p < deadline))
+            .notify(|error, _| tracing::debug!(%error, "InitProducerId refused; retrying"))
+            .await
     }
 
     async fn init_producer_id_once(
@@ -666,7 +582,7 @@ impl Connection {
     /// The earliest or latest offset of one partition, asked of its leader (only the
     /// leader knows the high watermark and last stable offset). A leader that does not
     /// answer or no longer leads makes it refresh the metadata and ask again, for up to
-    /// `READ_RETRIES` attempts.
+    /// 8 attempts (`retry.rs`).
     pub async fn list_offset(
         &self,
         topic: &str,
@@ -684,30 +600,21 @@ impl Connection {
                 }],
             }],
         };
-        let mut backoff = Duration::from_millis(20);
-        let mut attempt = 1;
-        loop {
-            let error = match self.list_offset_once(topic, partition, &request).await {
-                Ok(offset) => return Ok(offset),
-                Err(e) => e,
-            };
-            let retry = match &error {
+        (|| self.list_offset_once(topic, partition, &request))
+            .retry(retry::read_backoff())
+            .when(|error| match error {
                 ClientError::Transport(status) => is_retriable_status(status.code()),
                 ClientError::Broker { code, .. } => is_leadership_error(*code),
                 // The leader does not know the topic the metadata lists yet (just
                 // created): ask again.
                 ClientError::UnknownTopic { .. } => self.knows_partition(topic, partition),
                 _ => false,
-            };
-            if !retry || attempt >= READ_RETRIES {
-                return Err(error);
-            }
-            tracing::debug!(attempt, %error, topic, partition, "list offsets will retry");
-            self.request_refresh();
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(1));
-            attempt += 1;
-        }
+            })
+            .notify(|error, _| {
+                tracing::debug!(%error, topic, partition, "list offsets will retry");
+                self.request_refresh();
+            })
+            .await
     }
 
     async fn list_offset_once(

@@ -13,52 +13,18 @@
 //! for a whole `request_timeout`.
 
 use std::collections::HashMap;
-use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use idem_proto::batch::{self, Batches};
-use idem_proto::v1::{FetchPartition, FetchRequest, FetchResponse, FetchTopic, IsolationLevel};
+use idem_proto::v1::{FetchPartition, FetchRequest, FetchResponse, FetchTopic};
 use idem_proto::ErrorCode;
 
-use crate::admin::OffsetSpec;
 use crate::connection::{is_leadership_error, with_timeout, Connection, Node, MAX_MESSAGE_BYTES};
 use crate::error::{self, ClientError};
 use crate::metadata::error_code;
-
-/// Which records a consumer may see.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Isolation {
-    /// Only committed data: the broker stops at the last stable offset and filters
-    /// aborted transactions. The default: idem exists for exactly-once pipelines.
-    #[default]
-    ReadCommitted,
-    /// Everything up to the high watermark, including open and aborted transactions.
-    ReadUncommitted,
-}
-
-impl Isolation {
-    pub fn to_proto(self) -> IsolationLevel {
-        match self {
-            Isolation::ReadCommitted => IsolationLevel::ReadCommitted,
-            Isolation::ReadUncommitted => IsolationLevel::ReadUncommitted,
-        }
-    }
-}
-
-impl FromStr for Isolation {
-    type Err = ClientError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.trim().to_ascii_lowercase().replace('_', "-").as_str() {
-            "read-committed" => Ok(Isolation::ReadCommitted),
-            "read-uncommitted" => Ok(Isolation::ReadUncommitted),
-            other => Err(ClientError::InvalidConfig(format!(
-                "unknown isolation {other:?}: expected read-committed or read-uncommitted"
-            ))),
-        }
-    }
-}
+pub use crate::types::Isolation;
+use crate::types::OffsetSpec;
 
 /// Consumer settings, each with a documented default.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -25,7 +25,7 @@ use tonic::transport::{Channel, Endpoint};
 
 use crate::connection::{with_timeout, Connection, MAX_MESSAGE_BYTES};
 use crate::error::{is_retriable_status, ClientError};
-use crate::producer::inflight::ProducerIdAndEpoch;
+use crate::types::ProducerIdAndEpoch;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);

@@ -45,15 +45,19 @@
 
 pub mod admin;
 mod bootstrap;
+pub mod clock;
 pub mod connection;
 pub mod consumer;
 mod coordinator;
 pub mod error;
 pub mod metadata;
+mod metadata_view;
 pub mod partitioner;
 pub mod producer;
 pub mod refresh;
+mod retry;
 pub mod transactional;
+pub mod types;
 
 pub use admin::reassignments::PartitionReassignment;
 pub use admin::transactions::{
@@ -61,9 +65,9 @@ pub use admin::transactions::{
     TransactionDescription, TransactionState,
 };
 pub use admin::txn_log_slices::{SliceStatus, TxnLogSlice};
-pub use admin::{Admin, NewTopic, OffsetSpec};
+pub use admin::{Admin, NewTopic};
 pub use connection::Connection;
-pub use consumer::{Consumer, ConsumerConfig, ConsumerRecord, Isolation};
+pub use consumer::{Consumer, ConsumerConfig, ConsumerRecord};
 pub use error::ClientError;
 pub use idem_proto::ErrorCode;
 pub use metadata::{
@@ -71,10 +75,10 @@ pub use metadata::{
     TxnLogOwnerMetadata,
 };
 pub use producer::config::{Delivery, ProducerConfig};
-pub use producer::inflight::ProducerIdAndEpoch;
 pub use producer::{DeliveryFuture, Producer, ProducerRecord, RecordMetadata};
 pub use transactional::config::TransactionalConfig;
 pub use transactional::errors::TxnErrorClass;
 pub use transactional::pipelined::PendingCommit;
 pub use transactional::state::TxnState;
 pub use transactional::TransactionalProducer;
+pub use types::{Isolation, OffsetSpec, ProducerIdAndEpoch};

@@ -11,18 +11,9 @@ use std::collections::HashSet;
 use std::future::Future;
 use std::sync::Arc;
 
-use crate::{
-    BoxFuture, PidBlockStore, PidStoreError, ProducerIdBlock, ProducerIdManager, BLOCK_SIZE,
-};
+use crate::{PidBlockStore, PidStoreError, ProducerIdBlock, ProducerIdManager, BLOCK_SIZE};
 
-/// Raw access to the block key, for tests and operator tools only: it bypasses the
-/// compare-and-swap, so a broker must never use it.
-pub trait BlockKeyAccess: PidBlockStore {
-    /// Overwrites the block key unconditionally (durably).
-    fn write_raw(&self, value: Vec<u8>) -> BoxFuture<'_, Result<(), PidStoreError>>;
-    /// The stored value of the block key, if any.
-    fn read_raw(&self) -> BoxFuture<'_, Result<Option<Vec<u8>>, PidStoreError>>;
-}
+pub use crate::block_key_access::BlockKeyAccess;
 
 /// Runs every contract test, each with a fresh store from `fresh_store`.
 pub async fn run_all<S, F, Fut>(mut fresh_store: F)

@@ -17,16 +17,16 @@
 //! A transaction whose answer is lost (etcd killed, request timed out) reports
 //! [`PidStoreError::Unavailable`]; if it did commit, its block is simply never used.
 
-use std::collections::hash_map::RandomState;
 use std::future::Future;
-use std::hash::{BuildHasher, Hasher};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use etcd_client::{Client, Compare, CompareOp, ConnectOptions, KvClient, Txn, TxnOp};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
 
-use crate::contract::BlockKeyAccess;
+use crate::block_key_access::BlockKeyAccess;
 use crate::{BoxFuture, PidBlockStore, PidStoreError, ProducerIdBlock};
 
 /// The last path segment of the block key, as Kafka's znode `/latest_producer_id_block`.
@@ -364,29 +364,18 @@ fn unavailable(what: &str, e: etcd_client::Error) -> PidStoreError {
 }
 
 /// Jittered, growing pauses between retries of a lost race, so racing allocators spread
-/// out instead of colliding again in lock step. Seeded from std's per-process random keys.
+/// out instead of colliding again in lock step. Seeded from the OS, so concurrent
+/// processes do not share a sequence (`StdRng`, not `ThreadRng`: it is held across an
+/// await and must be `Send`).
 struct Jitter {
-    state: u64,
+    rng: StdRng,
 }
 
 impl Jitter {
     fn new() -> Self {
-        let mut hasher = RandomState::new().build_hasher();
-        hasher.write_u64(u64::from(std::process::id()));
-        // xorshift must not start at 0.
         Jitter {
-            state: hasher.finish() | 1,
+            rng: StdRng::from_entropy(),
         }
-    }
-
-    fn next_u64(&mut self) -> u64 {
-        // xorshift64
-        let mut x = self.state;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.state = x;
-        x
     }
 
     /// Uniform in `[min, cap]`, where `cap` doubles from `min` with each lost race up to `max`.
@@ -395,7 +384,7 @@ impl Jitter {
         let max_us = u64::try_from(max.as_micros()).unwrap_or(u64::MAX);
         let cap = min_us.saturating_mul(1u64 << lost.min(16)).min(max_us);
         let spread = cap.saturating_sub(min_us) + 1;
-        Duration::from_micros(min_us + self.next_u64() % spread)
+        Duration::from_micros(min_us + self.rng.gen_range(0..spread))
     }
 }
 

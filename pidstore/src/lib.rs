@@ -6,9 +6,12 @@
 //! - [`PidBlockStore`]: the store contract (compare-and-swap on the latest block);
 //!   [`EtcdPidStore`] is the cluster backend, [`SledPidStore`] the embedded one.
 //! - [`ProducerIdManager`]: hands out single ids from the current block.
-//! - [`contract`]: the test suite every backend must pass.
+//! - `contract` (feature `contract-tests`): the test suite every backend must pass,
+//!   compiled only into the test builds that run it.
 
 mod block;
+mod block_key_access;
+#[cfg(feature = "contract-tests")]
 pub mod contract;
 mod error;
 mod etcd_store;
@@ -17,6 +20,7 @@ mod sled_store;
 mod store;
 
 pub use block::{ProducerIdBlock, BLOCK_SIZE};
+pub use block_key_access::BlockKeyAccess;
 pub use error::PidStoreError;
 pub use etcd_store::{EtcdPidStore, Observed};
 pub use manager::ProducerIdManager;

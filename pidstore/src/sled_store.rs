@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use crate::contract::BlockKeyAccess;
+use crate::block_key_access::BlockKeyAccess;
 use crate::{BoxFuture, PidBlockStore, PidStoreError, ProducerIdBlock};
 
 /// The key of the latest leased block, as Kafka's znode `/latest_producer_id_block`.

@@ -26,7 +26,7 @@ use idem_runtime::etcd_call::{bounded, connect, EtcdCallError};
 
 use crate::cluster::assignment::assign_replicas;
 use crate::coordinators::CoordinatorView;
-use crate::topics::TopicSpec;
+use crate::topic_spec::TopicSpec;
 
 /// Partition keys written per transaction (etcd's default limit is 128 operations).
 const PARTITIONS_PER_TXN: usize = 100;

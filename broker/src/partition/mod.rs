@@ -7,6 +7,7 @@
 //! back. The last stable offset (LSO) bounds what read_committed consumers see.
 
 mod consumer_read;
+pub mod long_poll;
 mod marker;
 mod txn_recovery;
 

@@ -32,7 +32,7 @@ use tonic::transport::{Channel, Endpoint};
 use crate::cluster::membership::Membership;
 use crate::partition::Partition;
 use crate::replication::epoch_history::truncation_point;
-use crate::replication::fetchers::{FetcherShared, Following, PartitionKey};
+use crate::replication::following::{FetcherShared, Following, PartitionKey};
 
 /// After the connection to the leader failed.
 const RECONNECT_PAUSE: Duration = Duration::from_millis(200);

@@ -4,4 +4,5 @@
 pub mod epoch_history;
 pub mod fetcher;
 pub mod fetchers;
+pub mod following;
 pub mod replica_set;

@@ -5,14 +5,19 @@
 //! the real path and write nothing; internal topics, which only their coordinator
 //! creates and writes; and the refusals of malformed CreateTopics and Fetch sizes.
 
+use bytes::Bytes;
 use idem_pidstore::SledPidStore;
 use idem_proto::batch::{self, ProducerInfo, Record};
+use idem_proto::txn::TXN_LOG_TOPIC;
 use idem_proto::v1::broker_server::Broker as _;
 use idem_proto::v1::{
-    CreatableTopic, FetchPartition, FetchTopic, ListOffsetsPartition, ListOffsetsTopic,
-    PartitionProduceData, TopicProduceData, TxnTopicPartitions,
+    ControlType, CoordinatorInfo, CreatableTopic, FetchPartition, FetchTopic, IsolationLevel,
+    ListOffsetsPartition, ListOffsetsTopic, PartitionProduceData, TopicProduceData,
+    TxnTopicPartitions,
 };
+use idem_proto::ErrorCode;
 
+use super::admin::LATEST_TIMESTAMP;
 use super::*;
 use crate::log::LogConfig;
 use crate::partition::PartitionSettings;

@@ -7,8 +7,7 @@ use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::svg::{draw_error, FONT};
-use super::PlotError;
+use super::{draw_error, PlotError, FONT};
 
 /// How an entry is drawn in the chart.
 #[derive(Debug, Clone, Copy)]

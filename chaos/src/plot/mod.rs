@@ -39,6 +39,14 @@ pub enum PlotError {
     Write { path: PathBuf, source: io::Error },
 }
 
+/// The font of every text in the picture (SVG text, rendered by the viewer).
+const FONT: &str = "sans-serif";
+
+/// A plotters drawing error as ours.
+fn draw_error(err: impl std::fmt::Display) -> PlotError {
+    PlotError::Draw(err.to_string())
+}
+
 impl PlotError {
     /// The report's files are missing or malformed (as opposed to drawing or writing
     /// the picture failing).

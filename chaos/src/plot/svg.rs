@@ -4,7 +4,6 @@
 //! plotters' built-in estimate, so no font library is needed. Pure: returns the document.
 
 use std::collections::BTreeMap;
-use std::fmt::Display;
 
 use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::coord::types::RangedCoordf64;
@@ -13,13 +12,12 @@ use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 
 use super::legend::{Legend, Swatch};
-use super::PlotError;
+use super::{draw_error, PlotError, FONT};
 use crate::nemesis_log::FaultInterval;
 use crate::timeline::{Completions, Operation, Timeline};
 
 /// Width and height of the picture, in pixels.
 pub const SIZE: (u32, u32) = (1400, 900);
-pub(super) const FONT: &str = "sans-serif";
 
 /// Room right of each panel for its legend.
 const LEGEND_WIDTH: u32 = 190;
@@ -344,10 +342,6 @@ fn bucket_label(bucket_ns: u64) -> String {
 fn tick(value: &f64) -> String {
     let text = format!("{value:.2}");
     text.trim_end_matches('0').trim_end_matches('.').to_owned()
-}
-
-pub(super) fn draw_error(err: impl Display) -> PlotError {
-    PlotError::Draw(err.to_string())
 }
 
 #[cfg(test)]

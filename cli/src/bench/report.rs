@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use super::latency::Percentiles;
 use super::memory::BrokerMemory;
-use super::targets::{paired_ratio, TargetCheck};
 use super::verify::{ReadOutcome, Verification};
 
 pub const AT_LEAST_ONCE: &str = "at-least-once";
@@ -142,6 +141,30 @@ pub fn median_of_rounds(rows: Vec<ModeReport>) -> Vec<ModeReport> {
         .collect()
 }
 
+/// `a`'s throughput over `b`'s: the median of the per-round ratios when both ran the
+/// same rounds, else the ratio of their rows.
+pub fn paired_ratio(a: &ModeReport, b: &ModeReport) -> Option<f64> {
+    let (x, y) = (&a.round_records_per_sec, &b.round_records_per_sec);
+    let mut ratios: Vec<f64> = if x.len() == y.len() && !x.is_empty() {
+        x.iter()
+            .zip(y)
+            .filter(|(_, d)| **d > 0.0)
+            .map(|(n, d)| n / d)
+            .collect()
+    } else if b.records_per_sec > 0.0 {
+        vec![a.records_per_sec / b.records_per_sec]
+    } else {
+        Vec::new()
+    };
+    ratios.sort_by(f64::total_cmp);
+    let len = ratios.len();
+    match len {
+        0 => None,
+        _ if len % 2 == 1 => Some(ratios[len / 2]),
+        _ => Some((ratios[len / 2 - 1] + ratios[len / 2]) / 2.0),
+    }
+}
+
 /// Fills in each row's ratio to at-least-once (paired per round), when that mode ran.
 pub fn add_ratios(rows: &mut [ModeReport]) {
     let Some(base) = rows.iter().find(|r| r.mode == AT_LEAST_ONCE).cloned() else {
@@ -153,12 +176,13 @@ pub fn add_ratios(rows: &mut [ModeReport]) {
 }
 
 #[derive(serde::Serialize)]
-struct Document<'a> {
+struct Document<'a, T: serde::Serialize> {
     modes: &'a [ModeReport],
-    targets: &'a [TargetCheck],
+    targets: &'a T,
 }
 
-pub fn json(rows: &[ModeReport], targets: &[TargetCheck]) -> anyhow::Result<String> {
+/// The rows and the target checks (see `targets.rs`) as one JSON document.
+pub fn json<T: serde::Serialize>(rows: &[ModeReport], targets: &T) -> anyhow::Result<String> {
     Ok(serde_json::to_string_pretty(&Document {
         modes: rows,
         targets,
@@ -284,7 +308,7 @@ mod tests {
         assert_eq!(rows[0].ratio_vs_at_least_once, Some(0.5));
         assert!(table(&rows).contains("vs at-least-once"));
         let doc: serde_json::Value =
-            serde_json::from_str(&json(&rows, &[]).expect("json")).expect("valid json");
+            serde_json::from_str(&json(&rows, &[(); 0]).expect("json")).expect("valid json");
         let first = &doc["modes"][0];
         for key in [
             "mode",
@@ -323,7 +347,7 @@ mod tests {
         assert!(table.contains("read rec/s") && table.contains("peak RSS MiB"));
         assert!(table.contains(" 123 "), "{table}");
         let doc: serde_json::Value =
-            serde_json::from_str(&json(&rows, &[]).expect("json")).expect("valid json");
+            serde_json::from_str(&json(&rows, &[(); 0]).expect("json")).expect("valid json");
         assert_eq!(doc["modes"][0]["broker_memory"]["rss_peak_mib"], 123.4);
     }
 

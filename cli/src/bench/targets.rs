@@ -3,7 +3,7 @@
 //! back to back in a round see the same conditions, so each ratio is the median over
 //! rounds of the two modes' rates in the same round (paired), not a ratio of medians.
 
-use super::report::ModeReport;
+use super::report::{paired_ratio, ModeReport};
 
 pub const NULL_ROW: &str = "null/at-least-once-unordered";
 
@@ -21,30 +21,6 @@ pub struct TargetCheck {
     pub ratio: f64,
     pub goal: f64,
     pub met: bool,
-}
-
-/// `a`'s throughput over `b`'s: the median of the per-round ratios when both ran the
-/// same rounds, else the ratio of their rows.
-pub fn paired_ratio(a: &ModeReport, b: &ModeReport) -> Option<f64> {
-    let (x, y) = (&a.round_records_per_sec, &b.round_records_per_sec);
-    let mut ratios: Vec<f64> = if x.len() == y.len() && !x.is_empty() {
-        x.iter()
-            .zip(y)
-            .filter(|(_, d)| **d > 0.0)
-            .map(|(n, d)| n / d)
-            .collect()
-    } else if b.records_per_sec > 0.0 {
-        vec![a.records_per_sec / b.records_per_sec]
-    } else {
-        Vec::new()
-    };
-    ratios.sort_by(f64::total_cmp);
-    let len = ratios.len();
-    match len {
-        0 => None,
-        _ if len % 2 == 1 => Some(ratios[len / 2]),
-        _ => Some((ratios[len / 2 - 1] + ratios[len / 2]) / 2.0),
-    }
 }
 
 /// Every target whose two modes both ran.

@@ -1,7 +1,7 @@
 //! Each run writes to a topic of its own, created fresh, so that reading it back shows
 //! exactly what that run wrote.
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use idem_client::{Admin, Isolation, NewTopic, OffsetSpec};
@@ -13,9 +13,7 @@ const READY_WITHIN: Duration = Duration::from_secs(30);
 
 /// `<prefix>-<what>-<unix ms>`.
 fn fresh_name(prefix: &str, what: &str) -> String {
-    let unix_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis());
+    let unix_ms = idem_client::clock::now_ms();
     format!("{prefix}-{what}-{unix_ms}")
 }
 

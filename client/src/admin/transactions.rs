@@ -8,13 +8,14 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use idem_proto::v1 as proto;
 use idem_proto::ErrorCode;
 use tokio::time::Instant;
 
 use super::Admin;
+use crate::clock::now_ms;
 use crate::connection::{with_timeout, Node};
 use crate::coordinator::CoordinatorLink;
 use crate::error::ClientError;
@@ -316,12 +317,6 @@ fn merge_open(lists: Vec<Vec<OpenTransaction>>) -> Vec<OpenTransaction> {
         (&a.topic, a.partition, a.first_offset).cmp(&(&b.topic, b.partition, b.first_offset))
     });
     merged
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 impl Admin {

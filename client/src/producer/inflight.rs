@@ -51,17 +51,11 @@ use idem_proto::ErrorCode;
 
 use super::config::{Delivery, ProducerConfig};
 use crate::error::{self, ClientError, ErrorClass};
+use crate::types::ProducerIdAndEpoch;
 
 /// Identity of a sealed batch within its partition; increases in seal order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct BatchId(pub u64);
-
-/// A producer id and the epoch that goes with it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ProducerIdAndEpoch {
-    pub producer_id: i64,
-    pub producer_epoch: i16,
-}
 
 /// The settings the ordering core needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -15,7 +15,6 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use idem_proto::batch::{Record, HEADER_LEN};
@@ -23,11 +22,12 @@ use tokio::sync::{mpsc, oneshot};
 
 use self::accumulator::record_size;
 use self::config::ProducerConfig;
-use self::inflight::ProducerIdAndEpoch;
 use self::sender::{PartitionMsg, PartitionSender};
+use crate::clock::now_ms;
 use crate::connection::{Connection, MAX_MESSAGE_BYTES};
 use crate::error::ClientError;
 use crate::partitioner::TopicPartitioners;
+use crate::types::ProducerIdAndEpoch;
 
 /// Records a partition task may have queued in its channel before `send` waits (the
 /// task itself stops taking records at `buffer_memory`).
@@ -326,10 +326,4 @@ pub(crate) fn prepare(
         return Err(ClientError::RecordTooLarge { size, max });
     }
     Ok((topic, partition, record, size))
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }

@@ -19,13 +19,12 @@ use tracing::Instrument;
 
 use super::accumulator::{Accumulator, SealedBatch};
 use super::config::ProducerConfig;
-use super::inflight::{
-    BatchId, Command, InflightConfig, Outcome, PartitionInflight, ProducerIdAndEpoch,
-};
+use super::inflight::{BatchId, Command, InflightConfig, Outcome, PartitionInflight};
 use super::RecordMetadata;
 use crate::connection::Connection;
 use crate::error::{self, ClientError};
 use crate::transactional::registrar::Registered;
+use crate::types::ProducerIdAndEpoch;
 
 /// Where a record's result goes.
 pub(crate) type Ticket = oneshot::Sender<Result<RecordMetadata, ClientError>>;

@@ -37,9 +37,9 @@ use crate::coordinator::CoordinatorLink;
 use crate::error::ClientError;
 use crate::partitioner::TopicPartitioners;
 use crate::producer::config::ProducerConfig;
-use crate::producer::inflight::ProducerIdAndEpoch;
 use crate::producer::sender::{PartitionMsg, PartitionSender, TxnBinding};
 use crate::producer::{prepare, DeliveryFuture, ProducerRecord};
+use crate::types::ProducerIdAndEpoch;
 
 /// Records a partition task may have queued in its channel before `send` waits.
 const CHANNEL_CAPACITY: usize = 1024;

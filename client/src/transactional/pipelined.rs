@@ -17,7 +17,7 @@ use super::errors::TxnErrorClass;
 use super::state::EndPlan;
 use super::{drain, EndTimes, OpenTxn, TransactionalProducer};
 use crate::error::ClientError;
-use crate::producer::inflight::ProducerIdAndEpoch;
+use crate::types::ProducerIdAndEpoch;
 
 /// The outcome of a commit going on in the background (see
 /// [`TransactionalProducer::commit_and_begin`]).

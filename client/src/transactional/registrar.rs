@@ -23,7 +23,7 @@ use tokio::time::Instant;
 
 use crate::coordinator::CoordinatorLink;
 use crate::error::ClientError;
-use crate::producer::inflight::ProducerIdAndEpoch;
+use crate::types::ProducerIdAndEpoch;
 
 /// The answer a partition's task waits for: the identity to send under, or why the
 /// partition cannot join the transaction.

@@ -19,8 +19,8 @@
 use std::fmt;
 
 use crate::error::ClientError;
-use crate::producer::inflight::ProducerIdAndEpoch;
 use crate::transactional::errors::TxnErrorClass;
+use crate::types::ProducerIdAndEpoch;
 
 /// Where a transactional producer is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -14,6 +14,7 @@
 
 pub mod end_signals;
 pub mod markers;
+pub mod parking;
 pub mod partition;
 pub mod successor;
 
@@ -43,8 +44,9 @@ use crate::txn::state::TxnState;
 
 use self::end_signals::Progress;
 use self::markers::{write_markers, write_markers_once, MarkerJob};
+use self::parking::{park_behind_holder, park_until_completed, Turn};
 use self::partition::LogPartition;
-use self::successor::{park_behind_holder, park_until_completed, Parked, Turn};
+use self::successor::Parked;
 
 /// A request answered with an error code instead of a decision.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,0 +1,146 @@
+//! ISR upkeep, the catalog side: a leader publishes its ISR shrinks and expansions (and
+//! ends reassignments), and a replica that must leave an ISR takes itself out, each by
+//! compare-and-swap so a lost race changes nothing and is retried at the next sync.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::cluster::catalog::{CatalogSnapshot, VersionedState};
+use crate::cluster::cluster_catalog::ClusterCatalog;
+use crate::cluster::isr_exit::leave_isr;
+use crate::cluster::partition_view::{PartitionView, TopicView};
+use crate::cluster::reassignment;
+use crate::error::BrokerError;
+use crate::partition::{now_ms, Partition};
+
+/// The partition states, as `snapshot` holds them, whose ISR holds this broker.
+pub fn isrs_holding_me(
+    broker_id: i32,
+    snapshot: &CatalogSnapshot,
+) -> Vec<(String, i32, VersionedState)> {
+    snapshot
+        .topics
+        .iter()
+        .flat_map(|(name, (_, states))| {
+            states.iter().enumerate().filter_map(move |(p, state)| {
+                let state = state.as_ref()?;
+                state
+                    .0
+                    .isr
+                    .contains(&broker_id)
+                    .then(|| (name.clone(), p as i32, state.clone()))
+            })
+        })
+        .collect()
+}
+
+/// Takes this broker out of the ISR of every hosted partition that must leave it
+/// (see [`Partition::must_leave_isr`] and [`crate::cluster::isr_exit`]). A lost
+/// compare-and-swap leaves the partition marked: the change that won wakes the
+/// catalog watch, and the next sync tries again. Until then it elects nothing there.
+pub async fn leave_isrs(
+    cluster: &ClusterCatalog,
+    topics: &[TopicView],
+    in_isr: Vec<(String, i32, VersionedState)>,
+) -> Result<(), BrokerError> {
+    let pending: HashMap<(String, i32), Arc<Partition>> = topics
+        .iter()
+        .flat_map(|topic| {
+            let name = &topic.name;
+            topic.partitions.iter().filter_map(move |v| {
+                let local = v.local.as_ref()?;
+                local
+                    .must_leave_isr()
+                    .then(|| ((name.clone(), v.index), local.clone()))
+            })
+        })
+        .collect();
+    for local in pending.values() {
+        // Not in the ISR (any more): nothing to leave.
+        if !in_isr
+            .iter()
+            .any(|(t, p, _)| t == local.topic() && *p == local.index())
+        {
+            local.isr_left();
+        }
+    }
+    for (topic, index, (state, revision)) in in_isr {
+        let Some(local) = pending.get(&(topic.clone(), index)) else {
+            continue;
+        };
+        let Some(next) = leave_isr(cluster.broker_id, &state) else {
+            // The last ISR member stays: no replica is known to hold more.
+            local.isr_left();
+            continue;
+        };
+        let written = cluster
+            .catalog
+            .compare_and_set_partition(&topic, index, revision, &next)
+            .await
+            .map_err(|e| BrokerError::Cluster(e.to_string()))?;
+        if written {
+            local.isr_left();
+            tracing::warn!(
+                topic,
+                partition = index,
+                isr = ?next.isr,
+                leader = next.leader,
+                "left the ISR: this replica's log may have lost records it had reported; rejoining once caught up"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Leader duty: publishes ISR shrinks (a follower lagging past `lag_limit_ms`) and
+/// expansions (a follower back at the high watermark) by compare-and-swap in etcd,
+/// and ends a reassignment once every target replica is in sync
+/// ([`reassignment::leader_step`]).
+pub async fn maintain_isr(cluster: &ClusterCatalog, topics: &[TopicView], lag_limit_ms: i64) {
+    let led: Vec<(String, PartitionView)> = topics
+        .iter()
+        .flat_map(|topic| {
+            topic
+                .partitions
+                .iter()
+                .filter(|v| v.leader == cluster.broker_id && v.local.is_some())
+                .map(move |v| (topic.name.clone(), v.clone()))
+        })
+        .collect();
+    for (topic, view) in led {
+        let Some(local) = &view.local else { continue };
+        let high_watermark = local.offsets().high_watermark;
+        let isr_change = local
+            .replication()
+            .isr_change(high_watermark, now_ms(), lag_limit_ms);
+        let current = view.catalog_state();
+        // Who is alive matters only to pick the next leader when a move ends.
+        let live = if reassignment::is_reassigning(&current) {
+            cluster.live_broker_ids().await.unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        let Some(state) = reassignment::leader_step(&current, isr_change, &live) else {
+            continue;
+        };
+        match cluster.publish(&topic, &view, &state).await {
+            Ok(true)
+                if reassignment::is_reassigning(&current)
+                    && !reassignment::is_reassigning(&state) =>
+            {
+                tracing::info!(topic, partition = view.index, replicas = ?state.replicas, isr = ?state.isr, leader = state.leader, leader_epoch = state.leader_epoch, "reassignment complete")
+            }
+            Ok(true) => {
+                tracing::info!(topic, partition = view.index, from = ?view.isr, to = ?state.isr, "changed the ISR")
+            }
+            Ok(false) => tracing::debug!(
+                topic,
+                partition = view.index,
+                "ISR change lost a race; will retry"
+            ),
+            Err(e) => {
+                tracing::warn!(topic, partition = view.index, error = %e, "ISR change failed")
+            }
+        }
+    }
+}

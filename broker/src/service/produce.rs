@@ -1,0 +1,127 @@
+//! Produce: each partition's batch is checked (acks, internal-topic ownership) and
+//! appended by its partition, or validated and discarded under `--null-produce`; every
+//! partition gets its own answer, so one refusal never fails the others.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use idem_proto::batch;
+use idem_proto::internal::is_internal_topic;
+use idem_proto::txn::TXN_LOG_TOPIC;
+use idem_proto::v1::{
+    PartitionProduceResponse, ProduceRequest, ProduceResponse, TopicProduceResponse,
+};
+use idem_proto::ErrorCode;
+
+use super::refusal::log_refusal;
+use super::BrokerService;
+use crate::coordinators::Coordinators;
+use crate::error::BrokerError;
+use crate::internal_topics::{self, OwnerFacts};
+
+impl BrokerService {
+    pub(super) async fn serve_produce(&self, request: ProduceRequest) -> ProduceResponse {
+        let refused_acks = match request.acks {
+            -1..=1 => None,
+            acks => Some(BrokerError::InvalidRequiredAcks(acks)),
+        };
+        let mut topics = Vec::with_capacity(request.topics.len());
+        for topic in &request.topics {
+            let mut partitions = Vec::with_capacity(topic.partitions.len());
+            for data in &topic.partitions {
+                let response = match &refused_acks {
+                    None => {
+                        self.produce_one(&topic.name, data.partition, &data.records, &request)
+                            .await
+                    }
+                    Some(e) => PartitionProduceResponse {
+                        partition: data.partition,
+                        error_code: e.code() as i32,
+                        error_message: e.to_string(),
+                        base_offset: -1,
+                        log_append_time_ms: -1,
+                        log_start_offset: -1,
+                    },
+                };
+                partitions.push(response);
+            }
+            topics.push(TopicProduceResponse {
+                name: topic.name.clone(),
+                partitions,
+            });
+        }
+        ProduceResponse { topics }
+    }
+
+    /// What the catalog knows of the owner of an internal topic's partition: only
+    /// `__transaction_state` has owners yet, and only a cluster knows them.
+    fn owner_facts(&self, topic: &str, partition: i32) -> OwnerFacts {
+        match self.coordinators() {
+            Coordinators::Clustered(view) if topic == TXN_LOG_TOPIC => view.owner_facts(partition),
+            _ => OwnerFacts::default(),
+        }
+    }
+
+    async fn produce_one(
+        &self,
+        topic: &str,
+        partition: i32,
+        records: &Bytes,
+        request: &ProduceRequest,
+    ) -> PartitionProduceResponse {
+        let (acks, timeout) = (request.acks, replication_timeout(request.timeout_ms));
+        // Internal topics: only their owning coordinator writes (nothing is appended
+        // otherwise), checked after the partition is known to exist here.
+        let partition_here = self.topics.partition(topic, partition).and_then(|p| {
+            if is_internal_topic(topic) {
+                let header = batch::decode_header(records).ok();
+                internal_topics::check_produce(
+                    topic,
+                    request.coordinator_epoch,
+                    header.as_ref(),
+                    self.owner_facts(topic, partition),
+                )?;
+            }
+            Ok(p)
+        });
+        // (base offset, log start offset) of the accepted batch.
+        let result = match (partition_here, &self.null_produce) {
+            (Err(e), _) => Err(e),
+            (Ok(_), Some(null)) => null.accept(records).map(|base_offset| (base_offset, 0)),
+            (Ok(p), None) => p
+                .append(records, acks, timeout)
+                .await
+                .map(|outcome| (outcome.base_offset, outcome.log_start_offset)),
+        };
+        match result {
+            Ok((base_offset, log_start_offset)) => PartitionProduceResponse {
+                partition,
+                error_code: ErrorCode::None as i32,
+                error_message: String::new(),
+                base_offset,
+                log_append_time_ms: -1,
+                log_start_offset,
+            },
+            Err(e) => {
+                log_refusal(topic, partition, &e);
+                PartitionProduceResponse {
+                    partition,
+                    error_code: e.code() as i32,
+                    error_message: e.to_string(),
+                    base_offset: -1,
+                    log_append_time_ms: -1,
+                    log_start_offset: -1,
+                }
+            }
+        }
+    }
+}
+
+/// How long acks=all waits for the in-sync replicas: the request's timeout, 30 s when
+/// unset.
+pub(super) fn replication_timeout(timeout_ms: i32) -> Duration {
+    match u64::try_from(timeout_ms) {
+        Ok(ms) if ms > 0 => Duration::from_millis(ms),
+        _ => Duration::from_secs(30),
+    }
+}

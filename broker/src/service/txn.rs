@@ -1,0 +1,180 @@
+//! The transaction RPCs a broker serves: FindCoordinator (which coordinator owns a
+//! transactional id), WriteTxnMarkers (the coordinator's COMMIT/ABORT control batches,
+//! each partition on its own) and ListOpenTransactions (what holds each LSO back).
+
+use std::time::Duration;
+
+use idem_proto::internal::is_internal_topic;
+use idem_proto::txn::TXN_LOG_TOPIC;
+use idem_proto::v1::{
+    ControlType, FindCoordinatorRequest, FindCoordinatorResponse, ListOpenTransactionsRequest,
+    ListOpenTransactionsResponse, OpenTransaction, TxnMarkerPartitionResult,
+    WriteTxnMarkersRequest, WriteTxnMarkersResponse,
+};
+use idem_proto::ErrorCode;
+
+use super::produce::replication_timeout;
+use super::refusal::log_refusal;
+use super::BrokerService;
+use crate::error::BrokerError;
+
+impl BrokerService {
+    pub(super) fn serve_find_coordinator(
+        &self,
+        request: FindCoordinatorRequest,
+    ) -> FindCoordinatorResponse {
+        let partitions = self.topics.partition_count(TXN_LOG_TOPIC);
+        let found = self
+            .coordinators()
+            .find(&request.transactional_id, partitions);
+        match found {
+            Ok(found) => FindCoordinatorResponse {
+                error_code: ErrorCode::None as i32,
+                error_message: String::new(),
+                coordinator_id: found.coordinator_id,
+                address: found.address,
+                txn_log_partition: found.txn_log_partition,
+                coordinator_epoch: found.coordinator_epoch,
+            },
+            Err(e) => {
+                tracing::debug!(
+                    transactional_id = %request.transactional_id,
+                    code = e.code().as_str_name(),
+                    error = %e,
+                    "FindCoordinator refused"
+                );
+                FindCoordinatorResponse {
+                    error_code: e.code() as i32,
+                    error_message: e.to_string(),
+                    coordinator_id: -1,
+                    address: String::new(),
+                    txn_log_partition: -1,
+                    coordinator_epoch: -1,
+                }
+            }
+        }
+    }
+
+    pub(super) async fn serve_write_txn_markers(
+        &self,
+        request: WriteTxnMarkersRequest,
+    ) -> WriteTxnMarkersResponse {
+        let timeout = replication_timeout(request.timeout_ms);
+        let writes = request.topics.iter().flat_map(|topic| {
+            topic
+                .partitions
+                .iter()
+                .map(|partition| self.write_marker(&request, &topic.topic, *partition, timeout))
+        });
+        // Partitions are independent: each waits for its own in-sync replicas at once.
+        let results = futures::future::join_all(writes).await;
+        WriteTxnMarkersResponse { results }
+    }
+
+    pub(super) fn serve_list_open_transactions(
+        &self,
+        request: ListOpenTransactionsRequest,
+    ) -> ListOpenTransactionsResponse {
+        let mut transactions = Vec::new();
+        for (topic, views) in self.topics.describe(&request.topics) {
+            for view in views.iter().flatten() {
+                if view.leader != self.broker_id {
+                    continue;
+                }
+                let Ok(partition) = self.topics.partition(&topic, view.index) else {
+                    continue;
+                };
+                transactions.extend(partition.open_transactions().into_iter().map(|t| {
+                    OpenTransaction {
+                        topic: topic.clone(),
+                        partition: view.index,
+                        producer_id: t.producer_id,
+                        producer_epoch: i32::from(t.producer_epoch),
+                        first_offset: t.first_offset,
+                        last_update_ms: t.last_update_ms,
+                    }
+                }));
+            }
+        }
+        ListOpenTransactionsResponse { transactions }
+    }
+
+    /// One partition of WriteTxnMarkers.
+    async fn write_marker(
+        &self,
+        request: &WriteTxnMarkersRequest,
+        topic: &str,
+        partition: i32,
+        timeout: Duration,
+    ) -> TxnMarkerPartitionResult {
+        let result = match marker_of(request, topic) {
+            Ok((producer_epoch, control_type)) => match self.topics.partition(topic, partition) {
+                Ok(p) => {
+                    p.append_marker(
+                        request.producer_id,
+                        producer_epoch,
+                        control_type,
+                        request.coordinator_epoch,
+                        timeout,
+                    )
+                    .await
+                }
+                Err(e) => Err(e),
+            },
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(offset) => TxnMarkerPartitionResult {
+                topic: topic.to_string(),
+                partition,
+                error_code: ErrorCode::None as i32,
+                error_message: String::new(),
+                offset: offset.unwrap_or(-1),
+            },
+            Err(e) => {
+                log_refusal(topic, partition, &e);
+                TxnMarkerPartitionResult {
+                    topic: topic.to_string(),
+                    partition,
+                    error_code: e.code() as i32,
+                    error_message: e.to_string(),
+                    offset: -1,
+                }
+            }
+        }
+    }
+}
+
+/// The producer epoch and marker type of a WriteTxnMarkers request, checked.
+fn marker_of(
+    request: &WriteTxnMarkersRequest,
+    topic: &str,
+) -> Result<(i16, ControlType), BrokerError> {
+    // No transaction ever writes an internal topic: its writers are not transactional.
+    if is_internal_topic(topic) {
+        return Err(BrokerError::InternalTopic {
+            topic: topic.to_string(),
+            reason: "transaction markers are never written to internal topics".into(),
+        });
+    }
+    if request.producer_id < 0 {
+        return Err(BrokerError::InvalidRequest(format!(
+            "producer id {} of a transaction marker is negative",
+            request.producer_id
+        )));
+    }
+    let producer_epoch = i16::try_from(request.producer_epoch)
+        .ok()
+        .filter(|e| *e >= 0)
+        .ok_or_else(|| {
+            BrokerError::InvalidRequest(format!(
+                "producer epoch {} is not between 0 and {}",
+                request.producer_epoch,
+                i16::MAX
+            ))
+        })?;
+    let control_type = ControlType::try_from(request.control_type).map_err(|_| {
+        BrokerError::InvalidRequest(format!("unknown control type {}", request.control_type))
+    })?;
+    Ok((producer_epoch, control_type))
+}

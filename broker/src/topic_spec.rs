@@ -1,0 +1,38 @@
+//! A topic as recorded (in `topics.json` on a single node, in the etcd catalog in a
+//! cluster) and the `min.insync.replicas` it implies.
+
+use serde::{Deserialize, Serialize};
+
+/// A topic as recorded on disk.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicSpec {
+    pub name: String,
+    pub partitions: i32,
+    pub replication_factor: i32,
+    /// acks=all needs this many in-sync replicas (0 in files written before it existed:
+    /// read as the default).
+    #[serde(default)]
+    pub min_insync_replicas: i32,
+    /// Whether a replica outside the ISR may take over when the whole ISR is gone.
+    #[serde(default)]
+    pub unclean_leader_election: bool,
+}
+
+impl TopicSpec {
+    /// 2 when there are at least 3 replicas (one may fail without losing acks=all), else 1.
+    pub fn default_min_insync_replicas(replication_factor: i32) -> i32 {
+        if replication_factor >= 3 {
+            2
+        } else {
+            1
+        }
+    }
+
+    pub fn min_insync_replicas(&self) -> i32 {
+        if self.min_insync_replicas > 0 {
+            self.min_insync_replicas
+        } else {
+            Self::default_min_insync_replicas(self.replication_factor)
+        }
+    }
+}
