@@ -1,4 +1,7 @@
-//! idem broker: partition logs, producer state, and the gRPC services over them.
+//! **idem-broker**, the broker: logs, producer state, partitions, replication, cluster
+//! membership, gRPC services. Depends on idem-proto, idem-runtime and idem-pidstore, never
+//! on the coordinator (they meet only through the wire).
+//! Every crate's place: docs/architecture.md, "Crates (workspace)".
 
 pub mod cluster;
 pub mod config;

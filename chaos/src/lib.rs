@@ -1,3 +1,7 @@
+//! **idem-chaos**, the chaos history and its checker. Depends on no idem crate: it
+//! judges a history alone.
+//! Every crate's place: docs/architecture.md, "Crates (workspace)".
+//!
 //! idem's chaos verification: the history a randomized workload writes ([`history`])
 //! and a checker that reads only that history ([`checker`]), never broker internals.
 //! `idem-chaos check HISTORY.jsonl` runs the checker on a file; `idem-chaos plot

@@ -1,3 +1,7 @@
+//! **idem-cli**, the `idem` binary. Depends on idem-client, and on idem-broker and
+//! idem-coordinator only to run both in one process (`idem dev`, `idem bench --embedded`).
+//! Every crate's place: docs/architecture.md, "Crates (workspace)".
+//!
 //! `idem`: the command line for idem. `dev` runs a whole single-node idem in this
 //! process; the other commands are clients of a running cluster (`--bootstrap`).
 

@@ -1,3 +1,7 @@
+//! **idem-client**, the SDK. Depends on idem-proto only: it knows the wire, not the
+//! servers.
+//! Every crate's place: docs/architecture.md, "Crates (workspace)".
+//!
 //! idem's Rust SDK: a [`Producer`] with the three delivery modes (at-most-once,
 //! at-least-once, exactly-once per partition), a [`TransactionalProducer`] whose
 //! transactions span partitions, a [`Consumer`] with read-committed and

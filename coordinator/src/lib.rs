@@ -1,3 +1,7 @@
+//! **idem-coordinator**, the transaction coordinator. Depends on idem-proto,
+//! idem-runtime, idem-pidstore and idem-client (to talk to brokers), never on the broker.
+//! Every crate's place: docs/architecture.md, "Crates (workspace)".
+//!
 //! The idem transaction coordinator (docs/transactions.md): it owns transactional ids
 //! through the partitions of `__transaction_state` it claims, persists every
 //! transaction state change there before acting on it, opens transactions in

@@ -1,3 +1,7 @@
+//! **idem-pidstore**, producer-id blocks leased from etcd or sled. Depends on no idem
+//! crate.
+//! Every crate's place: docs/architecture.md, "Crates (workspace)".
+//!
 //! Producer ids for idempotent producers, leased in blocks of [`BLOCK_SIZE`] from a store
 //! shared by every broker (etcd in a cluster, sled for `idem dev`), as Kafka's
 //! `ProducerIdManager` does. Invariant: no producer id is ever handed out twice, across

@@ -1,3 +1,7 @@
+//! **idem-proto**, the wire: the `.proto` files of package `idem.v1`, their generated
+//! code, and the formats both sides agree on byte for byte. Depends on no idem crate.
+//! Every crate's place: docs/architecture.md, "Crates (workspace)".
+//!
 //! The idem wire protocol: gRPC services of package `idem.v1` (generated from
 //! `idem/v1/*.proto`) and the record batch format every produce and fetch carries.
 //! This crate holds the contract between processes; it decides nothing.

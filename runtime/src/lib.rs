@@ -1,3 +1,7 @@
+//! **idem-runtime**, what every server process shares. Depends on no idem crate; the
+//! broker and the coordinator depend on it.
+//! Every crate's place: docs/architecture.md, "Crates (workspace)".
+//!
 //! What every idem server process (broker, coordinator) shares:
 //!
 //! - [`shutdown`]: one cancellation tree per process, and the duties each server runs;

@@ -1,3 +1,7 @@
+//! **idem-tests**, the harness that runs and breaks real processes, and the end-to-end
+//! and chaos tests. Depends on every crate.
+//! Every crate's place: docs/architecture.md, "Crates (workspace)".
+//!
 //! Test harness that runs the real thing: `idem-broker` and `idem-coordinator` processes on 127.0.0.1 ports
 //! (or each on its own host of a lab network of namespaces) with their own data dirs, killed with SIGKILL, stopped with SIGTERM, restarted;
 //! and a TCP proxy that loses responses or request bodies, or holds a request back
