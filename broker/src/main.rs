@@ -33,8 +33,12 @@ async fn main() -> anyhow::Result<()> {
     let broker = BoundBroker::bind(args.broker, idem_runtime::shutdown::on_signal())
         .await
         .context("starting broker")?;
-    // Tests and scripts read this line to learn the port when they pass port 0.
-    println!("idem-broker listening on {}", broker.local_addr());
-    broker.serve().await.context("serving")?;
+    // Tests and scripts read this line to learn the port when they pass port 0, and take
+    // it to mean the broker serves: printed once its RPCs are installed.
+    let address = broker.local_addr();
+    broker
+        .serve_announcing(|| println!("idem-broker listening on {address}"))
+        .await
+        .context("serving")?;
     Ok(())
 }

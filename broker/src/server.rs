@@ -158,6 +158,13 @@ impl BoundBroker {
     /// Serves until the shutdown token is cancelled, then stops in order (see
     /// [`serve_then_stop`]): flushes and snapshots every partition, leaves the cluster.
     pub async fn serve(self) -> Result<(), ServerError> {
+        self.serve_announcing(|| {}).await
+    }
+
+    /// [`BoundBroker::serve`], calling `announce` once the broker's RPCs are served:
+    /// from `bind` until then they answer UNAVAILABLE, so whoever is told the broker is
+    /// up (a banner that scripts and tests wait for) must be told after this point.
+    pub async fn serve_announcing(self, announce: impl FnOnce()) -> Result<(), ServerError> {
         let BoundBroker {
             config,
             local_addr,
@@ -189,6 +196,7 @@ impl BoundBroker {
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
         );
         health.set_loaded(true);
+        announce();
 
         {
             let (topics, config) = (topics.clone(), config.clone());

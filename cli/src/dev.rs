@@ -54,17 +54,24 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         .context("starting the dev transaction coordinator")?;
     let coordinator_addr = coordinator.local_addr();
     let broker = broker.with_coordinator(Some(coordinator_addr.to_string()));
-    println!(
-        "idem dev: broker listening on {addr}, transaction coordinator on {coordinator_addr} (data in {})",
-        args.data_dir.display()
-    );
-    println!("  idem --bootstrap {addr} topic create demo --partitions 3");
-    println!("  seq 1 5 | idem --bootstrap {addr} produce demo");
-    println!("  seq 1 5 | idem --bootstrap {addr} produce demo --transactional-id demo-txn");
-    println!("  idem --bootstrap {addr} consume demo --from-beginning --max-messages 10");
-    println!("Ctrl-C stops it; the data stays for the next start.");
     let coordinator_task = tokio::spawn(coordinator.serve());
-    broker.serve().await.context("serving the broker")?;
+    let data_dir = args.data_dir.clone();
+    // Announced once the broker serves its RPCs: the commands below work from then on.
+    let announce = move || {
+        println!(
+            "idem dev: broker listening on {addr}, transaction coordinator on {coordinator_addr} (data in {})",
+            data_dir.display()
+        );
+        println!("  idem --bootstrap {addr} topic create demo --partitions 3");
+        println!("  seq 1 5 | idem --bootstrap {addr} produce demo");
+        println!("  seq 1 5 | idem --bootstrap {addr} produce demo --transactional-id demo-txn");
+        println!("  idem --bootstrap {addr} consume demo --from-beginning --max-messages 10");
+        println!("Ctrl-C stops it; the data stays for the next start.");
+    };
+    broker
+        .serve_announcing(announce)
+        .await
+        .context("serving the broker")?;
     coordinator_task
         .await
         .context("coordinator task")?

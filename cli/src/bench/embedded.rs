@@ -72,9 +72,20 @@ pub async fn start_embedded(
         }));
         broker.with_coordinator(coordinator_addr.map(|a| a.to_string()))
     };
+    // The bench connects as soon as this returns: wait until the broker serves its RPCs
+    // (until then they answer UNAVAILABLE).
+    let (serving, served) = tokio::sync::oneshot::channel();
     tasks.push(tokio::spawn(async move {
-        broker.serve().await.context("serving the embedded broker")
+        broker
+            .serve_announcing(move || {
+                let _ = serving.send(());
+            })
+            .await
+            .context("serving the embedded broker")
     }));
+    served
+        .await
+        .context("the embedded broker stopped before it served")?;
     Ok(Embedded {
         broker: broker_addr,
         coordinator: coordinator_addr,
