@@ -168,19 +168,25 @@ impl Connection {
     /// Like [`Connection::connect`] without dialling: the bootstrap channel connects on
     /// first use (and again whenever it breaks), so this succeeds while the broker is
     /// still starting. For servers that talk to brokers (the transaction coordinator).
-    /// Takes one address: a channel that is not dialled cannot try a list in turn.
+    /// A bootstrap list becomes one channel balanced over its addresses: requests go to
+    /// the ones that are up.
     pub fn connect_lazy(bootstrap: &str, request_timeout: Duration) -> Result<Self, ClientError> {
-        if bootstrap.trim().is_empty() {
-            return Err(ClientError::InvalidConfig(
-                "bootstrap address is empty".into(),
-            ));
+        let addresses = bootstrap::addresses(bootstrap)?;
+        let mut endpoints = Vec::with_capacity(addresses.len());
+        for address in &addresses {
+            endpoints.push(endpoint(address).map_err(|e| {
+                ClientError::InvalidConfig(format!("bad bootstrap address {address:?}: {e}"))
+            })?);
         }
-        let endpoint = endpoint(bootstrap).map_err(|e| {
-            ClientError::InvalidConfig(format!("bad bootstrap address {bootstrap:?}: {e}"))
-        })?;
+        // Several addresses: requests go to whichever of them is up (a channel balanced
+        // over the list), so a server started before one of its brokers still gets in.
+        let channel = match endpoints.as_slice() {
+            [one] => one.connect_lazy(),
+            _ => Channel::balance_list(endpoints.into_iter()),
+        };
         Ok(Connection {
-            bootstrap: bootstrap.to_string(),
-            client: broker_client(endpoint.connect_lazy()),
+            bootstrap: addresses.join(","),
+            client: broker_client(channel),
             shared: Arc::new(SharedState {
                 metadata: Arc::default(),
                 pool: Mutex::new(HashMap::new()),

@@ -314,8 +314,14 @@ impl Cluster {
             .get(&ProcessId::Coordinator(id))
             .map_or_else(|| endpoints(&self.etcd), CuttableLink::endpoint);
         let id = id.to_string();
-        // Coordinators learn the other brokers from this one's metadata.
-        let bootstrap = self.broker(1).bootstrap();
+        // Every broker, as a bootstrap list: the coordinator gets in through any that is up
+        // and learns the others from its metadata.
+        let bootstrap = self
+            .ids()
+            .into_iter()
+            .map(|b| self.broker(b).bootstrap())
+            .collect::<Vec<_>>()
+            .join(",");
         let partitions = TXN_LOG_PARTITIONS.to_string();
         let mut args = vec![
             "--id",

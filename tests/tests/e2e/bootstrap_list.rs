@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use idem_client::{ClientError, Producer, ProducerConfig};
+use idem_client::{ClientError, Isolation, Producer, ProducerConfig};
 use idem_tests::cli::idem;
-use idem_tests::{sdk, Cluster};
+use idem_tests::{sdk, txn, Cluster};
 
 const TOPIC: &str = "orders";
 
@@ -109,4 +109,24 @@ async fn given_every_bootstrap_broker_dead_when_clients_connect_then_the_error_n
             "{error}"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_the_first_bootstrap_broker_dead_when_a_coordinator_starts_then_it_serves_through_the_next(
+) {
+    let mut cluster = Cluster::start_with_coordinators(3, 1, &[], &[]).await;
+    cluster.create_topic(TOPIC, 1, 3).await;
+    let bootstrap = bootstrap_list(&cluster);
+    // Broker 1 is the first address of every coordinator's bootstrap list.
+    cluster.kill(1);
+    cluster.kill_coordinator(1);
+    cluster.restart_coordinator(1);
+    cluster.wait_for_coordinators().await;
+    let producer = txn::producer(&bootstrap, "through-the-next").await;
+    txn::commit_one(&producer, TOPIC, "committed")
+        .await
+        .expect("a transaction commits with broker 1 down");
+    txn::wait_until_stable(&bootstrap, TOPIC, &[0]).await;
+    let read = txn::values(&bootstrap, TOPIC, &[0], Isolation::ReadCommitted).await;
+    assert_eq!(read, vec!["committed".to_string()]);
 }
