@@ -14,11 +14,14 @@ async fn given_a_batch_with_an_unknown_outcome_after_its_delivery_timeout_then_t
 ) {
     let (broker, proxy) = sdk::broker_behind_proxy("orders", 1).await;
     let mut client = raw::connect(&broker.bootstrap()).await;
+    // Short enough that b gives up within the test, long enough that a and c, with every
+    // answer delivered, never time out on a loaded CI machine (500 ms / 1.5 s did once,
+    // in the full suite on 2 cores: c's metadata request went unanswered 3 times).
     let producer = sdk::with_timeouts(
         &proxy.bootstrap(),
         Delivery::ExactlyOnce,
-        Duration::from_millis(500),
         Duration::from_millis(1500),
+        Duration::from_millis(4500),
     )
     .await;
     let a = sdk::send_one(&producer, "orders", 0, "a").await;
