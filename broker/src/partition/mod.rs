@@ -65,6 +65,15 @@ pub struct AppendOutcome {
     pub log_start_offset: i64,
 }
 
+/// What a follower's fetch gets from the leader.
+#[derive(Debug)]
+pub struct FollowerRead {
+    pub records: Vec<u8>,
+    pub offsets: PartitionOffsets,
+    /// The follower, outside the ISR, has just caught up: the ISR may take it back now.
+    pub may_rejoin: bool,
+}
+
 /// Offsets of a partition as a client sees them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PartitionOffsets {
@@ -453,7 +462,7 @@ impl Partition {
         offset: i64,
         limit: ReadLimit,
         leader_epoch: Option<i32>,
-    ) -> Result<(Vec<u8>, PartitionOffsets), BrokerError> {
+    ) -> Result<FollowerRead, BrokerError> {
         self.check_epoch(leader_epoch)?;
         let (records, log_end) = {
             let inner = self.lock();
@@ -465,10 +474,15 @@ impl Partition {
             };
             (records, log_end)
         };
-        self.replica_set()
+        let may_rejoin = self
+            .replica_set()
             .record_fetch(follower, offset, log_end, now_ms());
         self.update_high_watermark();
-        Ok((records, self.offsets()))
+        Ok(FollowerRead {
+            records,
+            offsets: self.offsets(),
+            may_rejoin,
+        })
     }
 
     /// Whether this replica may have lost records it had already fetched and reported to
@@ -486,12 +500,6 @@ impl Partition {
     /// The catalog no longer counts this replica in sync (or never must stop doing so).
     pub fn isr_left(&self) {
         self.leave_isr_pending.store(false, Ordering::SeqCst);
-    }
-
-    /// Whether `follower`, outside the ISR, has now fetched up to the high watermark.
-    pub fn follower_may_rejoin(&self, follower: i32) -> bool {
-        let high_watermark = self.offsets().high_watermark;
-        self.replica_set().may_rejoin(follower, high_watermark)
     }
 
     /// A fetcher that names an epoch must name this replica's current one.

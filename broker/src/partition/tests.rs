@@ -564,9 +564,10 @@ async fn given_replicated_batches_then_only_the_followed_leader_and_epoch_may_ap
     produce(&leader, &data(9, 0, 0, 3, false))
         .await
         .expect("produce");
-    let (records, _) = leader
+    let records = leader
         .read_for_follower(2, 0, ReadLimit::at_least_one(1 << 20), None)
-        .expect("read for follower");
+        .expect("read for follower")
+        .records;
     let follower = Partition::open("orders", 0, &dir.path().join("follower"), settings(), 2)
         .expect("open follower");
     let follow = |leader_id: i32, epoch: i32| {
@@ -677,7 +678,9 @@ async fn given_a_deposed_leader_waiting_for_acks_all_when_it_follows_a_new_leade
         produce(&new_leader, &data(7, 0, 0, 1, false))
             .await
             .expect("the new leader's record");
-        let (records, offsets) = new_leader
+        let FollowerRead {
+            records, offsets, ..
+        } = new_leader
             .read_for_follower(1, 0, ReadLimit::at_least_one(1 << 20), None)
             .expect("fetch");
         old.append_replicated(&records, 2, 1)

@@ -91,14 +91,15 @@ impl ReplicaSet {
         self.role == Role::Leader
     }
 
-    /// A follower fetched from `fetch_offset`: everything below it is on its log.
+    /// A follower fetched from `fetch_offset`: everything below it is on its log. Returns
+    /// [`ReplicaSet::may_rejoin`] for it, read under the same borrow.
     pub fn record_fetch(
         &mut self,
         follower: i32,
         fetch_offset: i64,
         leader_log_end: i64,
         now_ms: i64,
-    ) {
+    ) -> bool {
         let entry = self.followers.entry(follower).or_insert(Progress {
             log_end: fetch_offset,
             caught_up_at_ms: 0,
@@ -109,19 +110,18 @@ impl ReplicaSet {
         if entry.at_log_end {
             entry.caught_up_at_ms = now_ms;
         }
+        self.may_rejoin(follower)
     }
 
     /// Whether `follower`, a replica outside the ISR, has just fetched from the leader's
-    /// log end, at or past `high_watermark`: [`ReplicaSet::isr_change`] would take it
-    /// back now, so the leader should not wait for its next periodic check.
-    pub fn may_rejoin(&self, follower: i32, high_watermark: i64) -> bool {
+    /// log end (so at or past the high watermark, which never passes the log end):
+    /// [`ReplicaSet::isr_change`] would take it back now, so the leader should not wait
+    /// for its next periodic check.
+    pub fn may_rejoin(&self, follower: i32) -> bool {
         self.is_leader()
             && self.replicas.contains(&follower)
             && !self.isr.contains(&follower)
-            && self
-                .followers
-                .get(&follower)
-                .is_some_and(|p| p.at_log_end && p.log_end >= high_watermark)
+            && self.followers.get(&follower).is_some_and(|p| p.at_log_end)
     }
 
     /// The high watermark the leader may advertise given its own durable log end and
@@ -272,13 +272,13 @@ mod tests {
             None,
             "the progress it had before its restart does not bring it back"
         );
-        assert!(!set.may_rejoin(2, 10));
+        assert!(!set.may_rejoin(2));
         set.record_fetch(2, 6, 10, 1_400);
-        assert!(!set.may_rejoin(2, 10));
+        assert!(!set.may_rejoin(2));
         assert_eq!(set.isr_change(10, 1_500, 1_000), None, "below the HW");
         set.record_fetch(2, 10, 10, 1_600);
-        assert!(set.may_rejoin(2, 10), "caught up: rejoin now");
-        assert!(!set.may_rejoin(3, 10), "3 is in the ISR already");
+        assert!(set.may_rejoin(2), "caught up: rejoin now");
+        assert!(!set.may_rejoin(3), "3 is in the ISR already");
         assert_eq!(set.isr_change(10, 1_700, 1_000), Some(vec![1, 2, 3]));
     }
 

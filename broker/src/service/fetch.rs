@@ -18,7 +18,7 @@ use super::refusal::log_refusal;
 use super::BrokerService;
 use crate::error::BrokerError;
 use crate::partition::long_poll::{long_poll, ReadSummary, Reader};
-use crate::partition::{stored_batches, PartitionOffsets};
+use crate::partition::{stored_batches, FollowerRead, PartitionOffsets};
 use crate::topics::TopicRegistry;
 
 /// What one partition of a Fetch answers when it succeeds.
@@ -55,13 +55,17 @@ impl BrokerService {
                     .and_then(|()| self.topics.partition(&topic.name, wanted.partition))
                     .and_then(|p| match request.replica_id {
                         Some(follower) => {
-                            let (records, offsets) = p.read_for_follower(
+                            let FollowerRead {
+                                records,
+                                offsets,
+                                may_rejoin,
+                            } = p.read_for_follower(
                                 follower,
                                 wanted.fetch_offset,
                                 limit,
                                 wanted.current_leader_epoch,
                             )?;
-                            if p.follower_may_rejoin(follower) {
+                            if may_rejoin {
                                 self.topics.wake_isr_duty();
                             }
                             let next_fetch_offset = stored_batches(&records)
