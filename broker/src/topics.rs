@@ -287,13 +287,12 @@ impl TopicRegistry {
         let revision = snapshot.revision;
         let mut snapshot = snapshot;
         let coordinators = std::mem::take(&mut snapshot.coordinators);
-        let in_isr = isr_upkeep::isrs_holding_me(self.broker_id, &snapshot);
         let topics = self.apply_snapshot(snapshot)?;
         let dropped = dropped_replicas(&self.read(), &topics);
         *self.write() = topics;
         // The create lock is held: these views stay those of this sync until it ends.
         let views = self.views();
-        isr_upkeep::leave_isrs(cluster, &views, in_isr).await?;
+        isr_upkeep::leave_isrs(cluster, &views).await?;
         *self
             .coordinators
             .write()
@@ -311,7 +310,15 @@ impl TopicRegistry {
         for partition in dropped {
             self.delete_replica(&partition);
         }
-        self.delete_stale_dirs();
+        // Directories left by a move while this broker was down: only the first sync can
+        // find any, since a running broker deletes what it stops replicating at once.
+        if self
+            .synced_generation
+            .load(std::sync::atomic::Ordering::SeqCst)
+            == u64::MAX
+        {
+            self.delete_stale_dirs();
+        }
         self.synced_generation
             .store(generation, std::sync::atomic::Ordering::SeqCst);
         if election::elect_leaders(cluster, &views).await? {

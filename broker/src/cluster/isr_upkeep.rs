@@ -2,10 +2,8 @@
 //! ends reassignments), and a replica that must leave an ISR takes itself out, each by
 //! compare-and-swap so a lost race changes nothing and is retried at the next sync.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::cluster::catalog::{CatalogSnapshot, VersionedState};
 use crate::cluster::cluster_catalog::ClusterCatalog;
 use crate::cluster::isr_exit::leave_isr;
 use crate::cluster::partition_view::{PartitionView, TopicView};
@@ -13,76 +11,42 @@ use crate::cluster::reassignment;
 use crate::error::BrokerError;
 use crate::partition::{now_ms, Partition};
 
-/// The partition states, as `snapshot` holds them, whose ISR holds this broker.
-pub fn isrs_holding_me(
-    broker_id: i32,
-    snapshot: &CatalogSnapshot,
-) -> Vec<(String, i32, VersionedState)> {
-    snapshot
-        .topics
-        .iter()
-        .flat_map(|(name, (_, states))| {
-            states.iter().enumerate().filter_map(move |(p, state)| {
-                let state = state.as_ref()?;
-                state
-                    .0
-                    .isr
-                    .contains(&broker_id)
-                    .then(|| (name.clone(), p as i32, state.clone()))
-            })
-        })
-        .collect()
-}
-
 /// Takes this broker out of the ISR of every hosted partition that must leave it
-/// (see [`Partition::must_leave_isr`] and [`crate::cluster::isr_exit`]). A lost
-/// compare-and-swap leaves the partition marked: the change that won wakes the
-/// catalog watch, and the next sync tries again. Until then it elects nothing there.
-pub async fn leave_isrs(
-    cluster: &ClusterCatalog,
-    topics: &[TopicView],
-    in_isr: Vec<(String, i32, VersionedState)>,
-) -> Result<(), BrokerError> {
-    let pending: HashMap<(String, i32), Arc<Partition>> = topics
+/// (see [`Partition::must_leave_isr`] and [`crate::cluster::isr_exit`]), from the
+/// catalog state and revision each view was read at. A lost compare-and-swap leaves the
+/// partition marked: the change that won wakes the catalog watch, and the next sync
+/// tries again. Until then it elects nothing there.
+pub async fn leave_isrs(cluster: &ClusterCatalog, topics: &[TopicView]) -> Result<(), BrokerError> {
+    // Collected before the first await: a lazy iterator over borrowed views held across
+    // it would make the future not Send.
+    let pending: Vec<(&str, &PartitionView, &Arc<Partition>)> = topics
         .iter()
         .flat_map(|topic| {
-            let name = &topic.name;
-            topic.partitions.iter().filter_map(move |v| {
-                let local = v.local.as_ref()?;
+            topic.partitions.iter().filter_map(move |view| {
+                let local = view.local.as_ref()?;
                 local
                     .must_leave_isr()
-                    .then(|| ((name.clone(), v.index), local.clone()))
+                    .then_some((topic.name.as_str(), view, local))
             })
         })
         .collect();
-    for local in pending.values() {
-        // Not in the ISR (any more): nothing to leave.
-        if !in_isr
-            .iter()
-            .any(|(t, p, _)| t == local.topic() && *p == local.index())
-        {
-            local.isr_left();
-        }
-    }
-    for (topic, index, (state, revision)) in in_isr {
-        let Some(local) = pending.get(&(topic.clone(), index)) else {
-            continue;
-        };
-        let Some(next) = leave_isr(cluster.broker_id, &state) else {
-            // The last ISR member stays: no replica is known to hold more.
+    for (topic, view, local) in pending {
+        let Some(next) = leave_isr(cluster.broker_id, &view.catalog_state()) else {
+            // Not in the ISR (any more), or its last member, which stays: no replica is
+            // known to hold more.
             local.isr_left();
             continue;
         };
         let written = cluster
             .catalog
-            .compare_and_set_partition(&topic, index, revision, &next)
+            .compare_and_set_partition(topic, view.index, view.catalog_revision, &next)
             .await
             .map_err(|e| BrokerError::Cluster(e.to_string()))?;
         if written {
             local.isr_left();
             tracing::warn!(
                 topic,
-                partition = index,
+                partition = view.index,
                 isr = ?next.isr,
                 leader = next.leader,
                 "left the ISR: this replica's log may have lost records it had reported; rejoining once caught up"
