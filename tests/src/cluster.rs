@@ -16,6 +16,7 @@ use idem_proto::ErrorCode;
 use crate::etcd::EtcdServer;
 use crate::link::CuttableLink;
 use crate::netns::Lab;
+use crate::wait::wait_until;
 use crate::{raw, replicas, BrokerProcess, CoordinatorProcess};
 
 /// Partitions of `__transaction_state` in test clusters: few, so ownership moves fast.
@@ -115,30 +116,29 @@ impl Cluster {
         args.extend(self.broker_extra.iter().cloned());
         self.brokers
             .push(BrokerProcess::start_with(&as_strs(&args)));
-        let started = Instant::now();
         // Asked of another broker: it knows the newcomer from etcd, as clients will.
-        let asked = self.observer(&[id]);
-        loop {
-            let mut client = raw::connect(&self.broker(asked).bootstrap()).await;
-            let registered = client
+        self.wait_for_registration(self.observer(&[id]), id, true)
+            .await;
+        id
+    }
+
+    /// Waits until broker `observer`'s Metadata lists broker `id` among the registered
+    /// brokers (`registered`) or no longer lists it.
+    pub async fn wait_for_registration(&self, observer: i32, id: i32, registered: bool) {
+        let what = format!("broker {observer} sees broker {id} registered: {registered}");
+        wait_until(PATIENCE, &what, || async {
+            let mut client = raw::connect(&self.broker(observer).bootstrap()).await;
+            let listed = client
                 .metadata(MetadataRequest { topics: Vec::new() })
                 .await
-                .map(|answer| {
-                    answer
-                        .into_inner()
-                        .brokers
-                        .iter()
-                        .any(|b| b.broker_id == id)
-                });
-            if registered.unwrap_or(false) {
-                return id;
-            }
-            assert!(
-                started.elapsed() < PATIENCE,
-                "broker {id} never appeared in broker {asked}'s metadata"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+                .ok()?
+                .into_inner()
+                .brokers
+                .iter()
+                .any(|b| b.broker_id == id);
+            (listed == registered).then_some(())
+        })
+        .await;
     }
 
     /// `n` brokers and `m` coordinators on one etcd member, each process reaching etcd

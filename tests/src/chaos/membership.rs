@@ -3,7 +3,7 @@
 //! broker removed from the cluster (every replica it holds moved to the others, then the
 //! broker stopped) and later added back, empty, as a new member.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use idem_proto::txn::TXN_LOG_TOPIC;
 use idem_proto::v1::{
@@ -13,6 +13,7 @@ use idem_proto::v1::{
 use idem_proto::ErrorCode;
 
 use crate::chaos::workload::TOPICS;
+use crate::wait::{wait_until, Seen};
 use crate::{raw, Cluster};
 
 /// How long a move may take before the run fails: a stuck move is a product bug.
@@ -99,24 +100,20 @@ pub async fn reassign(cluster: &Cluster, via: i32, moves: &[Placement]) {
 
 /// Waits until broker `observer` reports no move in progress.
 pub async fn wait_until_settled(cluster: &Cluster, observer: i32) {
-    let started = Instant::now();
-    loop {
+    wait_until(MOVE_PATIENCE, "no partition move in progress", || async {
         let mut client = raw::connect(&cluster.broker(observer).bootstrap()).await;
-        let ongoing = client
+        let answer = client
             .list_partition_reassignments(ListPartitionReassignmentsRequest { topics: vec![] })
             .await
             .map(|answer| answer.into_inner());
-        if let Ok(answer) = &ongoing {
-            if answer.error_code() == ErrorCode::None && answer.reassignments.is_empty() {
-                return;
+        match answer {
+            Ok(a) if a.error_code() == ErrorCode::None && a.reassignments.is_empty() => {
+                Seen::Reached(())
             }
+            other => Seen::Not(format!("{other:?}")),
         }
-        assert!(
-            started.elapsed() < MOVE_PATIENCE,
-            "partition moves still in progress after {MOVE_PATIENCE:?}: {ongoing:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
 }
 
 #[cfg(test)]

@@ -4,32 +4,11 @@
 //! itself out of the ISR before it takes part in elections, so while it catches up only
 //! the replicas that still hold everything may lead; then it rejoins.
 
-use std::time::{Duration, Instant};
-
-use idem_proto::v1::MetadataRequest;
 use idem_proto::ErrorCode;
 use idem_tests::Cluster;
 use idem_tests::{raw, segments};
 
 const RECORDS: i32 = 40;
-
-/// Waits until `observer` no longer lists broker `gone` as registered.
-async fn wait_until_unregistered(cluster: &Cluster, observer: i32, gone: i32) {
-    let started = Instant::now();
-    loop {
-        let mut client = raw::connect(&cluster.broker(observer).bootstrap()).await;
-        if let Ok(answer) = client.metadata(MetadataRequest { topics: vec![] }).await {
-            if !answer.get_ref().brokers.iter().any(|b| b.broker_id == gone) {
-                return;
-            }
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "broker {gone}'s registration never lapsed"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
 
 #[tokio::test]
 async fn given_a_follower_restarted_with_a_torn_log_then_it_leaves_the_isr_and_never_leads_what_it_lost(
@@ -94,7 +73,7 @@ async fn given_a_follower_restarted_with_a_torn_log_then_it_leaves_the_isr_and_n
     // The witness dies and the paused leader's registration lapses: the torn replica is
     // the only live one, and out of the ISR it must not take over.
     cluster.kill(witness);
-    wait_until_unregistered(&cluster, torn, leader).await;
+    cluster.wait_for_registration(torn, leader, false).await;
     let offline = cluster
         .partition(torn, "ledger", 0)
         .await
