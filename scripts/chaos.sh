@@ -31,7 +31,7 @@ while [[ $# -gt 0 ]]; do
 done
 [[ "$duration" =~ ^[0-9]+$ ]] || { echo "--duration: not a number of seconds: $duration" >&2; exit 2; }
 
-scripts/install-deps.sh protoc etcd cc script
+scripts/install-deps.sh protoc etcd cc script netns
 cargo build --workspace --bins
 export IDEM_BROKER_BIN="$(realpath "${CARGO_TARGET_DIR:-target}")/debug/idem-broker"
 IDEM_CHAOS_DURATION="$duration" IDEM_CHAOS_SEED="$seed" IDEM_CHAOS_NEMESIS="$nemesis" \

@@ -5,7 +5,9 @@
 #   etcd   -> etcd-server (the tests start real etcd servers)
 #   cc     -> gcc and make (tikv-jemalloc-sys builds jemalloc from its C sources)
 #   script -> bsdutils (util-linux's `script`: a test gives the bench a terminal)
-# Usage: scripts/install-deps.sh protoc [etcd] [cc] [script]
+#   netns  -> iproute2 and nftables (`ip netns`, `nft`: the lab network of the split
+#             tests and chaos family; they run as root)
+# Usage: scripts/install-deps.sh protoc [etcd] [cc] [script] [netns]
 set -euo pipefail
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
@@ -20,6 +22,10 @@ for need in "$@"; do
       command -v make >/dev/null 2>&1 || missing+=(make)
       ;;
     script) command -v script >/dev/null 2>&1 || missing+=(bsdutils) ;;
+    netns)
+      command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+      command -v nft >/dev/null 2>&1 || missing+=(nftables)
+      ;;
     *) echo "install-deps: unknown dependency $need" >&2; exit 2 ;;
   esac
 done
