@@ -85,6 +85,12 @@ struct Assignment {
     topic: String,
     partition: i32,
     position: Position,
+    /// The fetch round that last returned records of this partition (0: none yet).
+    /// A broker fills its answer in request order up to its byte limit, so each round
+    /// asks for the least recently served partitions first and none starves behind
+    /// others with a backlog (KIP-74; Kafka's consumer moves a partition that returned
+    /// data to the end of its list).
+    last_served: u64,
 }
 
 /// Reads records from assigned partitions.
@@ -97,10 +103,8 @@ pub struct Consumer {
     pending_error: Option<ClientError>,
     /// Since when no fetch has been answered (every leader tried was unreachable).
     unanswered_since: Option<Instant>,
-    /// Where the next fetch round starts in `assignments`: a broker fills its answer in
-    /// request order up to its byte limit, so the start moves past the partitions that
-    /// returned data, and none starves behind others with a backlog (KIP-74).
-    rotation: usize,
+    /// Fetch rounds answered so far; stamps `Assignment::last_served`.
+    rounds: u64,
 }
 
 /// The largest `max_bytes` a consumer may ask for: half the SDK's decode limit.
@@ -140,7 +144,7 @@ impl Consumer {
             assignments: Vec::new(),
             pending_error: None,
             unanswered_since: None,
-            rotation: 0,
+            rounds: 0,
         })
     }
 
@@ -155,13 +159,16 @@ impl Consumer {
             {
                 continue;
             }
-            let position = self
+            let (position, last_served) = self
                 .find(&topic, partition)
-                .map_or(Position::Reset(self.config.start), |a| a.position);
+                .map_or((Position::Reset(self.config.start), 0), |a| {
+                    (a.position, a.last_served)
+                });
             next.push(Assignment {
                 topic,
                 partition,
                 position,
+                last_served,
             });
         }
         self.assignments = next;
@@ -310,7 +317,7 @@ impl Consumer {
     async fn fetch_round(&mut self, max_wait: Duration) -> Round {
         let mut round = Round::default();
         let conn = self.conn.clone();
-        let plan = plan_fetches(&self.assignments, self.rotation, |topic, partition| {
+        let plan = plan_fetches(&self.assignments, |topic, partition| {
             conn.leader_node(topic, partition)
         });
         if !plan.unroutable.is_empty() {
@@ -394,7 +401,7 @@ impl Consumer {
     /// Applies a fetch answer: collects its records and advances positions past them;
     /// errors go to `round` (the first one to report, leadership ones as transient).
     fn absorb(&mut self, response: FetchResponse, round: &mut Round) {
-        let mut served = 0;
+        self.rounds += 1;
         for topic in response.topics {
             for p in topic.partitions {
                 let Ok(idx) = self.index(&topic.name, p.partition) else {
@@ -409,7 +416,7 @@ impl Consumer {
                             decode_fetched(&topic.name, p.partition, fetch_offset, &p.records);
                         let next = next_position(&decoded, p.next_fetch_offset);
                         if !p.records.is_empty() {
-                            served += 1;
+                            self.assignments[idx].last_served = self.rounds;
                         }
                         round.records.extend(decoded.records);
                         self.assignments[idx].position = Position::At(next);
@@ -446,8 +453,6 @@ impl Consumer {
                 }
             }
         }
-        // The next round starts past the partitions that returned data.
-        self.rotation = (self.rotation + served) % self.assignments.len().max(1);
     }
 }
 
@@ -467,24 +472,24 @@ fn is_transient(e: &ClientError) -> bool {
 #[derive(Debug, Default, PartialEq, Eq)]
 struct FetchPlan {
     /// One fetch per leader, with the indexes of its partitions in assignment order
-    /// from the round's start (wrapping); leaders in order of their first partition.
+    /// least recently served first; leaders in order of their first partition.
     fetches: Vec<(Node, Vec<usize>)>,
     /// Partitions with a position but no known leader.
     unroutable: Vec<(String, i32)>,
 }
 
-/// Groups the partitions that have a position by leader; `leader` looks a partition's
-/// leader up in the metadata cache.
+/// Groups the partitions that have a position by leader, least recently served first
+/// (ties in assignment order); `leader` looks a partition's leader up in the metadata
+/// cache.
 fn plan_fetches(
     assignments: &[Assignment],
-    start: usize,
     leader: impl Fn(&str, i32) -> Option<Node>,
 ) -> FetchPlan {
     let mut plan = FetchPlan::default();
     let mut slot: HashMap<Node, usize> = HashMap::new();
-    let n = assignments.len().max(1);
-    let order = (0..assignments.len()).map(|i| (start + i) % n);
-    for (idx, a) in order.map(|idx| (idx, &assignments[idx])) {
+    let mut order: Vec<usize> = (0..assignments.len()).collect();
+    order.sort_by_key(|&idx| assignments[idx].last_served);
+    for (idx, a) in order.into_iter().map(|idx| (idx, &assignments[idx])) {
         if !matches!(a.position, Position::At(_)) {
             continue;
         }
@@ -704,6 +709,67 @@ mod tests {
             topic: topic.into(),
             partition,
             position,
+            last_served: 0,
+        }
+    }
+
+    /// Fetches `backlogs` (bytes per partition, all on one leader) the way a consumer
+    /// plans and a broker fills (in request order, `budget` bytes per answer, the first
+    /// partition with data always served) until every backlog is read; returns the
+    /// longest any partition with data waited, in answers.
+    fn longest_wait(backlogs: &[u64], budget: u64) -> usize {
+        let mut left = backlogs.to_vec();
+        let mut assignments: Vec<Assignment> = (0..left.len())
+            .map(|p| assigned("t", p as i32, Position::At(0)))
+            .collect();
+        let mut waited = vec![0usize; left.len()];
+        let mut worst = 0;
+        for round in 1.. {
+            if left.iter().all(|b| *b == 0) {
+                break;
+            }
+            let plan = plan_fetches(&assignments, |_, _| Some(Node::Bootstrap));
+            let mut remaining = budget;
+            for &idx in &plan.fetches[0].1 {
+                let taken = left[idx].min(remaining.max(u64::from(remaining == budget)));
+                left[idx] -= taken;
+                remaining = remaining.saturating_sub(taken);
+                if taken > 0 {
+                    assignments[idx].last_served = round;
+                    waited[idx] = 0;
+                } else if left[idx] > 0 {
+                    waited[idx] += 1;
+                    worst = worst.max(waited[idx]);
+                }
+            }
+        }
+        worst
+    }
+
+    #[test]
+    fn given_a_backlog_behind_partitions_that_are_caught_up_then_it_is_not_served_twice_in_a_row() {
+        // Partitions 0..8 caught up, 8 with a long backlog, 9 with a short one: asking
+        // from a start that moves one partition per answer would serve 8 again and again
+        // while 9 waits.
+        let mut backlogs = vec![0; 10];
+        backlogs[8] = 100;
+        backlogs[9] = 10;
+        let waited = longest_wait(&backlogs, 10);
+        assert!(waited <= 1, "partition 9 waited {waited} answers");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn no_partition_with_data_waits_longer_than_one_answer_per_other_partition_with_data(
+            backlogs in proptest::collection::vec(0u64..400, 1..40),
+            budget in 1u64..100,
+        ) {
+            let with_data = backlogs.iter().filter(|b| **b > 0).count();
+            let waited = longest_wait(&backlogs, budget);
+            proptest::prop_assert!(
+                waited < with_data.max(1),
+                "waited {} answers with {} partitions holding data", waited, with_data
+            );
         }
     }
 
@@ -754,7 +820,7 @@ mod tests {
             crate::metadata::Route::Broker { address, .. } => Some(Node::Broker(address)),
             crate::metadata::Route::Unknown => None,
         };
-        let plan = plan_fetches(&assignments, 0, leader);
+        let plan = plan_fetches(&assignments, leader);
         assert_eq!(
             plan.fetches,
             vec![
@@ -766,10 +832,13 @@ mod tests {
             plan.unroutable,
             vec![("t".into(), 3), ("t".into(), 4), ("gone".into(), 0)]
         );
-        // A round that starts further on asks in that order, wrapping around.
-        let rotated = plan_fetches(&assignments, 2, leader);
+        // Partitions served more recently are asked for after the others.
+        let mut assignments = assignments;
+        assignments[0].last_served = 2;
+        assignments[1].last_served = 1;
+        let reordered = plan_fetches(&assignments, leader);
         assert_eq!(
-            rotated.fetches,
+            reordered.fetches,
             vec![
                 (Node::Broker("b1:1".into()), vec![2, 0]),
                 (Node::Broker("b2:2".into()), vec![1]),
