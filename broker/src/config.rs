@@ -7,6 +7,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use crate::log::FlushPolicy;
+use crate::retention_flags::RetentionFlags;
+use crate::topic_config::TopicDefaults;
 
 /// Broker settings. Every field has a default that makes a single-node broker work.
 #[derive(Debug, Clone, clap::Args)]
@@ -40,6 +42,10 @@ pub struct BrokerConfig {
     /// Size limits of requests and responses (shared with `idem dev`).
     #[command(flatten)]
     pub limits: SizeLimits,
+
+    /// Retention defaults and the retention duty's pace (shared with `idem dev`).
+    #[command(flatten)]
+    pub retention: RetentionFlags,
 
     /// Idle time after which a producer id's state is forgotten (Kafka's
     /// `transactional.id.expiration.ms` analogue for idempotent producers; server clock).
@@ -116,6 +122,12 @@ impl BrokerConfig {
         }
     }
 
+    /// What a topic that sets no config of its own gets.
+    pub fn topic_defaults(&self) -> TopicDefaults {
+        self.retention
+            .topic_defaults(self.segment_bytes, self.limits.max_batch_bytes)
+    }
+
     /// Refuses, naming the flag, settings the broker cannot run with; called before it
     /// opens anything.
     pub fn validate(&self) -> Result<(), ConfigError> {
@@ -131,6 +143,7 @@ impl BrokerConfig {
             "must be at least 1",
         )?;
         self.limits.check()?;
+        self.retention.check()?;
         ConfigError::unless(
             self.producer_id_expiration_ms > 0,
             "--producer-id-expiration-ms",
@@ -169,6 +182,7 @@ impl BrokerConfig {
             segment_bytes: 64 * 1024 * 1024,
             flush: FlushPolicy::EveryAppend,
             limits: SizeLimits::default(),
+            retention: RetentionFlags::default(),
             producer_id_expiration_ms: 7 * 24 * 3600 * 1000,
             max_partitions_per_topic: 1000,
             pid_store_flag: None,

@@ -79,6 +79,7 @@ impl BoundBroker {
             },
             max_batch_bytes: config.limits.max_batch_bytes,
             producer_id_expiration_ms: config.producer_id_expiration_ms,
+            topic_defaults: config.topic_defaults(),
         };
         let store = open_pid_store(&config).await?;
         let producer_ids = Arc::new(

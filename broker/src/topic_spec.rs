@@ -3,6 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::topic_config::{self, TopicConfig};
+
 /// A topic as recorded on disk.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TopicSpec {
@@ -16,6 +18,9 @@ pub struct TopicSpec {
     /// Whether a replica outside the ISR may take over when the whole ISR is gone.
     #[serde(default)]
     pub unclean_leader_election: bool,
+    /// The settings this topic overrides (docs: `idem topic describe`).
+    #[serde(default, skip_serializing_if = "TopicConfig::is_empty")]
+    pub config: TopicConfig,
 }
 
 impl TopicSpec {
@@ -29,7 +34,13 @@ impl TopicSpec {
     }
 
     pub fn min_insync_replicas(&self) -> i32 {
-        if self.min_insync_replicas > 0 {
+        if let Some(min) = self
+            .config
+            .get(topic_config::MIN_INSYNC_REPLICAS)
+            .and_then(|v| v.parse().ok())
+        {
+            min
+        } else if self.min_insync_replicas > 0 {
             self.min_insync_replicas
         } else {
             Self::default_min_insync_replicas(self.replication_factor)

@@ -27,6 +27,7 @@ use crate::partition::{Partition, PartitionSettings};
 use crate::replication::fetchers::Fetchers;
 use crate::replication::following;
 use crate::replication::replica_set::Role;
+use crate::topic_config::TopicConfig;
 use crate::topic_spec::TopicSpec;
 
 const TOPICS_FILE: &str = "topics.json";
@@ -124,6 +125,7 @@ impl TopicRegistry {
                     settings.clone(),
                     broker_id,
                 )?);
+                local.set_topic_settings(spec.config.resolve(&settings.topic_defaults));
                 partitions.push(sole_replica(broker_id, p, local));
             }
             topics.insert(spec.name.clone(), Topic { spec, partitions });
@@ -199,6 +201,7 @@ impl TopicRegistry {
             replication_factor,
             min_insync_replicas: TopicSpec::default_min_insync_replicas(replication_factor),
             unclean_leader_election,
+            config: TopicConfig::default(),
         };
         match &self.cluster {
             Some(cluster) => self.create_in_cluster(cluster, spec).await,
@@ -251,6 +254,7 @@ impl TopicRegistry {
                 self.settings.clone(),
                 self.broker_id,
             )?);
+            local.set_topic_settings(spec.config.resolve(&self.settings.topic_defaults));
             opened.push(sole_replica(self.broker_id, p, local));
         }
         let mut specs: Vec<TopicSpec> = self.read().values().map(|t| t.spec.clone()).collect();
@@ -396,6 +400,7 @@ impl TopicRegistry {
                         state.isr.clone(),
                         spec.min_insync_replicas(),
                     );
+                    local.set_topic_settings(spec.config.resolve(&self.settings.topic_defaults));
                     Some(local)
                 } else {
                     None

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use idem_broker::config::{BrokerConfig, SizeLimits};
+use idem_broker::retention_flags::RetentionFlags;
 use idem_broker::server::BoundBroker;
 use idem_coordinator::config::CoordinatorConfig;
 use idem_coordinator::server::BoundCoordinator;
@@ -31,11 +32,16 @@ pub struct DevArgs {
     /// `idem-broker`.
     #[command(flatten)]
     limits: SizeLimits,
+    /// Retention defaults and pace: the same flags, environment and defaults as
+    /// `idem-broker`.
+    #[command(flatten)]
+    retention: RetentionFlags,
 }
 
 pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     let config = BrokerConfig {
         limits: args.limits,
+        retention: args.retention,
         ..BrokerConfig::single_node(args.data_dir.clone(), args.listen)
     };
     // One Ctrl-C stops both servers: each gets a child of the process's root token.

@@ -468,6 +468,11 @@ impl PartitionLog {
         &self.config
     }
 
+    /// The size at which the active segment rolls from the next append on.
+    pub fn set_segment_bytes(&mut self, segment_bytes: u64) {
+        self.config.segment_bytes = segment_bytes;
+    }
+
     pub fn dir(&self) -> &Path {
         &self.dir
     }

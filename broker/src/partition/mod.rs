@@ -26,6 +26,7 @@ use crate::log::{AppendInfo, FlushPolicy, LogConfig, PartitionLog, ReadLimit};
 use crate::producer_state::{self, BatchMetadata, Decision, ProducerStateTable};
 use crate::replication::epoch_history::EpochHistory;
 use crate::replication::replica_set::{ReplicaSet, Role};
+use crate::topic_config::{TopicConfig, TopicDefaults, TopicSettings};
 use crate::txn_index::TxnIndex;
 use txn_recovery::recover_transactions;
 
@@ -54,6 +55,8 @@ pub struct PartitionSettings {
     pub log: LogConfig,
     pub max_batch_bytes: usize,
     pub producer_id_expiration_ms: i64,
+    /// What a topic that does not set its own config gets.
+    pub topic_defaults: TopicDefaults,
 }
 
 /// What a successful produce to this partition answers.
@@ -95,6 +98,9 @@ pub struct Partition {
     index: i32,
     dir: PathBuf,
     settings: PartitionSettings,
+    /// The topic's config in effect (retention, segment size, batch limit), replaced
+    /// when the topic's config is altered.
+    topic_settings: Mutex<TopicSettings>,
     inner: Mutex<PartitionInner>,
     /// Offset below which every batch is on disk; the group-commit lock.
     durable: tokio::sync::Mutex<i64>,
@@ -142,11 +148,13 @@ impl Partition {
         let (high_watermark, _) = watch::channel(log_end);
         let (last_stable, _) = watch::channel(txns.last_stable_offset(log_end));
         let (log_end_watch, _) = watch::channel(log_end);
+        let topic_settings = Mutex::new(TopicConfig::default().resolve(&settings.topic_defaults));
         Ok(Partition {
             topic: topic.to_string(),
             index,
             dir: dir.to_path_buf(),
             settings,
+            topic_settings,
             inner: Mutex::new(PartitionInner {
                 log,
                 producers,
@@ -186,10 +194,14 @@ impl Partition {
                 return Err(BrokerError::NotEnoughReplicas { isr, min });
             }
         }
-        if records.len() > self.settings.max_batch_bytes {
+        let limit = self
+            .settings
+            .max_batch_bytes
+            .min(self.topic_settings().max_message_bytes);
+        if records.len() > limit {
             return Err(BrokerError::MessageTooLarge {
                 size: records.len(),
-                limit: self.settings.max_batch_bytes,
+                limit,
             });
         }
         let header = batch::validate_produced(records)?;
@@ -384,6 +396,24 @@ impl Partition {
             *current = lso;
             moved
         });
+    }
+
+    /// The topic's config in effect.
+    pub fn topic_settings(&self) -> TopicSettings {
+        self.topic_settings
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Applies the topic's config (at open, and whenever the topic's config changes):
+    /// the next segment rolls at the new size, retention uses the new limits.
+    pub fn set_topic_settings(&self, settings: TopicSettings) {
+        self.lock().log.set_segment_bytes(settings.segment_bytes);
+        *self
+            .topic_settings
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = settings;
     }
 
     fn replica_set(&self) -> MutexGuard<'_, ReplicaSet> {

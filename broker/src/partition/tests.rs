@@ -25,6 +25,7 @@ fn settings() -> PartitionSettings {
         },
         max_batch_bytes: 1 << 20,
         producer_id_expiration_ms: 1_000,
+        topic_defaults: crate::topic_config::TopicDefaults::new(4096, 1 << 20),
     }
 }
 

@@ -517,6 +517,10 @@ pub(crate) mod tests {
                 log: crate::log::LogConfig::default(),
                 max_batch_bytes: 1 << 20,
                 producer_id_expiration_ms: 60_000,
+                topic_defaults: crate::topic_config::TopicDefaults::new(
+                    crate::log::LogConfig::DEFAULT_SEGMENT_BYTES,
+                    1 << 20,
+                ),
             },
             2,
         )

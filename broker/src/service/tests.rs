@@ -33,6 +33,10 @@ async fn broker(coordinator: Option<&str>) -> Broker {
         log: LogConfig::default(),
         max_batch_bytes: 1 << 20,
         producer_id_expiration_ms: 60_000,
+        topic_defaults: crate::topic_config::TopicDefaults::new(
+            LogConfig::DEFAULT_SEGMENT_BYTES,
+            1 << 20,
+        ),
     };
     let topics = TopicRegistry::open(dir.path(), 0, settings, 100).expect("registry");
     topics.create("orders", 2, 1, false).await.expect("create");
