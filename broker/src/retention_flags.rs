@@ -27,7 +27,11 @@ pub struct RetentionFlags {
     pub log_segment_ms: u64,
 
     /// How often each partition's retention is checked.
-    #[arg(long, env = "IDEM_LOG_RETENTION_CHECK_INTERVAL_MS", default_value_t = 30_000)]
+    #[arg(
+        long,
+        env = "IDEM_LOG_RETENTION_CHECK_INTERVAL_MS",
+        default_value_t = 30_000
+    )]
     pub log_retention_check_interval_ms: u64,
 }
 
@@ -55,7 +59,11 @@ impl RetentionFlags {
             "--log-retention-bytes",
             "must be -1 (no limit) or more",
         )?;
-        ConfigError::unless(self.log_segment_ms >= 1, "--log-segment-ms", "must be at least 1")?;
+        ConfigError::unless(
+            self.log_segment_ms >= 1,
+            "--log-segment-ms",
+            "must be at least 1",
+        )?;
         ConfigError::unless(
             self.log_retention_check_interval_ms >= 1,
             "--log-retention-check-interval-ms",

@@ -349,7 +349,8 @@ async fn maintain_isr(topics: Arc<TopicRegistry>, lag_limit_ms: i64) {
     }
 }
 
-/// Periodic work: forget idle producers; flush on a timer for `interval:<ms>`.
+/// Periodic work: forget idle producers; apply retention; flush on a timer for
+/// `interval:<ms>`.
 /// Returns between pieces of work once `stop` is cancelled: a timed flush is never cut
 /// short.
 async fn run_background(topics: Arc<TopicRegistry>, config: BrokerConfig, stop: CancellationToken) {
@@ -359,6 +360,9 @@ async fn run_background(topics: Arc<TopicRegistry>, config: BrokerConfig, stop: 
         FlushPolicy::IntervalMs(ms) => Some(Duration::from_millis(ms.max(1))),
         _ => None,
     };
+    let retention_every =
+        Duration::from_millis(config.retention.log_retention_check_interval_ms.max(1));
+    let mut retention = tokio::time::interval(retention_every);
     let mut expiry = tokio::time::interval(expiry_every);
     let mut flush = tokio::time::interval(flush_every.unwrap_or(Duration::from_secs(3600)));
     loop {
@@ -368,6 +372,21 @@ async fn run_background(topics: Arc<TopicRegistry>, config: BrokerConfig, stop: 
                 let now = now_ms();
                 for partition in topics.all_partitions() {
                     partition.expire_producers(now);
+                }
+            }
+            _ = retention.tick() => {
+                let topics = topics.clone();
+                // Deleting files and reading segment headers: off the async threads.
+                let enforced = tokio::task::spawn_blocking(move || {
+                    let now = now_ms();
+                    for partition in topics.all_partitions() {
+                        if let Err(e) = partition.enforce_retention(now) {
+                            tracing::error!(topic = partition.topic(), partition = partition.index(), error = %e, "retention failed");
+                        }
+                    }
+                });
+                if let Err(e) = enforced.await {
+                    tracing::error!(error = %e, "retention task failed");
                 }
             }
             _ = flush.tick(), if flush_every.is_some() => {

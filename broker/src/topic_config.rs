@@ -31,15 +31,63 @@ enum Rule {
 /// Every key a topic may set, with its rule. The smallest segment is 1 KiB (tests and
 /// tiny topics roll often); index positions are `u32`, so segments stop at 2 GiB.
 const KEYS: &[(&str, Rule)] = &[
-    (RETENTION_MS, Rule::Integer { min: -1, max: i64::MAX }),
-    (RETENTION_BYTES, Rule::Integer { min: -1, max: i64::MAX }),
-    (SEGMENT_BYTES, Rule::Integer { min: 1024, max: i32::MAX as i64 }),
-    (SEGMENT_MS, Rule::Integer { min: 1, max: i64::MAX }),
+    (
+        RETENTION_MS,
+        Rule::Integer {
+            min: -1,
+            max: i64::MAX,
+        },
+    ),
+    (
+        RETENTION_BYTES,
+        Rule::Integer {
+            min: -1,
+            max: i64::MAX,
+        },
+    ),
+    (
+        SEGMENT_BYTES,
+        Rule::Integer {
+            min: 1024,
+            max: i32::MAX as i64,
+        },
+    ),
+    (
+        SEGMENT_MS,
+        Rule::Integer {
+            min: 1,
+            max: i64::MAX,
+        },
+    ),
     (CLEANUP_POLICY, Rule::CleanupPolicy),
-    (MIN_INSYNC_REPLICAS, Rule::Integer { min: 1, max: i32::MAX as i64 }),
-    (MAX_MESSAGE_BYTES, Rule::Integer { min: 1, max: i32::MAX as i64 }),
-    (MIN_COMPACTION_LAG_MS, Rule::Integer { min: 0, max: i64::MAX }),
-    (DELETE_RETENTION_MS, Rule::Integer { min: 0, max: i64::MAX }),
+    (
+        MIN_INSYNC_REPLICAS,
+        Rule::Integer {
+            min: 1,
+            max: i32::MAX as i64,
+        },
+    ),
+    (
+        MAX_MESSAGE_BYTES,
+        Rule::Integer {
+            min: 1,
+            max: i32::MAX as i64,
+        },
+    ),
+    (
+        MIN_COMPACTION_LAG_MS,
+        Rule::Integer {
+            min: 0,
+            max: i64::MAX,
+        },
+    ),
+    (
+        DELETE_RETENTION_MS,
+        Rule::Integer {
+            min: 0,
+            max: i64::MAX,
+        },
+    ),
 ];
 
 /// A topic setting refused, naming the key (and the value).
@@ -391,7 +439,10 @@ mod tests {
         let mut config = TopicConfig::from_pairs([(RETENTION_MS, "1000")]).expect("valid");
         let before = config.clone();
         let unknown = config.set("retention.hours", "5").expect_err("unknown");
-        assert!(unknown.to_string().contains("\"retention.hours\""), "{unknown}");
+        assert!(
+            unknown.to_string().contains("\"retention.hours\""),
+            "{unknown}"
+        );
         for (key, value) in [
             (RETENTION_MS, "-2"),
             (RETENTION_MS, "soon"),
@@ -431,9 +482,15 @@ mod tests {
         let config = TopicConfig::from_pairs([(RETENTION_BYTES, "4096")]).expect("valid");
         let entries = config.describe(&defaults(), 2);
         assert_eq!(entries.len(), KEYS.len());
-        let bytes = entries.iter().find(|e| e.name == RETENTION_BYTES).expect("listed");
+        let bytes = entries
+            .iter()
+            .find(|e| e.name == RETENTION_BYTES)
+            .expect("listed");
         assert_eq!((bytes.value.as_str(), bytes.from_topic), ("4096", true));
-        let min = entries.iter().find(|e| e.name == MIN_INSYNC_REPLICAS).expect("listed");
+        let min = entries
+            .iter()
+            .find(|e| e.name == MIN_INSYNC_REPLICAS)
+            .expect("listed");
         assert_eq!((min.value.as_str(), min.from_topic), ("2", false));
     }
 
@@ -447,12 +504,17 @@ mod tests {
 
     #[test]
     fn stored_form_is_a_plain_map_that_reads_back() {
-        let config =
-            TopicConfig::from_pairs([(RETENTION_MS, "60000"), (CLEANUP_POLICY, "delete")])
-                .expect("valid");
+        let config = TopicConfig::from_pairs([(RETENTION_MS, "60000"), (CLEANUP_POLICY, "delete")])
+            .expect("valid");
         let json = serde_json::to_string(&config).expect("json");
-        assert_eq!(json, r#"{"cleanup.policy":"delete","retention.ms":"60000"}"#);
-        assert_eq!(serde_json::from_str::<TopicConfig>(&json).expect("read"), config);
+        assert_eq!(
+            json,
+            r#"{"cleanup.policy":"delete","retention.ms":"60000"}"#
+        );
+        assert_eq!(
+            serde_json::from_str::<TopicConfig>(&json).expect("read"),
+            config
+        );
     }
 
     proptest! {

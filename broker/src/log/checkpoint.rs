@@ -1,71 +1,90 @@
-//! The `recovery-point` file: the offset below which the log is known to be on disk.
-//! It is replaced atomically (temp file, fsync, rename, fsync of the directory), so a
-//! crash leaves either the old or the new value, never a torn one. Recovery trusts the
-//! segments below it and scans everything from the segment that contains it.
+//! Offset checkpoints of a partition log, each one small file replaced atomically
+//! (temp file, fsync, rename, fsync of the directory, `idem_runtime::atomic_file`), so a
+//! crash leaves either the old or the new value, never a torn one:
+//! - `recovery-point`: the offset below which the log is known to be on disk. Recovery
+//!   trusts the segments below it and scans everything from the segment that contains it.
+//! - `log-start-offset`: the first offset the log serves, moved by retention (and by a
+//!   follower after its leader's). Segments wholly below it are deleted; the one holding
+//!   it may start earlier.
 
 use std::fs::{self, File};
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 
 use super::error::{IoContext, LogError};
 
-pub(crate) const FILE_NAME: &str = "recovery-point";
-pub(crate) const TEMP_FILE_NAME: &str = "recovery-point.tmp";
-const HEADER: &str = "idem-recovery-point 1";
+/// One offset checkpoint file: its name and the first line that identifies it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct OffsetCheckpoint {
+    pub file_name: &'static str,
+    header: &'static str,
+}
 
-/// What the recovery-point file says.
+pub(crate) const RECOVERY_POINT: OffsetCheckpoint = OffsetCheckpoint {
+    file_name: "recovery-point",
+    header: "idem-recovery-point 1",
+};
+
+pub(crate) const LOG_START: OffsetCheckpoint = OffsetCheckpoint {
+    file_name: "log-start-offset",
+    header: "idem-log-start-offset 1",
+};
+
+/// What a checkpoint file says.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum RecoveryPoint {
-    /// No file: nothing is known to be flushed, scan every segment.
+pub(crate) enum StoredOffset {
+    /// No file (for the recovery point: nothing is known to be flushed, scan every
+    /// segment; for the log start: the first segment's base).
     Missing,
     Valid(i64),
     /// The file exists but cannot be parsed; treated like `Missing`.
     Invalid(String),
 }
 
-pub(crate) fn path(dir: &Path) -> PathBuf {
-    dir.join(FILE_NAME)
-}
-
-pub(crate) fn read(dir: &Path) -> Result<RecoveryPoint, LogError> {
-    let path = path(dir);
-    let text = match fs::read(&path) {
-        Ok(bytes) => bytes,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(RecoveryPoint::Missing),
-        Err(e) => return Err(e).at("reading", &path),
-    };
-    Ok(parse(&text))
-}
-
-fn parse(bytes: &[u8]) -> RecoveryPoint {
-    let Ok(text) = std::str::from_utf8(bytes) else {
-        return RecoveryPoint::Invalid("not UTF-8".into());
-    };
-    let mut lines = text.lines();
-    if lines.next() != Some(HEADER) {
-        return RecoveryPoint::Invalid(format!("first line is not {HEADER:?}"));
+impl OffsetCheckpoint {
+    pub(crate) fn path(&self, dir: &Path) -> PathBuf {
+        dir.join(self.file_name)
     }
-    let offset = match lines.next().map(str::parse::<i64>) {
-        Some(Ok(offset)) if offset >= 0 => offset,
-        _ => return RecoveryPoint::Invalid("second line is not an offset".into()),
-    };
-    if lines.next().is_some() {
-        return RecoveryPoint::Invalid("trailing lines".into());
-    }
-    RecoveryPoint::Valid(offset)
-}
 
-/// Durably replaces the recovery point with `offset`.
-pub(crate) fn write(dir: &Path, offset: i64) -> Result<(), LogError> {
-    let temp = dir.join(TEMP_FILE_NAME);
-    let mut file = File::create(&temp).at("creating", &temp)?;
-    file.write_all(format!("{HEADER}\n{offset}\n").as_bytes())
-        .at("writing", &temp)?;
-    file.sync_all().at("fsyncing", &temp)?;
-    drop(file);
-    let target = path(dir);
-    fs::rename(&temp, &target).at("renaming into place", &target)?;
-    sync_dir(dir)
+    /// Whether `name` is this checkpoint's leftover temp file.
+    pub(crate) fn is_temp_file(&self, name: &str) -> bool {
+        name.strip_suffix(".tmp") == Some(self.file_name)
+    }
+
+    pub(crate) fn read(&self, dir: &Path) -> Result<StoredOffset, LogError> {
+        let path = self.path(dir);
+        let text = match fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(StoredOffset::Missing),
+            Err(e) => return Err(e).at("reading", &path),
+        };
+        Ok(self.parse(&text))
+    }
+
+    fn parse(&self, bytes: &[u8]) -> StoredOffset {
+        let Ok(text) = std::str::from_utf8(bytes) else {
+            return StoredOffset::Invalid("not UTF-8".into());
+        };
+        let mut lines = text.lines();
+        if lines.next() != Some(self.header) {
+            return StoredOffset::Invalid(format!("first line is not {:?}", self.header));
+        }
+        let offset = match lines.next().map(str::parse::<i64>) {
+            Some(Ok(offset)) if offset >= 0 => offset,
+            _ => return StoredOffset::Invalid("second line is not an offset".into()),
+        };
+        if lines.next().is_some() {
+            return StoredOffset::Invalid("trailing lines".into());
+        }
+        StoredOffset::Valid(offset)
+    }
+
+    /// Durably replaces the checkpoint with `offset`.
+    pub(crate) fn write(&self, dir: &Path, offset: i64) -> Result<(), LogError> {
+        let path = self.path(dir);
+        idem_runtime::atomic_file::replace(&path, format!("{}\n{offset}\n", self.header).as_bytes())
+            .at("replacing", &path)
+    }
 }
 
 /// Makes creations, renames and deletions of files in `dir` durable.
@@ -80,14 +99,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn recovery_point_round_trips() {
+    fn checkpoints_round_trip_apart() {
         let dir = tempfile::tempdir().expect("tempdir");
-        assert_eq!(read(dir.path()).expect("read"), RecoveryPoint::Missing);
-        write(dir.path(), 42).expect("write");
-        assert_eq!(read(dir.path()).expect("read"), RecoveryPoint::Valid(42));
-        write(dir.path(), 7).expect("overwrite");
-        assert_eq!(read(dir.path()).expect("read"), RecoveryPoint::Valid(7));
-        assert!(!dir.path().join(TEMP_FILE_NAME).exists());
+        let rp = RECOVERY_POINT;
+        assert_eq!(rp.read(dir.path()).expect("read"), StoredOffset::Missing);
+        rp.write(dir.path(), 42).expect("write");
+        assert_eq!(rp.read(dir.path()).expect("read"), StoredOffset::Valid(42));
+        rp.write(dir.path(), 7).expect("overwrite");
+        LOG_START.write(dir.path(), 3).expect("write");
+        assert_eq!(rp.read(dir.path()).expect("read"), StoredOffset::Valid(7));
+        assert_eq!(
+            LOG_START.read(dir.path()).expect("read"),
+            StoredOffset::Valid(3)
+        );
+        assert!(!dir.path().join("recovery-point.tmp").exists());
+        assert!(rp.is_temp_file("recovery-point.tmp") && !rp.is_temp_file("log-start-offset.tmp"));
     }
 
     #[test]
@@ -101,9 +127,12 @@ mod tests {
             b"something else\n12\n",
             b"\xff\xfe",
         ] {
-            fs::write(path(dir.path()), garbage).expect("write garbage");
+            fs::write(RECOVERY_POINT.path(dir.path()), garbage).expect("write garbage");
             assert!(
-                matches!(read(dir.path()).expect("read"), RecoveryPoint::Invalid(_)),
+                matches!(
+                    RECOVERY_POINT.read(dir.path()).expect("read"),
+                    StoredOffset::Invalid(_)
+                ),
                 "{garbage:?}"
             );
         }

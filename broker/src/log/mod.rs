@@ -9,6 +9,7 @@ mod checkpoint;
 mod config;
 mod error;
 mod index;
+pub mod retention;
 mod segment;
 mod sync;
 
@@ -25,7 +26,7 @@ pub use config::{FlushPolicy, LogConfig, ParseFlushPolicyError};
 pub use error::LogError;
 pub use sync::SyncPoint;
 
-use checkpoint::RecoveryPoint;
+use checkpoint::{StoredOffset, LOG_START, RECOVERY_POINT};
 use error::IoContext;
 use segment::Segment;
 use sync::SyncShared;
@@ -81,6 +82,9 @@ pub struct PartitionLog {
     /// Ascending base offsets, never empty; the last one is active.
     segments: Vec<Segment>,
     log_end_offset: i64,
+    /// The first offset served (retention moved it past what was deleted); persisted in
+    /// the `log-start-offset` file. At least the first segment's base, at most the end.
+    log_start: i64,
     /// Everything below it is on disk; persisted in the `recovery-point` file.
     recovery_point: i64,
     last_flush: Instant,
@@ -95,10 +99,10 @@ impl PartitionLog {
         fs::create_dir_all(dir).at("creating log directory", dir)?;
         let bases = list_segments(dir)?;
         let interval = config.index_interval_bytes;
-        let recovery_point = match checkpoint::read(dir)? {
-            RecoveryPoint::Valid(offset) => Some(offset),
-            RecoveryPoint::Missing => None,
-            RecoveryPoint::Invalid(problem) => {
+        let recovery_point = match RECOVERY_POINT.read(dir)? {
+            StoredOffset::Valid(offset) => Some(offset),
+            StoredOffset::Missing => None,
+            StoredOffset::Invalid(problem) => {
                 tracing::warn!(
                     dir = %dir.display(),
                     problem = %problem,
@@ -175,7 +179,7 @@ impl PartitionLog {
                 "opened partition log"
             );
         }
-        checkpoint::write(dir, log_end_offset)?;
+        RECOVERY_POINT.write(dir, log_end_offset)?;
 
         let active = segments
             .last()
@@ -184,11 +188,21 @@ impl PartitionLog {
                 offset: log_end_offset,
                 reason: "no segment after recovery".into(),
             })?;
+        let first_base = segments.first().map_or(0, Segment::base_offset);
+        let log_start = match LOG_START.read(dir)? {
+            StoredOffset::Valid(offset) => offset.max(first_base).min(log_end_offset),
+            StoredOffset::Missing => first_base,
+            StoredOffset::Invalid(problem) => {
+                tracing::warn!(dir = %dir.display(), problem = %problem, "unreadable log-start-offset file; the log starts at its first segment");
+                first_base
+            }
+        };
         let log = PartitionLog {
             dir: dir.to_path_buf(),
             config,
             segments,
             log_end_offset,
+            log_start,
             recovery_point: log_end_offset,
             last_flush: Instant::now(),
             sync: SyncShared::new(active, log_end_offset, log_end_offset),
@@ -275,7 +289,7 @@ impl PartitionLog {
         self.sync.rolled(active, (!durable).then_some(sealed));
         if durable {
             // Also makes the new segment's directory entry durable.
-            checkpoint::write(&self.dir, new_base)?;
+            RECOVERY_POINT.write(&self.dir, new_base)?;
             self.recovery_point = new_base;
         }
         tracing::debug!(dir = %self.dir.display(), base_offset = new_base, "rolled segment");
@@ -405,7 +419,9 @@ impl PartitionLog {
         if from_offset >= self.log_end_offset {
             return Ok(());
         }
-        let mut cursor = self.locate(from_offset.max(self.log_start_offset()))?;
+        // Rebuilding derived state needs every batch still on disk, also those below a
+        // log start that moved inside the first segment.
+        let mut cursor = self.locate(from_offset.max(self.first_segment_base()))?;
         while let Some((i, position, expected)) = cursor {
             let segment = &self.segments[i];
             let header = segment.header_at(position, expected)?;
@@ -438,7 +454,88 @@ impl PartitionLog {
     }
 
     pub fn log_start_offset(&self) -> i64 {
-        self.segments.first().map_or(0, Segment::base_offset)
+        self.log_start
+    }
+
+    /// Size, offsets and newest timestamp of every sealed segment, oldest first.
+    /// Reading a segment's timestamp the first time visits its batch headers.
+    pub fn sealed_segment_stats(&mut self) -> Result<Vec<retention::SegmentStats>, LogError> {
+        let sealed = self.segments.len().saturating_sub(1);
+        self.segments[..sealed]
+            .iter_mut()
+            .map(|s| {
+                Ok(retention::SegmentStats {
+                    base_offset: s.base_offset(),
+                    next_offset: s.next_offset(),
+                    size_bytes: s.size(),
+                    max_timestamp: s.max_timestamp()?,
+                })
+            })
+            .collect()
+    }
+
+    /// Where the data on disk starts: the first segment's base, at or below the log
+    /// start (a follower's start follows its leader's, inside a segment).
+    pub fn first_segment_base(&self) -> i64 {
+        self.segments[0].base_offset()
+    }
+
+    /// The base offset of the segment holding `offset` (the active one's past the end).
+    pub fn segment_base_for(&self, offset: i64) -> i64 {
+        self.segments[self.segment_index_for(offset)].base_offset()
+    }
+
+    /// Bytes in the active segment.
+    pub fn active_segment_bytes(&self) -> u64 {
+        self.active().size()
+    }
+
+    /// Bytes of every segment: what the partition takes on disk, indexes aside.
+    pub fn size_bytes(&self) -> u64 {
+        self.segments.iter().map(Segment::size).sum()
+    }
+
+    /// The timestamp of the active segment's first batch (None: it is empty).
+    pub fn active_first_batch_timestamp(&self) -> Result<Option<i64>, LogError> {
+        self.active().first_batch_timestamp()
+    }
+
+    /// Seals the active segment now (unless it is empty) and returns the new one's base.
+    pub fn roll_now(&mut self) -> Result<Option<i64>, LogError> {
+        if self.active().is_empty() {
+            return Ok(None);
+        }
+        self.roll()?;
+        Ok(Some(self.log_end_offset))
+    }
+
+    /// Moves the log start up to `offset` (never past the log end, never back) and
+    /// deletes every sealed segment wholly below it; returns the base offsets of the
+    /// deleted segments. The new start is persisted before any file goes, so a crash in
+    /// between leaves segments that the next call deletes, never a start that serves
+    /// deleted data.
+    pub fn advance_start(&mut self, offset: i64) -> Result<Vec<i64>, LogError> {
+        let offset = offset.min(self.log_end_offset);
+        if offset > self.log_start {
+            LOG_START.write(&self.dir, offset)?;
+            self.log_start = offset;
+        }
+        let mut deleted = Vec::new();
+        while self.segments.len() > 1 && self.segments[0].next_offset() <= self.log_start {
+            let segment = self.segments.remove(0);
+            deleted.push(segment.base_offset());
+            segment.delete()?;
+        }
+        if !deleted.is_empty() {
+            checkpoint::sync_dir(&self.dir)?;
+            tracing::info!(
+                dir = %self.dir.display(),
+                log_start = self.log_start,
+                deleted_segments = deleted.len(),
+                "moved the log start and deleted the segments below it"
+            );
+        }
+        Ok(deleted)
     }
 
     pub fn log_end_offset(&self) -> i64 {
@@ -495,7 +592,7 @@ impl PartitionLog {
                 .try_for_each(Segment::sync)
         })?;
         if end != self.recovery_point {
-            checkpoint::write(&self.dir, end)?;
+            RECOVERY_POINT.write(&self.dir, end)?;
             self.recovery_point = end;
         }
         self.last_flush = Instant::now();
@@ -535,7 +632,7 @@ impl PartitionLog {
             }
         }
         if self.recovery_point > offset {
-            checkpoint::write(&self.dir, offset)?;
+            RECOVERY_POINT.write(&self.dir, offset)?;
             self.recovery_point = offset;
         }
         while self.segments.len() > i + 1 {
@@ -659,7 +756,7 @@ fn list_segments(dir: &Path) -> Result<Vec<i64>, LogError> {
             logs.push(base);
         } else if let Some(base) = segment::parse_base_offset(name, segment::INDEX_SUFFIX) {
             indexes.push(base);
-        } else if name == checkpoint::TEMP_FILE_NAME {
+        } else if RECOVERY_POINT.is_temp_file(name) || LOG_START.is_temp_file(name) {
             let path = entry.path();
             fs::remove_file(&path).at("removing", &path)?;
         }
@@ -1198,13 +1295,13 @@ mod tests {
     fn an_unreadable_recovery_point_scans_everything() {
         let dir = tempfile::tempdir().expect("tempdir");
         let spans = crashed_log(dir.path(), 20);
-        fs::write(checkpoint::path(dir.path()), b"not a checkpoint").expect("garble");
+        fs::write(RECOVERY_POINT.path(dir.path()), b"not a checkpoint").expect("garble");
         let (log, report) = open(dir.path(), small_segments());
         assert_eq!(report.recovered_from, 0);
         assert_eq!(batch_spans(&read_all(&log)), spans);
         assert_eq!(
-            checkpoint::read(dir.path()).expect("read"),
-            RecoveryPoint::Valid(40)
+            RECOVERY_POINT.read(dir.path()).expect("read"),
+            StoredOffset::Valid(40)
         );
     }
 
@@ -1518,8 +1615,8 @@ mod tests {
         log.flush().expect("flush");
         assert_eq!(log.recovery_point(), 60);
         assert_eq!(
-            checkpoint::read(dir.path()).expect("read"),
-            RecoveryPoint::Valid(60)
+            RECOVERY_POINT.read(dir.path()).expect("read"),
+            StoredOffset::Valid(60)
         );
     }
 
@@ -1548,5 +1645,77 @@ mod tests {
         assert!(log.flush_if_due().expect("due"));
         assert_eq!(log.recovery_point(), 3);
         assert!(!log.flush_if_due().expect("nothing to flush"));
+    }
+
+    #[test]
+    fn given_a_new_start_then_segments_wholly_below_go_and_reads_below_it_are_out_of_range() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut log, _) = open(dir.path(), small_segments());
+        append_all(&mut log, &[5; 12], 60);
+        let sealed = log.sealed_segments();
+        assert!(sealed.len() >= 3, "{sealed:?}");
+        // A start inside the third segment: the first two go, the third stays.
+        let (third_base, third_next) = sealed[2];
+        let start = third_base + 1;
+        let deleted = log.advance_start(start).expect("advance");
+        assert_eq!(deleted, vec![sealed[0].0, sealed[1].0]);
+        assert!(!segment_file(dir.path(), sealed[0].0).exists());
+        assert!(segment_file(dir.path(), third_base).exists());
+        assert_eq!(log.log_start_offset(), start);
+        match log.read(start - 1, usize::MAX, i64::MAX) {
+            Err(LogError::OffsetOutOfRange { log_start, .. }) => assert_eq!(log_start, start),
+            other => panic!("read below the start: {other:?}"),
+        }
+        assert!(log.read(start, usize::MAX, i64::MAX).is_ok());
+        // Never back, never past the end.
+        assert_eq!(log.advance_start(0).expect("no-op"), Vec::<i64>::new());
+        assert_eq!(log.log_start_offset(), start);
+        let end = log.log_end_offset();
+        log.advance_start(end + 100).expect("clamped");
+        assert_eq!(log.log_start_offset(), end);
+        assert!(third_next <= end);
+        drop(log);
+        let (log, _) = open(dir.path(), small_segments());
+        assert_eq!(log.log_start_offset(), end, "the start survives a restart");
+        assert_eq!(log.sealed_segments(), Vec::<(i64, i64)>::new());
+    }
+
+    #[test]
+    fn given_a_crash_after_the_start_was_stored_then_reopen_serves_from_it_and_the_next_call_deletes_the_rest(
+    ) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut log, _) = open(dir.path(), small_segments());
+        append_all(&mut log, &[5; 12], 60);
+        let sealed = log.sealed_segments();
+        log.close().expect("close");
+        // As if the broker died between persisting the start and deleting files.
+        LOG_START
+            .write(dir.path(), sealed[1].1)
+            .expect("store start");
+        let (mut log, _) = open(dir.path(), small_segments());
+        assert_eq!(log.log_start_offset(), sealed[1].1);
+        assert!(log.read(sealed[0].0, usize::MAX, i64::MAX).is_err());
+        let start = log.log_start_offset();
+        assert_eq!(
+            log.advance_start(start).expect("clean up"),
+            vec![sealed[0].0, sealed[1].0]
+        );
+    }
+
+    #[test]
+    fn segment_stats_carry_the_newest_timestamp_also_after_a_reopen() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut log, _) = open(dir.path(), small_segments());
+        append_all(&mut log, &[5; 12], 60);
+        let before = log.sealed_segment_stats().expect("stats");
+        // records(5, _) stamps 1000..1004.
+        assert!(before.iter().all(|s| s.max_timestamp == 1004), "{before:?}");
+        assert_eq!(log.active_first_batch_timestamp().expect("ts"), Some(1004));
+        log.close().expect("close");
+        let (mut log, _) = open(dir.path(), small_segments());
+        assert_eq!(log.sealed_segment_stats().expect("stats"), before);
+        let end = log.log_end_offset();
+        assert_eq!(log.roll_now().expect("roll"), Some(end));
+        assert_eq!(log.roll_now().expect("empty active"), None);
     }
 }

@@ -53,6 +53,10 @@ pub(crate) struct Segment {
     index: OffsetIndex,
     cadence: IndexCadence,
     index_interval_bytes: u32,
+    /// The largest record timestamp in the segment once read (`i64::MIN` when empty);
+    /// `None` until first asked for: reading it means visiting every batch header, which
+    /// opening a sealed segment does not do.
+    max_timestamp: Option<i64>,
 }
 
 fn open_log_file(path: &Path, truncate: bool) -> Result<File, LogError> {
@@ -99,6 +103,7 @@ impl Segment {
             index,
             cadence: IndexCadence::new(index_interval_bytes),
             index_interval_bytes,
+            max_timestamp: Some(i64::MIN),
         })
     }
 
@@ -124,6 +129,7 @@ impl Segment {
             cadence: IndexCadence::new(index_interval_bytes),
             index,
             index_interval_bytes,
+            max_timestamp: None,
         };
         if let Some(problem) = problem.or_else(|| segment.index_mismatch()) {
             let entries = segment.index_from_headers();
@@ -236,6 +242,7 @@ impl Segment {
             index,
             cadence,
             index_interval_bytes,
+            max_timestamp: None,
         };
         Ok((
             segment,
@@ -316,7 +323,36 @@ impl Segment {
         }
         self.size += len;
         self.next_offset = header.next_offset();
+        if let Some(max) = &mut self.max_timestamp {
+            *max = (*max).max(header.max_timestamp);
+        }
         Ok(())
+    }
+
+    /// The largest record timestamp in the segment (`i64::MIN` when it is empty): read
+    /// from every batch header the first time, then kept up to date by appends.
+    pub fn max_timestamp(&mut self) -> Result<i64, LogError> {
+        if let Some(max) = self.max_timestamp {
+            return Ok(max);
+        }
+        let (mut max, mut position, mut expected) = (i64::MIN, 0, self.base_offset);
+        while position < self.size {
+            let header = self.header_at(position, expected)?;
+            max = max.max(header.max_timestamp);
+            position += header.size() as u64;
+            expected = header.next_offset();
+        }
+        self.max_timestamp = Some(max);
+        Ok(max)
+    }
+
+    /// The timestamp of the segment's first batch (its largest), the age `segment.ms`
+    /// counts from; `None` when the segment is empty.
+    pub fn first_batch_timestamp(&self) -> Result<Option<i64>, LogError> {
+        if self.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(self.header_at(0, self.base_offset)?.max_timestamp))
     }
 
     fn corrupt(&self, offset: i64, position: u64, reason: impl std::fmt::Display) -> LogError {
@@ -469,6 +505,7 @@ impl Segment {
         self.index.truncate_from(relative)?;
         self.size = position;
         self.next_offset = offset;
+        self.max_timestamp = None;
         self.cadence = IndexCadence::resume(self.index_interval_bytes, self.index.last(), position);
         Ok(())
     }

@@ -9,6 +9,7 @@
 mod consumer_read;
 pub mod long_poll;
 mod marker;
+mod retention;
 mod txn_recovery;
 
 use std::ops::ControlFlow;
@@ -372,12 +373,7 @@ impl Partition {
         let info = inner.log.append(buf, leader_epoch)?;
         self.epoch_history().record(leader_epoch, info.base_offset);
         if let Some(rolled_at) = info.rolled_at {
-            // The table holds exactly the state as of the new segment's base offset.
-            if let Err(e) = producer_state::write_snapshot(&self.dir, rolled_at, &inner.producers) {
-                tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "producer state snapshot failed");
-            }
-            // So is the transaction index: it holds what the sealed segment contributes.
-            txn_recovery::write_file(&self.dir, &inner.txns.seal(sealed_base, rolled_at));
+            self.segment_sealed(inner, sealed_base, rolled_at);
         }
         inner.producers.apply_batch(&info.stored, marker, now_ms());
         inner.txns.apply(&info.stored, marker);
@@ -385,6 +381,16 @@ impl Partition {
         self.publish_last_stable(inner);
         self.appended.notify_waiters();
         Ok(info)
+    }
+
+    /// After the segment at `sealed_base` was sealed and a new one started at
+    /// `rolled_at` (the log end): the producer state and the transaction index hold
+    /// exactly the state as of `rolled_at`, so both are persisted for it.
+    fn segment_sealed(&self, inner: &PartitionInner, sealed_base: i64, rolled_at: i64) {
+        if let Err(e) = producer_state::write_snapshot(&self.dir, rolled_at, &inner.producers) {
+            tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "producer state snapshot failed");
+        }
+        txn_recovery::write_file(&self.dir, &inner.txns.seal(sealed_base, rolled_at));
     }
 
     /// Recomputes the LSO from the transaction index and the high watermark, waking
@@ -396,6 +402,11 @@ impl Partition {
             *current = lso;
             moved
         });
+    }
+
+    /// Whether this broker stopped replicating the partition (see [`Partition::retire`]).
+    fn is_retired(&self) -> bool {
+        self.retired.load(Ordering::SeqCst)
     }
 
     /// The topic's config in effect.
@@ -903,7 +914,7 @@ fn check_in_range(log: &PartitionLog, offset: i64) -> Result<i64, BrokerError> {
 /// The leader-epoch history of a log, from one walk of its batch headers.
 fn epoch_history(log: &PartitionLog) -> Result<EpochHistory, BrokerError> {
     let mut history = EpochHistory::default();
-    log.for_each_header(log.log_start_offset(), |header| {
+    log.for_each_header(log.first_segment_base(), |header| {
         history.record(header.partition_leader_epoch, header.base_offset);
         ControlFlow::Continue(())
     })?;
@@ -919,10 +930,10 @@ fn rebuild_producer_state(
     producer_state::delete_snapshots_above(dir, log_end)?;
     let (from, mut table) = match producer_state::latest_snapshot(dir, log_end) {
         Ok(Some((offset, table))) => (offset, table),
-        Ok(None) => (log.log_start_offset(), ProducerStateTable::default()),
+        Ok(None) => (log.first_segment_base(), ProducerStateTable::default()),
         Err(e) => {
             tracing::warn!(dir = %dir.display(), error = %e, "no usable producer snapshot; replaying the whole log");
-            (log.log_start_offset(), ProducerStateTable::default())
+            (log.first_segment_base(), ProducerStateTable::default())
         }
     };
     let mut replayed = 0usize;

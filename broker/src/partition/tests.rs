@@ -736,3 +736,126 @@ async fn given_a_leader_moved_off_the_partition_when_it_retires_then_a_waiting_a
     assert_eq!(after.code(), ErrorCode::NotLeaderOrFollower, "{after}");
     assert_eq!(leaving.offsets().log_end_offset, 1);
 }
+
+/// The partition's topic config set to `pairs` over the test defaults.
+fn configure(p: &Partition, pairs: &[(&str, &str)]) {
+    let config =
+        crate::topic_config::TopicConfig::from_pairs(pairs.iter().copied()).expect("valid config");
+    p.set_topic_settings(config.resolve(&settings().topic_defaults));
+}
+
+/// Idempotent batches of producer `producer_id` from `seq` on, 20 records each, until
+/// the log has at least `segments` sealed segments; returns the next sequence.
+async fn fill_segments(p: &Partition, producer_id: i64, mut seq: i32, segments: usize) -> i32 {
+    while p.lock().log.sealed_segments().len() < segments {
+        produce(p, &data(producer_id, 0, seq, 20, false))
+            .await
+            .expect("append");
+        seq += 20;
+    }
+    seq
+}
+
+#[tokio::test]
+async fn given_an_idle_producer_whose_batches_retention_deleted_then_its_retry_is_a_duplicate_and_its_next_batch_is_accepted(
+) {
+    // KAFKA-7190: producer state must outlive the segments that held it.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = open("idle", dir.path());
+    assert_eq!(
+        produce(&p, &data(1, 0, 0, 1, false)).await.expect("first"),
+        0
+    );
+    fill_segments(&p, 2, 0, 6).await;
+    configure(&p, &[("retention.bytes", "8192")]);
+    let start = p
+        .enforce_retention(now_ms())
+        .expect("retention")
+        .expect("the log start moved");
+    assert!(start > 0 && p.offsets().log_start_offset == start);
+    assert!(p.lock().log.size_bytes() < 8192 + 2 * 4096);
+    let retry = p
+        .append(&data(1, 0, 0, 1, false), ACKS_ALL, TIMEOUT)
+        .await
+        .expect("retry answered");
+    assert!(retry.duplicate && retry.base_offset == 0, "{retry:?}");
+    let next = produce(&p, &data(1, 0, 1, 1, false))
+        .await
+        .expect("next batch");
+    assert!(next >= start);
+    // And after a restart, which rebuilds the state from what is left on disk.
+    drop(p);
+    let p = open("idle", dir.path());
+    assert_eq!(p.offsets().log_start_offset, start);
+    let retry = p
+        .append(&data(1, 0, 1, 1, false), ACKS_ALL, TIMEOUT)
+        .await
+        .expect("retry answered");
+    assert!(retry.duplicate && retry.base_offset == next, "{retry:?}");
+    produce(&p, &data(1, 0, 2, 1, false))
+        .await
+        .expect("the producer goes on after the restart");
+    match produce(&p, &data(1, 0, 9, 1, false)).await {
+        Err(BrokerError::OutOfOrderSequence { .. }) => {}
+        other => panic!("a gap is still a gap: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn given_an_open_transaction_then_retention_keeps_its_segments_until_it_ends() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = open("open-txn", dir.path());
+    let seq = fill_segments(&p, 2, 0, 2).await;
+    let begin = marker(&p, 9, 0, ControlType::Begin)
+        .await
+        .expect("begin")
+        .expect("appended");
+    produce(&p, &data(9, 0, 0, 5, true))
+        .await
+        .expect("txn data");
+    fill_segments(&p, 2, seq, 8).await;
+    configure(&p, &[("retention.bytes", "1024"), ("retention.ms", "1")]);
+    let start = p.enforce_retention(now_ms()).expect("retention");
+    let start = start.expect("segments before the transaction go");
+    assert!(
+        start <= begin,
+        "start {start} passed the open transaction at {begin}"
+    );
+    assert!(
+        consume(&p, start, UNCOMMITTED).1 > start,
+        "the kept log reads from the start"
+    );
+    marker(&p, 9, 1, ControlType::Commit).await.expect("commit");
+    let later = p
+        .enforce_retention(now_ms())
+        .expect("retention")
+        .expect("the rest goes once the transaction ended");
+    assert!(later > begin);
+}
+
+#[tokio::test]
+async fn given_a_quiet_partition_past_segment_ms_then_its_active_segment_rolls_and_time_retention_empties_it(
+) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = open("quiet", dir.path());
+    // Test records carry timestamp 0: older than any retention.
+    produce(&p, &data(1, 0, 0, 3, false)).await.expect("append");
+    produce(&p, &data(1, 0, 3, 3, false)).await.expect("append");
+    configure(&p, &[("segment.ms", "1000"), ("retention.ms", "1000")]);
+    let end = p.offsets().log_end_offset;
+    assert_eq!(p.enforce_retention(now_ms()).expect("retention"), Some(end));
+    assert_eq!(consume(&p, end, UNCOMMITTED), (vec![], end));
+    assert_eq!(
+        produce(&p, &data(1, 0, 6, 1, false)).await.expect("append"),
+        end
+    );
+    // A topic with the delete policy off keeps everything.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kept = open("kept", dir.path());
+    produce(&kept, &data(1, 0, 0, 3, false))
+        .await
+        .expect("append");
+    configure(&kept, &[("segment.ms", "1000"), ("retention.ms", "-1")]);
+    assert_eq!(kept.enforce_retention(now_ms()).expect("retention"), None);
+    assert_eq!(kept.offsets().log_start_offset, 0);
+}

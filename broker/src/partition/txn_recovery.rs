@@ -32,7 +32,7 @@ pub(super) fn recover_transactions(
     let loaded = load_files(dir, &sealed, high_watermark);
     let resume_at = loaded
         .last()
-        .map_or(log.log_start_offset(), |f| f.next_offset);
+        .map_or(log.first_segment_base(), |f| f.next_offset);
     let from_files = loaded.len();
     let mut txns = TxnIndex::resume(loaded);
     let mut unsealed = sealed

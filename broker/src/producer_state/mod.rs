@@ -23,7 +23,10 @@ use idem_proto::control::ControlMarker;
 use idem_proto::v1::ControlType;
 
 pub use encoding::SnapshotError;
-pub use snapshot::{delete_snapshots_above, latest_snapshot, write_snapshot};
+pub use snapshot::{
+    delete_snapshots_above, delete_snapshots_below, latest_snapshot, snapshot_offsets,
+    write_snapshot,
+};
 pub use txn_rules::{MarkerDecision, TxnRefusal};
 
 /// `coordinator_epoch` of a producer no marker has been seen for.

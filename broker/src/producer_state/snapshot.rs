@@ -99,6 +99,36 @@ pub fn delete_snapshots_above(dir: &Path, offset: i64) -> io::Result<()> {
     Ok(())
 }
 
+/// The offsets of the snapshots in `dir`, ascending (none for a missing directory).
+pub fn snapshot_offsets(dir: &Path) -> io::Result<Vec<i64>> {
+    let mut offsets: Vec<i64> = match list_snapshots(dir) {
+        Ok(s) => s.into_iter().map(|(o, _)| o).collect(),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    offsets.sort_unstable();
+    Ok(offsets)
+}
+
+/// Deletes every snapshot with offset `< offset`: retention deleted the segments they
+/// were replayed with, and a newer snapshot (at or above `offset`) replaces them.
+pub fn delete_snapshots_below(dir: &Path, offset: i64) -> io::Result<()> {
+    let snapshots = match list_snapshots(dir) {
+        Ok(s) => s,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let mut deleted = false;
+    for (_, path) in snapshots.into_iter().filter(|(o, _)| *o < offset) {
+        remove_if_present(&path)?;
+        deleted = true;
+    }
+    if deleted {
+        sync_dir(dir)?;
+    }
+    Ok(())
+}
+
 /// `(offset, path)` of every well-named snapshot file in `dir`, unordered.
 fn list_snapshots(dir: &Path) -> io::Result<Vec<(i64, PathBuf)>> {
     let mut out = Vec::new();

@@ -395,6 +395,11 @@ async fn apply(
                     .map_err(|e| e.to_string())?;
             }
             partition.follow_high_watermark(answer.high_watermark);
+            if answer.log_start_offset > 0 {
+                partition
+                    .follow_log_start(answer.log_start_offset)
+                    .map_err(|e| e.to_string())?;
+            }
             Ok(())
         }
         ErrorCode::OffsetOutOfRange

@@ -184,6 +184,13 @@ impl TxnIndex {
     pub fn aborted(&self) -> &[AbortedTxn] {
         &self.aborted
     }
+
+    /// Forgets aborted transactions that ended before `log_start`: retention deleted
+    /// their batches, so no fetch can meet them again.
+    pub fn forget_before(&mut self, log_start: i64) {
+        let gone = self.aborted.partition_point(|a| a.last_offset < log_start);
+        self.aborted.drain(..gone);
+    }
 }
 
 #[cfg(test)]

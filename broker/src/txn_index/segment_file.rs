@@ -163,6 +163,14 @@ pub fn write(dir: &Path, segment: &SegmentTxns) -> io::Result<()> {
     fs::rename(&tmp, &target)
 }
 
+/// Deletes the file of the segment at `base_offset` (retention deleted the segment).
+pub fn remove(dir: &Path, base_offset: i64) -> io::Result<()> {
+    match fs::remove_file(path(dir, base_offset)) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    }
+}
+
 /// The file of the segment at `base_offset`, or `None` if there is none.
 pub fn read(dir: &Path, base_offset: i64) -> Result<Option<SegmentTxns>, SegmentFileError> {
     let path = path(dir, base_offset);

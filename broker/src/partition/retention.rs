@@ -1,0 +1,92 @@
+//! Retention of one partition: the `delete` cleanup policy applied to its log (the
+//! decision is `log::retention`'s), and a follower's log start following its leader's.
+//! Deleting segments must not lose what was derived from them: before any segment goes,
+//! a producer-state snapshot at or above the first segment that stays must exist, so a
+//! restart (or a truncation, which never goes below the high watermark) replays from
+//! it and an idle producer keeps its sequence numbers (KAFKA-7190). Aborted
+//! transactions that ended before the new start are forgotten with their files.
+
+use crate::error::BrokerError;
+use crate::log::retention::{self, RetentionLimits};
+use crate::producer_state;
+use crate::txn_index::segment_file;
+
+use super::{Partition, PartitionInner};
+
+impl Partition {
+    /// Applies the topic's retention at `now_ms`: rolls the active segment once it is
+    /// `segment.ms` old, then moves the log start past the sealed segments retention
+    /// lets go, never past the high watermark or the last stable offset. Returns the
+    /// new log start when it moved. Topics without the `delete` policy keep everything.
+    pub fn enforce_retention(&self, now_ms: i64) -> Result<Option<i64>, BrokerError> {
+        let settings = self.topic_settings();
+        if !settings.cleanup_policy.delete || self.is_retired() {
+            return Ok(None);
+        }
+        let mut inner = self.lock();
+        let first = inner.log.active_first_batch_timestamp()?;
+        if retention::active_segment_due(first, now_ms, settings.segment_ms) {
+            let sealed_base = inner.log.active_segment_base();
+            if let Some(rolled_at) = inner.log.roll_now()? {
+                self.segment_sealed(&inner, sealed_base, rolled_at);
+            }
+        }
+        let high_watermark = *self.high_watermark.borrow();
+        let bound = inner.txns.last_stable_offset(high_watermark);
+        let sealed = inner.log.sealed_segment_stats()?;
+        let limits = RetentionLimits {
+            retention_ms: settings.retention_ms,
+            retention_bytes: settings.retention_bytes,
+        };
+        let active = inner.log.active_segment_bytes();
+        let Some((start, breach)) =
+            retention::retention_start(&sealed, active, limits, now_ms, bound)
+        else {
+            return Ok(None);
+        };
+        tracing::info!(topic = %self.topic, partition = self.index, log_start = start, ?breach, "retention moves the log start");
+        self.move_log_start(&mut inner, start)
+    }
+
+    /// Follower: the leader's log start moved to `leader_log_start`; this replica starts
+    /// there too, as far as its own high watermark (it never deletes what it has not
+    /// confirmed with the leader).
+    pub fn follow_log_start(&self, leader_log_start: i64) -> Result<Option<i64>, BrokerError> {
+        if self.is_retired() {
+            return Ok(None);
+        }
+        let mut inner = self.lock();
+        let start = leader_log_start.min(*self.high_watermark.borrow());
+        if start <= inner.log.log_start_offset() {
+            return Ok(None);
+        }
+        self.move_log_start(&mut inner, start)
+    }
+
+    fn move_log_start(
+        &self,
+        inner: &mut PartitionInner,
+        start: i64,
+    ) -> Result<Option<i64>, BrokerError> {
+        let keep_from = inner.log.segment_base_for(start);
+        let snapshots = producer_state::snapshot_offsets(&self.dir)?;
+        if !snapshots.iter().any(|&o| o >= keep_from) {
+            // No snapshot survives the deletion: write one at the log end, made durable
+            // first so a restart cannot find the snapshot past a shorter log.
+            inner.log.flush()?;
+            let end = inner.log.log_end_offset();
+            producer_state::write_snapshot(&self.dir, end, &inner.producers)?;
+        }
+        let before = inner.log.log_start_offset();
+        let deleted = inner.log.advance_start(start)?;
+        for base in &deleted {
+            if let Err(e) = segment_file::remove(&self.dir, *base) {
+                tracing::warn!(topic = %self.topic, partition = self.index, base, error = %e, "could not delete a transaction index file");
+            }
+        }
+        producer_state::delete_snapshots_below(&self.dir, keep_from)?;
+        let now = inner.log.log_start_offset();
+        inner.txns.forget_before(now);
+        Ok((now > before).then_some(now))
+    }
+}
