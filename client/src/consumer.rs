@@ -46,6 +46,12 @@ pub struct ConsumerConfig {
     pub start: OffsetSpec,
     /// Time one RPC may take beyond `max_wait`. Default 30 s.
     pub request_timeout: Duration,
+    /// Where a position the broker no longer (or does not yet) serve moves: below the
+    /// log start after retention deleted it, or past the end. `Some(spec)` seeks there
+    /// and goes on (Kafka's `auto.offset.reset=earliest|latest`); `None`, the default,
+    /// fails the poll with OFFSET_OUT_OF_RANGE and keeps the position, so skipping
+    /// records is never silent (Kafka's `none`).
+    pub auto_offset_reset: Option<OffsetSpec>,
 }
 
 impl Default for ConsumerConfig {
@@ -57,6 +63,7 @@ impl Default for ConsumerConfig {
             partition_max_bytes: 1024 * 1024,
             start: OffsetSpec::Latest,
             request_timeout: Duration::from_secs(30),
+            auto_offset_reset: None,
         }
     }
 }
@@ -441,6 +448,14 @@ impl Consumer {
                             partition: Some(p.partition),
                         })
                     }
+                    Some(ErrorCode::OffsetOutOfRange) => match self.config.auto_offset_reset {
+                        Some(spec) => {
+                            tracing::info!(topic = %topic.name, partition = p.partition, fetch_offset, log_start = p.log_start_offset, ?spec, "position out of range; resetting");
+                            self.assignments[idx].position = Position::Reset(spec);
+                            Ok(())
+                        }
+                        None => Err(ClientError::broker(p.error_code, p.error_message)),
+                    },
                     // Replicas catching up and the like: try again on the next fetch.
                     Some(code) if error::is_retriable(code) => {
                         tracing::debug!(topic = %topic.name, partition = p.partition, ?code, "fetch will retry");

@@ -148,7 +148,7 @@ async fn produce_declared(
     response.topics[0].partitions[0].clone()
 }
 
-/// Every record of a partition from offset 0 to the high watermark, CRC-checked.
+/// Every record of a partition from its log start to the high watermark, CRC-checked.
 pub async fn read_partition(
     client: &mut RawClient,
     topic: &str,
@@ -169,14 +169,19 @@ pub fn values(records: &[StoredRecord]) -> Vec<String> {
         .collect()
 }
 
-/// Every batch of a partition (header and records) from offset 0 to the high watermark.
+/// Every batch of a partition (header and records) from its log start (0 unless
+/// retention moved it) to the high watermark.
 pub async fn read_batches(
     client: &mut RawClient,
     topic: &str,
     partition: i32,
 ) -> Vec<(batch::BatchHeader, Vec<StoredRecord>)> {
     let mut out = Vec::new();
-    let mut offset = 0;
+    // Every answer, an out-of-range refusal included, names the log start.
+    let mut offset = fetch(client, topic, partition, 0)
+        .await
+        .log_start_offset
+        .max(0);
     loop {
         let p = fetch(client, topic, partition, offset).await;
         assert_eq!(

@@ -20,6 +20,7 @@ mod network_partitions;
 mod producer_ids;
 mod reassignment;
 mod replication;
+mod retention;
 mod storage;
 mod transactions;
 mod unclean_election;

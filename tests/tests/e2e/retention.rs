@@ -1,0 +1,321 @@
+//! Retention on real brokers: a replicated topic written far past its retention bytes
+//! keeps a bounded log on every replica, all replicas move their log start alike, a
+//! consumer below the start gets OFFSET_OUT_OF_RANGE (or resets when asked to), and an
+//! idle idempotent producer whose records retention deleted sends again and has its
+//! retry deduplicated, also across a restart (KAFKA-7190).
+//!
+//! The brokers take the retention defaults as flags (`--log-retention-bytes`), which is
+//! what a topic without its own `retention.bytes` gets.
+
+use std::path::Path;
+use std::time::Duration;
+
+use idem_client::{
+    Admin, Consumer, ConsumerConfig, Isolation, OffsetSpec, Producer, ProducerConfig,
+    ProducerRecord,
+};
+use idem_proto::ErrorCode;
+use idem_tests::raw;
+use idem_tests::wait::{seen_if, wait_until, PATIENCE};
+use idem_tests::{BrokerProcess, Cluster};
+
+const SEGMENT_BYTES: u64 = 16 * 1024;
+const RETENTION_BYTES: u64 = 64 * 1024;
+const RECORD_BYTES: usize = 1024;
+
+fn retention_flags() -> Vec<String> {
+    [
+        "--segment-bytes",
+        &SEGMENT_BYTES.to_string(),
+        "--log-retention-bytes",
+        &RETENTION_BYTES.to_string(),
+        "--log-retention-check-interval-ms",
+        "100",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// Sizes of the segment files of `topic`-`partition` in a broker's data dir, oldest
+/// first (file names are zero-padded base offsets).
+fn segment_sizes(data_dir: &Path, topic: &str, partition: i32) -> Vec<u64> {
+    let dir = data_dir.join(format!("{topic}-{partition}"));
+    let mut segments: Vec<(String, u64)> = std::fs::read_dir(&dir)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .filter(|e| e.file_name().to_string_lossy().ends_with(".log"))
+                .filter_map(|e| {
+                    Some((
+                        e.file_name().to_string_lossy().into_owned(),
+                        e.metadata().ok()?.len(),
+                    ))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    segments.sort();
+    segments.into_iter().map(|(_, len)| len).collect()
+}
+
+fn log_bytes(data_dir: &Path, topic: &str, partition: i32) -> u64 {
+    segment_sizes(data_dir, topic, partition).iter().sum()
+}
+
+/// The log start a replica persisted (0 when retention never moved it).
+fn stored_log_start(data_dir: &Path, topic: &str, partition: i32) -> i64 {
+    let path = data_dir.join(format!("{topic}-{partition}/log-start-offset"));
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|text| text.lines().nth(1).and_then(|l| l.parse().ok()))
+        .unwrap_or(0)
+}
+
+fn value(n: usize) -> String {
+    let head = format!("r{n:06}-");
+    format!("{head}{}", "x".repeat(RECORD_BYTES - head.len()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_replicated_topic_written_ten_times_past_its_retention_then_every_replica_stays_bounded_and_starts_alike(
+) {
+    const TOPIC: &str = "bounded";
+    let flags = retention_flags();
+    let cluster = Cluster::start(3, &flags.iter().map(String::as_str).collect::<Vec<_>>());
+    cluster.create_topic(TOPIC, 1, 3).await;
+    let bootstrap = cluster.bootstrap();
+    // Batches below the segment size, so segments are what --segment-bytes says.
+    let config = ProducerConfig {
+        batch_size: 8 * 1024,
+        ..ProducerConfig::new(&bootstrap)
+    };
+    let producer = Producer::connect(config).await.expect("producer");
+    // 10x the retention, acked in rounds of 32 records; without retention each replica
+    // would hold 640 KiB. A replica may run ahead of its retention by what arrives
+    // between two checks (100 ms), so the bound while writing is loose; at rest it is
+    // the retention plus the active segment and the one that did not fit.
+    let total = 10 * RETENTION_BYTES as usize / RECORD_BYTES;
+    let mut offsets = Vec::with_capacity(total);
+    let mut largest = 0;
+    for round in 0..total / 32 {
+        let mut deliveries = Vec::new();
+        for n in round * 32..(round + 1) * 32 {
+            let record = ProducerRecord::new(TOPIC, value(n)).partition(0);
+            deliveries.push(producer.send_record(record).await.expect("send"));
+        }
+        for d in deliveries {
+            offsets.push(d.await.expect("acknowledged").offset);
+        }
+        for id in cluster.ids() {
+            largest = largest.max(log_bytes(cluster.broker(id).data_dir(), TOPIC, 0));
+        }
+    }
+    assert!(
+        largest <= 3 * RETENTION_BYTES,
+        "a replica held {largest} bytes while 10x {RETENTION_BYTES} were written"
+    );
+    let end = offsets.last().copied().expect("records") + 1;
+    let admin = Admin::connect(&bootstrap).await.expect("admin");
+    // At rest: no replica may drop another segment (the log without its oldest one
+    // would be under the limit) and every replica starts where the leader does.
+    let (start, _) = wait_until(
+        PATIENCE,
+        "every replica at rest at the leader's start",
+        || {
+            let admin = &admin;
+            let cluster = &cluster;
+            async move {
+                let leader = admin
+                    .list_offsets(TOPIC, 0, OffsetSpec::Earliest, Isolation::ReadUncommitted)
+                    .await
+                    .unwrap_or(-1);
+                let replicas: Vec<(i64, Vec<u64>)> = cluster
+                    .ids()
+                    .iter()
+                    .map(|id| {
+                        let dir = cluster.broker(*id).data_dir();
+                        (
+                            stored_log_start(dir, TOPIC, 0),
+                            segment_sizes(dir, TOPIC, 0),
+                        )
+                    })
+                    .collect();
+                let at_rest = replicas.iter().all(|(start, sizes)| {
+                    let total: u64 = sizes.iter().sum();
+                    *start == leader
+                        && total - sizes.first().copied().unwrap_or(0) < RETENTION_BYTES
+                });
+                seen_if(leader, leader > 0 && at_rest)
+            }
+        },
+    )
+    .await;
+    for id in cluster.ids() {
+        let bytes = log_bytes(cluster.broker(id).data_dir(), TOPIC, 0);
+        assert!(
+            bytes < RETENTION_BYTES + SEGMENT_BYTES,
+            "broker {id} keeps {bytes} bytes at rest"
+        );
+    }
+
+    // Below the start: an error that says so, the position kept.
+    let strict = ConsumerConfig {
+        isolation: Isolation::ReadUncommitted,
+        max_wait: Duration::from_millis(50),
+        ..ConsumerConfig::default()
+    };
+    let mut consumer = Consumer::connect(&bootstrap, strict.clone())
+        .await
+        .expect("consumer");
+    consumer.assign(vec![(TOPIC.to_string(), 0)]);
+    consumer.seek(TOPIC, 0, 0).expect("seek");
+    let refused = consumer
+        .poll(Duration::from_secs(5))
+        .await
+        .expect_err("offset 0 was deleted");
+    assert_eq!(
+        refused.code(),
+        Some(ErrorCode::OffsetOutOfRange),
+        "{refused}"
+    );
+    assert_eq!(consumer.position(TOPIC, 0).await.expect("position"), 0);
+
+    // Asked to reset: it reads exactly what is left, in order, once.
+    let resetting = ConsumerConfig {
+        auto_offset_reset: Some(OffsetSpec::Earliest),
+        ..strict
+    };
+    let mut consumer = Consumer::connect(&bootstrap, resetting)
+        .await
+        .expect("consumer");
+    consumer.assign(vec![(TOPIC.to_string(), 0)]);
+    consumer.seek(TOPIC, 0, 0).expect("seek");
+    let mut read = Vec::new();
+    while read.len() < (end - start) as usize {
+        let records = consumer.poll(Duration::from_secs(5)).await.expect("poll");
+        assert!(!records.is_empty(), "stalled after {} records", read.len());
+        read.extend(records);
+    }
+    assert_eq!(read.first().map(|r| r.offset), Some(start));
+    for (i, record) in read.iter().enumerate() {
+        let n = offsets
+            .iter()
+            .position(|o| *o == record.offset)
+            .expect("an acknowledged offset");
+        assert_eq!(record.offset, start + i as i64, "dense and in order");
+        assert_eq!(record.value.as_deref(), Some(value(n).as_bytes()));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_an_idle_producer_whose_records_retention_deleted_then_it_sends_again_and_its_retry_is_a_duplicate(
+) {
+    const IDLE: i64 = 71;
+    const BUSY: i64 = 72;
+    let mut broker = BrokerProcess::start_with(&[
+        "--segment-bytes",
+        "1024",
+        "--log-retention-bytes",
+        "2048",
+        // Raw test records are stamped 1970: size retention only.
+        "--log-retention-ms",
+        "-1",
+        "--log-retention-check-interval-ms",
+        "50",
+    ]);
+    let mut client = raw::connect(&broker.bootstrap()).await;
+    assert_eq!(
+        raw::create_topic(&mut client, "idle", 1).await,
+        ErrorCode::None
+    );
+    let first = raw::produce(
+        &mut client,
+        "idle",
+        0,
+        raw::idempotent_batch(IDLE, 0, 0, &["a0"]),
+    )
+    .await;
+    assert_eq!(
+        (first.error_code(), first.base_offset),
+        (ErrorCode::None, 0)
+    );
+    let filler = "f".repeat(200);
+    for seq in 0..40 {
+        let answer = raw::produce(
+            &mut client,
+            "idle",
+            0,
+            raw::idempotent_batch(BUSY, 0, seq, &[&filler]),
+        )
+        .await;
+        assert_eq!(answer.error_code(), ErrorCode::None);
+    }
+    let admin = Admin::connect(&broker.bootstrap()).await.expect("admin");
+    wait_until(
+        PATIENCE,
+        "retention deleted the idle producer's record",
+        || {
+            let admin = &admin;
+            async move {
+                let start = admin
+                    .list_offsets("idle", 0, OffsetSpec::Earliest, Isolation::ReadUncommitted)
+                    .await
+                    .unwrap_or(-1);
+                seen_if(start, start > 0)
+            }
+        },
+    )
+    .await;
+    // The idle producer goes on: accepted, not UNKNOWN_PRODUCER_ID or out of order.
+    let next = raw::produce(
+        &mut client,
+        "idle",
+        0,
+        raw::idempotent_batch(IDLE, 0, 1, &["a1"]),
+    )
+    .await;
+    assert_eq!(next.error_code(), ErrorCode::None, "{}", next.error_message);
+    // Its response was lost and it retries: the original offset, no second copy.
+    let retry = raw::produce(
+        &mut client,
+        "idle",
+        0,
+        raw::idempotent_batch(IDLE, 0, 1, &["a1"]),
+    )
+    .await;
+    assert_eq!(
+        (retry.error_code(), retry.base_offset),
+        (ErrorCode::None, next.base_offset)
+    );
+    // And after a hard kill, with the state rebuilt from what is left on disk.
+    broker.kill();
+    broker.restart();
+    let mut client = raw::connect(&broker.bootstrap()).await;
+    let retry = raw::produce(
+        &mut client,
+        "idle",
+        0,
+        raw::idempotent_batch(IDLE, 0, 1, &["a1"]),
+    )
+    .await;
+    assert_eq!(
+        (retry.error_code(), retry.base_offset),
+        (ErrorCode::None, next.base_offset),
+        "the retry after the restart is still a duplicate"
+    );
+    let after = raw::produce(
+        &mut client,
+        "idle",
+        0,
+        raw::idempotent_batch(IDLE, 0, 2, &["a2"]),
+    )
+    .await;
+    assert_eq!(
+        after.error_code(),
+        ErrorCode::None,
+        "{}",
+        after.error_message
+    );
+    // Neither retry was appended: a2 directly follows a1.
+    assert_eq!(after.base_offset, next.base_offset + 1);
+}
