@@ -509,6 +509,35 @@ impl PartitionLog {
         Ok(Some(self.log_end_offset))
     }
 
+    /// Drops every segment and starts over, empty, at `offset` (past the log end): a
+    /// follower whose leader already deleted everything it still lacks. Old segments go
+    /// first; a crash before the new start is stored leaves an empty log at 0 or an
+    /// unchanged one, either of which the follower starts over from again.
+    pub fn restart_at(&mut self, offset: i64) -> Result<(), LogError> {
+        if offset <= self.log_end_offset {
+            return Err(LogError::OffsetOutOfRange {
+                offset,
+                log_start: self.log_start,
+                log_end: self.log_end_offset,
+            });
+        }
+        for segment in self.segments.drain(..) {
+            segment.delete()?;
+        }
+        let segment = Segment::create(&self.dir, offset, self.config.index_interval_bytes)?;
+        let active = Arc::clone(segment.log_file());
+        self.segments.push(segment);
+        checkpoint::sync_dir(&self.dir)?;
+        LOG_START.write(&self.dir, offset)?;
+        RECOVERY_POINT.write(&self.dir, offset)?;
+        self.log_start = offset;
+        self.log_end_offset = offset;
+        self.recovery_point = offset;
+        self.sync.truncated(active, offset);
+        tracing::warn!(dir = %self.dir.display(), offset, "started the log over at a later offset");
+        Ok(())
+    }
+
     /// Moves the log start up to `offset` (never past the log end, never back) and
     /// deletes every sealed segment wholly below it; returns the base offsets of the
     /// deleted segments. The new start is persisted before any file goes, so a crash in

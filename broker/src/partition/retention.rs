@@ -6,10 +6,13 @@
 //! it and an idle producer keeps its sequence numbers (KAFKA-7190). Aborted
 //! transactions that ended before the new start are forgotten with their files.
 
+use std::sync::atomic::Ordering;
+
 use crate::error::BrokerError;
 use crate::log::retention::{self, RetentionLimits};
-use crate::producer_state;
-use crate::txn_index::segment_file;
+use crate::producer_state::{self, ProducerStateTable};
+use crate::replication::epoch_history::EpochHistory;
+use crate::txn_index::{segment_file, TxnIndex};
 
 use super::{Partition, PartitionInner};
 
@@ -61,6 +64,36 @@ impl Partition {
             return Ok(None);
         }
         self.move_log_start(&mut inner, start)
+    }
+
+    /// Follower: the leader's log starts at `leader_log_start`, past this replica's end,
+    /// so what this replica lacks is gone from the leader too. It starts over, empty,
+    /// there (Kafka's truncate-fully-and-start-at) and fetches on from it. The producer
+    /// state and transactions of the deleted range are not on the leader's log either;
+    /// they start afresh.
+    pub fn restart_at(&self, leader_log_start: i64) -> Result<(), BrokerError> {
+        let mut inner = self.lock();
+        if self.is_retired() || leader_log_start <= inner.log.log_end_offset() {
+            return Ok(());
+        }
+        inner.log.restart_at(leader_log_start)?;
+        producer_state::delete_snapshots_above(&self.dir, -1)?;
+        segment_file::delete_from(&self.dir, i64::MIN)?;
+        inner.producers = ProducerStateTable::default();
+        inner.txns = TxnIndex::new();
+        *self.epoch_history() = EpochHistory::default();
+        self.local_end.fetch_max(leader_log_start, Ordering::SeqCst);
+        self.log_end.send_replace(leader_log_start);
+        self.high_watermark.send_if_modified(|hw| {
+            let raised = *hw < leader_log_start;
+            if raised {
+                *hw = leader_log_start;
+            }
+            raised
+        });
+        self.publish_last_stable(&inner);
+        tracing::warn!(topic = %self.topic, partition = self.index, leader_log_start, "the leader deleted what this replica lacks; starting over at its log start");
+        Ok(())
     }
 
     fn move_log_start(

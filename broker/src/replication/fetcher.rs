@@ -403,6 +403,14 @@ async fn apply(
             Ok(())
         }
         ErrorCode::OffsetOutOfRange
+            if answer.log_start_offset > partition.offsets().log_end_offset =>
+        {
+            // Behind the leader's log start: what we lack was deleted there too.
+            partition
+                .restart_at(answer.log_start_offset)
+                .map_err(|e| e.to_string())
+        }
+        ErrorCode::OffsetOutOfRange
             if answer.high_watermark >= 0
                 && answer.high_watermark < partition.offsets().log_end_offset =>
         {

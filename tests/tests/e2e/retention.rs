@@ -84,32 +84,7 @@ async fn given_a_replicated_topic_written_ten_times_past_its_retention_then_ever
     let cluster = Cluster::start(3, &flags.iter().map(String::as_str).collect::<Vec<_>>());
     cluster.create_topic(TOPIC, 1, 3).await;
     let bootstrap = cluster.bootstrap();
-    // Batches below the segment size, so segments are what --segment-bytes says.
-    let config = ProducerConfig {
-        batch_size: 8 * 1024,
-        ..ProducerConfig::new(&bootstrap)
-    };
-    let producer = Producer::connect(config).await.expect("producer");
-    // 10x the retention, acked in rounds of 32 records; without retention each replica
-    // would hold 640 KiB. A replica may run ahead of its retention by what arrives
-    // between two checks (100 ms), so the bound while writing is loose; at rest it is
-    // the retention plus the active segment and the one that did not fit.
-    let total = 10 * RETENTION_BYTES as usize / RECORD_BYTES;
-    let mut offsets = Vec::with_capacity(total);
-    let mut largest = 0;
-    for round in 0..total / 32 {
-        let mut deliveries = Vec::new();
-        for n in round * 32..(round + 1) * 32 {
-            let record = ProducerRecord::new(TOPIC, value(n)).partition(0);
-            deliveries.push(producer.send_record(record).await.expect("send"));
-        }
-        for d in deliveries {
-            offsets.push(d.await.expect("acknowledged").offset);
-        }
-        for id in cluster.ids() {
-            largest = largest.max(log_bytes(cluster.broker(id).data_dir(), TOPIC, 0));
-        }
-    }
+    let (offsets, largest) = write_ten_times_the_retention(&cluster, TOPIC).await;
     assert!(
         largest <= 3 * RETENTION_BYTES,
         "a replica held {largest} bytes while 10x {RETENTION_BYTES} were written"
@@ -205,6 +180,78 @@ async fn given_a_replicated_topic_written_ten_times_past_its_retention_then_ever
         assert_eq!(record.offset, start + i as i64, "dense and in order");
         assert_eq!(record.value.as_deref(), Some(value(n).as_bytes()));
     }
+}
+
+/// Writes 10x the retention to partition 0 of `topic`, acked in rounds of 32 records;
+/// returns each record's offset and the most bytes any replica held after a round.
+async fn write_ten_times_the_retention(cluster: &Cluster, topic: &str) -> (Vec<i64>, u64) {
+    // Batches below the segment size, so segments are what --segment-bytes says.
+    let config = ProducerConfig {
+        batch_size: 8 * 1024,
+        ..ProducerConfig::new(cluster.bootstrap())
+    };
+    let producer = Producer::connect(config).await.expect("producer");
+    let total = 10 * RETENTION_BYTES as usize / RECORD_BYTES;
+    let mut offsets = Vec::with_capacity(total);
+    let mut largest = 0;
+    for round in 0..total / 32 {
+        let mut deliveries = Vec::new();
+        for n in round * 32..(round + 1) * 32 {
+            let record = ProducerRecord::new(topic, value(n)).partition(0);
+            deliveries.push(producer.send_record(record).await.expect("send"));
+        }
+        for d in deliveries {
+            offsets.push(d.await.expect("acknowledged").offset);
+        }
+        for id in cluster.ids() {
+            largest = largest.max(log_bytes(cluster.broker(id).data_dir(), topic, 0));
+        }
+    }
+    producer.close().await;
+    (offsets, largest)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_new_replica_behind_the_leaders_log_start_then_it_starts_there_and_joins_the_isr() {
+    const TOPIC: &str = "moved";
+    let flags = retention_flags();
+    let mut cluster = Cluster::start(3, &flags.iter().map(String::as_str).collect::<Vec<_>>());
+    cluster.create_topic(TOPIC, 1, 2).await;
+    let (offsets, _) = write_ten_times_the_retention(&cluster, TOPIC).await;
+    let end = offsets.last().copied().expect("records") + 1;
+    let admin = Admin::connect(&cluster.bootstrap()).await.expect("admin");
+    let (start, _) = wait_until(PATIENCE, "retention moved the leader's log start", || {
+        let admin = &admin;
+        async move {
+            let start = admin
+                .list_offsets(TOPIC, 0, OffsetSpec::Earliest, Isolation::ReadUncommitted)
+                .await
+                .unwrap_or(-1);
+            seen_if(start, start > 0)
+        }
+    })
+    .await;
+    let added = cluster.add_broker().await;
+    let leader = cluster.leader_of(TOPIC, 0).await.leader_id;
+    // The new replica fetches from 0, which the leader deleted long ago.
+    let target = vec![leader, added];
+    admin
+        .alter_partition_reassignment(TOPIC, 0, &target)
+        .await
+        .expect("reassignment accepted");
+    let moved = cluster
+        .wait_for(added, TOPIC, 0, |p| {
+            p.adding_replicas.is_empty() && p.replicas == target && p.isr.contains(&added)
+        })
+        .await;
+    assert!(moved.isr.contains(&added), "{moved:?}");
+    let dir = cluster.broker(added).data_dir();
+    let new_start = stored_log_start(dir, TOPIC, 0);
+    assert!(
+        new_start >= start && new_start < end,
+        "the new replica starts at {new_start}; the leader started at {start}, ends at {end}"
+    );
+    assert!(log_bytes(dir, TOPIC, 0) < RETENTION_BYTES + 2 * SEGMENT_BYTES);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
