@@ -130,21 +130,24 @@ async fn given_a_live_broker_holding_an_id_when_another_claims_it_then_the_secon
 #[tokio::test]
 async fn given_a_broker_killed_when_restarted_on_its_data_dir_then_it_takes_its_id_back_at_once() {
     let etcd = EtcdServer::start();
-    // A lease far longer than a restart takes, even on a slow shared machine: waiting
-    // for its own old lease to lapse would take 30 s, a restart takes well under 15 s.
+    // A lease far longer than a restart takes: waiting for its own old lease to lapse
+    // would take 120 s, a restart takes a few seconds even on a loaded 2-core machine, so
+    // a deadline of half the lease tells the two apart with 10x headroom.
+    const LEASE_TTL: Duration = Duration::from_secs(120);
+    let ttl_ms = LEASE_TTL.as_millis().to_string();
     let mut one = BrokerProcess::start_with(&[
         "--id",
         "1",
         "--etcd",
         &etcd.endpoint(),
         "--lease-ttl-ms",
-        "30000",
+        &ttl_ms,
     ]);
     one.kill();
     let restarting = Instant::now();
     one.restart();
     assert!(
-        restarting.elapsed() < Duration::from_secs(15),
+        restarting.elapsed() < LEASE_TTL / 2,
         "restart took {:?}: it waited for its own old lease",
         restarting.elapsed()
     );
