@@ -6,6 +6,10 @@
 # A file "imports" another when it names an item of the other's module by a
 # `crate::`, `super::` or `self::` path (in a `use` or inline). A module declaration
 # (`mod x;`) is not an import: a parent may declare its children while they use it.
+# Nor is a re-export of a module's own descendant (`pub use child::Item;`, also
+# `pub(crate) use`): that is how Rust lets a module expose an item defined in one of
+# its files under the module's name, and it does not make the parent's code depend on
+# the child's. A re-exported name the parent's own code also uses still counts.
 # Files are found by following `mod` declarations from each crate root (lib.rs, main.rs,
 # bin/, tests/, benches/, examples/); paths are resolved to the deepest existing module.
 set -euo pipefail
@@ -119,15 +123,27 @@ def expand_use(tree):
     return out
 
 USE = re.compile(r"\buse\s+([^;]+);")
+# `pub use`, `pub(crate) use`, `pub(super) use`, `pub(in path) use`: a re-export.
+REEXPORT = re.compile(r"\bpub(?:\s*\([^)]*\))?\s+use\s+([^;]+);")
 
 def references(text):
-    """Every `crate::`/`super::`/`self::` path of a file, as segment lists."""
+    """Every `crate::`/`super::`/`self::` path of a file, as (segment list, whether it
+    is only re-exported) pairs."""
     refs = []
-    for tree in USE.findall(text):
-        refs.extend(expand_use(tree))
+    reexports = REEXPORT.findall(text)
+    text = REEXPORT.sub("", text)
     body = USE.sub("", text)
+    for tree in reexports:
+        # The names the re-export binds (`X as Y` binds Y), in the order of the paths.
+        bound = [segs[-1] if segs else "" for segs in
+                 expand_use(re.sub(r"(\w+)\s+as\s+(\w+)", r"\2", tree))]
+        for segs, name in zip(expand_use(tree), bound):
+            used_here = name != "*" and re.search(r"\b%s\b" % re.escape(name), body)
+            refs.append((segs, not used_here))
+    for tree in USE.findall(text):
+        refs.extend((segs, False) for segs in expand_use(tree))
     for m in re.finditer(r"\b(crate|super|self)\s*::\s*(\w+(?:\s*::\s*\w+)*)", body):
-        refs.append([m.group(1)] + re.split(r"\s*::\s*", m.group(2)))
+        refs.append(([m.group(1)] + re.split(r"\s*::\s*", m.group(2)), False))
     return refs
 
 def resolve(root, here, segs):
@@ -169,10 +185,14 @@ for path, (root, mod_path) in files.items():
     scopes.append((mod_path, text))
     targets = set()
     for scope, code in scopes:
-        for segs in references(code):
+        for segs, reexported in references(code):
             target = resolve(root, scope, segs)
-            if target and target != path:
-                targets.add(target)
+            if not target or target == path:
+                continue
+            # A module re-exporting an item of one of its own descendants (see the top).
+            if reexported and files[target][1][: len(scope)] == scope:
+                continue
+            targets.add(target)
     edges[path] = targets
 
 def parent_and_child(a, b):

@@ -8,7 +8,7 @@
 //! any two processes can be cut.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use idem_proto::v1::{CreatableTopic, CreateTopicsRequest, MetadataRequest, PartitionMetadata};
 use idem_proto::ErrorCode;
@@ -16,7 +16,7 @@ use idem_proto::ErrorCode;
 use crate::etcd::EtcdServer;
 use crate::link::CuttableLink;
 use crate::netns::Lab;
-use crate::wait::wait_until;
+use crate::wait::{wait_until, Seen};
 use crate::{raw, replicas, BrokerProcess, CoordinatorProcess};
 
 /// Partitions of `__transaction_state` in test clusters: few, so ownership moves fast.
@@ -472,7 +472,8 @@ impl Cluster {
             .find(|p| p.partition == partition)
     }
 
-    /// Polls `observer` until `topic`-`partition` satisfies `done`; panics after 30 s.
+    /// Polls `observer` until `topic`-`partition` satisfies `done`; panics after
+    /// [`PATIENCE`] with the partition as last seen.
     pub async fn wait_for(
         &self,
         observer: i32,
@@ -480,19 +481,16 @@ impl Cluster {
         partition: i32,
         done: impl Fn(&PartitionMetadata) -> bool,
     ) -> PartitionMetadata {
-        let started = Instant::now();
-        loop {
-            if let Some(p) = self.partition(observer, topic, partition).await {
-                if done(&p) {
-                    return p;
-                }
+        let what =
+            format!("{topic}-{partition} as broker {observer} sees it reaches the awaited state");
+        let (reached, _) = wait_until(PATIENCE, &what, || async {
+            match self.partition(observer, topic, partition).await {
+                Some(p) if done(&p) => Seen::Reached(p),
+                other => Seen::Not(format!("{other:?}")),
             }
-            assert!(
-                started.elapsed() < PATIENCE,
-                "{topic}-{partition} never reached the awaited state"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        })
+        .await;
+        reached
     }
 
     /// The current leader of `topic`-`partition`, once every replica is in sync.

@@ -9,6 +9,7 @@ use idem_proto::txn::TXN_LOG_TOPIC;
 use idem_proto::v1::MetadataRequest;
 
 use crate::cluster::TXN_LOG_PARTITIONS;
+use crate::wait::{seen_if, try_wait_until, Seen};
 use crate::{raw, txn, Cluster};
 
 impl Cluster {
@@ -27,7 +28,7 @@ impl Cluster {
         since: Instant,
         bound: Duration,
     ) -> Result<(), String> {
-        loop {
+        let served = try_wait_until(remaining(since, bound), || async {
             let mut served = Vec::new();
             for id in self.coordinator_ids() {
                 let process = self.coordinator(id);
@@ -40,18 +41,16 @@ impl Cluster {
             }
             served.sort_unstable();
             served.dedup();
-            if served.len() == TXN_LOG_PARTITIONS as usize {
-                return Ok(());
-            }
-            if since.elapsed() >= bound {
-                return Err(format!(
-                    "{:?} after the fault healed the coordinators serve only {served:?} of \
-                     the {TXN_LOG_PARTITIONS} {TXN_LOG_TOPIC} partitions",
-                    since.elapsed()
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+            seen_if(served.clone(), served.len() == TXN_LOG_PARTITIONS as usize)
+        })
+        .await;
+        served.map(|_| ()).map_err(|(_, served)| {
+            format!(
+                "{:?} after the fault healed the coordinators serve only {served} of the \
+                 {TXN_LOG_PARTITIONS} {TXN_LOG_TOPIC} partitions",
+                since.elapsed()
+            )
+        })
     }
 
     /// Every running broker lists every running broker, and every partition of `topics`
@@ -81,18 +80,16 @@ impl Cluster {
             .into_iter()
             .filter(|id| self.broker(*id).is_running())
             .collect();
-        loop {
-            let Some(problem) = self.broker_problem(topics, &running).await else {
-                return Ok(());
-            };
-            if since.elapsed() >= bound {
-                return Err(format!(
-                    "{:?} after the fault healed: {problem}",
-                    since.elapsed()
-                ));
+        let serving = try_wait_until(remaining(since, bound), || async {
+            match self.broker_problem(topics, &running).await {
+                None => Seen::Reached(()),
+                Some(problem) => Seen::Not(problem),
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        })
+        .await;
+        serving.map(|_| ()).map_err(|(_, problem)| {
+            format!("{:?} after the fault healed: {problem}", since.elapsed())
+        })
     }
 
     async fn broker_problem(&self, topics: &[&str], running: &[i32]) -> Option<String> {
@@ -136,4 +133,10 @@ impl Cluster {
         }
         None
     }
+}
+
+/// What is left of `bound` counted from `since`: the bounds here start when the fault
+/// healed, not when the wait began (zero once passed, so the state is still asked once).
+fn remaining(since: Instant, bound: Duration) -> Duration {
+    bound.saturating_sub(since.elapsed())
 }

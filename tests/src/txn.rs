@@ -21,10 +21,8 @@ use tonic::transport::Channel;
 
 use crate::cluster::TXN_LOG_PARTITIONS;
 use crate::raw;
+use crate::wait::{wait_until, Seen, PATIENCE};
 use crate::Cluster;
-
-/// Longest a test waits for markers to land and the LSO to catch up.
-const PATIENCE: Duration = Duration::from_secs(30);
 
 pub type RawCoordinator = TxnCoordinatorClient<Channel>;
 
@@ -73,26 +71,27 @@ pub async fn owned_partitions(address: &str) -> Result<Vec<i32>, String> {
 
 /// Asks a broker which coordinator owns `transactional_id`, until one does.
 pub async fn find_coordinator(bootstrap: &str, transactional_id: &str) -> FindCoordinatorResponse {
-    let started = Instant::now();
-    let mut broker = raw::connect(bootstrap).await;
-    loop {
-        let answer = broker
-            .find_coordinator(FindCoordinatorRequest {
-                transactional_id: transactional_id.into(),
-            })
-            .await
-            .expect("FindCoordinator")
-            .into_inner();
-        if answer.error_code() == ErrorCode::None {
-            return answer;
+    let broker = raw::connect(bootstrap).await;
+    let what = format!("a coordinator owns {transactional_id}");
+    let (answer, _) = wait_until(PATIENCE, &what, || {
+        let mut broker = broker.clone();
+        async move {
+            let answer = broker
+                .find_coordinator(FindCoordinatorRequest {
+                    transactional_id: transactional_id.into(),
+                })
+                .await
+                .expect("FindCoordinator")
+                .into_inner();
+            if answer.error_code() == ErrorCode::None {
+                Seen::Reached(answer)
+            } else {
+                Seen::Not(answer.error_message)
+            }
         }
-        assert!(
-            started.elapsed() < PATIENCE,
-            "no coordinator for {transactional_id}: {}",
-            answer.error_message
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
+    answer
 }
 
 /// A transactional id `<prefix>-<n>` whose `__transaction_state` partition another
@@ -206,19 +205,20 @@ async fn wait_for_offsets(
     let admin = Admin::connect(bootstrap).await.expect("admin connects");
     let started = Instant::now();
     let mut ends = Vec::new();
+    // One patience for all partitions: each waits for what is left of it.
     for p in partitions {
-        loop {
+        let what = format!("{topic}-{p}: the last stable offset did {goal}");
+        let left = PATIENCE.saturating_sub(started.elapsed());
+        let (hw, _) = wait_until(left, &what, || async {
             let (hw, lso) = offsets(&admin, topic, *p).await;
             if done(hw, lso) {
-                ends.push(hw);
-                break;
+                Seen::Reached(hw)
+            } else {
+                Seen::Not(format!("last stable offset {lso}, high watermark {hw}"))
             }
-            assert!(
-                started.elapsed() < PATIENCE,
-                "{topic}-{p}: last stable offset {lso} did not {goal} (high watermark {hw})"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        })
+        .await;
+        ends.push(hw);
     }
     ends
 }
@@ -318,16 +318,13 @@ pub async fn wait_for_description(
     what: &str,
     done: impl Fn(&TransactionDescription) -> bool,
 ) -> TransactionDescription {
-    let started = Instant::now();
-    loop {
-        let described = describe(bootstrap, transactional_id).await;
-        match described {
-            Ok(t) if done(&t) => return t,
-            other => assert!(
-                started.elapsed() < PATIENCE,
-                "{transactional_id} never {what}: last described as {other:?}"
-            ),
+    let what = format!("{transactional_id} {what}");
+    let (described, _) = wait_until(PATIENCE, &what, || async {
+        match describe(bootstrap, transactional_id).await {
+            Ok(t) if done(&t) => Seen::Reached(t),
+            other => Seen::Not(format!("described as {other:?}")),
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await;
+    described
 }

@@ -18,6 +18,7 @@ use idem_client::{
 use tokio::task::JoinHandle;
 
 use crate::txn;
+use crate::wait::{wait_until, Seen};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
@@ -93,8 +94,11 @@ impl TxnWorkload {
     /// Waits until every producer has committed `count` transactions that ended after
     /// `since`; panics after `patience`, naming the producers that did not.
     pub async fn wait_for_commits_since(&self, since: Instant, count: usize, patience: Duration) {
-        let started = Instant::now();
-        loop {
+        let what = format!(
+            "every producer commits {count} transactions (the producers behind, with their \
+             commits so far)"
+        );
+        wait_until(patience, &what, || async {
             let behind: Vec<(String, usize)> = self
                 .producers
                 .iter()
@@ -110,15 +114,12 @@ impl TxnWorkload {
                 .filter(|(_, done)| *done < count)
                 .collect();
             if behind.is_empty() {
-                return;
+                Seen::Reached(())
+            } else {
+                Seen::Not(format!("{behind:?}"))
             }
-            assert!(
-                started.elapsed() < patience,
-                "within {patience:?}, these producers did not commit {count} transactions \
-                 (committed so far in brackets): {behind:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        })
+        .await;
     }
 
     /// Stops the producers (each finishes its current transaction) and checks what a

@@ -21,7 +21,8 @@ use std::collections::VecDeque;
 
 use bytes::{Buf, BufMut};
 
-use super::{BatchMetadata, ProducerEntry, ProducerStateTable, MAX_CACHED_BATCHES};
+use super::entry::{BatchMetadata, ProducerEntry, MAX_CACHED_BATCHES};
+use super::ProducerStateTable;
 
 const MAGIC: &[u8; 4] = b"IDPS";
 const VERSION: u16 = 2;

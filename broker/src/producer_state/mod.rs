@@ -8,7 +8,9 @@
 //! [`ProducerStateTable::apply_batch`] records a batch that is in the log. The table is
 //! derived from the log alone (snapshot + replay), so it is pure: no I/O, no clock, no tokio.
 
+mod decision;
 mod encoding;
+mod entry;
 pub mod snapshot;
 #[cfg(test)]
 mod tests;
@@ -16,113 +18,19 @@ mod txn_rules;
 #[cfg(test)]
 mod txn_tests;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 
 use idem_proto::batch::{self, BatchHeader};
 use idem_proto::control::ControlMarker;
 use idem_proto::v1::ControlType;
 
+pub use decision::{Decision, MarkerDecision, TxnRefusal};
 pub use encoding::SnapshotError;
+pub use entry::{BatchMetadata, ProducerEntry, MAX_CACHED_BATCHES, NO_COORDINATOR_EPOCH};
 pub use snapshot::{
     delete_snapshots_above, delete_snapshots_below, latest_snapshot, snapshot_offsets,
     write_snapshot,
 };
-pub use txn_rules::{MarkerDecision, TxnRefusal};
-
-/// `coordinator_epoch` of a producer no marker has been seen for.
-pub const NO_COORDINATOR_EPOCH: i32 = -1;
-
-/// How many batches per producer are remembered for duplicate detection; a producer keeps
-/// at most this many requests in flight (Kafka's `max.in.flight.requests.per.connection`).
-pub const MAX_CACHED_BATCHES: usize = 5;
-
-/// Where one appended batch of a producer sits: its sequence range and its offsets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BatchMetadata {
-    pub first_seq: i32,
-    pub last_seq: i32,
-    pub first_offset: i64,
-    pub last_offset: i64,
-    /// The batch's max timestamp (producer clock); informational only.
-    pub timestamp_ms: i64,
-}
-
-impl BatchMetadata {
-    /// The metadata of an appended batch, from its stored header.
-    pub fn from_header(header: &BatchHeader) -> Self {
-        BatchMetadata {
-            first_seq: header.base_sequence,
-            last_seq: header.last_sequence(),
-            first_offset: header.base_offset,
-            last_offset: header.last_offset(),
-            timestamp_ms: header.max_timestamp,
-        }
-    }
-}
-
-/// What the partition knows about one producer id.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProducerEntry {
-    pub producer_epoch: i16,
-    /// The last appended batches of `producer_epoch`, oldest first, at most
-    /// [`MAX_CACHED_BATCHES`]. Empty after an epoch bump by a transaction marker.
-    pub batches: VecDeque<BatchMetadata>,
-    /// Broker clock (not the producer's timestamps) of the last update; drives expiry.
-    pub last_update_ms: i64,
-    /// The open transaction's first offset (its BEGIN marker); `None` when no
-    /// transaction of this producer is open in this partition.
-    pub txn_first_offset: Option<i64>,
-    /// Coordinator epoch of the last marker written for this producer
-    /// ([`NO_COORDINATOR_EPOCH`] before the first); a lower one is fenced.
-    pub coordinator_epoch: i32,
-}
-
-impl ProducerEntry {
-    fn new(producer_epoch: i16, now_ms: i64) -> Self {
-        ProducerEntry {
-            producer_epoch,
-            batches: VecDeque::with_capacity(MAX_CACHED_BATCHES),
-            last_update_ms: now_ms,
-            txn_first_offset: None,
-            coordinator_epoch: NO_COORDINATOR_EPOCH,
-        }
-    }
-
-    /// Whether a transaction of this producer is open in this partition.
-    pub fn in_transaction(&self) -> bool {
-        self.txn_first_offset.is_some()
-    }
-
-    /// The last sequence appended in the current epoch, if any.
-    pub fn last_seq(&self) -> Option<i32> {
-        self.batches.back().map(|b| b.last_seq)
-    }
-
-    fn find_batch(&self, first_seq: i32, last_seq: i32) -> Option<BatchMetadata> {
-        self.batches
-            .iter()
-            .find(|b| b.first_seq == first_seq && b.last_seq == last_seq)
-            .copied()
-    }
-}
-
-/// What to do with an incoming batch of an idempotent producer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Decision {
-    /// Append it, then [`ProducerStateTable::apply`] it.
-    Append,
-    /// Already appended: answer with these original offsets and append nothing.
-    Duplicate(BatchMetadata),
-    /// `OUT_OF_ORDER_SEQUENCE_NUMBER`: a gap, or a retry older than the cached batches.
-    OutOfOrder { expected: i32, got: i32 },
-    /// `INVALID_PRODUCER_EPOCH`: the producer was fenced by a newer epoch.
-    InvalidEpoch { current: i16, got: i16 },
-    /// `UNKNOWN_PRODUCER_ID`: no state for this producer (never seen, or expired) and the
-    /// batch does not start at sequence 0.
-    UnknownProducerId,
-    /// `INVALID_TXN_STATE`: the batch does not fit the producer's transaction state.
-    InvalidTxnState(TxnRefusal),
-}
 
 /// The producer state of one partition: producer id -> [`ProducerEntry`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -8,7 +8,8 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use super::{ProducerStateTable, SnapshotError};
+use super::encoding::SnapshotError;
+use super::ProducerStateTable;
 
 const SUFFIX: &str = ".snapshot";
 const TMP_SUFFIX: &str = ".snapshot.tmp";
@@ -168,7 +169,7 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::producer_state::BatchMetadata;
+    use crate::producer_state::entry::BatchMetadata;
 
     fn table_with(producer_id: i64, last_offset: i64) -> ProducerStateTable {
         let mut table = ProducerStateTable::new();

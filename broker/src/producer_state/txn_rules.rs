@@ -9,44 +9,8 @@
 
 use idem_proto::v1::ControlType;
 
-use super::{Decision, ProducerStateTable};
-
-/// Why a batch or marker does not fit the producer's transaction state
-/// (`INVALID_TXN_STATE`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum TxnRefusal {
-    /// Transactional data, but no transaction of the batch's epoch is open here: the
-    /// partition was never added to the transaction, or the transaction already ended.
-    #[error("transactional batch of epoch {epoch} outside a transaction this partition began")]
-    NotInTransaction { epoch: i16 },
-    /// Non-transactional data from a producer whose transaction is open here.
-    #[error(
-        "non-transactional batch while the producer's transaction of epoch {open_epoch} is open"
-    )]
-    TransactionOpen { open_epoch: i16 },
-    /// A BEGIN of a newer epoch while an older transaction is still open: closing it
-    /// silently would lose its outcome, so only its COMMIT/ABORT may end it.
-    #[error(
-        "BEGIN of epoch {begin_epoch} while the transaction of epoch {open_epoch} is still open"
-    )]
-    OpenAtLowerEpoch { open_epoch: i16, begin_epoch: i16 },
-}
-
-/// What to do with a transaction marker (`WriteTxnMarkers`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MarkerDecision {
-    /// Append the control batch, then apply it.
-    Append,
-    /// A retry whose effect is already in the log: success, nothing appended.
-    AlreadyApplied,
-    /// `INVALID_PRODUCER_EPOCH`: the marker is older than the producer's epoch here.
-    InvalidEpoch { current: i16, got: i16 },
-    /// `TRANSACTION_COORDINATOR_FENCED`: a coordinator with a newer epoch wrote a marker
-    /// for this producer already.
-    CoordinatorFenced { current: i32, got: i32 },
-    /// `INVALID_TXN_STATE`.
-    InvalidTxnState(TxnRefusal),
-}
+use super::decision::{Decision, MarkerDecision, TxnRefusal};
+use super::ProducerStateTable;
 
 impl ProducerStateTable {
     /// [`check`](Self::check) plus the transaction rules for a data batch:

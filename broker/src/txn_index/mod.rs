@@ -10,6 +10,7 @@
 //! Invariant: `last_stable_offset(hw) <= hw`, and no offset at or past the first offset
 //! of an open or not yet stable transaction is below it.
 
+mod aborted_txn;
 pub mod segment_file;
 
 use std::collections::HashMap;
@@ -18,27 +19,8 @@ use idem_proto::batch::BatchHeader;
 use idem_proto::control::ControlMarker;
 use idem_proto::v1::ControlType;
 
+pub use aborted_txn::AbortedTxn;
 pub use segment_file::SegmentTxns;
-
-/// One aborted transaction in this partition: `producer_id`'s batches with
-/// `first_offset <= base_offset < last_offset` belong to it; `last_offset` is its ABORT
-/// marker.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AbortedTxn {
-    pub producer_id: i64,
-    pub first_offset: i64,
-    pub last_offset: i64,
-}
-
-impl AbortedTxn {
-    /// Whether a transactional batch of `producer_id` starting at `base_offset` is part
-    /// of this aborted transaction.
-    pub fn covers(&self, producer_id: i64, base_offset: i64) -> bool {
-        self.producer_id == producer_id
-            && self.first_offset <= base_offset
-            && base_offset < self.last_offset
-    }
-}
 
 /// A transaction whose marker is written but may not be below the high watermark yet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

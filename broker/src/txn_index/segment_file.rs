@@ -17,7 +17,7 @@ use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-use super::AbortedTxn;
+use super::aborted_txn::AbortedTxn;
 
 const MAGIC: &[u8; 4] = b"IDTX";
 const VERSION: u16 = 1;

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 
 use super::model::{Model, Outcome, TopicPartition};
-use super::Observer;
+use super::observer::Observer;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Lost {

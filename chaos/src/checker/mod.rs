@@ -9,6 +9,7 @@
 
 mod lost;
 mod model;
+mod observer;
 mod offsets;
 mod order;
 mod txn;
@@ -22,6 +23,7 @@ use crate::history::{Call, Op};
 
 pub use lost::{Lost, Unseen};
 pub use model::{Outcome, TopicPartition};
+pub use observer::Observer;
 pub use offsets::{Duplicate, InconsistentOffset, Placement, ValueAtOffset};
 pub use order::{AtOffset, NonmonotonicPoll, NonmonotonicSend, PollSkip, SkippedRecord};
 pub use txn::{AbortedRead, TornTxn, TxnValue};
@@ -101,16 +103,6 @@ pub struct Stats {
     pub values_unknown: usize,
     /// Distinct values returned by at least one successful read.
     pub values_read: usize,
-}
-
-/// An operation that observed or wrote something; observers sort in history order.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-pub struct Observer {
-    /// The index of its event in the history: the invocation of a write, the
-    /// completion of a read or of an acknowledgement.
-    pub index: u64,
-    pub process: String,
-    pub f: &'static str,
 }
 
 /// Checks a history (see the module doc). Pure: no I/O, deterministic output.

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 
 use super::model::{Model, TopicPartition};
-use super::Observer;
+use super::observer::Observer;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Duplicate {

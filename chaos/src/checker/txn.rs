@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use serde::Serialize;
 
 use super::model::{Model, Outcome, TopicPartition};
-use super::Observer;
+use super::observer::Observer;
 use crate::history::Isolation;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -7,6 +7,7 @@
 pub mod accumulator;
 pub mod config;
 pub mod inflight;
+mod record_metadata;
 pub(crate) mod sender;
 
 use std::collections::HashMap;
@@ -22,6 +23,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use self::accumulator::record_size;
 use self::config::ProducerConfig;
+pub use self::record_metadata::RecordMetadata;
 use self::sender::{PartitionMsg, PartitionSender};
 use crate::clock::now_ms;
 use crate::connection::{Connection, MAX_MESSAGE_BYTES};
@@ -32,15 +34,6 @@ use crate::types::ProducerIdAndEpoch;
 /// Records a partition task may have queued in its channel before `send` waits (the
 /// task itself stops taking records at `buffer_memory`).
 const CHANNEL_CAPACITY: usize = 1024;
-
-/// Where an acknowledged record landed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RecordMetadata {
-    pub topic: Arc<str>,
-    pub partition: i32,
-    /// The record's offset; -1 if the broker answered a duplicate without offsets.
-    pub offset: i64,
-}
 
 /// A record with everything a caller may set.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -20,7 +20,7 @@ use tracing::Instrument;
 use super::accumulator::{Accumulator, SealedBatch};
 use super::config::ProducerConfig;
 use super::inflight::{BatchId, Command, InflightConfig, Outcome, PartitionInflight};
-use super::RecordMetadata;
+use super::record_metadata::RecordMetadata;
 use crate::connection::Connection;
 use crate::error::{self, ClientError};
 use crate::transactional::registrar::Registered;

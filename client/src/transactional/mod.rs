@@ -21,6 +21,7 @@ pub mod errors;
 pub mod pipelined;
 pub(crate) mod registrar;
 pub mod state;
+mod timing;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -32,6 +33,7 @@ use tokio::time::Instant;
 use self::config::TransactionalConfig;
 use self::registrar::{known_identity, IdentityGate, Registrar};
 use self::state::{EndPlan, TxnMachine, TxnState};
+use self::timing::micros;
 use crate::connection::Connection;
 use crate::coordinator::CoordinatorLink;
 use crate::error::ClientError;
@@ -68,11 +70,6 @@ impl EndTimes {
             ..self
         }
     }
-}
-
-/// A duration in whole microseconds, for debug events.
-fn micros(d: std::time::Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// A producer whose records are written in transactions; cheap to clone.

@@ -21,6 +21,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
+use super::timing::micros;
 use crate::coordinator::CoordinatorLink;
 use crate::error::ClientError;
 use crate::types::ProducerIdAndEpoch;
@@ -156,7 +157,7 @@ async fn register(
             producer_id = producer.producer_id,
             producer_epoch = producer.producer_epoch,
             partitions = ?batch,
-            call_us = super::micros(sent.elapsed()),
+            call_us = micros(sent.elapsed()),
             "partitions joined the transaction"
         ),
         Err(e) => {

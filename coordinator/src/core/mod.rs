@@ -16,6 +16,7 @@ pub mod end_signals;
 pub mod markers;
 pub mod parking;
 pub mod partition;
+mod refusal;
 pub mod successor;
 
 use std::collections::{BTreeSet, HashMap};
@@ -48,32 +49,7 @@ use self::parking::{park_behind_holder, park_until_completed, Turn};
 use self::partition::LogPartition;
 use self::successor::Parked;
 
-/// A request answered with an error code instead of a decision.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal {
-    pub code: ErrorCode,
-    pub message: String,
-}
-
-impl Refusal {
-    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Refusal {
-            code,
-            message: message.into(),
-        }
-    }
-}
-
-/// The wire code of a decider error.
-pub fn txn_error_code(error: TxnError) -> ErrorCode {
-    match error {
-        TxnError::ProducerFenced => ErrorCode::ProducerFenced,
-        TxnError::InvalidProducerIdMapping => ErrorCode::InvalidProducerIdMapping,
-        TxnError::ConcurrentTransactions => ErrorCode::ConcurrentTransactions,
-        TxnError::InvalidTxnState => ErrorCode::InvalidTxnState,
-        TxnError::InvalidTransactionTimeout => ErrorCode::InvalidTransactionTimeout,
-    }
-}
+pub use self::refusal::{txn_error_code, Refusal};
 
 /// How long a request waits for its id's previous transaction to complete before it is
 /// answered CONCURRENT_TRANSACTIONS (and the producer retries after a backoff).

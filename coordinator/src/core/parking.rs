@@ -10,8 +10,8 @@ use tokio::sync::{oneshot, OwnedMutexGuard};
 use tokio::time::Instant;
 
 use super::partition::LogPartition;
+use super::refusal::Refusal;
 use super::successor::Answer;
-use super::Refusal;
 use crate::txn::decide::Request;
 
 /// Parks a registration that found its id's previous transaction completing, and

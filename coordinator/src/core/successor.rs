@@ -25,7 +25,7 @@ use std::sync::Mutex;
 
 use tokio::sync::oneshot;
 
-use super::Refusal;
+use super::refusal::Refusal;
 use crate::txn::decide::{Reply, Request};
 
 /// The answer a parked registration's handler waits for.

@@ -22,6 +22,10 @@ use crate::{txn, Cluster};
 
 /// How long the cluster may take to serve again once every fault is healed.
 const RECOVERY: Duration = Duration::from_secs(30);
+/// How long the clients run on a healed cluster before they stop: a length of the
+/// workload (operations after the faults go into the history the checker reads), not a
+/// wait for a state; that the cluster serves again is awaited before it.
+const QUIET: Duration = Duration::from_secs(3);
 /// On the lab, followers cut from their leader leave the ISR within a fault's length
 /// (1 to 4 s), so splits exercise ISR shrinking and NOT_ENOUGH_REPLICAS, not only
 /// waiting.
@@ -147,7 +151,7 @@ impl ChaosRun {
                 report.display()
             );
         }
-        tokio::time::sleep(Duration::from_secs(3)).await;
+        tokio::time::sleep(QUIET).await;
         workload.stop().await;
         let bootstrap = cluster.bootstrap();
         for topic in TOPICS {

@@ -14,10 +14,14 @@ use idem_client::{Delivery, Producer, ProducerConfig, RecordMetadata};
 use idem_proto::v1::{PartitionProduceData, ProduceRequest, TopicProduceData};
 use idem_proto::ErrorCode;
 use idem_tests::raw::{self, RawClient};
+use idem_tests::wait::{seen_if, wait_until};
 use idem_tests::{sdk, Cluster};
 
 const RECORDS: usize = 3000;
 const KILLS: usize = 3;
+/// The producer's default delivery timeout: every record sent is acknowledged or failed
+/// within it, so a producer that acknowledges nothing for that long is stuck.
+const DELIVERY_TIMEOUT: Duration = Duration::from_secs(120);
 
 #[tokio::test]
 async fn given_an_idempotent_producer_when_the_leader_is_killed_three_times_then_each_acked_record_is_read_once_in_order(
@@ -76,10 +80,13 @@ async fn given_an_idempotent_producer_when_the_leader_is_killed_three_times_then
     for kill in 0..KILLS {
         // Let some records through between faults.
         let target = (kill + 1) * RECORDS / (KILLS + 2);
-        while acked_count.load(Ordering::SeqCst) < target {
+        let what = format!("{target} records acknowledged");
+        wait_until(DELIVERY_TIMEOUT, &what, || async {
             assert!(!sending.is_finished(), "the producer stopped early");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+            let acked = acked_count.load(Ordering::SeqCst);
+            seen_if(acked, acked >= target)
+        })
+        .await;
         let before = cluster.leader_of("orders", 0).await;
         cluster.kill(before.leader_id);
         cluster.new_leader("orders", 0, &before).await;

@@ -5,12 +5,12 @@
 //! broker reopens the partitions the catalog gives it.
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
 
 use idem_proto::v1::{CreatableTopic, CreateTopicsRequest, MetadataRequest, MetadataResponse};
 use idem_proto::ErrorCode;
 use idem_tests::etcd::EtcdServer;
 use idem_tests::raw::{self, RawClient};
+use idem_tests::wait::{wait_until, Seen, PATIENCE};
 use idem_tests::BrokerProcess;
 
 fn cluster(etcd: &EtcdServer, n: i32) -> Vec<BrokerProcess> {
@@ -42,25 +42,26 @@ async fn metadata(client: &mut RawClient, topic: &str) -> MetadataResponse {
 /// Leader of each partition as `client`'s broker sees it, once it sees all of them.
 /// Other brokers learn of a new topic through their catalog watch, hence the bounded poll.
 async fn leaders(client: &mut RawClient, topic: &str, partitions: usize) -> Vec<i32> {
-    let started = Instant::now();
-    loop {
-        let answer = metadata(client, topic).await;
-        let t = &answer.topics[0];
-        if t.error_code() == ErrorCode::None && t.partitions.len() == partitions {
+    let what = format!("{topic} shows up with its {partitions} partitions");
+    let (leaders, _) = wait_until(PATIENCE, &what, || {
+        let mut client = client.clone();
+        async move {
+            let answer = metadata(&mut client, topic).await;
+            let t = &answer.topics[0];
+            if t.error_code() != ErrorCode::None || t.partitions.len() != partitions {
+                return Seen::Not(format!("{answer:?}"));
+            }
             let mut by_partition: Vec<_> = t
                 .partitions
                 .iter()
                 .map(|p| (p.partition, p.leader_id))
                 .collect();
             by_partition.sort();
-            return by_partition.into_iter().map(|(_, leader)| leader).collect();
+            Seen::Reached(by_partition.into_iter().map(|(_, leader)| leader).collect())
         }
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "{topic} never showed up: {answer:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await;
+    leaders
 }
 
 #[tokio::test]

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use idem_proto::v1::MetadataRequest;
 use idem_tests::etcd::EtcdServer;
 use idem_tests::raw;
+use idem_tests::wait::{seen_if, wait_until, PATIENCE};
 use idem_tests::BrokerProcess;
 
 const TTL_MS: &str = "2000";
@@ -39,6 +40,20 @@ async fn registered(bootstrap: &str) -> Vec<(i32, String)> {
         .collect()
 }
 
+/// Waits until `observer` lists `count` registered brokers.
+async fn wait_until_registered(observer: &BrokerProcess, count: usize) {
+    let what = format!(
+        "broker {} lists {count} registered brokers",
+        observer.bootstrap()
+    );
+    wait_until(PATIENCE, &what, || async {
+        let brokers = registered(&observer.bootstrap()).await;
+        let reached = brokers.len() == count;
+        seen_if(brokers, reached)
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn given_two_brokers_when_either_is_asked_then_metadata_lists_both() {
     let etcd = EtcdServer::start();
@@ -66,13 +81,7 @@ async fn given_a_broker_killed_then_it_leaves_the_cluster_when_its_lease_lapses(
     one.kill();
     let killed = Instant::now();
     // The lease lapses on etcd's clock; only polling shows when.
-    while registered(&two.bootstrap()).await.len() == 2 {
-        assert!(
-            killed.elapsed() < Duration::from_secs(10),
-            "the dead broker is still registered"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_until_registered(&two, 1).await;
     assert!(
         killed.elapsed() >= Duration::from_millis(1000),
         "gone after {:?}, before its lease TTL",
@@ -121,21 +130,24 @@ async fn given_a_live_broker_holding_an_id_when_another_claims_it_then_the_secon
 #[tokio::test]
 async fn given_a_broker_killed_when_restarted_on_its_data_dir_then_it_takes_its_id_back_at_once() {
     let etcd = EtcdServer::start();
-    // A lease far longer than a restart takes, even on a slow shared machine: waiting
-    // for its own old lease to lapse would take 30 s, a restart takes well under 15 s.
+    // A lease far longer than a restart takes: waiting for its own old lease to lapse
+    // would take 120 s, a restart takes a few seconds even on a loaded 2-core machine, so
+    // a deadline of half the lease tells the two apart with 10x headroom.
+    const LEASE_TTL: Duration = Duration::from_secs(120);
+    let ttl_ms = LEASE_TTL.as_millis().to_string();
     let mut one = BrokerProcess::start_with(&[
         "--id",
         "1",
         "--etcd",
         &etcd.endpoint(),
         "--lease-ttl-ms",
-        "30000",
+        &ttl_ms,
     ]);
     one.kill();
     let restarting = Instant::now();
     one.restart();
     assert!(
-        restarting.elapsed() < Duration::from_secs(15),
+        restarting.elapsed() < LEASE_TTL / 2,
         "restart took {:?}: it waited for its own old lease",
         restarting.elapsed()
     );
@@ -150,24 +162,10 @@ async fn given_a_broker_paused_past_its_lease_when_resumed_then_it_registers_aga
     let etcd = EtcdServer::start();
     let (one, two) = (cluster_broker(&etcd, 1), cluster_broker(&etcd, 2));
     one.pause();
-    let paused = Instant::now();
     // Lease expiry and re-registration happen on etcd's and the broker's clocks: poll.
-    while registered(&two.bootstrap()).await.len() == 2 {
-        assert!(
-            paused.elapsed() < Duration::from_secs(10),
-            "the paused broker never lost its lease"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_until_registered(&two, 1).await;
     one.resume();
-    let resumed = Instant::now();
-    while registered(&two.bootstrap()).await.len() == 1 {
-        assert!(
-            resumed.elapsed() < Duration::from_secs(10),
-            "the resumed broker never registered again"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_until_registered(&two, 2).await;
     let expected = vec![(1, one.bootstrap()), (2, two.bootstrap())];
     assert_eq!(registered(&two.bootstrap()).await, expected);
 }

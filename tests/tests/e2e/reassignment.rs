@@ -13,6 +13,7 @@ use idem_client::{Admin, Delivery, ErrorCode, RecordMetadata};
 use idem_proto::v1::PartitionMetadata;
 use idem_tests::cli::idem;
 use idem_tests::txn_workload::TxnWorkload;
+use idem_tests::wait::{seen_if, wait_until};
 use idem_tests::{sdk, BrokerProcess, Cluster};
 use tokio::task::JoinHandle;
 
@@ -64,15 +65,12 @@ impl Writer {
     /// Waits until `more` records beyond those acknowledged now are acknowledged.
     async fn wait_for_more(&self, more: usize) {
         let target = self.count() + more;
-        let started = Instant::now();
-        while self.count() < target {
-            assert!(
-                started.elapsed() < PATIENCE,
-                "the writer stalled at {} records",
-                self.count()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let what = format!("the writer has {target} records acknowledged");
+        wait_until(PATIENCE, &what, || async {
+            let count = self.count();
+            seen_if(count, count >= target)
+        })
+        .await;
     }
 
     async fn stop(self) -> Vec<(String, RecordMetadata)> {
@@ -99,15 +97,8 @@ fn partition_dir(cluster: &Cluster, broker: i32, topic: &str) -> PathBuf {
 
 /// Waits until `dir` no longer exists.
 async fn wait_until_gone(dir: &std::path::Path) {
-    let started = Instant::now();
-    while dir.exists() {
-        assert!(
-            started.elapsed() < PATIENCE,
-            "{} was never deleted",
-            dir.display()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let what = format!("{} is deleted", dir.display());
+    wait_until(PATIENCE, &what, || async { (!dir.exists()).then_some(()) }).await;
 }
 
 /// Moves partition 0 of each topic to `target` and waits until every broker in the

@@ -19,6 +19,7 @@ use idem_proto::v1::{
 use idem_proto::ErrorCode;
 use idem_tests::cli::idem;
 use idem_tests::raw::{self, RawClient};
+use idem_tests::wait::{wait_until, Seen};
 use idem_tests::{BrokerProcess, Cluster};
 
 const RECORD_BYTES: usize = 1024;
@@ -97,10 +98,11 @@ async fn read_and_check(
     assert!((0..partitions).all(|p| next.get(&p) == Some(&records)));
 }
 
-/// Every partition of `topic` led by a broker with the ISR `isr`.
+/// Every partition of `topic` led by a broker with the ISR `isr`; returns how long that
+/// took.
 async fn wait_for_isr(cluster: &Cluster, topic: &str, isr: &[i32], patience: Duration) -> Duration {
-    let started = Instant::now();
-    loop {
+    let what = format!("every partition of {topic} has the ISR {isr:?} (partitions behind)");
+    let ((), took) = wait_until(patience, &what, || async {
         let mut client = raw::connect(&cluster.broker(1).bootstrap()).await;
         let metadata = client
             .metadata(MetadataRequest {
@@ -119,14 +121,13 @@ async fn wait_for_isr(cluster: &Cluster, topic: &str, isr: &[i32], patience: Dur
             })
             .count();
         if behind == 0 {
-            return started.elapsed();
+            Seen::Reached(())
+        } else {
+            Seen::Not(format!("{behind}"))
         }
-        assert!(
-            started.elapsed() < patience,
-            "{behind} partitions of {topic} have not reached the ISR {isr:?} in {patience:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
+    took
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,6 +6,11 @@ use std::time::{Duration, Instant};
 
 use super::{assert_recovered, cluster_under_load};
 
+/// How long the quorum stays lost: longer than every lease, so leases lapse while it is
+/// away. A fault length, not a wait: nothing happens during it that the test could
+/// await; recovery is awaited after it, with a bound.
+const QUORUM_OUTAGE: Duration = Duration::from_secs(5);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_a_3_member_etcd_when_one_member_is_killed_then_transactions_go_on_committing() {
     let (mut cluster, workload) = cluster_under_load(3).await;
@@ -29,8 +34,7 @@ async fn given_a_3_member_etcd_when_the_quorum_is_lost_and_regained_then_every_s
     let (mut cluster, workload) = cluster_under_load(3).await;
     cluster.etcd(0).kill();
     cluster.etcd(1).kill();
-    // The outage lasts 5 s on purpose (longer than every lease): its length is the fault.
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    tokio::time::sleep(QUORUM_OUTAGE).await;
     cluster.etcd(0).restart_member();
     cluster.etcd(1).restart_member();
     cluster

@@ -26,7 +26,9 @@ const ORDERS: &str = "orders";
 const AUDIT: &str = "audit";
 /// Enough that two are led away from ORDERS-0's broker (leaders are spread evenly).
 const AUDIT_PARTITIONS: i32 = 6;
-/// How long the marker of the first transaction is held back.
+/// How long the marker of the first transaction is held back (ORDERS-0's broker stays
+/// paused): a fault length, not a wait. That the registration is not answered meanwhile
+/// is an absence, and no event marks an absence; the registration itself is awaited.
 const HELD: Duration = Duration::from_millis(1000);
 
 /// A cluster where ORDERS-0 lives on one broker only, and a transaction of an id logged
