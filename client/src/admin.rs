@@ -79,6 +79,7 @@ impl Admin {
                     unclean_leader_election: topic.unclean_leader_election,
                     // Clients never create internal topics.
                     coordinator_id: None,
+                    configs: Vec::new(),
                 }],
             }))
             .await?;
