@@ -21,6 +21,7 @@ mod producer_ids;
 mod reassignment;
 mod replication;
 mod storage;
+mod topic_config;
 mod transactions;
 mod unclean_election;
 mod wide_topics;
