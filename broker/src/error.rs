@@ -8,11 +8,14 @@ use idem_proto::ErrorCode;
 use crate::cluster::reassignment::ReassignmentRefusal;
 use crate::log::LogError;
 use crate::producer_state::TxnRefusal;
+use crate::topic_config::TopicConfigError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BrokerError {
     #[error("unknown topic or partition {topic}-{partition}")]
     UnknownTopicOrPartition { topic: String, partition: i32 },
+    #[error("unknown topic {0:?}")]
+    UnknownTopic(String),
     #[error("invalid topic name {name:?}: {reason}")]
     InvalidTopic { name: String, reason: &'static str },
     #[error("topic {topic:?} refused: {reason}")]
@@ -52,6 +55,9 @@ pub enum BrokerError {
     },
     #[error("leader epoch {asked} is older than the current epoch {current}")]
     FencedLeaderEpoch { asked: i32, current: i32 },
+    /// A topic config refused by name; nothing changed.
+    #[error(transparent)]
+    InvalidConfig(#[from] TopicConfigError),
     #[error("cluster metadata: {0}")]
     Cluster(String),
     #[error("cannot reassign {topic}-{partition}: {refusal}")]
@@ -62,7 +68,7 @@ pub enum BrokerError {
     },
     #[error("corrupt record batch: {0}")]
     CorruptBatch(#[from] BatchError),
-    #[error("record batch of {size} bytes exceeds max.batch.bytes = {limit}")]
+    #[error("record batch of {size} bytes exceeds the limit of {limit} (the broker's --max-batch-bytes, or the topic's max.message.bytes if lower)")]
     MessageTooLarge { size: usize, limit: usize },
     #[error("offset {offset} is out of range [{log_start}, {log_end}]")]
     OffsetOutOfRange {
@@ -119,7 +125,9 @@ impl BrokerError {
     /// The wire code a client sees for this refusal.
     pub fn code(&self) -> ErrorCode {
         match self {
-            BrokerError::UnknownTopicOrPartition { .. } => ErrorCode::UnknownTopicOrPartition,
+            BrokerError::UnknownTopicOrPartition { .. } | BrokerError::UnknownTopic(_) => {
+                ErrorCode::UnknownTopicOrPartition
+            }
             BrokerError::InvalidTopic { .. } | BrokerError::InternalTopic { .. } => {
                 ErrorCode::InvalidTopicException
             }
@@ -128,6 +136,7 @@ impl BrokerError {
             BrokerError::InvalidReplicationFactor { .. }
             | BrokerError::NegativeReplicationFactor(_) => ErrorCode::InvalidReplicationFactor,
             BrokerError::NotLeaderOrFollower { .. } => ErrorCode::NotLeaderOrFollower,
+            BrokerError::InvalidConfig(_) => ErrorCode::InvalidConfig,
             // etcd unreachable or slow: the client may retry.
             BrokerError::Cluster(_) => ErrorCode::RequestTimedOut,
             BrokerError::Reassignment {

@@ -101,6 +101,8 @@ pub enum TopicConfigError {
         value: String,
         expected: String,
     },
+    #[error("topic config {key:?} is given more than once")]
+    Repeated { key: String },
 }
 
 fn known_keys() -> String {
@@ -182,15 +184,61 @@ pub struct TopicConfig {
 }
 
 impl TopicConfig {
-    /// A config from `key=value` pairs; the first bad one refuses them all.
+    /// A config from `key=value` pairs; the first bad (or repeated) one refuses them all.
     pub fn from_pairs<'a>(
         pairs: impl IntoIterator<Item = (&'a str, &'a str)>,
     ) -> Result<TopicConfig, TopicConfigError> {
         let mut config = TopicConfig::default();
         for (key, value) in pairs {
+            if config.get(key).is_some() {
+                return Err(TopicConfigError::Repeated {
+                    key: key.to_string(),
+                });
+            }
             config.set(key, value)?;
         }
         Ok(config)
+    }
+
+    /// This config with `ops` applied in order, or the first refusal (a key named
+    /// twice is one). `self` is untouched either way: the caller stores the result only
+    /// once the whole of it passes [`TopicConfig::check_for_topic`].
+    pub fn altered(&self, ops: &[ConfigOp]) -> Result<TopicConfig, TopicConfigError> {
+        let mut config = self.clone();
+        let mut seen = std::collections::BTreeSet::new();
+        for op in ops {
+            if !seen.insert(op.key()) {
+                return Err(TopicConfigError::Repeated {
+                    key: op.key().to_string(),
+                });
+            }
+            match op {
+                ConfigOp::Set { key, value } => config.set(key, value)?,
+                ConfigOp::Delete { key } => config.unset(key)?,
+            }
+        }
+        Ok(config)
+    }
+
+    /// An internal topic's cleanup policy is its coordinator's to choose (Kafka lets
+    /// operators alter internal topics, but a compacted state log that starts deleting
+    /// loses state): refuses `altered` unless it keeps this config's policy.
+    pub fn check_keeps_cleanup_policy(
+        &self,
+        altered: &TopicConfig,
+    ) -> Result<(), TopicConfigError> {
+        let (before, after) = (self.get(CLEANUP_POLICY), altered.get(CLEANUP_POLICY));
+        if before == after {
+            return Ok(());
+        }
+        Err(TopicConfigError::BadValue {
+            key: CLEANUP_POLICY.to_string(),
+            value: after.unwrap_or("(default)").to_string(),
+            expected: format!(
+                "unchanged ({}): an internal topic keeps its cleanup policy",
+                before.unwrap_or("the default")
+            ),
+        })
     }
 
     /// Overrides `key`; nothing changes when the key or value is refused.
@@ -336,6 +384,27 @@ impl TopicConfig {
             ));
         }
         Ok(())
+    }
+}
+
+/// One change of IncrementalAlterConfigs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigOp {
+    Set {
+        key: String,
+        value: String,
+    },
+    /// Back to the broker's default.
+    Delete {
+        key: String,
+    },
+}
+
+impl ConfigOp {
+    pub fn key(&self) -> &str {
+        match self {
+            ConfigOp::Set { key, .. } | ConfigOp::Delete { key } => key,
+        }
     }
 }
 
@@ -515,6 +584,75 @@ mod tests {
             serde_json::from_str::<TopicConfig>(&json).expect("read"),
             config
         );
+    }
+
+    fn set(key: &str, value: &str) -> ConfigOp {
+        ConfigOp::Set {
+            key: key.into(),
+            value: value.into(),
+        }
+    }
+
+    fn delete(key: &str) -> ConfigOp {
+        ConfigOp::Delete { key: key.into() }
+    }
+
+    #[test]
+    fn given_ops_then_they_apply_in_order_and_the_original_is_untouched() {
+        let config =
+            TopicConfig::from_pairs([(RETENTION_MS, "1000"), (SEGMENT_MS, "5")]).expect("valid");
+        let altered = config
+            .altered(&[
+                set(RETENTION_MS, "2000"),
+                delete(SEGMENT_MS),
+                set(MAX_MESSAGE_BYTES, "10"),
+            ])
+            .expect("valid ops");
+        assert_eq!(
+            altered.overrides().collect::<Vec<_>>(),
+            vec![(MAX_MESSAGE_BYTES, "10"), (RETENTION_MS, "2000")]
+        );
+        assert_eq!(config.get(RETENTION_MS), Some("1000"));
+        assert_eq!(
+            config.altered(&[delete(RETENTION_BYTES)]).expect("no-op"),
+            config,
+            "deleting a key the topic does not set changes nothing"
+        );
+    }
+
+    #[test]
+    fn given_one_bad_or_repeated_op_then_the_whole_alteration_is_refused_by_key() {
+        let config = TopicConfig::default();
+        for (ops, key) in [
+            (
+                vec![set(RETENTION_MS, "5"), set("retention.hours", "1")],
+                "retention.hours",
+            ),
+            (vec![set(RETENTION_MS, "-2")], RETENTION_MS),
+            (vec![delete("nope")], "nope"),
+            (vec![set(SEGMENT_MS, "5"), delete(SEGMENT_MS)], SEGMENT_MS),
+        ] {
+            let e = config.altered(&ops).expect_err("refused");
+            assert!(e.to_string().contains(key), "{e}");
+        }
+        assert!(TopicConfig::from_pairs([(SEGMENT_MS, "5"), (SEGMENT_MS, "6")]).is_err());
+    }
+
+    #[test]
+    fn given_an_internal_topic_then_only_an_unchanged_cleanup_policy_passes() {
+        let config = TopicConfig::from_pairs([(CLEANUP_POLICY, "delete")]).expect("valid");
+        let retention = config.altered(&[set(RETENTION_MS, "5")]).expect("valid");
+        assert!(config.check_keeps_cleanup_policy(&retention).is_ok());
+        for ops in [
+            vec![delete(CLEANUP_POLICY)],
+            vec![set(CLEANUP_POLICY, "compact")],
+        ] {
+            let altered = config.altered(&ops).expect("valid ops");
+            let e = config
+                .check_keeps_cleanup_policy(&altered)
+                .expect_err("changed");
+            assert!(e.to_string().contains(CLEANUP_POLICY), "{e}");
+        }
     }
 
     proptest! {

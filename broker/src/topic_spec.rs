@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::topic_config::{self, TopicConfig};
+use crate::topic_config::{self, ConfigEntry, TopicConfig, TopicDefaults};
 
 /// A topic as recorded on disk.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -40,10 +40,25 @@ impl TopicSpec {
             .and_then(|v| v.parse().ok())
         {
             min
-        } else if self.min_insync_replicas > 0 {
+        } else {
+            self.min_insync_replicas_without_config()
+        }
+    }
+
+    /// What `min.insync.replicas` is when the config does not set it: the value recorded
+    /// at creation, else the replication factor's default.
+    fn min_insync_replicas_without_config(&self) -> i32 {
+        if self.min_insync_replicas > 0 {
             self.min_insync_replicas
         } else {
             Self::default_min_insync_replicas(self.replication_factor)
         }
+    }
+
+    /// Every setting of this topic with the value in effect (see
+    /// [`TopicConfig::describe`]).
+    pub fn described_config(&self, defaults: &TopicDefaults) -> Vec<ConfigEntry> {
+        self.config
+            .describe(defaults, self.min_insync_replicas_without_config())
     }
 }

@@ -27,11 +27,14 @@ use crate::partition::{Partition, PartitionSettings};
 use crate::replication::fetchers::Fetchers;
 use crate::replication::following;
 use crate::replication::replica_set::Role;
-use crate::topic_config::TopicConfig;
+use crate::topic_config::{ConfigEntry, ConfigOp, TopicConfig};
 use crate::topic_spec::TopicSpec;
 
 const TOPICS_FILE: &str = "topics.json";
 const MAX_TOPIC_NAME_LEN: usize = 249;
+/// Compare-and-swap attempts of one config change before it is answered as retriable:
+/// only another config change of the same topic races it, so a few suffice.
+const ALTER_CONFIG_ATTEMPTS: usize = 5;
 
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct TopicsFile {
@@ -179,13 +182,15 @@ impl TopicRegistry {
         self.cluster.as_ref()
     }
 
-    /// Creates a topic. Nothing is written unless every check passes.
+    /// Creates a topic with the settings `config` overrides. Nothing is written unless
+    /// every check passes.
     pub async fn create(
         &self,
         name: &str,
         partitions: i32,
         replication_factor: i32,
         unclean_leader_election: bool,
+        config: TopicConfig,
     ) -> Result<(), BrokerError> {
         validate_topic_name(name)?;
         if partitions < 1 || partitions > self.max_partitions {
@@ -195,13 +200,14 @@ impl TopicRegistry {
             });
         }
         let replication_factor = resolve_replication_factor(replication_factor)?;
+        config.check_for_topic(replication_factor, self.settings.max_batch_bytes)?;
         let spec = TopicSpec {
             name: name.to_string(),
             partitions,
             replication_factor,
             min_insync_replicas: TopicSpec::default_min_insync_replicas(replication_factor),
             unclean_leader_election,
-            config: TopicConfig::default(),
+            config,
         };
         match &self.cluster {
             Some(cluster) => self.create_in_cluster(cluster, spec).await,
@@ -269,6 +275,127 @@ impl TopicRegistry {
             },
         );
         Ok(())
+    }
+
+    /// Applies `ops` to topic `topic`'s config (IncrementalAlterConfigs): the result is
+    /// checked whole, and stored only when it passes and `validate_only` is false. On a
+    /// single node `topics.json` is rewritten and the partitions take the new settings
+    /// at once; in a cluster the topic's key in etcd is swapped on its `mod_revision`
+    /// (a lost race re-reads the topic and applies the ops again, up to
+    /// [`ALTER_CONFIG_ATTEMPTS`] times, then answers the retriable `Cluster`), and every
+    /// broker's partitions take it at their next catalog sync (this broker's at once).
+    pub async fn alter_config(
+        &self,
+        topic: &str,
+        ops: &[ConfigOp],
+        validate_only: bool,
+    ) -> Result<(), BrokerError> {
+        let unknown = || BrokerError::UnknownTopic(topic.to_string());
+        let Some(cluster) = &self.cluster else {
+            let _guard = self.create_lock.lock().await;
+            let spec = self
+                .read()
+                .get(topic)
+                .map(|t| t.spec.clone())
+                .ok_or_else(unknown)?;
+            let config = self.checked_alteration(&spec, ops)?;
+            if validate_only || config == spec.config {
+                return Ok(());
+            }
+            return self.store_config_locally(TopicSpec { config, ..spec });
+        };
+        for _ in 0..ALTER_CONFIG_ATTEMPTS {
+            let cluster_error = |e: CatalogError| BrokerError::Cluster(e.to_string());
+            let (spec, mod_revision) = cluster
+                .catalog
+                .read_topic(topic)
+                .await
+                .map_err(cluster_error)?
+                .ok_or_else(unknown)?;
+            let config = self.checked_alteration(&spec, ops)?;
+            if validate_only || config == spec.config {
+                return Ok(());
+            }
+            let altered = TopicSpec { config, ..spec };
+            if cluster
+                .catalog
+                .compare_and_set_topic(mod_revision, &altered)
+                .await
+                .map_err(cluster_error)?
+            {
+                tracing::info!(topic, config = ?altered.config, "altered topic config in the cluster");
+                // The change is stored; a failed read only delays it here until the
+                // catalog watch catches up.
+                if let Err(e) = self.sync().await {
+                    tracing::debug!(error = %e, "reading the catalog after a config change failed; the watch catches up");
+                }
+                return Ok(());
+            }
+            tracing::debug!(
+                topic,
+                "topic changed while its config was altered; trying again"
+            );
+        }
+        Err(BrokerError::Cluster(format!(
+            "topic {topic:?} changed under {ALTER_CONFIG_ATTEMPTS} attempts to alter its config; retry"
+        )))
+    }
+
+    /// `spec`'s config with `ops` applied, if the whole of it is valid for the topic.
+    fn checked_alteration(
+        &self,
+        spec: &TopicSpec,
+        ops: &[ConfigOp],
+    ) -> Result<TopicConfig, BrokerError> {
+        let config = spec.config.altered(ops)?;
+        if idem_proto::internal::is_internal_topic(&spec.name) {
+            spec.config.check_keeps_cleanup_policy(&config)?;
+        }
+        config.check_for_topic(spec.replication_factor, self.settings.max_batch_bytes)?;
+        Ok(config)
+    }
+
+    /// Single node, create lock held: records `spec` in `topics.json`, then gives its
+    /// partitions the new settings.
+    fn store_config_locally(&self, spec: TopicSpec) -> Result<(), BrokerError> {
+        let specs: Vec<TopicSpec> = self
+            .read()
+            .values()
+            .map(|t| {
+                if t.spec.name == spec.name {
+                    spec.clone()
+                } else {
+                    t.spec.clone()
+                }
+            })
+            .collect();
+        write_topics_file(&self.data_dir, &TopicsFile { topics: specs })?;
+        tracing::info!(topic = %spec.name, config = ?spec.config, "altered topic config");
+        let settings = spec.config.resolve(&self.settings.topic_defaults);
+        let hosted: Vec<Arc<Partition>> = match self.write().get_mut(&spec.name) {
+            Some(topic) => {
+                let hosted = topic
+                    .partitions
+                    .iter()
+                    .filter_map(|v| v.local.clone())
+                    .collect();
+                topic.spec = spec;
+                hosted
+            }
+            None => Vec::new(),
+        };
+        for partition in hosted {
+            partition.set_topic_settings(settings.clone());
+        }
+        Ok(())
+    }
+
+    /// Every setting of topic `name` with the value in effect and whether the topic sets
+    /// it, as of the last catalog sync; `None` for an unknown topic.
+    pub fn describe_config(&self, name: &str) -> Option<Vec<ConfigEntry>> {
+        self.read()
+            .get(name)
+            .map(|t| t.spec.described_config(&self.settings.topic_defaults))
     }
 
     /// Reloads the catalog from etcd and opens the partitions this broker is a replica
@@ -677,6 +804,161 @@ fn write_topics_file(data_dir: &Path, file: &TopicsFile) -> Result<(), BrokerErr
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::log::LogConfig;
+    use crate::topic_config::{self, TopicDefaults};
+    use idem_proto::ErrorCode;
+
+    fn single_node(dir: &Path) -> TopicRegistry {
+        let settings = PartitionSettings {
+            log: LogConfig::default(),
+            max_batch_bytes: 1 << 20,
+            producer_id_expiration_ms: 60_000,
+            topic_defaults: TopicDefaults::new(LogConfig::DEFAULT_SEGMENT_BYTES, 1 << 20),
+        };
+        TopicRegistry::open(dir, 0, settings, 100).expect("registry")
+    }
+
+    fn value(registry: &TopicRegistry, topic: &str, key: &str) -> (String, bool) {
+        let entries = registry.describe_config(topic).expect("known topic");
+        let entry = entries.iter().find(|e| e.name == key).expect("listed");
+        (entry.value.clone(), entry.from_topic)
+    }
+
+    fn set(key: &str, value: &str) -> ConfigOp {
+        ConfigOp::Set {
+            key: key.into(),
+            value: value.into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn given_a_single_node_when_a_config_is_altered_then_partitions_act_on_it_and_a_restart_keeps_it(
+    ) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let registry = single_node(dir.path());
+        let config =
+            TopicConfig::from_pairs([(topic_config::RETENTION_MS, "60000")]).expect("valid");
+        registry
+            .create("orders", 2, 1, false, config)
+            .await
+            .expect("create");
+        assert_eq!(
+            value(&registry, "orders", topic_config::RETENTION_MS),
+            ("60000".into(), true)
+        );
+        registry
+            .alter_config(
+                "orders",
+                &[
+                    set(topic_config::MAX_MESSAGE_BYTES, "1000"),
+                    ConfigOp::Delete {
+                        key: topic_config::RETENTION_MS.into(),
+                    },
+                ],
+                false,
+            )
+            .await
+            .expect("alter");
+        let partition = registry.partition("orders", 1).expect("led");
+        assert_eq!(partition.topic_settings().max_message_bytes, 1000);
+        assert!(!value(&registry, "orders", topic_config::RETENTION_MS).1);
+        drop((partition, registry));
+        let reopened = single_node(dir.path());
+        assert_eq!(
+            value(&reopened, "orders", topic_config::MAX_MESSAGE_BYTES),
+            ("1000".into(), true)
+        );
+        let partition = reopened.partition("orders", 0).expect("led");
+        assert_eq!(partition.topic_settings().max_message_bytes, 1000);
+    }
+
+    #[tokio::test]
+    async fn given_a_refused_or_validate_only_alteration_then_nothing_changes() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let registry = single_node(dir.path());
+        registry
+            .create("orders", 1, 1, false, TopicConfig::default())
+            .await
+            .expect("create");
+        let before = registry.describe_config("orders");
+        let file_before = std::fs::read(dir.path().join(TOPICS_FILE)).expect("topics.json");
+        let refusals = [
+            (
+                vec![set(topic_config::SEGMENT_MS, "5"), set("nope", "1")],
+                "nope",
+            ),
+            (
+                vec![set(topic_config::MIN_INSYNC_REPLICAS, "2")],
+                topic_config::MIN_INSYNC_REPLICAS,
+            ),
+            (
+                vec![set(topic_config::MAX_MESSAGE_BYTES, "2000000")],
+                topic_config::MAX_MESSAGE_BYTES,
+            ),
+            (
+                vec![set(topic_config::CLEANUP_POLICY, "compact")],
+                topic_config::CLEANUP_POLICY,
+            ),
+        ];
+        for (ops, key) in refusals {
+            let e = registry
+                .alter_config("orders", &ops, false)
+                .await
+                .expect_err("refused");
+            assert_eq!(e.code(), ErrorCode::InvalidConfig, "{e}");
+            assert!(e.to_string().contains(key), "{e}");
+        }
+        registry
+            .alter_config("orders", &[set(topic_config::SEGMENT_MS, "5")], true)
+            .await
+            .expect("valid");
+        assert_eq!(registry.describe_config("orders"), before);
+        assert_eq!(
+            std::fs::read(dir.path().join(TOPICS_FILE)).expect("topics.json"),
+            file_before
+        );
+        let e = registry
+            .alter_config("missing", &[set(topic_config::SEGMENT_MS, "5")], false)
+            .await
+            .expect_err("unknown");
+        assert_eq!(e.code(), ErrorCode::UnknownTopicOrPartition);
+    }
+
+    #[tokio::test]
+    async fn given_an_internal_topic_then_its_retention_may_change_but_not_its_cleanup_policy() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let registry = single_node(dir.path());
+        let topic = idem_proto::txn::TXN_LOG_TOPIC;
+        registry
+            .create(topic, 1, 1, false, TopicConfig::default())
+            .await
+            .expect("create");
+        registry
+            .alter_config(topic, &[set(topic_config::RETENTION_MS, "-1")], false)
+            .await
+            .expect("retention may change");
+        let e = registry
+            .alter_config(topic, &[set(topic_config::CLEANUP_POLICY, "delete")], false)
+            .await
+            .expect_err("cleanup policy is kept");
+        assert_eq!(e.code(), ErrorCode::InvalidConfig);
+        assert!(e.to_string().contains(topic_config::CLEANUP_POLICY), "{e}");
+    }
+
+    #[tokio::test]
+    async fn given_a_bad_config_at_creation_then_no_topic_is_created() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let registry = single_node(dir.path());
+        let config =
+            TopicConfig::from_pairs([(topic_config::MIN_INSYNC_REPLICAS, "2")]).expect("valid");
+        let e = registry
+            .create("orders", 1, 1, false, config)
+            .await
+            .expect_err("min.insync.replicas above the replication factor");
+        assert_eq!(e.code(), ErrorCode::InvalidConfig);
+        assert!(registry.describe_config("orders").is_none());
+        assert!(!dir.path().join("orders-0").exists());
+    }
 
     #[test]
     fn partition_dirs_parse_back_to_topic_and_index() {

@@ -40,7 +40,7 @@ struct Cli {
 enum Command {
     /// Run one broker with the embedded store in this process (Ctrl-C stops it).
     Dev(dev::DevArgs),
-    /// Create, list, describe and reassign topics.
+    /// Create, list, describe, configure and reassign topics.
     #[command(subcommand)]
     Topic(topic::TopicCommand),
     /// Produce one record per stdin line.

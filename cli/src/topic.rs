@@ -1,9 +1,9 @@
-//! `idem topic create | list | describe | reassign | reassignments`.
+//! `idem topic create | list | describe | alter-config | reassign | reassignments`.
 
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use idem_client::{Admin, NewTopic};
+use idem_client::{Admin, AlterConfigOp, NewTopic};
 
 #[derive(Debug, clap::Subcommand)]
 pub enum TopicCommand {
@@ -19,6 +19,10 @@ pub enum TopicCommand {
         /// partition comes back sooner and loses what only the ISR had.
         #[arg(long)]
         unclean_leader_election: bool,
+        /// A setting of the topic, `key=value` (e.g. `retention.ms=86400000`),
+        /// repeated for several; the rest follow the broker's defaults.
+        #[arg(long = "config", value_name = "KEY=VALUE")]
+        configs: Vec<String>,
     },
     /// List topic names (internal ones, such as `__transaction_state`, with
     /// --internal).
@@ -28,8 +32,23 @@ pub enum TopicCommand {
         internal: bool,
     },
     /// Partitions of a topic with leader, replicas, ISR and offsets (and, for a
-    /// partition being moved, the replicas joining and leaving).
+    /// partition being moved, the replicas joining and leaving), then its settings.
     Describe { name: String },
+    /// Change a topic's settings: every --set and --delete is applied together, or
+    /// none is (an unknown key or bad value is refused by name).
+    AlterConfig {
+        name: String,
+        /// Set `key=value` on the topic (repeatable).
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        set: Vec<String>,
+        /// Remove the topic's own value of `key`: the broker's default applies again
+        /// (repeatable).
+        #[arg(long = "delete", value_name = "KEY")]
+        delete: Vec<String>,
+        /// Only check the change; change nothing.
+        #[arg(long)]
+        validate_only: bool,
+    },
     /// Move partitions to other brokers: `--partition P --replicas 2,3,4`, repeated
     /// for several partitions. New replicas copy the log, join the ISR, then the old
     /// ones are dropped and delete their copy; producers and consumers keep going.
@@ -62,6 +81,7 @@ pub async fn run(bootstrap: &str, command: TopicCommand) -> anyhow::Result<()> {
             partitions,
             replication_factor,
             unclean_leader_election,
+            configs,
         } => {
             admin
                 .create_topic_with(NewTopic {
@@ -69,6 +89,10 @@ pub async fn run(bootstrap: &str, command: TopicCommand) -> anyhow::Result<()> {
                     partitions,
                     replication_factor,
                     unclean_leader_election,
+                    configs: configs
+                        .iter()
+                        .map(|pair| key_value("--config", pair))
+                        .collect::<anyhow::Result<_>>()?,
                 })
                 .await
                 .with_context(|| format!("creating topic {name:?}"))?;
@@ -129,6 +153,32 @@ pub async fn run(bootstrap: &str, command: TopicCommand) -> anyhow::Result<()> {
                         or_none(&p.removing_replicas)
                     );
                 }
+            }
+            let configs = admin
+                .describe_configs(&name)
+                .await
+                .with_context(|| format!("describing the configs of {name:?}"))?;
+            println!("configs:");
+            for c in configs {
+                let default = if c.is_default { " (default)" } else { "" };
+                println!("  {}={}{default}", c.name, c.value);
+            }
+        }
+        TopicCommand::AlterConfig {
+            name,
+            set,
+            delete,
+            validate_only,
+        } => {
+            let ops = config_ops(&set, &delete)?;
+            admin
+                .alter_configs(&name, &ops, validate_only)
+                .await
+                .with_context(|| format!("altering the configs of {name:?}"))?;
+            if validate_only {
+                println!("the config change of {name} is valid (nothing changed)");
+            } else {
+                println!("altered the configs of {name}");
             }
         }
         TopicCommand::Reassign {
@@ -216,6 +266,29 @@ fn reassignment_plan(
         .collect()
 }
 
+/// `key=value` of a flag, split at the first `=`.
+fn key_value(flag: &str, pair: &str) -> anyhow::Result<(String, String)> {
+    match pair.split_once('=') {
+        Some((key, value)) if !key.trim().is_empty() => {
+            Ok((key.trim().to_string(), value.to_string()))
+        }
+        _ => anyhow::bail!("{flag} {pair:?}: expected KEY=VALUE"),
+    }
+}
+
+/// The operations of `alter-config`: every --set, then every --delete.
+fn config_ops(set: &[String], delete: &[String]) -> anyhow::Result<Vec<AlterConfigOp>> {
+    if set.is_empty() && delete.is_empty() {
+        anyhow::bail!("nothing to change: give --set KEY=VALUE or --delete KEY");
+    }
+    let mut ops = set
+        .iter()
+        .map(|pair| key_value("--set", pair).map(|(k, v)| AlterConfigOp::set(&k, &v)))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    ops.extend(delete.iter().map(|key| AlterConfigOp::delete(key.trim())));
+    Ok(ops)
+}
+
 /// Polls until none of `partitions` of `topic` is being moved.
 async fn wait_for_moves(
     admin: &Admin,
@@ -285,5 +358,25 @@ mod tests {
         assert_eq!(plan, vec![(0, vec![2, 3, 4]), (2, vec![4, 1])]);
         assert!(reassignment_plan(&[0], &[]).is_err());
         assert!(reassignment_plan(&[0], &["2,x".into()]).is_err());
+    }
+
+    #[test]
+    fn given_set_and_delete_flags_then_they_become_ops_and_a_pair_without_equals_is_refused() {
+        let ops = config_ops(
+            &["retention.ms=1000".into(), "x=a=b".into()],
+            &["segment.ms".into()],
+        )
+        .expect("ops");
+        assert_eq!(
+            ops,
+            vec![
+                AlterConfigOp::set("retention.ms", "1000"),
+                AlterConfigOp::set("x", "a=b"),
+                AlterConfigOp::delete("segment.ms"),
+            ]
+        );
+        assert!(config_ops(&["retention.ms".into()], &[]).is_err());
+        assert!(config_ops(&["=5".into()], &[]).is_err());
+        assert!(config_ops(&[], &[]).is_err());
     }
 }

@@ -4,8 +4,10 @@
 //! exactly what the broker decided; `metadata` asks any broker; `list_offsets` asks the
 //! partition's leader and retries only answers that were lost or came from a broker
 //! that no longer leads (after refreshing the metadata). Transactions: see
-//! [`transactions`]; moving partitions between brokers: [`reassignments`].
+//! [`transactions`]; moving partitions between brokers: [`reassignments`]; topic
+//! settings: [`configs`].
 
+pub mod configs;
 pub mod reassignments;
 pub mod transactions;
 pub mod txn_log_slices;
@@ -15,7 +17,7 @@ use crate::error::ClientError;
 use crate::metadata::ClusterMetadata;
 use crate::types::Isolation;
 pub use crate::types::OffsetSpec;
-use idem_proto::v1::{CreatableTopic, CreateTopicsRequest};
+use idem_proto::v1::{ConfigEntry, CreatableTopic, CreateTopicsRequest};
 
 /// A topic to create.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,6 +28,35 @@ pub struct NewTopic {
     pub replication_factor: i32,
     /// Let an out-of-ISR replica lead when the whole ISR is gone (may lose data).
     pub unclean_leader_election: bool,
+    /// Topic settings `(key, value)` overriding the broker's defaults, e.g.
+    /// `("retention.ms", "86400000")` (docs/operations.md, "Topic configs").
+    pub configs: Vec<(String, String)>,
+}
+
+impl NewTopic {
+    /// `partitions` partitions with the cluster's default replication factor, no
+    /// unclean leader election and no config of its own.
+    pub fn new(name: &str, partitions: i32) -> NewTopic {
+        NewTopic {
+            name: name.to_string(),
+            partitions,
+            replication_factor: 0,
+            unclean_leader_election: false,
+            configs: Vec::new(),
+        }
+    }
+
+    pub fn replication_factor(mut self, replication_factor: i32) -> NewTopic {
+        self.replication_factor = replication_factor;
+        self
+    }
+
+    /// Overrides one setting (validated by the broker: an unknown key or a bad value
+    /// is `INVALID_CONFIG` and nothing is created).
+    pub fn config(mut self, key: &str, value: &str) -> NewTopic {
+        self.configs.push((key.to_string(), value.to_string()));
+        self
+    }
 }
 
 /// Administrative client.
@@ -56,16 +87,14 @@ impl Admin {
         partitions: i32,
         replication_factor: i32,
     ) -> Result<(), ClientError> {
-        self.create_topic_with(NewTopic {
-            name: name.to_string(),
-            partitions,
-            replication_factor,
-            unclean_leader_election: false,
-        })
+        self.create_topic_with(
+            NewTopic::new(name, partitions).replication_factor(replication_factor),
+        )
         .await
     }
 
-    /// Creates a topic with every setting spelled out.
+    /// Creates a topic with every setting spelled out. A refused config is
+    /// `Broker { code: INVALID_CONFIG, .. }` naming the key, and nothing is created.
     pub async fn create_topic_with(&self, topic: NewTopic) -> Result<(), ClientError> {
         let name = topic.name.clone();
         let mut client = self.conn.client();
@@ -79,6 +108,11 @@ impl Admin {
                     unclean_leader_election: topic.unclean_leader_election,
                     // Clients never create internal topics.
                     coordinator_id: None,
+                    configs: topic
+                        .configs
+                        .into_iter()
+                        .map(|(name, value)| ConfigEntry { name, value })
+                        .collect(),
                 }],
             }))
             .await?;

@@ -63,6 +63,7 @@ mod retry;
 pub mod transactional;
 pub mod types;
 
+pub use admin::configs::{AlterConfigOp, TopicConfigEntry};
 pub use admin::reassignments::PartitionReassignment;
 pub use admin::transactions::{
     HangingReason, HangingTransaction, OpenTransaction, PendingEnd, TopicPartition,

@@ -212,6 +212,20 @@ impl Broker for Fake {
     ) -> Result<Response<idem_proto::v1::ListPartitionReassignmentsResponse>, Status> {
         Err(Status::unimplemented("list_partition_reassignments"))
     }
+
+    async fn describe_configs(
+        &self,
+        _: Request<idem_proto::v1::DescribeConfigsRequest>,
+    ) -> Result<Response<idem_proto::v1::DescribeConfigsResponse>, Status> {
+        Err(Status::unimplemented("describe_configs"))
+    }
+
+    async fn incremental_alter_configs(
+        &self,
+        _: Request<idem_proto::v1::IncrementalAlterConfigsRequest>,
+    ) -> Result<Response<idem_proto::v1::IncrementalAlterConfigsResponse>, Status> {
+        Err(Status::unimplemented("incremental_alter_configs"))
+    }
 }
 
 #[tonic::async_trait]

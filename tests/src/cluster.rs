@@ -425,6 +425,7 @@ impl Cluster {
             replication_factor,
             unclean_leader_election: false,
             coordinator_id: None,
+            configs: Vec::new(),
         })
         .await;
     }

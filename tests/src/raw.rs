@@ -47,6 +47,7 @@ pub async fn create_topic_rf(
                 replication_factor,
                 unclean_leader_election: false,
                 coordinator_id: None,
+                configs: Vec::new(),
             }],
         })
         .await

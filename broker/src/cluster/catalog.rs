@@ -15,7 +15,8 @@
 //! chunks guarded by the topic key's `mod_revision` (etcd caps operations per
 //! transaction), then flips the topic to `ready` by compare-and-swap: readers see a topic
 //! only once it is ready, so never half of one. Every later change of a partition key is
-//! a compare-and-swap on its own `mod_revision`.
+//! a compare-and-swap on its own `mod_revision`, and so is a change of a ready topic's
+//! spec (its config) on the topic key's.
 
 use std::collections::BTreeMap;
 
@@ -239,6 +240,48 @@ impl EtcdCatalog {
         Ok(bounded("update partition", client.txn(swap))
             .await?
             .succeeded())
+    }
+
+    /// A ready topic's spec with its key's `mod_revision` (for
+    /// [`EtcdCatalog::compare_and_set_topic`]); `None` when there is no ready topic of
+    /// that name.
+    pub async fn read_topic(&self, name: &str) -> Result<Option<(TopicSpec, i64)>, CatalogError> {
+        let key = self.topic_key(name);
+        let mut client = self.client.clone();
+        let answer = bounded("read topic", client.get(key.as_str(), None)).await?;
+        let Some(kv) = answer.kvs().first() else {
+            return Ok(None);
+        };
+        let record: TopicRecord = decode(&key, kv.value())?;
+        Ok((record.status == TopicStatus::Ready).then_some((record.spec, kv.mod_revision())))
+    }
+
+    /// Replaces a ready topic's spec if its key is still at `mod_revision` (as
+    /// [`EtcdCatalog::read_topic`] returned it); `false` when someone changed it first
+    /// (nothing written). Partition keys are left alone: the spec's name, partition
+    /// count and replication factor are the caller's to keep.
+    pub async fn compare_and_set_topic(
+        &self,
+        mod_revision: i64,
+        spec: &TopicSpec,
+    ) -> Result<bool, CatalogError> {
+        let key = self.topic_key(&spec.name);
+        let value = encode(
+            &key,
+            &TopicRecord {
+                spec: spec.clone(),
+                status: TopicStatus::Ready,
+            },
+        )?;
+        let swap = Txn::new()
+            .when([Compare::mod_revision(
+                key.as_str(),
+                CompareOp::Equal,
+                mod_revision,
+            )])
+            .and_then([TxnOp::put(key.as_str(), value.as_str(), None)]);
+        let mut client = self.client.clone();
+        Ok(bounded("update topic", client.txn(swap)).await?.succeeded())
     }
 
     /// One partition of a ready topic with the topic's spec, read at one revision;

@@ -1,11 +1,14 @@
 //! The cluster's description and administration: Metadata (brokers, partitions,
-//! coordinators), CreateTopics, ListOffsets, and partition reassignment (start one,
-//! list those under way).
+//! coordinators), CreateTopics, ListOffsets, partition reassignment (start one, list
+//! those under way), and topic configs (DescribeConfigs, IncrementalAlterConfigs).
 
 use idem_proto::txn::TXN_LOG_TOPIC;
 use idem_proto::v1::{
-    AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, BrokerInfo,
-    CoordinatorInfo, CreateTopicResult, CreateTopicsRequest, CreateTopicsResponse, IsolationLevel,
+    AlterConfigsResult, AlterConfigsTopic, AlterPartitionReassignmentsRequest,
+    AlterPartitionReassignmentsResponse, BrokerInfo, ConfigOpType, ConfigSource, CoordinatorInfo,
+    CreatableTopic, CreateTopicResult, CreateTopicsRequest, CreateTopicsResponse,
+    DescribeConfigsRequest, DescribeConfigsResponse, DescribeConfigsResult, DescribedConfig,
+    IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, IsolationLevel,
     ListOffsetsPartitionResponse, ListOffsetsRequest, ListOffsetsResponse,
     ListOffsetsTopicResponse, ListPartitionReassignmentsRequest,
     ListPartitionReassignmentsResponse, MetadataRequest, MetadataResponse,
@@ -20,7 +23,30 @@ use super::BrokerService;
 use crate::cluster::reassignment_request::alter_reassignment;
 use crate::error::BrokerError;
 use crate::internal_topics;
+use crate::topic_config::{ConfigOp, TopicConfig};
 use crate::topics::PartitionView;
+
+/// The operations of one topic of IncrementalAlterConfigs; an operation type this
+/// broker does not know (APPEND, SUBTRACT) is INVALID_REQUEST.
+fn config_ops(topic: &AlterConfigsTopic) -> Result<Vec<ConfigOp>, BrokerError> {
+    topic
+        .configs
+        .iter()
+        .map(|c| match ConfigOpType::try_from(c.op) {
+            Ok(ConfigOpType::Set) => Ok(ConfigOp::Set {
+                key: c.name.clone(),
+                value: c.value.clone(),
+            }),
+            Ok(ConfigOpType::Delete) => Ok(ConfigOp::Delete {
+                key: c.name.clone(),
+            }),
+            Err(_) => Err(BrokerError::InvalidRequest(format!(
+                "config {:?}: operation {} is not supported (0 = SET, 1 = DELETE)",
+                c.name, c.op
+            ))),
+        })
+        .collect()
+}
 
 /// `ListOffsets` timestamp asking for the log start offset.
 pub const EARLIEST_TIMESTAMP: i64 = -2;
@@ -93,19 +119,7 @@ impl BrokerService {
     ) -> CreateTopicsResponse {
         let mut results = Vec::new();
         for topic in request.topics {
-            let result = match internal_topics::check_create(&topic.name, topic.coordinator_id) {
-                Ok(()) => {
-                    self.topics
-                        .create(
-                            &topic.name,
-                            topic.num_partitions,
-                            topic.replication_factor,
-                            topic.unclean_leader_election,
-                        )
-                        .await
-                }
-                Err(e) => Err(e),
-            };
+            let result = self.create_topic(&topic).await;
             let (error_code, error_message) = match result {
                 Ok(()) => (ErrorCode::None, String::new()),
                 Err(e) => (e.code(), e.to_string()),
@@ -117,6 +131,94 @@ impl BrokerService {
             });
         }
         CreateTopicsResponse { topics: results }
+    }
+
+    async fn create_topic(&self, topic: &CreatableTopic) -> Result<(), BrokerError> {
+        internal_topics::check_create(&topic.name, topic.coordinator_id)?;
+        let config = TopicConfig::from_pairs(
+            topic
+                .configs
+                .iter()
+                .map(|c| (c.name.as_str(), c.value.as_str())),
+        )?;
+        self.topics
+            .create(
+                &topic.name,
+                topic.num_partitions,
+                topic.replication_factor,
+                topic.unclean_leader_election,
+                config,
+            )
+            .await
+    }
+
+    pub(super) fn serve_describe_configs(
+        &self,
+        request: DescribeConfigsRequest,
+    ) -> DescribeConfigsResponse {
+        let topics = request
+            .topics
+            .into_iter()
+            .map(|topic| match self.topics.describe_config(&topic) {
+                Some(entries) => DescribeConfigsResult {
+                    topic,
+                    error_code: ErrorCode::None as i32,
+                    error_message: String::new(),
+                    configs: entries
+                        .into_iter()
+                        .map(|e| DescribedConfig {
+                            name: e.name,
+                            value: e.value,
+                            source: if e.from_topic {
+                                ConfigSource::TopicConfig
+                            } else {
+                                ConfigSource::DefaultConfig
+                            } as i32,
+                        })
+                        .collect(),
+                },
+                None => {
+                    let e = BrokerError::UnknownTopic(topic.clone());
+                    DescribeConfigsResult {
+                        topic,
+                        error_code: e.code() as i32,
+                        error_message: e.to_string(),
+                        configs: Vec::new(),
+                    }
+                }
+            })
+            .collect();
+        DescribeConfigsResponse { topics }
+    }
+
+    pub(super) async fn serve_incremental_alter_configs(
+        &self,
+        request: IncrementalAlterConfigsRequest,
+    ) -> IncrementalAlterConfigsResponse {
+        let mut topics = Vec::with_capacity(request.topics.len());
+        for wanted in request.topics {
+            let result = match config_ops(&wanted) {
+                Ok(ops) => {
+                    self.topics
+                        .alter_config(&wanted.topic, &ops, request.validate_only)
+                        .await
+                }
+                Err(e) => Err(e),
+            };
+            let (error_code, error_message) = match result {
+                Ok(()) => (ErrorCode::None, String::new()),
+                Err(e) => {
+                    tracing::info!(topic = %wanted.topic, error = %e, "refused a topic config change");
+                    (e.code(), e.to_string())
+                }
+            };
+            topics.push(AlterConfigsResult {
+                topic: wanted.topic,
+                error_code: error_code as i32,
+                error_message,
+            });
+        }
+        IncrementalAlterConfigsResponse { topics }
     }
 
     pub(super) fn serve_list_offsets(&self, request: ListOffsetsRequest) -> ListOffsetsResponse {

@@ -10,12 +10,14 @@ use idem_pidstore::ProducerIdManager;
 use idem_proto::v1::broker_server::Broker;
 use idem_proto::v1::{
     AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, CreateTopicsRequest,
-    CreateTopicsResponse, FetchRequest, FetchResponse, FindCoordinatorRequest,
-    FindCoordinatorResponse, InitProducerIdRequest, InitProducerIdResponse, ListOffsetsRequest,
-    ListOffsetsResponse, ListOpenTransactionsRequest, ListOpenTransactionsResponse,
-    ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse, MetadataRequest,
-    MetadataResponse, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, ProduceRequest,
-    ProduceResponse, WriteTxnMarkersRequest, WriteTxnMarkersResponse,
+    CreateTopicsResponse, DescribeConfigsRequest, DescribeConfigsResponse, FetchRequest,
+    FetchResponse, FindCoordinatorRequest, FindCoordinatorResponse, IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse, InitProducerIdRequest, InitProducerIdResponse,
+    ListOffsetsRequest, ListOffsetsResponse, ListOpenTransactionsRequest,
+    ListOpenTransactionsResponse, ListPartitionReassignmentsRequest,
+    ListPartitionReassignmentsResponse, MetadataRequest, MetadataResponse,
+    OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, ProduceRequest, ProduceResponse,
+    WriteTxnMarkersRequest, WriteTxnMarkersResponse,
 };
 use tonic::{Request, Response, Status};
 
@@ -206,6 +208,25 @@ impl Broker for BrokerService {
     ) -> Result<Response<ListPartitionReassignmentsResponse>, Status> {
         Ok(Response::new(
             self.serve_list_partition_reassignments(request.into_inner()),
+        ))
+    }
+
+    async fn describe_configs(
+        &self,
+        request: Request<DescribeConfigsRequest>,
+    ) -> Result<Response<DescribeConfigsResponse>, Status> {
+        Ok(Response::new(
+            self.serve_describe_configs(request.into_inner()),
+        ))
+    }
+
+    async fn incremental_alter_configs(
+        &self,
+        request: Request<IncrementalAlterConfigsRequest>,
+    ) -> Result<Response<IncrementalAlterConfigsResponse>, Status> {
+        Ok(Response::new(
+            self.serve_incremental_alter_configs(request.into_inner())
+                .await,
         ))
     }
 }

@@ -39,7 +39,10 @@ async fn broker(coordinator: Option<&str>) -> Broker {
         ),
     };
     let topics = TopicRegistry::open(dir.path(), 0, settings, 100).expect("registry");
-    topics.create("orders", 2, 1, false).await.expect("create");
+    topics
+        .create("orders", 2, 1, false, Default::default())
+        .await
+        .expect("create");
     let store = SledPidStore::open(dir.path().join("pidstore")).expect("pid store");
     let producer_ids = Arc::new(ProducerIdManager::new(Arc::new(store), 0));
     let service = BrokerService::new(
@@ -226,7 +229,7 @@ async fn given_a_coordinator_flag_then_it_answers_for_every_id_with_the_local_pa
 
     b.service
         .topics
-        .create(TXN_LOG_TOPIC, 8, 1, false)
+        .create(TXN_LOG_TOPIC, 8, 1, false, Default::default())
         .await
         .expect("the internal topic is a valid name");
     let found = find(&b, "orders-app").await;
@@ -400,7 +403,7 @@ async fn given_the_transaction_log_when_a_client_writes_it_then_invalid_topic_an
         let service = b.service.with_null_produce(null_produce);
         service
             .topics
-            .create(TXN_LOG_TOPIC, 2, 1, false)
+            .create(TXN_LOG_TOPIC, 2, 1, false, Default::default())
             .await
             .expect("created as the coordinator would");
         // The probe of issue 21: a plain batch, then an idempotent one.
@@ -418,7 +421,7 @@ async fn given_the_coordinator_writer_when_it_declares_its_epoch_then_its_append
     let b = broker(Some("127.0.0.1:9094")).await;
     b.service
         .topics
-        .create(TXN_LOG_TOPIC, 2, 1, false)
+        .create(TXN_LOG_TOPIC, 2, 1, false, Default::default())
         .await
         .expect("created");
     let ours = produce_to(&b.service, TXN_LOG_TOPIC, writer_batch(9, 3, 0), Some(3)).await;
@@ -458,7 +461,7 @@ async fn given_an_internal_topic_when_markers_are_written_to_it_then_invalid_top
     let b = broker(Some("127.0.0.1:9094")).await;
     b.service
         .topics
-        .create(TXN_LOG_TOPIC, 1, 1, false)
+        .create(TXN_LOG_TOPIC, 1, 1, false, Default::default())
         .await
         .expect("created");
     let results = write(&b, markers(ControlType::Begin, 0, &[(TXN_LOG_TOPIC, 0)])).await;
@@ -488,6 +491,7 @@ fn creatable(name: &str, replication_factor: i32, coordinator_id: Option<i32>) -
         replication_factor,
         unclean_leader_election: false,
         coordinator_id,
+        configs: Vec::new(),
     }
 }
 

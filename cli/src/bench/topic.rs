@@ -40,12 +40,7 @@ async fn create(
         .await
         .with_context(|| format!("connecting to {bootstrap}"))?;
     admin
-        .create_topic_with(NewTopic {
-            name: name.to_string(),
-            partitions,
-            replication_factor,
-            unclean_leader_election: false,
-        })
+        .create_topic_with(NewTopic::new(name, partitions).replication_factor(replication_factor))
         .await
         .with_context(|| format!("creating topic {name:?}"))?;
     let deadline = Instant::now() + READY_WITHIN;

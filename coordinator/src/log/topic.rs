@@ -43,6 +43,7 @@ pub async fn ensure_topic(
             replication_factor: replication_factor(metadata.brokers.len()),
             unclean_leader_election: false,
             coordinator_id: Some(coordinator_id),
+            configs: Vec::new(),
         }],
     };
     let response = conn

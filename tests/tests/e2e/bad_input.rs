@@ -234,6 +234,7 @@ async fn given_invalid_topic_specs_when_created_then_refused_and_no_topic_appear
                     replication_factor,
                     unclean_leader_election: false,
                     coordinator_id: None,
+                    configs: Vec::new(),
                 }],
             })
             .await

@@ -163,6 +163,7 @@ async fn given_bad_replication_factors_or_a_taken_name_then_creation_is_refused_
                     replication_factor: factor,
                     unclean_leader_election: false,
                     coordinator_id: None,
+                    configs: Vec::new(),
                 }],
             })
             .await

@@ -113,6 +113,7 @@ async fn given_a_client_when_it_writes_the_transaction_log_then_invalid_topic_an
                 replication_factor: 1,
                 unclean_leader_election: false,
                 coordinator_id: None,
+                configs: Vec::new(),
             }],
         })
         .await

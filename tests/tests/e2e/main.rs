@@ -22,6 +22,7 @@ mod reassignment;
 mod replication;
 mod retention;
 mod storage;
+mod topic_config;
 mod transactions;
 mod unclean_election;
 mod wide_topics;

@@ -26,6 +26,7 @@ async fn given_the_whole_isr_gone_then_only_a_topic_that_enables_unclean_electio
                 replication_factor: 2,
                 unclean_leader_election: true,
                 coordinator_id: None,
+                configs: Vec::new(),
             })
             .await;
         if cluster.leader_of(&name, 0).await.leader_id == clean.leader_id {
