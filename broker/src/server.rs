@@ -98,7 +98,7 @@ impl BoundBroker {
             stop_on_failure.clone(),
         )?;
         let failed = stop_on_failure.drop_guard();
-        let membership = join_cluster(&config, local_addr).await?;
+        let membership = join_cluster(&config, local_addr, &shutdown).await?;
         let topics = match &membership {
             None => TopicRegistry::open(
                 &config.data_dir,
@@ -257,6 +257,7 @@ fn advertised_address(config: &BrokerConfig, local_addr: SocketAddr) -> String {
 async fn join_cluster(
     config: &BrokerConfig,
     local_addr: SocketAddr,
+    shutdown: &CancellationToken,
 ) -> Result<Option<Arc<Membership>>, ServerError> {
     if config.etcd_endpoints.is_empty() {
         return Ok(None);
@@ -272,7 +273,7 @@ async fn join_cluster(
         prefix: config.etcd_prefix.clone(),
         lease_ttl: Duration::from_millis(config.lease_ttl_ms),
     };
-    let membership = Membership::join(&membership_config, me).await?;
+    let membership = Membership::join(&membership_config, me, shutdown).await?;
     Ok(Some(Arc::new(membership)))
 }
 
