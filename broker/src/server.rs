@@ -217,6 +217,7 @@ impl BoundBroker {
         }
         tracing::info!(broker_id = config.broker_id, address = %advertised, data_dir = %config.data_dir.display(), "broker serving");
         let flush = async {
+            topics.stop_following().await;
             for partition in topics.all_partitions() {
                 if let Err(e) = partition.shutdown() {
                     tracing::error!(topic = partition.topic(), partition = partition.index(), error = %e, "clean shutdown failed");
