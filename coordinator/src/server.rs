@@ -92,6 +92,7 @@ impl BoundCoordinator {
                         lease_ttl: Duration::from_millis(config.lease_ttl_ms),
                     },
                     pids.clone(),
+                    &shutdown,
                 )
                 .await?
             }
