@@ -250,6 +250,8 @@ impl Ownership for SoloOwnership {
 mod tests {
     use std::sync::atomic::{AtomicI64, Ordering};
 
+    use idem_runtime::shutdown::{CancellationToken, Duties};
+
     use super::*;
     use crate::producer_ids::ProducerIdSource;
 
@@ -265,12 +267,13 @@ mod tests {
         let ownership =
             Arc::new(SoloOwnership::open(0, "127.0.0.1:1".into(), dir, pids).expect("opens"));
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let run = tokio::spawn(ownership.clone().run(3, tx));
+        let run = Duties::under(&CancellationToken::new());
+        run.spawn("solo ownership", ownership.clone().run(3, tx));
         let mut claims = Vec::new();
         for _ in 0..3 {
             claims.push(rx.recv().await.expect("claim"));
         }
-        run.abort();
+        run.stop().await;
         claims
     }
 
@@ -317,7 +320,8 @@ mod tests {
             .expect("opens"),
         );
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let run = tokio::spawn(ownership.clone().run(2, tx));
+        let run = Duties::under(&CancellationToken::new());
+        run.spawn("solo ownership", ownership.clone().run(2, tx));
         let first = rx.recv().await.expect("claim");
         rx.recv().await.expect("claim");
         ownership.release(first.partition, 1).await;
@@ -333,7 +337,7 @@ mod tests {
                 coordinator_epoch: 2
             })
         );
-        run.abort();
+        run.stop().await;
     }
 
     #[test]
