@@ -99,7 +99,7 @@ impl BoundBroker {
             stop_on_failure.clone(),
         )?;
         let failed = stop_on_failure.drop_guard();
-        let membership = join_cluster(&config, local_addr).await?;
+        let membership = join_cluster(&config, local_addr, &shutdown).await?;
         let topics = match &membership {
             None => TopicRegistry::open(
                 &config.data_dir,
@@ -218,6 +218,7 @@ impl BoundBroker {
         }
         tracing::info!(broker_id = config.broker_id, address = %advertised, data_dir = %config.data_dir.display(), "broker serving");
         let flush = async {
+            topics.stop_following().await;
             for partition in topics.all_partitions() {
                 if let Err(e) = partition.shutdown() {
                     tracing::error!(topic = partition.topic(), partition = partition.index(), error = %e, "clean shutdown failed");
@@ -258,6 +259,7 @@ fn advertised_address(config: &BrokerConfig, local_addr: SocketAddr) -> String {
 async fn join_cluster(
     config: &BrokerConfig,
     local_addr: SocketAddr,
+    shutdown: &CancellationToken,
 ) -> Result<Option<Arc<Membership>>, ServerError> {
     if config.etcd_endpoints.is_empty() {
         return Ok(None);
@@ -273,7 +275,7 @@ async fn join_cluster(
         prefix: config.etcd_prefix.clone(),
         lease_ttl: Duration::from_millis(config.lease_ttl_ms),
     };
-    let membership = Membership::join(&membership_config, me).await?;
+    let membership = Membership::join(&membership_config, me, shutdown).await?;
     Ok(Some(Arc::new(membership)))
 }
 

@@ -692,6 +692,17 @@ impl TopicRegistry {
         self.cluster.is_some()
     }
 
+    /// Stops every replica fetcher and waits until each returned (a clean stop, before
+    /// the partitions are flushed): nothing is appended to a followed partition after.
+    pub async fn stop_following(&self) {
+        let stopped = self
+            .fetchers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .stop();
+        stopped.await;
+    }
+
     /// Every partition hosted here, led or not.
     pub fn all_partitions(&self) -> Vec<Arc<Partition>> {
         self.read()

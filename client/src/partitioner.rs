@@ -4,6 +4,8 @@
 //! without a key stick to one partition until about one batch worth of bytes went
 //! there, then move to the next, so null-key traffic still forms full batches.
 
+use crate::error::ClientError;
+
 /// Kafka's seed for murmur2 (`Utils.murmur2`).
 const SEED: u32 = 0x9747_b28c;
 const M: u32 = 0x5bd1_e995;
@@ -66,6 +68,26 @@ impl TopicPartitioners {
             batch_size,
             seed: std::collections::hash_map::RandomState::new(),
             by_topic: std::sync::Mutex::new(std::collections::HashMap::new()),
+        }
+    }
+
+    /// The partition a record of `topic` (of `count`) goes to: the one it `named`, if
+    /// the topic has it, else the one chosen for its `key` and `size`.
+    pub(crate) fn partition_for(
+        &self,
+        topic: &str,
+        named: Option<i32>,
+        key: Option<&[u8]>,
+        size: usize,
+        count: i32,
+    ) -> Result<i32, ClientError> {
+        match named {
+            Some(p) if (0..count).contains(&p) => Ok(p),
+            Some(p) => Err(ClientError::UnknownTopic {
+                topic: topic.to_string(),
+                partition: Some(p),
+            }),
+            None => Ok(self.choose(topic, key, size, count)),
         }
     }
 

@@ -37,8 +37,8 @@ pub enum CoordinatorError {
     },
     #[error("broker connection: {0}")]
     Client(#[from] ClientError),
-    #[error("etcd {what} failed: {message}")]
-    Etcd { what: &'static str, message: String },
+    #[error(transparent)]
+    Etcd(#[from] idem_runtime::etcd_call::EtcdCallError),
     #[error("producer ids: {0}")]
     ProducerIds(String),
     #[error("{}: {source}", path.display())]

@@ -21,6 +21,7 @@ pub mod error;
 pub mod log;
 pub mod ownership;
 pub mod producer_ids;
+mod retry;
 pub mod server;
 pub mod service;
 pub mod txn;

@@ -9,6 +9,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use backon::Retryable;
 use idem_client::Connection;
 use idem_pidstore::{EtcdPidStore, PidBlockStore, ProducerIdManager};
 use idem_proto::v1::txn_coordinator_server::TxnCoordinatorServer;
@@ -28,6 +29,7 @@ use crate::ownership::etcd::{EtcdOwnership, EtcdOwnershipConfig};
 use crate::ownership::solo::SoloOwnership;
 use crate::ownership::Ownership;
 use crate::producer_ids::{BrokerProducerIds, SharedProducerIds};
+use crate::retry;
 use crate::service::TxnCoordinatorService;
 
 /// How often health looks at the slices and the lease: the lease is a clock compared
@@ -92,6 +94,7 @@ impl BoundCoordinator {
                         lease_ttl: Duration::from_millis(config.lease_ttl_ms),
                     },
                     pids.clone(),
+                    &shutdown,
                 )
                 .await?
             }
@@ -192,15 +195,19 @@ async fn report_health(core: Arc<Coordinator>, ownership: Arc<dyn Ownership>, he
 
 /// Creates (or finds) the transaction log, then hands every claim to the core.
 async fn follow_ownership(core: Arc<Coordinator>, ownership: Arc<dyn Ownership>, partitions: i32) {
-    let mut backoff = Duration::from_millis(100);
-    let partitions = loop {
-        match ensure_topic(core.connection(), partitions, core.coordinator_id()).await {
-            Ok(n) => break n,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot set up the transaction log yet; retrying");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(2));
-            }
+    let set_up = (|| ensure_topic(core.connection(), partitions, core.coordinator_id()))
+        .retry(retry::until_done())
+        .notify(|e, _| {
+            tracing::warn!(error = %e, "cannot set up the transaction log yet; retrying");
+        })
+        .await;
+    // Retried without a limit: an error here is one backon gave up on, which it never
+    // does; say so rather than run without a log.
+    let partitions = match set_up {
+        Ok(n) => n,
+        Err(e) => {
+            tracing::error!(error = %e, "gave up setting up the transaction log");
+            return;
         }
     };
     core.set_partition_count(partitions);

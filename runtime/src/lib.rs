@@ -11,6 +11,9 @@
 //! - [`stop`]: the graceful stop sequence;
 //! - [`etcd_call`], [`lease`]: etcd calls with a deadline, and telling an expired lease
 //!   from an unreachable etcd;
+//! - [`lease_keeper`], [`until_deleted`]: holding an etcd lease (kept alive, its loss
+//!   reported, revoked on a stop), and waiting for another holder's key to go;
+//! - [`logging`]: where a server's logs go (stderr, filtered by `IDEM_LOG`);
 //! - [`log_limit`]: a limit on how often a repeating failure is logged;
 //! - [`atomic_file`], [`clock`]: replacing a file crash-safely, and the wall clock;
 //! - [`config_error`]: a setting refused at start, naming its flag.
@@ -23,6 +26,9 @@ pub mod etcd_call;
 pub mod grpc_server;
 pub mod health;
 pub mod lease;
+pub mod lease_keeper;
 pub mod log_limit;
+pub mod logging;
 pub mod shutdown;
 pub mod stop;
+pub mod until_deleted;

@@ -97,6 +97,21 @@ impl Duties {
         self.tracker.spawn(start(self.token.child_token()));
     }
 
+    /// [`Duties::spawn_cooperative`], returning the duty's own token: cancelling it
+    /// stops this duty alone (a fetcher whose leader is followed no more), and
+    /// [`Duties::stop`] still waits for it.
+    pub fn spawn_stoppable<F>(
+        &self,
+        start: impl FnOnce(CancellationToken) -> F,
+    ) -> CancellationToken
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let own = self.token.child_token();
+        self.tracker.spawn(start(own.clone()));
+        own
+    }
+
     /// Cancels every duty and waits until all returned.
     pub async fn stop(&self) {
         self.token.cancel();
@@ -131,6 +146,17 @@ mod tests {
             !root.is_cancelled(),
             "a server's stop leaves the process root alone"
         );
+    }
+
+    #[tokio::test]
+    async fn given_one_stoppable_duty_stopped_then_it_alone_ends_and_stop_waits_for_the_rest() {
+        let duties = Duties::under(&CancellationToken::new());
+        let one = duties.spawn_stoppable(|stop| async move { stop.cancelled().await });
+        let other = duties.spawn_stoppable(|stop| async move { stop.cancelled().await });
+        one.cancel();
+        assert!(!other.is_cancelled());
+        duties.stop().await;
+        assert!(other.is_cancelled());
     }
 
     #[tokio::test]

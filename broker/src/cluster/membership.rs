@@ -5,21 +5,18 @@
 //! over its own stale registration at once; any other claimant waits for the holder's
 //! lease to lapse and gives up with a clear error if it never does.
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use etcd_client::{
-    Client, Compare, CompareOp, EventType, GetOptions, PutOptions, Txn, TxnOp, WatchOptions,
-};
+use etcd_client::{Client, Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
 use serde::{Deserialize, Serialize};
 
-use idem_runtime::etcd_call::{bounded, connect, EtcdCallError, REQUEST_TIMEOUT};
-use idem_runtime::lease::{open_keep_alive, KeepAliveOpenError};
-use idem_runtime::log_limit::LogLimit;
-use idem_runtime::warn_limited;
+use idem_runtime::etcd_call::{bounded, connect, EtcdCallError};
+use idem_runtime::lease_keeper::LeaseKeeper;
+use idem_runtime::shutdown::{CancellationToken, Duties};
+use idem_runtime::until_deleted::until_deleted;
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
 
 /// Why a broker could not join or read the cluster.
 #[derive(Debug, thiserror::Error)]
@@ -63,18 +60,15 @@ pub struct MembershipConfig {
 pub struct Membership {
     client: Client,
     prefix: String,
-    /// The lease the registration is bound to and how long it surely lives.
     lease: Arc<LeaseState>,
-    keep_alive: JoinHandle<()>,
+    /// Keeps the broker registered: the lease keep-alive and the registering again.
+    duties: Duties,
 }
 
-/// The broker's lease as the keep-alive last saw it.
+/// The broker's lease and registration as the keep-alive last saw them.
 pub struct LeaseState {
-    lease_id: AtomicI64,
-    /// Unix ms before which the lease surely lives: the last successful keep-alive was
-    /// sent then minus nothing, plus the TTL etcd granted. Past it, the broker must
-    /// assume another broker may have taken its partitions.
-    valid_until_ms: AtomicI64,
+    /// The lease the registration is bound to now.
+    keeper: Mutex<Arc<LeaseKeeper>>,
     /// Counts registrations; a new one means the broker was out of the cluster.
     generation: AtomicU64,
     /// False from the moment etcd says the lease expired until registered again.
@@ -82,64 +76,70 @@ pub struct LeaseState {
 }
 
 impl LeaseState {
-    fn new(lease_id: i64, valid_until_ms: i64) -> Self {
+    fn new(keeper: LeaseKeeper) -> Self {
         LeaseState {
-            lease_id: AtomicI64::new(lease_id),
-            valid_until_ms: AtomicI64::new(valid_until_ms),
+            keeper: Mutex::new(Arc::new(keeper)),
             generation: AtomicU64::new(0),
             registered: watch::Sender::new(true),
         }
+    }
+
+    fn keeper(&self) -> Arc<LeaseKeeper> {
+        self.keeper
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 }
 
 impl Membership {
     /// Registers `me` under a fresh lease, taking over a stale registration of the same
     /// data dir and waiting up to twice the lease TTL for any other holder to lapse.
+    /// The registration is kept until [`Membership::leave`] or `shutdown`.
     pub async fn join(
         config: &MembershipConfig,
         me: Registration,
+        shutdown: &CancellationToken,
     ) -> Result<Membership, MembershipError> {
-        let mut client = connect(&config.endpoints).await?;
+        let client = connect(&config.endpoints).await?;
         let prefix = config.prefix.trim_end_matches('/').to_string();
         let key = broker_key(&prefix, me.broker_id);
-        let ttl_secs = config.lease_ttl.as_secs().max(1) as i64;
-        let lease_id = bounded("lease grant", client.lease_grant(ttl_secs, None))
-            .await?
-            .id();
         let value = serde_json::to_string(&me).map_err(|e| MembershipError::Corrupt {
             key: key.clone(),
             reason: e.to_string(),
         })?;
-        let patience = config.lease_ttl * 2;
-        register(&mut client, &key, &value, lease_id, &me, patience).await?;
-        let lease = Arc::new(LeaseState::new(
-            lease_id,
-            unix_ms() + config.lease_ttl.as_millis() as i64,
-        ));
         let registration = Registered {
             key: key.clone(),
             value,
             me: me.clone(),
             ttl: config.lease_ttl,
         };
-        let keep_alive = tokio::spawn(keep_lease_alive(
-            client.clone(),
-            lease.clone(),
-            registration,
-        ));
+        let duties = Duties::under(shutdown);
+        let keeper = register_under_new_lease(&client, &registration, duties.token()).await?;
+        let lease_id = keeper.lease_id();
+        let lease = Arc::new(LeaseState::new(keeper));
+        duties.spawn(
+            "stay registered",
+            stay_registered(
+                client.clone(),
+                lease.clone(),
+                registration,
+                duties.token().clone(),
+            ),
+        );
         tracing::info!(broker_id = me.broker_id, key = %key, lease_id, "registered in etcd");
         Ok(Membership {
             client,
             prefix,
             lease,
-            keep_alive,
+            duties,
         })
     }
 
     /// Whether this broker surely still holds its lease (its clock against the TTL etcd
     /// granted at the last keep-alive). A broker that does not must not accept writes.
     pub fn holds_lease(&self) -> bool {
-        unix_ms() < self.lease.valid_until_ms.load(Ordering::SeqCst)
+        self.lease.keeper().holds()
     }
 
     /// Changes each time the broker had to register again after losing its lease.
@@ -158,20 +158,44 @@ impl Membership {
         live_brokers(&mut self.client.clone(), &self.prefix).await
     }
 
-    /// Deregisters at once (clean shutdown) by revoking the lease.
+    /// Deregisters at once (clean shutdown): stops keeping the registration, then
+    /// revokes the lease.
     pub async fn leave(&self) {
-        self.keep_alive.abort();
-        let mut client = self.client.clone();
-        let lease_id = self.lease.lease_id.load(Ordering::SeqCst);
-        if let Err(e) = bounded("lease revoke", client.lease_revoke(lease_id)).await {
-            tracing::warn!(error = %e, "could not revoke the broker lease; it lapses by itself");
-        }
+        self.duties.stop().await;
+        self.lease.keeper().revoke().await;
     }
 }
 
 impl Drop for Membership {
     fn drop(&mut self) {
-        self.keep_alive.abort();
+        // Its duties return at their next wait; the lease then lapses by itself.
+        self.duties.token().cancel();
+    }
+}
+
+/// Grants a lease and binds the registration to it; a lease left unused is revoked.
+async fn register_under_new_lease(
+    client: &Client,
+    registration: &Registered,
+    parent: &CancellationToken,
+) -> Result<LeaseKeeper, MembershipError> {
+    let keeper = LeaseKeeper::grant(client, registration.ttl, parent).await?;
+    // Kept alive while the registration waits for another holder to lapse.
+    let registered = register(
+        &mut client.clone(),
+        &registration.key,
+        &registration.value,
+        keeper.lease_id(),
+        &registration.me,
+        registration.ttl * 2,
+    )
+    .await;
+    match registered {
+        Ok(()) => Ok(keeper),
+        Err(e) => {
+            keeper.revoke().await;
+            Err(e)
+        }
     }
 }
 
@@ -224,7 +248,7 @@ async fn register(
             });
         }
         tracing::warn!(broker_id = me.broker_id, holder = %holder.address, "broker id is registered; waiting for its lease to lapse");
-        wait_for_delete(client, key, mod_revision, deadline).await?;
+        until_deleted(client, key, mod_revision, deadline).await?;
     }
 }
 
@@ -283,145 +307,42 @@ fn holder_of(
     Ok(None)
 }
 
-/// Waits until `key` (seen at `mod_revision`) is deleted or the deadline passes.
-async fn wait_for_delete(
-    client: &mut Client,
-    key: &str,
-    mod_revision: i64,
-    deadline: tokio::time::Instant,
-) -> Result<(), MembershipError> {
-    let options = WatchOptions::new().with_start_revision(mod_revision + 1);
-    let mut stream = bounded("watch", client.watch(key, Some(options))).await?;
-    let deleted = async {
-        while let Ok(Some(message)) = stream.message().await {
-            if message
-                .events()
-                .iter()
-                .any(|e| e.event_type() == EventType::Delete)
-            {
-                return;
-            }
-        }
-    };
-    let _ = tokio::time::timeout_at(deadline, deleted).await;
-    Ok(())
-}
-
-/// Refreshes the lease three times per TTL. A lost lease (the broker was paused or cut
-/// off longer than the TTL) means the registration is gone: the broker registers again
-/// under a new lease as soon as etcd answers, and keeps trying until it does.
-async fn keep_lease_alive(mut client: Client, lease: Arc<LeaseState>, registration: Registered) {
+/// Registers again under a new lease whenever etcd says the current one is gone (the
+/// broker was paused or cut off longer than the TTL, or someone revoked it): the
+/// registration went with it. Keeps trying, a third of a TTL apart, until etcd answers.
+async fn stay_registered(
+    client: Client,
+    lease: Arc<LeaseState>,
+    registration: Registered,
+    stop: CancellationToken,
+) {
     let broker_id = registration.me.broker_id;
-    let every = (registration.ttl / 3).max(Duration::from_millis(100));
-    let mut tick = tokio::time::interval(every);
-    let mut failures = LogLimit::for_repeated_failures();
+    let pause = (registration.ttl / 3).max(Duration::from_millis(100));
     loop {
-        let lease_id = lease.lease_id.load(Ordering::SeqCst);
-        if keep_alive_until_lost(&mut client, &lease, &mut tick, broker_id, &mut failures).await {
-            tracing::error!(
-                broker_id,
-                lease_id,
-                "broker lease expired: registering again"
-            );
-            lease.registered.send_replace(false);
-            loop {
-                match register_again(&mut client, &registration).await {
-                    Ok(new_lease) => {
-                        lease.lease_id.store(new_lease, Ordering::SeqCst);
-                        lease.valid_until_ms.store(
-                            unix_ms() + registration.ttl.as_millis() as i64,
-                            Ordering::SeqCst,
-                        );
-                        lease.generation.fetch_add(1, Ordering::SeqCst);
-                        lease.registered.send_replace(true);
-                        tracing::info!(broker_id, lease_id = new_lease, "registered again in etcd");
-                        break;
-                    }
-                    Err(e) => {
-                        tracing::warn!(broker_id, error = %e, "registering again failed; retrying");
-                        tick.tick().await;
-                    }
+        let keeper = lease.keeper();
+        keeper.lost().cancelled().await;
+        tracing::error!(
+            broker_id,
+            lease_id = keeper.lease_id(),
+            "broker lease expired: registering again"
+        );
+        drop(keeper);
+        lease.registered.send_replace(false);
+        loop {
+            match register_under_new_lease(&client, &registration, &stop).await {
+                Ok(keeper) => {
+                    let lease_id = keeper.lease_id();
+                    *lease.keeper.lock().unwrap_or_else(PoisonError::into_inner) = Arc::new(keeper);
+                    lease.generation.fetch_add(1, Ordering::SeqCst);
+                    lease.registered.send_replace(true);
+                    tracing::info!(broker_id, lease_id, "registered again in etcd");
+                    break;
                 }
-            }
-        }
-    }
-}
-
-async fn register_again(
-    client: &mut Client,
-    registration: &Registered,
-) -> Result<i64, MembershipError> {
-    let ttl_secs = registration.ttl.as_secs().max(1) as i64;
-    let lease_id = bounded("lease grant", client.lease_grant(ttl_secs, None))
-        .await?
-        .id();
-    let patience = registration.ttl * 2;
-    register(
-        client,
-        &registration.key,
-        &registration.value,
-        lease_id,
-        &registration.me,
-        patience,
-    )
-    .await?;
-    Ok(lease_id)
-}
-
-/// Keeps `lease_id` alive; returns `true` once etcd says it expired. Transport trouble
-/// is retried (the lease may still be alive when etcd answers again).
-async fn keep_alive_until_lost(
-    client: &mut Client,
-    lease: &LeaseState,
-    tick: &mut tokio::time::Interval,
-    broker_id: i32,
-    failures: &mut LogLimit,
-) -> bool {
-    let lease_id = lease.lease_id.load(Ordering::SeqCst);
-    let mut stream = None;
-    loop {
-        tick.tick().await;
-        if stream.is_none() {
-            match open_keep_alive(client, lease_id).await {
-                Ok(pair) => stream = Some(pair),
-                Err(KeepAliveOpenError::Expired(_)) => return true,
                 Err(e) => {
-                    warn_limited!(failures, broker_id, error = %e, "cannot open the lease keep-alive; retrying");
-                    continue;
+                    tracing::warn!(broker_id, error = %e, "registering again failed; retrying");
+                    tokio::time::sleep(pause).await;
                 }
             }
         }
-        let Some((keeper, responses)) = stream.as_mut() else {
-            continue;
-        };
-        let sent_at_ms = unix_ms();
-        if let Err(e) = keeper.keep_alive().await {
-            warn_limited!(failures, broker_id, error = %e, "lease keep-alive failed; retrying");
-            stream = None;
-            continue;
-        }
-        match tokio::time::timeout(REQUEST_TIMEOUT, responses.message()).await {
-            Ok(Ok(Some(answer))) if answer.ttl() > 0 => {
-                // etcd restarted the TTL no earlier than we sent the request.
-                lease
-                    .valid_until_ms
-                    .store(sent_at_ms + answer.ttl() * 1000, Ordering::SeqCst);
-            }
-            Ok(Ok(Some(_))) => return true,
-            Ok(Ok(None)) | Ok(Err(_)) | Err(_) => {
-                warn_limited!(
-                    failures,
-                    broker_id,
-                    "no keep-alive answer from etcd; retrying"
-                );
-                stream = None;
-            }
-        }
     }
-}
-
-fn unix_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }

@@ -23,6 +23,7 @@ use idem_proto::v1::{
 };
 use idem_proto::ErrorCode;
 use idem_runtime::log_limit::LogLimit;
+use idem_runtime::shutdown::CancellationToken;
 use idem_runtime::warn_limited;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -82,15 +83,28 @@ fn pause_after(earlier: u32) -> Duration {
         .min(MAX_PAUSE)
 }
 
-/// Runs until aborted.
-pub async fn run(me: i32, leader: i32, shared: Arc<FetcherShared>, membership: Arc<Membership>) {
+/// Runs until `stop` is cancelled; then returns between two fetches, once every busy
+/// partition's loop has applied what it was applying.
+pub async fn run(
+    me: i32,
+    leader: i32,
+    shared: Arc<FetcherShared>,
+    membership: Arc<Membership>,
+    stop: CancellationToken,
+) {
     let mut version = shared.subscribe();
     let mut followed: HashMap<PartitionKey, Followed> = HashMap::new();
     // A fetch loop that keeps failing leaves partitions under-replicated: say so at WARN,
     // once per interval.
     let mut warn_limit = LogLimit::for_repeated_failures();
-    loop {
-        let reason = match leader_client(&membership, leader).await {
+    while !stop.is_cancelled() {
+        let Some(connected) = stop
+            .run_until_cancelled(leader_client(&membership, leader))
+            .await
+        else {
+            return;
+        };
+        let reason = match connected {
             Ok(client) => {
                 // A new connection may mean a restarted leader: check every tail again.
                 // The busy partitions' loops ended with the old connection.
@@ -98,7 +112,11 @@ pub async fn run(me: i32, leader: i32, shared: Arc<FetcherShared>, membership: A
                     f.must_truncate = true;
                     f.busy = false;
                 }
-                fetch_until_failure(&shared, &mut version, &mut followed, client).await
+                match fetch_until_failure(&shared, &mut version, &mut followed, client, &stop).await
+                {
+                    Some(reason) => reason,
+                    None => return,
+                }
             }
             Err(reason) => reason,
         };
@@ -109,7 +127,13 @@ pub async fn run(me: i32, leader: i32, shared: Arc<FetcherShared>, membership: A
             reason,
             "follower fetch interrupted; reconnecting"
         );
-        tokio::time::sleep(RECONNECT_PAUSE).await;
+        if stop
+            .run_until_cancelled(tokio::time::sleep(RECONNECT_PAUSE))
+            .await
+            .is_none()
+        {
+            return;
+        }
     }
 }
 
@@ -165,21 +189,33 @@ fn refresh(shared: &FetcherShared, followed: &mut HashMap<PartitionKey, Followed
 /// it for a fetch loop of its own (append, fsync, fetch again) and comes back once a
 /// whole long-poll brings nothing: a busy partition never waits for another's fsync,
 /// and an idle broker pays one long-poll per leader, not one per partition.
+///
+/// Returns why the connection failed, or `None` once `stop` is cancelled and every busy
+/// loop returned.
 async fn fetch_until_failure(
     shared: &Arc<FetcherShared>,
     version: &mut watch::Receiver<u64>,
     followed: &mut HashMap<PartitionKey, Followed>,
     client: BrokerClient<Channel>,
-) -> String {
+    stop: &CancellationToken,
+) -> Option<String> {
     let mut round: usize = 0;
     // Busy partitions' loops are tasks of their own, so they run on every worker and
-    // go on while this loop awaits anything else; dropping the set ends them.
+    // go on while this loop awaits anything else; dropping the set ends them (after a
+    // failure the connection they use is broken anyway).
     let mut busy = JoinSet::new();
     loop {
         version.mark_unchanged();
         refresh(shared, followed);
-        if let Err(reason) = truncate_divergent_tails(followed, &client).await {
-            return reason;
+        // The checks only ask the leader until they cut a tail: stopping drops them at
+        // a question, never in the middle of a cut.
+        match stop
+            .run_until_cancelled(truncate_divergent_tails(followed, &client))
+            .await
+        {
+            Some(Ok(())) => {}
+            Some(Err(reason)) => return Some(reason),
+            None => break,
         }
         let request = fetch_request(followed, Instant::now(), round);
         let shared_fetch = async {
@@ -202,7 +238,7 @@ async fn fetch_until_failure(
             response = shared_fetch => {
                 let response = match response {
                     Ok(response) => response.into_inner(),
-                    Err(status) => return status.to_string(),
+                    Err(status) => return Some(status.to_string()),
                 };
                 for (key, answer) in answers(response) {
                     let Some(f) = followed.get_mut(&key) else { continue };
@@ -215,6 +251,7 @@ async fn fetch_until_failure(
                             f.following,
                             f.partition.clone(),
                             answer,
+                            stop.clone(),
                         ));
                     } else {
                         match apply(f.following, &f.partition, answer).await {
@@ -231,7 +268,7 @@ async fn fetch_until_failure(
                 // A loop that panicked leaves its partition marked busy: start over.
                 let (key, following, outcome) = match joined {
                     Ok(ended) => ended,
-                    Err(e) => return format!("a partition's fetch loop failed: {e}"),
+                    Err(e) => return Some(format!("a partition's fetch loop failed: {e}")),
                 };
                 // A loop of a since-replaced assignment says nothing about the new one.
                 let Some(f) = followed.get_mut(&key).filter(|f| f.following == following) else {
@@ -244,13 +281,17 @@ async fn fetch_until_failure(
                         refused(&key, &reason);
                         f.pause();
                     }
-                    Err(FetchFailed::Transport(reason)) => return reason,
+                    Err(FetchFailed::Transport(reason)) => return Some(reason),
                 }
             }
             _ = version.changed() => {}
             () = resumed => {}
+            () = stop.cancelled() => break,
         }
     }
+    // Stopping: each busy loop returns once it applied what it holds.
+    while busy.join_next().await.is_some() {}
+    None
 }
 
 fn refused(key: &PartitionKey, reason: &str) {
@@ -284,7 +325,8 @@ fn answers(
 }
 
 /// A busy partition's own loop: applies `first`, then fetches this partition alone
-/// until a long-poll brings nothing (or the registry moved it on). Returns its key.
+/// until a long-poll brings nothing (or the registry moved it on, or `stop` is
+/// cancelled: never between a fetch's answer and its append). Returns its key.
 async fn follow_while_busy(
     shared: Arc<FetcherShared>,
     mut client: BrokerClient<Channel>,
@@ -292,6 +334,7 @@ async fn follow_while_busy(
     following: Following,
     partition: Arc<Partition>,
     first: FetchPartitionResponse,
+    stop: CancellationToken,
 ) -> (PartitionKey, Following, Result<(), FetchFailed>) {
     let outcome = async {
         let mut answer = first;
@@ -304,9 +347,10 @@ async fn follow_while_busy(
                 return Ok(());
             }
             let request = request_for(following.me, [(&key, following, partition.as_ref())]);
-            let response = client
-                .fetch(request)
-                .await
+            let Some(fetched) = stop.run_until_cancelled(client.fetch(request)).await else {
+                return Ok(());
+            };
+            let response = fetched
                 .map_err(|s| FetchFailed::Transport(s.to_string()))?
                 .into_inner();
             answer = answers(response)

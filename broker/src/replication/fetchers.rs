@@ -6,12 +6,14 @@
 //!
 //! The registry hands over the whole wanted set after every catalog sync; a fetcher
 //! whose partitions changed hears of it at once and restarts its shared long-poll, so a
-//! new partition is not kept waiting for a long-poll it is not part of.
+//! new partition is not kept waiting for a long-poll it is not part of. A fetcher no
+//! longer wanted is told to stop and ends between two fetches, never mid-append;
+//! [`Fetchers::stop`] waits for every one.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use tokio::task::JoinHandle;
+use idem_runtime::shutdown::{CancellationToken, Duties};
 
 use crate::cluster::membership::Membership;
 use crate::partition::Partition;
@@ -20,16 +22,34 @@ use crate::replication::following::{Assignment, FetcherShared, Following, Partit
 
 struct RunningFetcher {
     shared: Arc<FetcherShared>,
-    task: JoinHandle<()>,
+    /// Stops this fetcher alone.
+    stop: CancellationToken,
 }
 
 /// Every fetcher of this broker, by leader id.
-#[derive(Default)]
 pub struct Fetchers {
     running: HashMap<i32, RunningFetcher>,
+    duties: Duties,
+}
+
+impl Default for Fetchers {
+    fn default() -> Self {
+        Fetchers {
+            running: HashMap::new(),
+            duties: Duties::under(&CancellationToken::new()),
+        }
+    }
 }
 
 impl Fetchers {
+    /// Stops every fetcher; the future resolves once each returned, so nothing is
+    /// appended to a replica after it (the broker's flush comes next).
+    pub fn stop(&mut self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        self.running.clear();
+        let duties = self.duties.clone();
+        async move { duties.stop().await }
+    }
+
     /// Follows exactly `wanted`: starts a fetcher for each new leader, hands every
     /// fetcher its partitions, and stops the fetchers of leaders nothing is followed
     /// from any more.
@@ -50,16 +70,17 @@ impl Fetchers {
             let keep = by_leader.contains_key(leader);
             if !keep {
                 tracing::info!(leader, "no partition is followed from this leader any more");
-                fetcher.task.abort();
+                fetcher.stop.cancel();
             }
             keep
         });
         for (leader, assignment) in by_leader {
             let fetcher = self.running.entry(leader).or_insert_with(|| {
                 let shared = FetcherShared::new();
-                let task =
-                    tokio::spawn(fetcher::run(me, leader, shared.clone(), membership.clone()));
-                RunningFetcher { shared, task }
+                let stop = self.duties.spawn_stoppable(|stop| {
+                    fetcher::run(me, leader, shared.clone(), membership.clone(), stop)
+                });
+                RunningFetcher { shared, stop }
             });
             let mut keys: Vec<_> = assignment
                 .iter()
@@ -78,9 +99,8 @@ impl Fetchers {
 
 impl Drop for Fetchers {
     fn drop(&mut self) {
-        for fetcher in self.running.values() {
-            fetcher.task.abort();
-        }
+        // Each fetcher returns at its next stop point; nobody is left to wait for them.
+        self.duties.token().cancel();
     }
 }
 

@@ -194,19 +194,13 @@ impl Producer {
         }
         let (topic, partition, record, size) = prepare(record)?;
         let count = self.inner.conn.partition_count(&topic).await?;
-        let partition = match partition {
-            Some(p) if (0..count).contains(&p) => p,
-            Some(p) => {
-                return Err(ClientError::UnknownTopic {
-                    topic,
-                    partition: Some(p),
-                })
-            }
-            None => self
-                .inner
-                .partitioners
-                .choose(&topic, record.key.as_deref(), size, count),
-        };
+        let partition = self.inner.partitioners.partition_for(
+            &topic,
+            partition,
+            record.key.as_deref(),
+            size,
+            count,
+        )?;
         let sender = self.partition_sender(&topic, partition)?;
         let (ticket, rx) = oneshot::channel();
         sender

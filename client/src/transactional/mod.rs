@@ -208,19 +208,13 @@ impl TransactionalProducer {
         let (generation, _) = self.check_send(None)?;
         let (topic, partition, record, size) = prepare(record)?;
         let count = self.inner.conn.partition_count(&topic).await?;
-        let partition = match partition {
-            Some(p) if (0..count).contains(&p) => p,
-            Some(p) => {
-                return Err(ClientError::UnknownTopic {
-                    topic,
-                    partition: Some(p),
-                })
-            }
-            None => self
-                .inner
-                .partitioners
-                .choose(&topic, record.key.as_deref(), size, count),
-        };
+        let partition = self.inner.partitioners.partition_for(
+            &topic,
+            partition,
+            record.key.as_deref(),
+            size,
+            count,
+        )?;
         let sender = match self.partition_sender(generation, &topic, partition)? {
             Some(sender) => sender,
             None => self.join(generation, &topic, partition)?,

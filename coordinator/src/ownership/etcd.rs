@@ -17,26 +17,25 @@
 //! paper (keys::plan_scan).
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
-use etcd_client::{Client, Compare, CompareOp, EventType, GetOptions, PutOptions, Txn, TxnOp};
+use etcd_client::{Client, Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse};
 use idem_pidstore::BoxFuture;
-use idem_runtime::lease::{open_keep_alive, KeepAliveOpenError};
+use idem_runtime::etcd_call::{bounded, connect, REQUEST_TIMEOUT};
+use idem_runtime::lease_keeper::LeaseKeeper;
 use idem_runtime::log_limit::LogLimit;
+use idem_runtime::shutdown::{CancellationToken, Duties};
+use idem_runtime::until_deleted::until_deleted;
 use idem_runtime::warn_limited;
 use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
 
-use crate::clock::now_ms;
 use crate::error::CoordinatorError;
 use crate::ownership::keys::{self, EpochValue, MemberValue, OwnerValue, RawKv, Snapshot};
 use crate::ownership::token::OwnershipToken;
 use crate::ownership::{Claim, OwnerInfo, Ownership};
 use crate::producer_ids::SharedProducerIds;
 
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
 /// How often the lease clock is checked.
 const LEASE_CHECK: Duration = Duration::from_millis(100);
 
@@ -48,25 +47,6 @@ pub struct EtcdOwnershipConfig {
     /// `host:port` clients dial.
     pub address: String,
     pub lease_ttl: Duration,
-}
-
-/// One etcd call with a deadline (a request queued while etcd is unreachable would
-/// otherwise wait indefinitely).
-async fn bounded<T>(
-    what: &'static str,
-    call: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
-) -> Result<T, CoordinatorError> {
-    match tokio::time::timeout(REQUEST_TIMEOUT, call).await {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(e)) => Err(CoordinatorError::Etcd {
-            what,
-            message: e.to_string(),
-        }),
-        Err(_) => Err(CoordinatorError::Etcd {
-            what,
-            message: format!("no answer within {REQUEST_TIMEOUT:?}"),
-        }),
-    }
 }
 
 struct Mine {
@@ -87,19 +67,22 @@ pub struct EtcdOwnership {
     prefix: String,
     client: Client,
     pids: SharedProducerIds,
-    lease_id: Arc<AtomicI64>,
-    /// Unix ms before which the lease surely lives.
-    valid_until_ms: Arc<AtomicI64>,
+    /// The lease the member key and every owner key are bound to; none before the
+    /// first registration and after leaving.
+    lease: Mutex<Option<Arc<LeaseKeeper>>>,
     state: Mutex<State>,
-    keep_alive: Mutex<Option<JoinHandle<()>>>,
+    /// The lease keep-alive and the registering again after a lost lease.
+    duties: Duties,
 }
 
 impl EtcdOwnership {
     /// Connects and registers this coordinator (waiting up to twice the TTL for a
-    /// previous holder of the id, e.g. this coordinator's last run, to lapse).
+    /// previous holder of the id, e.g. this coordinator's last run, to lapse). Keeps
+    /// registered until [`Ownership::leave`] or `shutdown`.
     pub async fn join(
         config: EtcdOwnershipConfig,
         pids: SharedProducerIds,
+        shutdown: &CancellationToken,
     ) -> Result<Arc<Self>, CoordinatorError> {
         let endpoints: Vec<String> = config
             .endpoints
@@ -112,37 +95,41 @@ impl EtcdOwnership {
         if endpoints.is_empty() {
             return Err(CoordinatorError::Config("no etcd endpoint given".into()));
         }
-        let options = etcd_client::ConnectOptions::new()
-            .with_connect_timeout(REQUEST_TIMEOUT)
-            .with_timeout(REQUEST_TIMEOUT);
-        let client = bounded("connect", Client::connect(endpoints, Some(options))).await?;
+        let client = connect(&endpoints).await?;
         let prefix = config.prefix.trim_end_matches('/').to_string();
         let ownership = Arc::new(EtcdOwnership {
             prefix,
             client,
             pids,
-            lease_id: Arc::new(AtomicI64::new(0)),
-            valid_until_ms: Arc::new(AtomicI64::new(0)),
+            lease: Mutex::new(None),
             state: Mutex::new(State::default()),
-            keep_alive: Mutex::new(None),
+            duties: Duties::under(shutdown),
             config,
         });
         ownership.register(ownership.config.lease_ttl * 2).await?;
-        let keeper = tokio::spawn(keep_alive(Arc::downgrade(&ownership)));
-        if let Ok(mut slot) = ownership.keep_alive.lock() {
-            *slot = Some(keeper);
-        }
+        // Weak: dropping the ownership ends the duty rather than the duty keeping it.
+        ownership.duties.spawn(
+            "stay registered",
+            stay_registered(Arc::downgrade(&ownership)),
+        );
         Ok(ownership)
     }
 
-    fn ttl_secs(&self) -> i64 {
-        (self.config.lease_ttl.as_millis() as i64 / 1000).max(1)
+    /// The lease held now, if any.
+    fn lease(&self) -> Option<Arc<LeaseKeeper>> {
+        self.lease
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn lease_id(&self) -> i64 {
+        self.lease().map_or(0, |lease| lease.lease_id())
     }
 
     /// Grants a lease and creates the member key bound to it. While an earlier
-    /// incarnation's key still lives, waits for it to go; the lease is granted per
-    /// attempt, so the wait (which can outlast a TTL) never leaves us holding a lease
-    /// that already expired.
+    /// incarnation's key still lives, waits for it to go, keeping the new lease alive
+    /// meanwhile (the wait can outlast a TTL); a lease left unused is revoked.
     async fn register(&self, patience: Duration) -> Result<(), CoordinatorError> {
         let mut client = self.client.clone();
         let key = keys::member_key(&self.prefix, self.config.coordinator_id);
@@ -152,28 +139,32 @@ impl EtcdOwnership {
         })
         .unwrap_or_default();
         let deadline = tokio::time::Instant::now() + patience;
+        let lease =
+            LeaseKeeper::grant(&self.client, self.config.lease_ttl, self.duties.token()).await?;
         loop {
-            let granted_at = now_ms();
-            let lease = bounded("lease grant", client.lease_grant(self.ttl_secs(), None)).await?;
             let create = Txn::new()
                 .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
                 .and_then([TxnOp::put(
                     key.as_str(),
                     value.as_str(),
-                    Some(PutOptions::new().with_lease(lease.id())),
+                    Some(PutOptions::new().with_lease(lease.lease_id())),
                 )])
                 .or_else([TxnOp::get(key.as_str(), None)]);
-            let answer = bounded("register", client.txn(create)).await?;
+            let answer = match bounded("register", client.txn(create)).await {
+                Ok(answer) => answer,
+                Err(e) => {
+                    lease.revoke().await;
+                    return Err(e.into());
+                }
+            };
             if answer.succeeded() {
-                self.lease_id.store(lease.id(), Ordering::SeqCst);
-                self.valid_until_ms
-                    .store(granted_at + lease.ttl() * 1000, Ordering::SeqCst);
-                tracing::info!(coordinator_id = self.config.coordinator_id, lease_id = lease.id(), %key, "coordinator registered in etcd");
+                let lease_id = lease.lease_id();
+                *self.lease.lock().unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(lease));
+                tracing::info!(coordinator_id = self.config.coordinator_id, lease_id, %key, "coordinator registered in etcd");
                 return Ok(());
             }
-            // Unused; it would lapse on its own, revoking just tidies etcd.
-            let _ = bounded("lease revoke", client.lease_revoke(lease.id())).await;
             if tokio::time::Instant::now() >= deadline {
+                lease.revoke().await;
                 return Err(CoordinatorError::Config(format!(
                     "coordinator id {} is registered by another live coordinator ({key}); \
                      it did not go away within {patience:?}",
@@ -181,18 +172,28 @@ impl EtcdOwnership {
                 )));
             }
             tracing::warn!(coordinator_id = self.config.coordinator_id, %key, "coordinator id is registered; waiting for its lease to lapse");
-            wait_for_delete(&mut client, &key, deadline).await;
+            let Some(seen_at) = holder_revision(&answer) else {
+                continue; // it went between the compare and the read: try again
+            };
+            if let Err(e) = until_deleted(&mut client, &key, seen_at, deadline).await {
+                tracing::debug!(error = %e, "cannot watch the member key; reading it again shortly");
+                tokio::time::sleep_until(
+                    deadline.min(tokio::time::Instant::now() + REQUEST_TIMEOUT),
+                )
+                .await;
+            }
         }
     }
 
-    /// etcd said the lease expired: every claim went with it; register again under a
-    /// new lease (the next keep-alive tick retries if this fails).
+    /// etcd said the lease is gone: every claim went with it; register again under a
+    /// new lease, retrying a third of a TTL apart until etcd answers.
     async fn register_after_expiry(&self, lease_id: i64) {
         tracing::error!(lease_id, "coordinator lease expired: registering again");
-        self.valid_until_ms.store(0, Ordering::SeqCst);
         self.lose_all("the coordinator's lease expired");
-        if let Err(e) = self.register(self.config.lease_ttl * 2).await {
+        let pause = (self.config.lease_ttl / 3).max(Duration::from_millis(100));
+        while let Err(e) = self.register(self.config.lease_ttl * 2).await {
             tracing::warn!(error = %e, "registering again failed; retrying");
+            tokio::time::sleep(pause).await;
         }
     }
 
@@ -239,7 +240,7 @@ impl EtcdOwnership {
         for key in bad {
             tracing::warn!(%key, "unreadable coordinator key");
         }
-        let my_lease = self.lease_id.load(Ordering::SeqCst);
+        let my_lease = self.lease_id();
         let plan = {
             let Ok(mut state) = self.state.lock() else {
                 return Ok(());
@@ -444,7 +445,7 @@ impl Ownership for EtcdOwnership {
     }
 
     fn holds_lease(&self) -> bool {
-        now_ms() < self.valid_until_ms.load(Ordering::SeqCst)
+        self.lease().is_some_and(|lease| lease.holds())
     }
 
     fn release(&self, partition: i32, coordinator_epoch: i32) -> BoxFuture<'_, ()> {
@@ -467,11 +468,7 @@ impl Ownership for EtcdOwnership {
             let delete = Txn::new()
                 .when([
                     Compare::mod_revision(key.as_str(), CompareOp::Equal, mine.mod_revision),
-                    Compare::lease(
-                        key.as_str(),
-                        CompareOp::Equal,
-                        self.lease_id.load(Ordering::SeqCst),
-                    ),
+                    Compare::lease(key.as_str(), CompareOp::Equal, self.lease_id()),
                 ])
                 .and_then([TxnOp::delete(key.as_str(), None)]);
             let mut client = self.client.clone();
@@ -486,19 +483,20 @@ impl Ownership for EtcdOwnership {
 
     fn leave(&self) -> BoxFuture<'_, ()> {
         Box::pin(async move {
-            if let Some(keeper) = self.keep_alive.lock().ok().and_then(|mut k| k.take()) {
-                keeper.abort();
-            }
+            // Nothing registers again from here on.
+            self.duties.stop().await;
             if let Ok(mut state) = self.state.lock() {
                 for (_, mine) in state.mine.drain() {
                     mine.token.lose();
                 }
             }
-            self.valid_until_ms.store(0, Ordering::SeqCst);
-            let mut client = self.client.clone();
-            let lease = self.lease_id.load(Ordering::SeqCst);
-            if let Err(e) = bounded("lease revoke", client.lease_revoke(lease)).await {
-                tracing::warn!(error = %e, "could not revoke the coordinator lease; it lapses by itself");
+            let lease = self
+                .lease
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take();
+            if let Some(lease) = lease {
+                lease.revoke().await;
             }
         })
     }
@@ -506,86 +504,35 @@ impl Ownership for EtcdOwnership {
 
 impl Drop for EtcdOwnership {
     fn drop(&mut self) {
-        if let Some(keeper) = self.keep_alive.lock().ok().and_then(|mut k| k.take()) {
-            keeper.abort();
-        }
+        // The duties return at their next wait; the lease then lapses by itself.
+        self.duties.token().cancel();
     }
 }
 
-/// Waits until `key` is deleted or the deadline passes.
-async fn wait_for_delete(client: &mut Client, key: &str, deadline: tokio::time::Instant) {
-    let Ok(mut stream) = bounded("watch", client.watch(key, None)).await else {
-        tokio::time::sleep_until(deadline.min(tokio::time::Instant::now() + REQUEST_TIMEOUT)).await;
-        return;
-    };
-    let deleted = async {
-        while let Ok(Some(message)) = stream.message().await {
-            if message
-                .events()
-                .iter()
-                .any(|e| e.event_type() == EventType::Delete)
-            {
-                return;
-            }
-        }
-    };
-    let _ = tokio::time::timeout_at(deadline, deleted).await;
+/// The member key's mod_revision from a failed create's read.
+fn holder_revision(answer: &etcd_client::TxnResponse) -> Option<i64> {
+    answer
+        .op_responses()
+        .iter()
+        .find_map(|response| match response {
+            TxnOpResponse::Get(get) => get.kvs().first().map(|kv| kv.mod_revision()),
+            _ => None,
+        })
 }
 
-/// Refreshes the lease three times per TTL; once etcd says it expired, registers again
-/// under a new lease (the claims went with the old one and are lost by the lease clock).
-async fn keep_alive(ownership: std::sync::Weak<EtcdOwnership>) {
-    let Some(every) = ownership
-        .upgrade()
-        .map(|o| (o.config.lease_ttl / 3).max(Duration::from_millis(100)))
-    else {
-        return;
-    };
-    let mut tick = tokio::time::interval(every);
-    let mut stream = None;
-    let mut failures = LogLimit::for_repeated_failures();
+/// Registers again whenever the lease keeper reports the lease gone (the claims went
+/// with it and are lost by the lease clock).
+async fn stay_registered(ownership: Weak<EtcdOwnership>) {
     loop {
-        tick.tick().await;
+        let Some(lease) = ownership.upgrade().and_then(|o| o.lease()) else {
+            return;
+        };
+        lease.lost().cancelled().await;
+        let lease_id = lease.lease_id();
+        drop(lease);
         let Some(this) = ownership.upgrade() else {
             return;
         };
-        let lease_id = this.lease_id.load(Ordering::SeqCst);
-        if stream.is_none() {
-            let mut client = this.client.clone();
-            match open_keep_alive(&mut client, lease_id).await {
-                Ok(pair) => stream = Some(pair),
-                Err(KeepAliveOpenError::Expired(_)) => {
-                    this.register_after_expiry(lease_id).await;
-                    continue;
-                }
-                Err(e) => {
-                    warn_limited!(failures, error = %e, "cannot open the lease keep-alive; retrying");
-                    continue;
-                }
-            }
-        }
-        let Some((keeper, responses)) = stream.as_mut() else {
-            continue;
-        };
-        let sent_at = now_ms();
-        if let Err(e) = keeper.keep_alive().await {
-            warn_limited!(failures, error = %e, "lease keep-alive failed; retrying");
-            stream = None;
-            continue;
-        }
-        match tokio::time::timeout(REQUEST_TIMEOUT, responses.message()).await {
-            Ok(Ok(Some(answer))) if answer.ttl() > 0 => {
-                this.valid_until_ms
-                    .store(sent_at + answer.ttl() * 1000, Ordering::SeqCst);
-            }
-            Ok(Ok(Some(_))) => {
-                stream = None;
-                this.register_after_expiry(lease_id).await;
-            }
-            Ok(Ok(None)) | Ok(Err(_)) | Err(_) => {
-                warn_limited!(failures, "no keep-alive answer from etcd; retrying");
-                stream = None;
-            }
-        }
+        this.register_after_expiry(lease_id).await;
     }
 }

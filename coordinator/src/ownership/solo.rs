@@ -8,8 +8,8 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
+use backon::Retryable;
 use idem_pidstore::BoxFuture;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
@@ -18,6 +18,7 @@ use crate::error::CoordinatorError;
 use crate::ownership::token::OwnershipToken;
 use crate::ownership::{Claim, OwnerInfo, Ownership};
 use crate::producer_ids::SharedProducerIds;
+use crate::retry;
 
 pub const STATE_FILE: &str = "coordinator-state.json";
 
@@ -124,25 +125,27 @@ impl SoloOwnership {
         Ok(state)
     }
 
+    /// Bumps the epoch, retrying what may pass (an I/O error, producer ids not yet
+    /// available); a corrupt state file or an exhausted epoch never passes.
     async fn bump_until_done(&self) -> Option<SoloState> {
-        let mut backoff = Duration::from_millis(100);
-        loop {
-            match self.bump().await {
-                Ok(state) => return Some(state),
-                Err(
-                    e @ (CoordinatorError::CorruptStateFile { .. }
-                    | CoordinatorError::EpochExhausted(_)),
-                ) => {
-                    tracing::error!(error = %e, "solo coordinator cannot claim the transaction log");
-                    return None;
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "solo coordinator epoch bump failed; retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(2));
-                }
-            }
-        }
+        let fatal = |e: &CoordinatorError| {
+            matches!(
+                e,
+                CoordinatorError::CorruptStateFile { .. } | CoordinatorError::EpochExhausted(_)
+            )
+        };
+        let bumped = (|| self.bump())
+            .retry(retry::until_done())
+            .when(|e| !fatal(e))
+            .notify(|e, _| {
+                tracing::warn!(error = %e, "solo coordinator epoch bump failed; retrying");
+            })
+            .await;
+        bumped
+            .inspect_err(|e| {
+                tracing::error!(error = %e, "solo coordinator cannot claim the transaction log");
+            })
+            .ok()
     }
 
     fn claim(&self, partition: i32, state: SoloState) -> Claim {
@@ -250,6 +253,8 @@ impl Ownership for SoloOwnership {
 mod tests {
     use std::sync::atomic::{AtomicI64, Ordering};
 
+    use idem_runtime::shutdown::{CancellationToken, Duties};
+
     use super::*;
     use crate::producer_ids::ProducerIdSource;
 
@@ -265,12 +270,13 @@ mod tests {
         let ownership =
             Arc::new(SoloOwnership::open(0, "127.0.0.1:1".into(), dir, pids).expect("opens"));
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let run = tokio::spawn(ownership.clone().run(3, tx));
+        let run = Duties::under(&CancellationToken::new());
+        run.spawn("solo ownership", ownership.clone().run(3, tx));
         let mut claims = Vec::new();
         for _ in 0..3 {
             claims.push(rx.recv().await.expect("claim"));
         }
-        run.abort();
+        run.stop().await;
         claims
     }
 
@@ -317,7 +323,8 @@ mod tests {
             .expect("opens"),
         );
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let run = tokio::spawn(ownership.clone().run(2, tx));
+        let run = Duties::under(&CancellationToken::new());
+        run.spawn("solo ownership", ownership.clone().run(2, tx));
         let first = rx.recv().await.expect("claim");
         rx.recv().await.expect("claim");
         ownership.release(first.partition, 1).await;
@@ -333,7 +340,7 @@ mod tests {
                 coordinator_epoch: 2
             })
         );
-        run.abort();
+        run.stop().await;
     }
 
     #[test]

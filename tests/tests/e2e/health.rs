@@ -125,3 +125,28 @@ async fn given_a_broker_whose_lease_is_revoked_then_it_is_not_serving_until_regi
     etcd.lease_revoke(squatter).await.expect("let go");
     await_status(&address, BROKER, ServingStatus::Serving).await;
 }
+
+#[tokio::test]
+async fn given_a_coordinator_whose_lease_is_revoked_then_it_is_not_serving_until_registered_again()
+{
+    let mut cluster = Cluster::start_with_coordinators(1, 1, &[], &[]).await;
+    let address = cluster.coordinator(1).bootstrap();
+    await_status(&address, COORDINATOR, ServingStatus::Serving).await;
+    let mut etcd = Client::connect([cluster.etcd(0).endpoint()], None)
+        .await
+        .expect("etcd");
+    let key = "/idem/coordinators/members/1";
+    let registration = etcd.get(key, None).await.expect("get");
+    let coordinator_lease = registration.kvs().first().expect("registered").lease();
+    // Another holder takes the id before the lease goes, so the coordinator cannot
+    // register again until it lets go: NOT_SERVING is a state, not a blip.
+    let squatter = etcd.lease_grant(60, None).await.expect("grant").id();
+    let value = r#"{"id":1,"address":"127.0.0.1:1"}"#;
+    etcd.put(key, value, Some(PutOptions::new().with_lease(squatter)))
+        .await
+        .expect("squat");
+    etcd.lease_revoke(coordinator_lease).await.expect("revoke");
+    await_status(&address, COORDINATOR, ServingStatus::NotServing).await;
+    etcd.lease_revoke(squatter).await.expect("let go");
+    await_status(&address, COORDINATOR, ServingStatus::Serving).await;
+}
