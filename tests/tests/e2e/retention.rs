@@ -58,6 +58,14 @@ fn segment_sizes(data_dir: &Path, topic: &str, partition: i32) -> Vec<u64> {
     segments.into_iter().map(|(_, len)| len).collect()
 }
 
+/// Whether size retention of `limit` bytes has nothing left to delete in partition 0 of
+/// `topic`: the log without its oldest segment would be under the limit.
+fn at_rest(data_dir: &Path, topic: &str, limit: u64) -> bool {
+    let sizes = segment_sizes(data_dir, topic, 0);
+    let total: u64 = sizes.iter().sum();
+    total - sizes.first().copied().unwrap_or(0) < limit
+}
+
 fn log_bytes(data_dir: &Path, topic: &str, partition: i32) -> u64 {
     segment_sizes(data_dir, topic, partition).iter().sum()
 }
@@ -93,7 +101,7 @@ async fn given_a_replicated_topic_written_ten_times_past_its_retention_then_ever
     let admin = Admin::connect(&bootstrap).await.expect("admin");
     // At rest: no replica may drop another segment (the log without its oldest one
     // would be under the limit) and every replica starts where the leader does.
-    let (start, _) = wait_until(
+    let ((start, _), _) = wait_until(
         PATIENCE,
         "every replica at rest at the leader's start",
         || {
@@ -104,23 +112,21 @@ async fn given_a_replicated_topic_written_ten_times_past_its_retention_then_ever
                     .list_offsets(TOPIC, 0, OffsetSpec::Earliest, Isolation::ReadUncommitted)
                     .await
                     .unwrap_or(-1);
-                let replicas: Vec<(i64, Vec<u64>)> = cluster
+                let replicas: Vec<(i64, bool)> = cluster
                     .ids()
                     .iter()
                     .map(|id| {
                         let dir = cluster.broker(*id).data_dir();
                         (
                             stored_log_start(dir, TOPIC, 0),
-                            segment_sizes(dir, TOPIC, 0),
+                            at_rest(dir, TOPIC, RETENTION_BYTES),
                         )
                     })
                     .collect();
-                let at_rest = replicas.iter().all(|(start, sizes)| {
-                    let total: u64 = sizes.iter().sum();
-                    *start == leader
-                        && total - sizes.first().copied().unwrap_or(0) < RETENTION_BYTES
-                });
-                seen_if(leader, leader > 0 && at_rest)
+                let settled = replicas
+                    .iter()
+                    .all(|(start, rest)| *start == leader && *rest);
+                seen_if((leader, replicas), leader > 0 && settled)
             }
         },
     )
@@ -365,4 +371,65 @@ async fn given_an_idle_producer_whose_records_retention_deleted_then_it_sends_ag
     );
     // Neither retry was appended: a2 directly follows a1.
     assert_eq!(after.base_offset, next.base_offset + 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_broker_killed_while_retention_deletes_then_it_restarts_serving_every_kept_record_once(
+) {
+    const TOPIC: &str = "killed";
+    // Retention looks every 10 ms while 1 KiB records roll 4 KiB segments: deletions
+    // run all the time, so the kills land in and around them.
+    let mut broker = BrokerProcess::start_with(&[
+        "--segment-bytes",
+        "4096",
+        "--log-retention-bytes",
+        "16384",
+        "--log-retention-check-interval-ms",
+        "10",
+    ]);
+    let mut client = raw::connect(&broker.bootstrap()).await;
+    assert_eq!(
+        raw::create_topic(&mut client, TOPIC, 1).await,
+        ErrorCode::None
+    );
+    let mut acked: Vec<(i64, String)> = Vec::new();
+    for round in 0..5 {
+        let config = ProducerConfig {
+            batch_size: 2048,
+            ..ProducerConfig::new(broker.bootstrap())
+        };
+        let producer = Producer::connect(config).await.expect("producer");
+        let mut deliveries = Vec::new();
+        for n in round * 100..(round + 1) * 100 {
+            let record = ProducerRecord::new(TOPIC, value(n)).partition(0);
+            deliveries.push((n, producer.send_record(record).await.expect("send")));
+        }
+        for (n, d) in deliveries {
+            acked.push((d.await.expect("acknowledged").offset, value(n)));
+        }
+        broker.kill();
+        broker.restart();
+        wait_until(PATIENCE, "retention at rest after the restart", || {
+            let rest = at_rest(broker.data_dir(), TOPIC, 16384);
+            async move { seen_if(rest, rest) }
+        })
+        .await;
+        let mut client = raw::connect(&broker.bootstrap()).await;
+        let kept = raw::read_batches(&mut client, TOPIC, 0).await;
+        let records: Vec<(i64, String)> = kept
+            .iter()
+            .flat_map(|(_, records)| records)
+            .map(|r| {
+                let value = r.value.as_deref().map(String::from_utf8_lossy);
+                (r.offset, value.unwrap_or_default().into_owned())
+            })
+            .collect();
+        let start = records.first().map(|r| r.0).expect("something is kept");
+        let expected: Vec<(i64, String)> =
+            acked.iter().filter(|(o, _)| *o >= start).cloned().collect();
+        assert_eq!(
+            records, expected,
+            "round {round}: from the start {start}, every acknowledged record once, in order"
+        );
+    }
 }
