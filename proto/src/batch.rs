@@ -383,8 +383,64 @@ pub fn records(buf: &[u8]) -> Result<Vec<StoredRecord>, BatchError> {
     Ok(out)
 }
 
+/// What a compaction needs to know of one stored record to decide whether it stays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordView<'a> {
+    pub offset: i64,
+    pub timestamp_ms: i64,
+    pub key: Option<&'a [u8]>,
+    /// A record without a value is a tombstone: the key's deletion.
+    pub is_tombstone: bool,
+}
+
+/// The batch at the start of `buf` with only the records `keep` accepts, or `None` when
+/// it keeps them all. Everything of the header stays (base offset, last offset delta,
+/// timestamps, producer id, epoch and base sequence), so offsets, the producer's
+/// sequence range and the batch's place in the log are as before; the kept records are
+/// copied verbatim (their offset deltas leave gaps where records went) and the batch
+/// gets its new length, record count and CRC. A batch may keep no record at all: its
+/// header still carries the offsets and the producer state it stands for.
+pub fn retain_records(
+    buf: &[u8],
+    mut keep: impl FnMut(RecordView<'_>) -> bool,
+) -> Result<Option<Bytes>, BatchError> {
+    let mut kept: Vec<&[u8]> = Vec::new();
+    let mut dropped = false;
+    let header = walk_records(buf, |header, raw| {
+        let view = RecordView {
+            offset: header.base_offset + i64::from(raw.offset_delta),
+            timestamp_ms: header.base_timestamp + raw.timestamp_delta,
+            key: raw.key,
+            is_tombstone: raw.value.is_none(),
+        };
+        if keep(view) {
+            kept.push(raw.bytes);
+        } else {
+            dropped = true;
+        }
+    })?;
+    if !dropped {
+        return Ok(None);
+    }
+    let body: usize = kept.iter().map(|r| r.len()).sum();
+    let mut out = BytesMut::with_capacity(HEADER_LEN + body);
+    out.put_slice(&buf[..HEADER_LEN]);
+    for record in &kept {
+        out.put_slice(record);
+    }
+    let batch_length = (out.len() - LOG_OVERHEAD) as i32;
+    out[OFF_BATCH_LENGTH..OFF_BATCH_LENGTH + 4].copy_from_slice(&batch_length.to_be_bytes());
+    out[OFF_RECORD_COUNT..OFF_RECORD_COUNT + 4].copy_from_slice(&(kept.len() as i32).to_be_bytes());
+    let crc = crc32c::crc32c(&out[OFF_ATTRIBUTES..]);
+    out[OFF_CRC..OFF_CRC + 4].copy_from_slice(&crc.to_be_bytes());
+    debug_assert_eq!(header.base_offset, be_i64(&out, OFF_BASE_OFFSET));
+    Ok(Some(out.freeze()))
+}
+
 /// One record's fields, borrowed from its batch.
 struct RawRecord<'a> {
+    /// The whole record as stored, its length prefix included.
+    bytes: &'a [u8],
     timestamp_delta: i64,
     offset_delta: i32,
     key: Option<&'a [u8]>,
@@ -430,6 +486,7 @@ fn walk_records<'a>(
     let mut reader = Reader { buf: body, at: 0 };
     let mut found: i64 = 0;
     while reader.at < body.len() {
+        let record_start = reader.at;
         let length = reader.i32()?;
         if length < 0 || reader.remaining() < length as usize {
             return Err(BatchError::MalformedRecords("record length out of bounds"));
@@ -460,6 +517,7 @@ fn walk_records<'a>(
         visit(
             &header,
             RawRecord {
+                bytes: &body[record_start..end],
                 timestamp_delta,
                 offset_delta,
                 key,
@@ -566,6 +624,91 @@ mod tests {
             headers: vec![("h".into(), Bytes::from_static(b"v"))],
             timestamp_ms: ts,
         }
+    }
+
+    #[test]
+    fn given_records_dropped_then_the_rest_keeps_offsets_timestamps_and_the_header() {
+        let producer = ProducerInfo {
+            producer_id: 7,
+            producer_epoch: 2,
+            base_sequence: 40,
+        };
+        let mut stored = encode(
+            producer,
+            ATTR_TRANSACTIONAL,
+            &[rec("a", "1", 100), rec("b", "2", 105), rec("a", "3", 110)],
+        )
+        .to_vec();
+        assign(&mut stored, 500, 4);
+        let before = verify(&stored).expect("valid");
+        let mut seen = Vec::new();
+        let kept = retain_records(&stored, |r| {
+            seen.push((r.offset, r.timestamp_ms, r.key.map(<[u8]>::to_vec)));
+            r.offset != 500
+        })
+        .expect("walks")
+        .expect("rewritten");
+        assert_eq!(seen[1], (501, 105, Some(b"b".to_vec())));
+        let after = verify(&kept).expect("the rewritten batch passes its CRC");
+        assert_eq!(after.record_count, 2);
+        assert_eq!(
+            (
+                after.base_offset,
+                after.last_offset_delta,
+                after.partition_leader_epoch
+            ),
+            (500, 2, 4)
+        );
+        assert_eq!(
+            (
+                after.producer(),
+                after.attributes,
+                after.base_timestamp,
+                after.max_timestamp
+            ),
+            (before.producer(), before.attributes, 100, 110)
+        );
+        let records = records(&kept).expect("records");
+        assert_eq!(
+            records
+                .iter()
+                .map(|r| (r.offset, r.timestamp_ms))
+                .collect::<Vec<_>>(),
+            vec![(501, 105), (502, 110)]
+        );
+        assert_eq!(records[1].value.as_deref(), Some(&b"3"[..]));
+        assert_eq!(
+            records[1].headers,
+            vec![("h".into(), Bytes::from_static(b"v"))]
+        );
+    }
+
+    #[test]
+    fn given_every_record_kept_then_nothing_is_rewritten_and_given_none_the_header_stays() {
+        let stored = encode(ProducerInfo::NONE, 0, &[rec("a", "1", 1), rec("b", "2", 2)]);
+        assert_eq!(retain_records(&stored, |_| true).expect("walks"), None);
+        let empty = retain_records(&stored, |_| false)
+            .expect("walks")
+            .expect("rewritten");
+        let header = verify(&empty).expect("valid");
+        assert_eq!((header.record_count, header.last_offset_delta), (0, 1));
+        assert_eq!(header.size(), HEADER_LEN);
+        assert!(records(&empty).expect("records").is_empty());
+        let tombstone = encode(
+            ProducerInfo::NONE,
+            0,
+            &[Record {
+                value: None,
+                ..rec("gone", "", 3)
+            }],
+        );
+        let mut flagged = false;
+        retain_records(&tombstone, |r| {
+            flagged = r.is_tombstone;
+            true
+        })
+        .expect("walks");
+        assert!(flagged);
     }
 
     #[test]
