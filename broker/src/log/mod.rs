@@ -6,6 +6,7 @@
 //! fsyncs through a [`SyncPoint`] after releasing it. On-disk format: docs/format.md.
 
 mod checkpoint;
+pub mod compaction;
 mod config;
 mod error;
 mod index;
