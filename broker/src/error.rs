@@ -98,6 +98,9 @@ pub enum BrokerError {
     InvalidRequiredAcks(i32),
     #[error("{0}")]
     InvalidRequest(String),
+    /// A record the partition cannot take (INVALID_RECORD).
+    #[error("invalid record: {0}")]
+    InvalidRecord(String),
     #[error("producer {producer_id}: {refusal}")]
     InvalidTxnState {
         producer_id: i64,
@@ -161,6 +164,7 @@ impl BrokerError {
             BrokerError::UnknownProducerId { .. } => ErrorCode::UnknownProducerId,
             BrokerError::InvalidRequiredAcks(_) => ErrorCode::InvalidRequiredAcks,
             BrokerError::InvalidRequest(_) => ErrorCode::InvalidRequest,
+            BrokerError::InvalidRecord(_) => ErrorCode::InvalidRecord,
             BrokerError::InvalidTxnState { .. } => ErrorCode::InvalidTxnState,
             BrokerError::CoordinatorFenced { .. } => ErrorCode::TransactionCoordinatorFenced,
             BrokerError::CoordinatorNotAvailable(_) => ErrorCode::CoordinatorNotAvailable,

@@ -351,7 +351,8 @@ async fn maintain_isr(topics: Arc<TopicRegistry>, lag_limit_ms: i64) {
     }
 }
 
-/// Periodic work: forget idle producers; apply retention; flush on a timer for
+/// Periodic work: forget idle producers; apply retention and compaction; flush on a
+/// timer for
 /// `interval:<ms>`.
 /// Returns between pieces of work once `stop` is cancelled: a timed flush is never cut
 /// short.
@@ -384,6 +385,9 @@ async fn run_background(topics: Arc<TopicRegistry>, config: BrokerConfig, stop: 
                     for partition in topics.all_partitions() {
                         if let Err(e) = partition.enforce_retention(now) {
                             tracing::error!(topic = partition.topic(), partition = partition.index(), error = %e, "retention failed");
+                        }
+                        if let Err(e) = partition.compact(now) {
+                            tracing::error!(topic = partition.topic(), partition = partition.index(), error = %e, "compaction failed");
                         }
                     }
                 });

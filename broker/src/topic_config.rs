@@ -343,8 +343,7 @@ impl TopicConfig {
     }
 
     /// Checks what needs the topic and the broker: `min.insync.replicas` within the
-    /// replication factor, `max.message.bytes` within what the broker accepts, and no
-    /// compaction while this broker has no cleaner.
+    /// replication factor and `max.message.bytes` within what the broker accepts.
     pub fn check_for_topic(
         &self,
         replication_factor: i32,
@@ -370,18 +369,6 @@ impl TopicConfig {
                     format!("at most the broker's limit {broker_max_message_bytes}"),
                 ));
             }
-        }
-        if self
-            .get(CLEANUP_POLICY)
-            .and_then(CleanupPolicy::parse)
-            .is_some_and(|p| p.compact)
-        {
-            return Err(bad(
-                CLEANUP_POLICY,
-                "\"delete\": this broker has no log cleaner yet, so compaction would \
-                 silently not happen"
-                    .into(),
-            ));
         }
         Ok(())
     }
@@ -534,7 +521,7 @@ mod tests {
     }
 
     #[test]
-    fn given_a_topic_then_min_isr_above_the_replication_factor_and_compaction_are_refused() {
+    fn given_a_topic_then_min_isr_above_the_replication_factor_is_refused() {
         let min = TopicConfig::from_pairs([(MIN_INSYNC_REPLICAS, "3")]).expect("valid");
         assert!(min.check_for_topic(3, 1 << 20).is_ok());
         let e = min.check_for_topic(2, 1 << 20).expect_err("3 > 2");
@@ -542,8 +529,7 @@ mod tests {
         let big = TopicConfig::from_pairs([(MAX_MESSAGE_BYTES, "2000000")]).expect("valid");
         assert!(big.check_for_topic(1, 1 << 20).is_err());
         let compact = TopicConfig::from_pairs([(CLEANUP_POLICY, "compact")]).expect("valid");
-        let e = compact.check_for_topic(1, 1 << 20).expect_err("no cleaner");
-        assert!(e.to_string().contains(CLEANUP_POLICY), "{e}");
+        assert!(compact.check_for_topic(1, 1 << 20).is_ok());
     }
 
     #[test]

@@ -907,7 +907,7 @@ mod tests {
                 topic_config::MAX_MESSAGE_BYTES,
             ),
             (
-                vec![set(topic_config::CLEANUP_POLICY, "compact")],
+                vec![set(topic_config::CLEANUP_POLICY, "purge")],
                 topic_config::CLEANUP_POLICY,
             ),
         ];

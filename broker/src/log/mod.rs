@@ -6,6 +6,7 @@
 //! fsyncs through a [`SyncPoint`] after releasing it. On-disk format: docs/format.md.
 
 mod checkpoint;
+mod cleaner;
 pub mod compaction;
 mod config;
 mod error;
@@ -23,6 +24,7 @@ use std::time::{Duration, Instant};
 use idem_proto::batch::{self, BatchHeader};
 use idem_proto::control::{self, ControlMarker};
 
+pub use cleaner::CleanReport;
 pub use config::{FlushPolicy, LogConfig, ParseFlushPolicyError};
 pub use error::LogError;
 pub use sync::SyncPoint;
@@ -88,6 +90,9 @@ pub struct PartitionLog {
     log_start: i64,
     /// Everything below it is on disk; persisted in the `recovery-point` file.
     recovery_point: i64,
+    /// `(end of the cleaned segments, when)` of the last cleaning pass: a pass with
+    /// nothing newly sealed is skipped until a tombstone may have come due.
+    last_clean: Option<(i64, i64)>,
     last_flush: Instant,
     sync: Arc<SyncShared>,
 }
@@ -205,6 +210,7 @@ impl PartitionLog {
             log_end_offset,
             log_start,
             recovery_point: log_end_offset,
+            last_clean: None,
             last_flush: Instant::now(),
             sync: SyncShared::new(active, log_end_offset, log_end_offset),
         };
@@ -786,7 +792,11 @@ fn list_segments(dir: &Path) -> Result<Vec<i64>, LogError> {
             logs.push(base);
         } else if let Some(base) = segment::parse_base_offset(name, segment::INDEX_SUFFIX) {
             indexes.push(base);
-        } else if RECOVERY_POINT.is_temp_file(name) || LOG_START.is_temp_file(name) {
+        } else if RECOVERY_POINT.is_temp_file(name)
+            || LOG_START.is_temp_file(name)
+            || name.ends_with(cleaner::CLEANED_SUFFIX)
+        {
+            // A cleaning the broker died in: the segment it was for is intact.
             let path = entry.path();
             fs::remove_file(&path).at("removing", &path)?;
         }
@@ -1747,5 +1757,137 @@ mod tests {
         let end = log.log_end_offset();
         assert_eq!(log.roll_now().expect("roll"), Some(end));
         assert_eq!(log.roll_now().expect("empty active"), None);
+    }
+
+    /// A batch of `(key, value)` records stamped `timestamp_ms`.
+    fn keyed(pairs: &[(&str, Option<&str>)], timestamp_ms: i64) -> Vec<u8> {
+        let records: Vec<Record> = pairs
+            .iter()
+            .map(|(k, v)| Record {
+                key: Some(Bytes::copy_from_slice(k.as_bytes())),
+                value: v.map(|v| Bytes::copy_from_slice(v.as_bytes())),
+                headers: Vec::new(),
+                timestamp_ms,
+            })
+            .collect();
+        batch::encode(ProducerInfo::NONE, 0, &records).to_vec()
+    }
+
+    /// `(offset, key, value)` of every record from the log start.
+    fn keyed_records(log: &PartitionLog) -> Vec<(i64, String, Option<String>)> {
+        Batches::new(&read_all(log))
+            .flat_map(|b| {
+                let (_, bytes) = b.expect("valid batch");
+                batch::records(bytes).expect("records")
+            })
+            .map(|r| {
+                let text = |b: Option<Bytes>| b.map(|b| String::from_utf8_lossy(&b).into_owned());
+                (r.offset, text(r.key).unwrap_or_default(), text(r.value))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn given_keyed_updates_then_cleaning_keeps_each_keys_latest_below_the_bound_and_every_offset() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut log, _) = open(dir.path(), small_segments());
+        for round in 0..12 {
+            let value = format!("round-{round}-{}", "v".repeat(40));
+            let pairs: Vec<(String, Option<&str>)> = (0..4)
+                .map(|k| (format!("k{k}"), Some(value.as_str())))
+                .collect();
+            let pairs: Vec<(&str, Option<&str>)> =
+                pairs.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+            log.append(&keyed(&pairs, 1_000), 0).expect("append");
+        }
+        // k3 is deleted: its tombstone is young (stays) at first, old later.
+        log.append(&keyed(&[("k3", None)], 5_000), 0)
+            .expect("append");
+        log.roll_now().expect("roll");
+        let before = keyed_records(&log);
+        let end = log.log_end_offset();
+        let sealed_before = log.sealed_segments();
+        let rules = compaction::CleaningRules {
+            clean_below: log.active_segment_base(),
+            now_ms: 6_000,
+            delete_retention_ms: 10_000,
+        };
+        let report = log.clean(rules, 0, |_, _| false).expect("clean");
+        assert!(report.rewritten > 0 && report.keys == 4, "{report:?}");
+        assert!(report.bytes_after < report.bytes_before, "{report:?}");
+        assert_eq!(log.log_end_offset(), end);
+        assert_eq!(
+            log.sealed_segments(),
+            sealed_before,
+            "segment boundaries stay"
+        );
+        let after = keyed_records(&log);
+        let latest = |records: &[(i64, String, Option<String>)], key: &str| {
+            records.iter().rev().find(|r| r.1 == key).cloned()
+        };
+        for key in ["k0", "k1", "k2", "k3"] {
+            assert_eq!(latest(&after, key), latest(&before, key), "{key}");
+            assert_eq!(after.iter().filter(|r| r.1 == key).count(), 1, "{key}");
+        }
+        // Cleaned records keep their offsets: every one was there before, as it was.
+        assert!(after.iter().all(|r| before.contains(r)));
+        // Reopened, the cleaned segments read the same (indexes rebuilt).
+        drop(log);
+        let (mut log, report) = open(dir.path(), small_segments());
+        assert_eq!(report.reason, None);
+        assert_eq!(keyed_records(&log), after);
+        // Past delete.retention.ms the tombstone goes too.
+        let later = compaction::CleaningRules {
+            now_ms: 20_000,
+            ..rules
+        };
+        log.clean(later, 0, |_, _| false).expect("clean");
+        assert!(keyed_records(&log).iter().all(|r| r.1 != "k3"));
+        // Every offset still reads: a fetch inside a cleaned batch gets that batch.
+        for offset in log.log_start_offset()..log.log_end_offset() {
+            assert!(log.read(offset, 1, i64::MAX).is_ok(), "offset {offset}");
+        }
+    }
+
+    #[test]
+    fn given_young_segments_or_an_aborted_update_then_cleaning_spares_them_as_it_should() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut log, _) = open(dir.path(), small_segments());
+        for round in 0..6 {
+            let value = format!("{round}{}", "v".repeat(200));
+            log.append(&keyed(&[("k", Some(value.as_str()))], 1_000), 0)
+                .expect("append");
+        }
+        log.roll_now().expect("roll");
+        let before = keyed_records(&log);
+        let rules = compaction::CleaningRules {
+            clean_below: log.active_segment_base(),
+            now_ms: 1_500,
+            delete_retention_ms: 0,
+        };
+        let young = log.clean(rules, 1_000, |_, _| false).expect("clean");
+        assert_eq!((young.segments, young.rewritten), (0, 0));
+        assert_eq!(keyed_records(&log), before);
+        // Every batch "aborted": nothing is anyone's latest, all of it goes.
+        log.clean(rules, 0, |_, _| true).expect("clean");
+        // Batches are not transactional here, so nothing counts as aborted: the
+        // latest value stays, the rest goes.
+        let after = keyed_records(&log);
+        assert_eq!(after.len(), 1);
+        assert_eq!(after.last(), before.last());
+    }
+
+    #[test]
+    fn a_leftover_cleaned_file_is_removed_when_the_log_opens() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut log, _) = open(dir.path(), small_segments());
+        append_all(&mut log, &[5; 6], 60);
+        drop(log);
+        let leftover = cleaner::cleaned_path(dir.path(), 0);
+        fs::write(&leftover, b"half a cleaning").expect("write");
+        let (log, report) = open(dir.path(), small_segments());
+        assert!(!leftover.exists());
+        assert_eq!(report.reason, None);
+        assert_eq!(log.log_end_offset(), 30);
     }
 }

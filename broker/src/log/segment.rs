@@ -116,6 +116,40 @@ impl Segment {
         next_offset: i64,
         index_interval_bytes: u32,
     ) -> Result<Segment, LogError> {
+        let (mut segment, problem) =
+            Segment::open_sealed(dir, base_offset, next_offset, index_interval_bytes)?;
+        if let Some(problem) = problem.or_else(|| segment.index_mismatch()) {
+            tracing::warn!(
+                segment = %segment.log_path.display(),
+                problem = %problem,
+                "rebuilding offset index from the log"
+            );
+            segment.rebuild_index()?;
+        }
+        Ok(segment)
+    }
+
+    /// Opens a sealed segment whose log file was just rewritten (compacted), building
+    /// its index anew from the batch headers.
+    pub fn open_rewritten(
+        dir: &Path,
+        base_offset: i64,
+        next_offset: i64,
+        index_interval_bytes: u32,
+    ) -> Result<Segment, LogError> {
+        let (mut segment, _) =
+            Segment::open_sealed(dir, base_offset, next_offset, index_interval_bytes)?;
+        segment.rebuild_index()?;
+        Ok(segment)
+    }
+
+    /// A sealed segment's files, opened as they are, and what is wrong with its index.
+    fn open_sealed(
+        dir: &Path,
+        base_offset: i64,
+        next_offset: i64,
+        index_interval_bytes: u32,
+    ) -> Result<(Segment, Option<String>), LogError> {
         let log_path = log_path(dir, base_offset);
         let log = open_log_file(&log_path, false)?;
         let size = log.metadata().at("reading size of", &log_path)?.len();
@@ -131,20 +165,9 @@ impl Segment {
             index_interval_bytes,
             max_timestamp: None,
         };
-        if let Some(problem) = problem.or_else(|| segment.index_mismatch()) {
-            let entries = segment.index_from_headers();
-            tracing::warn!(
-                segment = %segment.log_path.display(),
-                problem = %problem,
-                entries = entries.len(),
-                "rebuilding offset index from the log"
-            );
-            segment.index.replace(entries)?;
-            segment.index.sync()?;
-        }
         segment.cadence =
             IndexCadence::resume(index_interval_bytes, segment.index.last(), segment.size);
-        Ok(segment)
+        Ok((segment, problem))
     }
 
     /// Opens a segment at or after the recovery point and verifies it batch by batch.
@@ -455,6 +478,17 @@ impl Segment {
         } else {
             Some(format!("last entry {last:?} does not point at its batch"))
         }
+    }
+
+    /// Replaces the index with one built from the batch headers (after the log file was
+    /// rewritten under it).
+    pub fn rebuild_index(&mut self) -> Result<(), LogError> {
+        let entries = self.index_from_headers();
+        self.index.replace(entries)?;
+        self.index.sync()?;
+        self.cadence =
+            IndexCadence::resume(self.index_interval_bytes, self.index.last(), self.size);
+        Ok(())
     }
 
     /// Index entries from a walk over the batch headers (no CRC check), stopping at the

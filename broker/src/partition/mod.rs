@@ -207,6 +207,9 @@ impl Partition {
         }
         let header = batch::validate_produced(records)?;
         refuse_unsupported_batch(&header)?;
+        if !header.is_control() && self.topic_settings().cleanup_policy.compact {
+            refuse_unkeyed(records)?;
+        }
         // Every batch records the leader epoch it was written in (followers' truncation
         // after a failover compares epochs).
         let leader_epoch = self.replica_set().leader_epoch;
@@ -896,6 +899,25 @@ fn read_marker(buf: &[u8]) -> Result<Option<ControlMarker>, BrokerError> {
         return Ok(None);
     }
     Ok(Some(control::decode_control(buf)?))
+}
+
+/// A compacted topic keeps each key's latest record: a record without a key could never
+/// be compacted, so it is refused (as Kafka does), and nothing of its batch appended.
+fn refuse_unkeyed(records: &[u8]) -> Result<(), BrokerError> {
+    let mut unkeyed = None;
+    batch::retain_records(records, |record| {
+        if record.key.is_none() && unkeyed.is_none() {
+            unkeyed = Some(record.offset);
+        }
+        true
+    })?;
+    match unkeyed {
+        Some(delta) => Err(BrokerError::InvalidRecord(format!(
+            "record {delta} of the batch has no key; a compacted topic (cleanup.policy \
+             compact) keeps each key's latest record and takes only keyed ones"
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// A fetch position must lie within the log (the end itself included); returns the end.

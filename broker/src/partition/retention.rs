@@ -9,7 +9,9 @@
 use std::sync::atomic::Ordering;
 
 use crate::error::BrokerError;
+use crate::log::compaction::CleaningRules;
 use crate::log::retention::{self, RetentionLimits};
+use crate::log::CleanReport;
 use crate::producer_state::{self, ProducerStateTable};
 use crate::replication::epoch_history::EpochHistory;
 use crate::txn_index::{segment_file, TxnIndex};
@@ -18,21 +20,26 @@ use super::{Partition, PartitionInner};
 
 impl Partition {
     /// Applies the topic's retention at `now_ms`: rolls the active segment once it is
-    /// `segment.ms` old, then moves the log start past the sealed segments retention
-    /// lets go, never past the high watermark or the last stable offset. Returns the
-    /// new log start when it moved. Topics without the `delete` policy keep everything.
+    /// `segment.ms` old (whatever the policy), then moves the log start past the sealed
+    /// segments retention lets go, never past the high watermark or the last stable
+    /// offset. Returns the new log start when it moved. Topics without the `delete`
+    /// policy keep everything.
     pub fn enforce_retention(&self, now_ms: i64) -> Result<Option<i64>, BrokerError> {
         let settings = self.topic_settings();
-        if !settings.cleanup_policy.delete || self.is_retired() {
+        if self.is_retired() {
             return Ok(None);
         }
         let mut inner = self.lock();
+        // Any policy: compaction too only reaches sealed segments.
         let first = inner.log.active_first_batch_timestamp()?;
         if retention::active_segment_due(first, now_ms, settings.segment_ms) {
             let sealed_base = inner.log.active_segment_base();
             if let Some(rolled_at) = inner.log.roll_now()? {
                 self.segment_sealed(&inner, sealed_base, rolled_at);
             }
+        }
+        if !settings.cleanup_policy.delete {
+            return Ok(None);
         }
         let high_watermark = *self.high_watermark.borrow();
         let bound = inner.txns.last_stable_offset(high_watermark);
@@ -49,6 +56,30 @@ impl Partition {
         };
         tracing::info!(topic = %self.topic, partition = self.index, log_start = start, ?breach, "retention moves the log start");
         self.move_log_start(&mut inner, start)
+    }
+
+    /// Applies the `compact` cleanup policy at `now_ms`: each key keeps its latest record
+    /// in the sealed segments below the last stable offset (see `log::compaction`).
+    /// Every replica compacts its own log by the same rules; offsets never change.
+    /// Holds the partition lock while it cleans (produce waits), like the retention pass.
+    pub fn compact(&self, now_ms: i64) -> Result<CleanReport, BrokerError> {
+        let settings = self.topic_settings();
+        if !settings.cleanup_policy.compact || self.is_retired() {
+            return Ok(CleanReport::default());
+        }
+        let mut inner = self.lock();
+        let high_watermark = *self.high_watermark.borrow();
+        let rules = CleaningRules {
+            clean_below: inner.txns.last_stable_offset(high_watermark),
+            now_ms,
+            delete_retention_ms: settings.delete_retention_ms,
+        };
+        let PartitionInner { log, txns, .. } = &mut *inner;
+        Ok(log.clean(
+            rules,
+            settings.min_compaction_lag_ms,
+            |producer_id, offset| txns.is_aborted(producer_id, offset),
+        )?)
     }
 
     /// Follower: the leader's log start moved to `leader_log_start`; this replica starts

@@ -59,6 +59,13 @@ impl ProducerRecord {
             timestamp_ms: None,
         }
     }
+    /// A record without a value for `key`: in a compacted topic, the key's deletion.
+    pub fn tombstone(topic: impl Into<String>, key: impl Into<Bytes>) -> Self {
+        ProducerRecord {
+            value: None,
+            ..ProducerRecord::new(topic, Bytes::new()).key(key)
+        }
+    }
     pub fn key(mut self, key: impl Into<Bytes>) -> Self {
         self.key = Some(key.into());
         self

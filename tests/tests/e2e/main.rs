@@ -8,6 +8,7 @@ mod bootstrap_list;
 mod chaos;
 mod cli;
 mod cluster_topics;
+mod compaction;
 mod delivery;
 mod etcd_faults;
 mod failover;

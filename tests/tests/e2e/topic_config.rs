@@ -254,7 +254,7 @@ async fn bad_input_changes_nothing(backend: Backend) {
             "min.insync.replicas",
         ),
         (
-            vec![AlterConfigOp::set("cleanup.policy", "compact")],
+            vec![AlterConfigOp::set("cleanup.policy", "purge")],
             "cleanup.policy",
         ),
         (

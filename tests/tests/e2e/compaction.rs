@@ -1,0 +1,261 @@
+//! Log compaction on real brokers (`cleanup.policy=compact`): a keyed topic updated far
+//! more often than it has keys is compacted on every replica to each key's latest value
+//! (compared with a model), tombstones vanish after `delete.retention.ms`, a transactional
+//! topic never shows an aborted value to read_committed nor loses a committed one, and
+//! a record without a key is refused.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use idem_client::{
+    Admin, Consumer, ConsumerConfig, ConsumerRecord, ErrorCode, Isolation, NewTopic, OffsetSpec,
+    Producer, ProducerConfig, ProducerRecord,
+};
+use idem_tests::txn;
+use idem_tests::wait::{seen_if, wait_until, PATIENCE};
+use idem_tests::Cluster;
+
+const KEYS: usize = 100;
+
+/// Brokers that roll 16 KiB segments and look for cleaning every 100 ms.
+async fn cluster() -> Cluster {
+    Cluster::start_with_coordinators(
+        3,
+        1,
+        &[
+            "--segment-bytes",
+            "16384",
+            "--log-retention-check-interval-ms",
+            "100",
+        ],
+        &[],
+    )
+    .await
+}
+
+/// A compacted topic, RF 3, whose active segment rolls after a second so the last
+/// updates get compacted too, and whose tombstones live 2 s.
+async fn create_compacted(admin: &Admin, name: &str) {
+    admin
+        .create_topic_with(
+            NewTopic::new(name, 1)
+                .replication_factor(3)
+                .config("cleanup.policy", "compact")
+                .config("segment.ms", "1000")
+                .config("delete.retention.ms", "2000"),
+        )
+        .await
+        .expect("compacted topic created");
+}
+
+/// Every record of partition 0 from the log start to the end `isolation` sees.
+async fn read_all(bootstrap: &str, topic: &str, isolation: Isolation) -> Vec<ConsumerRecord> {
+    let admin = Admin::connect(bootstrap).await.expect("admin");
+    let end = admin
+        .list_offsets(topic, 0, OffsetSpec::Latest, isolation)
+        .await
+        .expect("end");
+    let config = ConsumerConfig {
+        isolation,
+        max_wait: Duration::from_millis(50),
+        start: OffsetSpec::Earliest,
+        // A pass that removes the records under the consumer moves it on.
+        auto_offset_reset: Some(OffsetSpec::Earliest),
+        ..ConsumerConfig::default()
+    };
+    let mut consumer = Consumer::connect(bootstrap, config)
+        .await
+        .expect("consumer");
+    consumer.assign(vec![(topic.to_string(), 0)]);
+    let mut records = Vec::new();
+    while consumer.position(topic, 0).await.expect("position") < end {
+        records.extend(consumer.poll(Duration::from_secs(5)).await.expect("poll"));
+    }
+    records
+}
+
+fn text(bytes: &Option<bytes::Bytes>) -> Option<String> {
+    bytes
+        .as_ref()
+        .map(|b| String::from_utf8_lossy(b).into_owned())
+}
+
+/// Key -> latest value of a read (a tombstone removes the key), and how many records
+/// each key has.
+fn latest(records: &[ConsumerRecord]) -> (BTreeMap<String, String>, BTreeMap<String, usize>) {
+    let mut values = BTreeMap::new();
+    let mut counts = BTreeMap::new();
+    for r in records {
+        let key = text(&r.key).expect("keyed");
+        *counts.entry(key.clone()).or_default() += 1;
+        match text(&r.value) {
+            Some(v) => values.insert(key, v),
+            None => values.remove(&key),
+        };
+    }
+    (values, counts)
+}
+
+fn segment_bytes(data_dir: &Path, topic: &str) -> u64 {
+    std::fs::read_dir(data_dir.join(format!("{topic}-0")))
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .filter(|e| e.file_name().to_string_lossy().ends_with(".log"))
+                .filter_map(|e| e.metadata().ok())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_100_keys_and_100000_updates_then_every_replica_compacts_to_the_latest_value_per_key()
+{
+    const TOPIC: &str = "keyed";
+    const UPDATES: usize = 100_000;
+    let cluster = cluster().await;
+    let bootstrap = cluster.bootstrap();
+    let admin = Admin::connect(&bootstrap).await.expect("admin");
+    create_compacted(&admin, TOPIC).await;
+    let producer = Producer::connect(ProducerConfig::new(&bootstrap))
+        .await
+        .expect("producer");
+    let mut model: BTreeMap<String, String> = BTreeMap::new();
+    let mut deliveries = Vec::new();
+    for n in 0..UPDATES {
+        let (key, value) = (format!("key-{:03}", n % KEYS), format!("value-{n:06}"));
+        model.insert(key.clone(), value.clone());
+        let record = ProducerRecord::new(TOPIC, value).key(key).partition(0);
+        deliveries.push(producer.send_record(record).await.expect("send"));
+        if deliveries.len() == 10_000 {
+            for d in deliveries.drain(..) {
+                d.await.expect("acknowledged");
+            }
+        }
+    }
+    // Ten keys deleted: a tombstone each.
+    for k in 0..10 {
+        let key = format!("key-{k:03}");
+        model.remove(&key);
+        let tombstone = ProducerRecord::tombstone(TOPIC, key).partition(0);
+        deliveries.push(producer.send_record(tombstone).await.expect("send"));
+    }
+    for d in deliveries {
+        d.await.expect("acknowledged");
+    }
+    // Compacted once each key is left once and the tombstones are gone (2 s after).
+    let (read, _) = wait_until(
+        PATIENCE,
+        "the topic compacted to one record per key",
+        || {
+            let bootstrap = &bootstrap;
+            async move {
+                let read = read_all(bootstrap, TOPIC, Isolation::ReadCommitted).await;
+                let (_, counts) = latest(&read);
+                let compacted = read.len() == KEYS - 10 && counts.values().all(|c| *c == 1);
+                seen_if(read, compacted)
+            }
+        },
+    )
+    .await;
+    let (values, _) = latest(&read);
+    assert_eq!(values, model, "each key's latest value, deleted keys gone");
+    // Every replica cleaned its own copy: over 3 MB of updates went in; what stays is
+    // 90 records and the emptied batches' headers (61 bytes each).
+    for id in cluster.ids() {
+        wait_until(PATIENCE, "the replica compacted on disk", || {
+            let bytes = segment_bytes(cluster.broker(id).data_dir(), TOPIC);
+            async move { seen_if(bytes, bytes < 128 * 1024) }
+        })
+        .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_committed_and_aborted_transactions_then_compaction_never_shows_an_aborted_value_nor_loses_a_committed_one(
+) {
+    const TOPIC: &str = "txn-keyed";
+    let cluster = cluster().await;
+    let bootstrap = cluster.bootstrap();
+    let admin = Admin::connect(&bootstrap).await.expect("admin");
+    create_compacted(&admin, TOPIC).await;
+    let producer = txn::producer(&bootstrap, "compacting").await;
+    let mut model: BTreeMap<String, String> = BTreeMap::new();
+    for round in 0..60 {
+        producer.begin().expect("begin");
+        let aborted = round % 3 == 2;
+        let mut deliveries = Vec::new();
+        for k in 0..10 {
+            let key = format!("key-{k}");
+            let value = format!(
+                "{}-{round:03}",
+                if aborted { "aborted" } else { "committed" }
+            );
+            if !aborted {
+                model.insert(key.clone(), value.clone());
+            }
+            let record = ProducerRecord::new(TOPIC, value).key(key).partition(0);
+            deliveries.push(producer.send(record).await.expect("send"));
+        }
+        if aborted {
+            producer.abort().await.expect("abort");
+        } else {
+            for d in deliveries {
+                d.await.expect("acknowledged");
+            }
+            producer.commit().await.expect("commit");
+        }
+    }
+    let (read, _) = wait_until(PATIENCE, "the transactional topic compacted", || {
+        let bootstrap = &bootstrap;
+        async move {
+            let read = read_all(bootstrap, TOPIC, Isolation::ReadCommitted).await;
+            let (_, counts) = latest(&read);
+            seen_if(read, counts.values().all(|c| *c == 1))
+        }
+    })
+    .await;
+    assert!(
+        read.iter()
+            .all(|r| !text(&r.value).unwrap_or_default().starts_with("aborted")),
+        "read_committed saw an aborted value"
+    );
+    assert_eq!(latest(&read).0, model, "every key's last committed value");
+    // Uncommitted readers see no aborted value left in the compacted segments either.
+    let uncommitted = read_all(&bootstrap, TOPIC, Isolation::ReadUncommitted).await;
+    let stale = uncommitted
+        .iter()
+        .filter(|r| text(&r.value).unwrap_or_default().starts_with("aborted"))
+        .count();
+    assert!(
+        stale <= 10,
+        "at most the last aborted round, still unsealed: {stale}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_compacted_topic_then_a_record_without_a_key_is_refused_and_nothing_appended() {
+    const TOPIC: &str = "keys-only";
+    let cluster = cluster().await;
+    let bootstrap = cluster.bootstrap();
+    let admin = Admin::connect(&bootstrap).await.expect("admin");
+    create_compacted(&admin, TOPIC).await;
+    let producer = Producer::connect(ProducerConfig::new(&bootstrap))
+        .await
+        .expect("producer");
+    let refused = producer
+        .send_record(ProducerRecord::new(TOPIC, "no key").partition(0))
+        .await
+        .expect("queued")
+        .await
+        .expect_err("an unkeyed record in a compacted topic");
+    assert_eq!(refused.code(), Some(ErrorCode::InvalidRecord), "{refused}");
+    assert!(refused.to_string().contains("no key"), "{refused}");
+    let end = admin
+        .list_offsets(TOPIC, 0, OffsetSpec::Latest, Isolation::ReadUncommitted)
+        .await
+        .expect("end");
+    assert_eq!(end, 0, "nothing was appended");
+}
