@@ -62,7 +62,11 @@ pub fn records(values: &[&str]) -> Vec<Record> {
         .iter()
         .map(|v| Record {
             value: Some(Bytes::copy_from_slice(v.as_bytes())),
-            timestamp_ms: 1,
+            // Stamped now, as a client does: a record stamped in 1970 is past every
+            // retention.ms and goes at the broker's first retention pass.
+            timestamp_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as i64),
             ..Record::default()
         })
         .collect()

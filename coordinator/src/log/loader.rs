@@ -95,6 +95,10 @@ impl Replay {
                 self.txns.remove(&meta.transactional_id);
                 Ok(())
             }
+            Ok(LogRecord::Removed { transactional_id }) => {
+                self.txns.remove(&transactional_id);
+                Ok(())
+            }
             Ok(LogRecord::Txn(meta)) => {
                 self.txns.insert(meta.transactional_id.clone(), meta);
                 Ok(())
@@ -324,7 +328,7 @@ mod tests {
                 let (key, value) = r.encode();
                 Record {
                     key: Some(key),
-                    value: Some(value),
+                    value,
                     headers: Vec::new(),
                     timestamp_ms: 1,
                 }
@@ -436,7 +440,10 @@ mod tests {
             .apply(
                 11,
                 Some(b"a"),
-                Some(&LogRecord::Txn(meta("a", 4, TxnState::Empty)).encode().1),
+                LogRecord::Txn(meta("a", 4, TxnState::Empty))
+                    .encode()
+                    .1
+                    .as_deref(),
             )
             .expect("applies");
         // Fetching from 12 may return the whole batch at 10: 10 and 11 are skipped.

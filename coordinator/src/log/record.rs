@@ -21,6 +21,12 @@ pub enum LogRecord {
     Fence {
         coordinator_epoch: i32,
     },
+    /// The transactional id expired (its `Dead` state): written as a tombstone, a record
+    /// with the id as key and no value, so compaction of the log (cleanup.policy
+    /// compact) drops every record of the id, and then the tombstone itself.
+    Removed {
+        transactional_id: String,
+    },
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -80,13 +86,20 @@ pub enum RecordError {
 }
 
 impl LogRecord {
-    /// The record's key and value bytes.
-    pub fn encode(&self) -> (Bytes, Bytes) {
+    /// The record's key and value bytes (no value: a tombstone).
+    pub fn encode(&self) -> (Bytes, Option<Bytes>) {
         match self {
             LogRecord::Fence { coordinator_epoch } => {
                 let value = serde_json::json!({ "fence": coordinator_epoch }).to_string();
-                (Bytes::new(), Bytes::from(value))
+                (Bytes::new(), Some(Bytes::from(value)))
             }
+            LogRecord::Removed { transactional_id } => {
+                (Bytes::copy_from_slice(transactional_id.as_bytes()), None)
+            }
+            LogRecord::Txn(meta) if meta.state == TxnState::Dead => LogRecord::Removed {
+                transactional_id: meta.transactional_id.clone(),
+            }
+            .encode(),
             LogRecord::Txn(meta) => {
                 let value = TxnValue {
                     producer_id: meta.producer_id,
@@ -110,16 +123,26 @@ impl LogRecord {
                 let json = serde_json::to_vec(&value).unwrap_or_default();
                 (
                     Bytes::copy_from_slice(meta.transactional_id.as_bytes()),
-                    Bytes::from(json),
+                    Some(Bytes::from(json)),
                 )
             }
         }
     }
 
-    /// Reads a record back; a missing key counts as the empty key.
+    /// Reads a record back; a missing key counts as the empty key. A transactional id
+    /// without a value is its tombstone (records of `Dead` written before tombstones
+    /// existed still read as `Txn` in state `Dead`).
     pub fn decode(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<LogRecord, RecordError> {
         let key = key.unwrap_or_default();
-        let value = value.ok_or(RecordError::NoValue)?;
+        let Some(value) = value else {
+            if key.is_empty() {
+                return Err(RecordError::NoValue);
+            }
+            let transactional_id = std::str::from_utf8(key)
+                .map_err(|_| RecordError::KeyNotUtf8)?
+                .to_string();
+            return Ok(LogRecord::Removed { transactional_id });
+        };
         if key.is_empty() {
             let fence: FenceValue =
                 serde_json::from_slice(value).map_err(|e| RecordError::BadValue(e.to_string()))?;
@@ -208,19 +231,20 @@ mod tests {
     }
 
     #[test]
-    fn every_state_round_trips() {
-        for state in TxnState::ALL {
+    fn every_state_but_dead_round_trips() {
+        for state in TxnState::ALL.into_iter().filter(|s| *s != TxnState::Dead) {
             let record = LogRecord::Txn(meta(state));
             let (key, value) = record.encode();
             assert_eq!(&key[..], b"orders-1");
-            assert_eq!(LogRecord::decode(Some(&key), Some(&value)), Ok(record));
+            assert_eq!(LogRecord::decode(Some(&key), value.as_deref()), Ok(record));
         }
     }
 
     #[test]
     fn the_value_is_the_documented_json() {
         let (_, value) = LogRecord::Txn(meta(TxnState::PrepareCommit)).encode();
-        let json: serde_json::Value = serde_json::from_slice(&value).expect("json");
+        let json: serde_json::Value =
+            serde_json::from_slice(value.as_deref().unwrap_or_default()).expect("json");
         assert_eq!(
             json,
             serde_json::json!({
@@ -248,20 +272,23 @@ mod tests {
             ..meta(TxnState::Empty)
         };
         let (key, value) = LogRecord::Txn(renewed.clone()).encode();
-        let json: serde_json::Value = serde_json::from_slice(&value).expect("json");
+        let json: serde_json::Value =
+            serde_json::from_slice(value.as_deref().unwrap_or_default()).expect("json");
         assert_eq!(
             json["renewed_from"],
             serde_json::json!({"producer_id": 1234, "producer_epoch": 32767})
         );
         assert_eq!(
-            LogRecord::decode(Some(&key), Some(&value)),
+            LogRecord::decode(Some(&key), value.as_deref()),
             Ok(LogRecord::Txn(renewed))
         );
         // The documented JSON above has no such field: records of older coordinators.
         let (key, value) = LogRecord::Txn(meta(TxnState::Empty)).encode();
-        assert!(!String::from_utf8_lossy(&value).contains("renewed_from"));
+        assert!(
+            !String::from_utf8_lossy(value.as_deref().unwrap_or_default()).contains("renewed_from")
+        );
         assert_eq!(
-            LogRecord::decode(Some(&key), Some(&value)),
+            LogRecord::decode(Some(&key), value.as_deref()),
             Ok(LogRecord::Txn(meta(TxnState::Empty)))
         );
     }
@@ -283,7 +310,8 @@ mod tests {
             ..meta(TxnState::Ongoing)
         };
         let (key, value) = LogRecord::Txn(began_behind.clone()).encode();
-        let json: serde_json::Value = serde_json::from_slice(&value).expect("json");
+        let json: serde_json::Value =
+            serde_json::from_slice(value.as_deref().unwrap_or_default()).expect("json");
         assert_eq!(
             json["pending_end"],
             serde_json::json!({
@@ -292,11 +320,13 @@ mod tests {
             })
         );
         assert_eq!(
-            LogRecord::decode(Some(&key), Some(&value)),
+            LogRecord::decode(Some(&key), value.as_deref()),
             Ok(LogRecord::Txn(began_behind))
         );
         let (_, value) = LogRecord::Txn(meta(TxnState::Ongoing)).encode();
-        assert!(!String::from_utf8_lossy(&value).contains("pending_end"));
+        assert!(
+            !String::from_utf8_lossy(value.as_deref().unwrap_or_default()).contains("pending_end")
+        );
     }
 
     #[test]
@@ -305,6 +335,7 @@ mod tests {
             coordinator_epoch: 9,
         };
         let (key, value) = record.encode();
+        let value = value.expect("a fence has a value");
         assert!(key.is_empty());
         assert_eq!(&value[..], br#"{"fence":9}"#);
         assert_eq!(
@@ -315,11 +346,24 @@ mod tests {
     }
 
     #[test]
+    fn a_dead_id_is_written_as_its_tombstone_and_read_back_as_removed() {
+        let (key, value) = LogRecord::Txn(meta(TxnState::Dead)).encode();
+        assert_eq!((&key[..], value), (&b"orders-1"[..], None));
+        assert_eq!(
+            LogRecord::decode(Some(&key), None),
+            Ok(LogRecord::Removed {
+                transactional_id: "orders-1".into()
+            })
+        );
+    }
+
+    #[test]
     fn unreadable_records_are_errors() {
         assert_eq!(
-            LogRecord::decode(Some(b"tx"), None),
+            LogRecord::decode(Some(b""), None),
             Err(RecordError::NoValue)
         );
+        assert_eq!(LogRecord::decode(None, None), Err(RecordError::NoValue));
         assert_eq!(
             LogRecord::decode(Some(&[0xff, 0xfe]), Some(b"{}")),
             Err(RecordError::KeyNotUtf8)
@@ -333,7 +377,7 @@ mod tests {
             Err(RecordError::BadValue(_))
         ));
         let (key, value) = LogRecord::Txn(meta(TxnState::Empty)).encode();
-        let value = String::from_utf8(value.to_vec())
+        let value = String::from_utf8(value.unwrap_or_default().to_vec())
             .expect("utf8")
             .replace("\"Empty\"", "\"Limbo\"");
         assert_eq!(

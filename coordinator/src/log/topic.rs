@@ -4,7 +4,7 @@
 
 use idem_client::Connection;
 use idem_proto::txn::TXN_LOG_TOPIC;
-use idem_proto::v1::{CreatableTopic, CreateTopicsRequest};
+use idem_proto::v1::{ConfigEntry, CreatableTopic, CreateTopicsRequest};
 use idem_proto::ErrorCode;
 
 use crate::error::CoordinatorError;
@@ -43,7 +43,13 @@ pub async fn ensure_topic(
             replication_factor: replication_factor(metadata.brokers.len()),
             unclean_leader_election: false,
             coordinator_id: Some(coordinator_id),
-            configs: Vec::new(),
+            // The last record of each transactional id is its state (and an expired
+            // id's is its tombstone): compaction bounds the log, and a takeover's
+            // load, by the ids that are live, not by their history.
+            configs: vec![ConfigEntry {
+                name: "cleanup.policy".into(),
+                value: "compact".into(),
+            }],
         }],
     };
     let response = conn

@@ -128,7 +128,7 @@ async fn run(
                 let (key, value) = record.encode();
                 Record {
                     key: Some(key),
-                    value: Some(value),
+                    value,
                     headers: Vec::new(),
                     timestamp_ms: now,
                 }

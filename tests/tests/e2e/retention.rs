@@ -270,7 +270,7 @@ async fn given_an_idle_producer_whose_records_retention_deleted_then_it_sends_ag
         "1024",
         "--log-retention-bytes",
         "2048",
-        // Raw test records are stamped 1970: size retention only.
+        // Size retention only: the test is about what it deletes.
         "--log-retention-ms",
         "-1",
         "--log-retention-check-interval-ms",
