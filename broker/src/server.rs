@@ -2,6 +2,7 @@
 //! service (with the standard health and reflection services), and the background
 //! tasks (producer expiry, timed flushes); shuts all of it down cleanly on request.
 
+use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 use idem_proto::transport::MAX_MESSAGE_BYTES;
 use idem_runtime::config_error::ConfigError;
 use idem_runtime::deferred::Deferred;
@@ -299,9 +300,10 @@ async fn open_pid_store(config: &BrokerConfig) -> Result<Arc<dyn PidBlockStore>,
 
 /// Keeps the registry in step with the etcd catalog: reload, then watch everything under
 /// the prefix from the revision read and reload on every change. A broken watch
-/// starts over after a pause.
+/// starts over after a pause that grows while it keeps breaking ([`catalog_pauses`]).
 async fn follow_catalog(topics: Arc<TopicRegistry>) {
     let mut failures = LogLimit::for_repeated_failures();
+    let mut pauses = catalog_pauses();
     loop {
         let followed = async {
             let revision = topics.sync_at().await?;
@@ -331,11 +333,32 @@ async fn follow_catalog(topics: Arc<TopicRegistry>) {
                 }
             }
         };
-        if let Err(e) = followed.await {
-            warn_limited!(failures, error = %e, "following the topic catalog failed; starting over");
+        match followed.await {
+            // The watch ended cleanly (etcd closed it): start over after the shortest pause.
+            Ok(()) => pauses = catalog_pauses(),
+            Err(e) => {
+                warn_limited!(failures, error = %e, "following the topic catalog failed; starting over");
+            }
         }
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        tokio::time::sleep(pauses.next().unwrap_or(CATALOG_PAUSE_MAX)).await;
     }
+}
+
+/// Longest pause before following the catalog again, before jitter.
+const CATALOG_PAUSE_MAX: Duration = Duration::from_secs(1);
+
+/// Pauses before following the catalog again: 250 ms doubling to 1 s with each failure
+/// in a row, jittered (up to as much again) so that the brokers of a cluster that lost
+/// etcd together do not all come back to it in lock step. The first is never longer
+/// than the fixed 500 ms this used to be, so a broker that lost one watch catches up as
+/// fast as before.
+fn catalog_pauses() -> ExponentialBackoff {
+    ExponentialBuilder::new()
+        .with_min_delay(Duration::from_millis(250))
+        .with_max_delay(CATALOG_PAUSE_MAX)
+        .without_max_times()
+        .with_jitter()
+        .build()
 }
 
 /// Checks the ISR of every led partition four times per lag limit.

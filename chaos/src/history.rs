@@ -32,7 +32,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use crate::json_lines::{parse_lines, LineError};
+use crate::json_lines::{parse_lines, Contents, JsonLinesError};
 
 /// One line of the history: an invocation or a completion of an operation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -155,54 +155,20 @@ impl Isolation {
 }
 
 /// A history that cannot be checked.
-#[derive(Debug, thiserror::Error)]
-pub enum HistoryError {
-    #[error("cannot read the history: {0}")]
-    Io(#[from] io::Error),
-    /// The line is not a JSON event of the documented shape.
-    #[error("line {line}, column {column}: not a history event: {reason}")]
-    Parse {
-        line: usize,
-        column: usize,
-        reason: String,
-    },
-    #[error("line {line}: {reason}")]
-    Invalid { line: usize, reason: String },
-}
+pub type HistoryError = JsonLinesError;
 
-impl HistoryError {
-    /// The 1-based line of the history the error is about, if any.
-    pub fn line(&self) -> Option<usize> {
-        match self {
-            HistoryError::Io(_) => None,
-            HistoryError::Parse { line, .. } | HistoryError::Invalid { line, .. } => Some(*line),
-        }
-    }
-}
+/// What the lines of the history are, for its errors.
+const CONTENTS: Contents = Contents {
+    file: "history",
+    each_line: "a history event",
+};
 
 /// Parses a JSON-lines history and [`validate`]s it. Blank lines are skipped; errors
 /// name the 1-based line number.
 pub fn read_history(input: impl BufRead) -> Result<Vec<Op>, HistoryError> {
-    let (lines, ops): (Vec<usize>, Vec<Op>) = parse_lines(input)?.into_iter().unzip();
+    let (lines, ops): (Vec<usize>, Vec<Op>) = parse_lines(input, CONTENTS)?.into_iter().unzip();
     check_structure(&ops, |pos| lines[pos])?;
     Ok(ops)
-}
-
-impl From<LineError> for HistoryError {
-    fn from(error: LineError) -> Self {
-        match error {
-            LineError::Io(e) => HistoryError::Io(e),
-            LineError::Parse {
-                line,
-                column,
-                reason,
-            } => HistoryError::Parse {
-                line,
-                column,
-                reason,
-            },
-        }
-    }
 }
 
 /// Checks what the checker relies on: indexes strictly increase; each process
@@ -219,7 +185,7 @@ fn check_structure(ops: &[Op], line_of: impl Fn(usize) -> usize) -> Result<(), H
     let mut sent_by: HashMap<&str, u64> = HashMap::new();
     let mut previous_index: Option<u64> = None;
     for (pos, op) in ops.iter().enumerate() {
-        let invalid = |reason: String| HistoryError::Invalid {
+        let invalid = |reason: String| JsonLinesError::Invalid {
             line: line_of(pos),
             reason,
         };

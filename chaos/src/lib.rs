@@ -16,6 +16,7 @@ pub mod timeline;
 
 pub use checker::{check, Anomalies, Stats, Verdict};
 pub use history::{read_history, HistoryError, HistoryWriter, Op};
+pub use json_lines::{Contents, JsonLinesError};
 pub use nemesis_log::{read_nemesis_log, FaultInterval, NemesisLogError};
 pub use plot::{write_timeline, PlotError};
 pub use timeline::Timeline;

@@ -4,11 +4,11 @@
 //! [`read_nemesis_log`] keeps the file's order, ignores fields it does not know, refuses
 //! a fault that ends before it starts; errors name the 1-based line.
 
-use std::io::{self, BufRead};
+use std::io::BufRead;
 
 use serde::{Deserialize, Serialize};
 
-use crate::json_lines::{parse_lines, LineError};
+use crate::json_lines::{parse_lines, Contents, JsonLinesError};
 
 /// One fault the nemesis injected, from `start_ns` until it healed at `end_ns`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -22,39 +22,20 @@ pub struct FaultInterval {
 }
 
 /// A nemesis log that cannot be read.
-#[derive(Debug, thiserror::Error)]
-pub enum NemesisLogError {
-    #[error("cannot read the nemesis log: {0}")]
-    Io(#[from] io::Error),
-    /// The line is not a JSON object of the documented shape.
-    #[error("line {line}, column {column}: not a fault interval: {reason}")]
-    Parse {
-        line: usize,
-        column: usize,
-        reason: String,
-    },
-    #[error("line {line}: {reason}")]
-    Invalid { line: usize, reason: String },
-}
+pub type NemesisLogError = JsonLinesError;
 
-impl NemesisLogError {
-    /// The 1-based line of the log the error is about, if any.
-    pub fn line(&self) -> Option<usize> {
-        match self {
-            NemesisLogError::Io(_) => None,
-            NemesisLogError::Parse { line, .. } | NemesisLogError::Invalid { line, .. } => {
-                Some(*line)
-            }
-        }
-    }
-}
+/// What the lines of the nemesis log are, for its errors.
+const CONTENTS: Contents = Contents {
+    file: "nemesis log",
+    each_line: "a fault interval",
+};
 
 /// Parses a nemesis log, one [`FaultInterval`] per non-blank line.
 pub fn read_nemesis_log(input: impl BufRead) -> Result<Vec<FaultInterval>, NemesisLogError> {
     let mut faults = Vec::new();
-    for (line, fault) in parse_lines::<FaultInterval>(input)? {
+    for (line, fault) in parse_lines::<FaultInterval>(input, CONTENTS)? {
         if fault.end_ns < fault.start_ns {
-            return Err(NemesisLogError::Invalid {
+            return Err(JsonLinesError::Invalid {
                 line,
                 reason: format!(
                     "fault {:?} ends at {} ns, before it starts at {} ns",
@@ -65,23 +46,6 @@ pub fn read_nemesis_log(input: impl BufRead) -> Result<Vec<FaultInterval>, Nemes
         faults.push(fault);
     }
     Ok(faults)
-}
-
-impl From<LineError> for NemesisLogError {
-    fn from(error: LineError) -> Self {
-        match error {
-            LineError::Io(e) => NemesisLogError::Io(e),
-            LineError::Parse {
-                line,
-                column,
-                reason,
-            } => NemesisLogError::Parse {
-                line,
-                column,
-                reason,
-            },
-        }
-    }
 }
 
 #[cfg(test)]

@@ -8,9 +8,11 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use backon::Retryable;
 use idem_proto::v1::txn_coordinator_client::TxnCoordinatorClient;
 use idem_proto::v1::{
     AbortTransactionRequest, AbortTransactionResponse, AddPartitionsToTxnRequest,
@@ -25,11 +27,10 @@ use tonic::transport::{Channel, Endpoint};
 
 use crate::connection::{with_timeout, Connection, MAX_MESSAGE_BYTES};
 use crate::error::{is_retriable_status, ClientError};
+use crate::retry;
 use crate::types::ProducerIdAndEpoch;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-const FIRST_BACKOFF: Duration = Duration::from_millis(50);
-const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
 pub(crate) type CoordinatorClient = TxnCoordinatorClient<Channel>;
 
@@ -200,58 +201,56 @@ impl CoordinatorLink {
         &self,
         transactional_id: &str,
         deadline: Instant,
-        mut rpc: F,
+        rpc: F,
     ) -> Answer<T>
     where
         T: CoordinatorAnswer,
         F: FnMut(CoordinatorClient) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
-        let mut backoff = FIRST_BACKOFF;
-        let mut lost_attempts = 0;
-        loop {
+        // Shared with every attempt, and `Sync` so that the call stays `Send`.
+        let rpc = Mutex::new(rpc);
+        let lost_attempts = AtomicU32::new(0);
+        let attempt = || async {
             let attempt_timeout = self
                 .request_timeout()
                 .min(deadline.saturating_duration_since(Instant::now()))
                 .max(Duration::from_millis(1));
-            let result = match self.find(transactional_id).await {
-                Ok(address) => match self.client(&address) {
-                    Ok(client) => match with_timeout(attempt_timeout, rpc(client)).await {
-                        Ok(answer) => match answer.error() {
-                            None => Ok(answer),
-                            Some(e) => Err(e),
-                        },
-                        Err(e) => {
-                            lost_attempts += 1;
-                            Err(e)
-                        }
-                    },
-                    Err(e) => Err(e),
-                },
-                Err(e) => Err(e),
-            };
-            let error = match result {
-                Ok(answer) => {
-                    return Answer {
-                        result: Ok(answer),
-                        lost_attempts,
-                    }
+            let address = self.find(transactional_id).await?;
+            let client = self.client(&address)?;
+            // The lock ends with the call: the future `rpc` returns owns its request.
+            let sent = (rpc
+                .lock()
+                .map_err(|_| ClientError::Fatal("coordinator call poisoned".into()))?)(
+                client
+            );
+            let answer = with_timeout(attempt_timeout, sent).await.inspect_err(|_| {
+                lost_attempts.fetch_add(1, Ordering::Relaxed);
+            })?;
+            match answer.error() {
+                None => Ok(answer),
+                Some(e) => Err(e),
+            }
+        };
+        let result = attempt
+            .retry(retry::coordinator_backoff())
+            .when(|error| {
+                let action = retry_action(error);
+                if action == RetryAction::Refind {
+                    self.forget(transactional_id);
                 }
-                Err(e) => e,
-            };
-            let action = retry_action(&error);
-            if action == RetryAction::Refind {
-                self.forget(transactional_id);
-            }
-            if action == RetryAction::GiveUp || Instant::now() + backoff >= deadline {
-                return Answer {
-                    result: Err(error),
-                    lost_attempts,
-                };
-            }
-            tracing::debug!(transactional_id, %error, ?action, "coordinator call will retry");
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(MAX_BACKOFF);
+                action != RetryAction::GiveUp
+            })
+            // A pause that would end past the deadline is not taken: the call gives up
+            // with the error it has.
+            .adjust(|_, pause| pause.filter(|pause| Instant::now() + *pause < deadline))
+            .notify(|error, pause| {
+                tracing::debug!(transactional_id, %error, action = ?retry_action(error), ?pause, "coordinator call will retry");
+            })
+            .await;
+        Answer {
+            result,
+            lost_attempts: lost_attempts.into_inner(),
         }
     }
 

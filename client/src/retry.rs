@@ -37,6 +37,18 @@ pub(crate) fn until_deadline_backoff(within: Duration) -> ExponentialBuilder {
         .with_jitter()
 }
 
+/// Pauses between attempts of a transaction coordinator call: 50 ms, doubling to 1 s,
+/// until the call's deadline (the caller stops before a pause that would pass it).
+/// Not jittered: the caller's deadline check compares the next pause with the time
+/// left, and jitter (up to twice the pause) would make a call give up a retry earlier
+/// than its deadline allows.
+pub(crate) fn coordinator_backoff() -> ExponentialBuilder {
+    ExponentialBuilder::new()
+        .with_min_delay(Duration::from_millis(50))
+        .with_max_delay(MAX_PAUSE)
+        .without_max_times()
+}
+
 /// A transport failure that may have lost the answer, not the request's fault: the
 /// same request may go again (to this broker or another).
 pub(crate) fn is_lost_answer(error: &ClientError) -> bool {

@@ -18,9 +18,11 @@
 //! [`PidStoreError::Unavailable`]; if it did commit, its block is simply never used.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use backon::Retryable;
 use etcd_client::{Client, Compare, CompareOp, ConnectOptions, KvClient, Txn, TxnOp};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -255,28 +257,46 @@ impl EtcdPidStore {
     /// a busy allocator forever.
     async fn allocate(&self, owner: i32) -> Result<ProducerIdBlock, PidStoreError> {
         let deadline = Instant::now() + Self::ALLOCATION_DEADLINE;
-        let mut jitter = Jitter::new();
-        let mut lost = 0u32;
-        loop {
-            let observed = self.read_latest().await?;
-            if let Some(block) = self.try_claim(owner, &observed).await? {
+        let lost = AtomicU32::new(0);
+        let claim = || async {
+            let observed = self.read_latest().await.map_err(Attempt::Failed)?;
+            match self.try_claim(owner, &observed).await {
+                Ok(Some(block)) => Ok(block),
+                Ok(None) => {
+                    lost.fetch_add(1, Ordering::Relaxed);
+                    Err(Attempt::LostRace)
+                }
+                Err(e) => Err(Attempt::Failed(e)),
+            }
+        };
+        let won = claim
+            .retry(Jitter::new(Self::BACKOFF_MIN, Self::BACKOFF_MAX))
+            .when(|attempt| matches!(attempt, Attempt::LostRace))
+            .adjust(|_, pause| pause.filter(|pause| Instant::now() + *pause < deadline))
+            .await;
+        let lost = lost.into_inner();
+        match won {
+            Ok(block) => {
                 if lost > 0 {
                     tracing::debug!(owner, lost, key = %self.key, "won a producer id block after lost races");
                 }
-                return Ok(block);
+                Ok(block)
             }
-            let pause = jitter.backoff(lost, Self::BACKOFF_MIN, Self::BACKOFF_MAX);
-            lost = lost.saturating_add(1);
-            if Instant::now() + pause >= deadline {
-                return Err(PidStoreError::Unavailable(format!(
-                    "lost {lost} races for the producer id block key {} within {:?}",
-                    self.key,
-                    Self::ALLOCATION_DEADLINE
-                )));
-            }
-            tokio::time::sleep(pause).await;
+            Err(Attempt::LostRace) => Err(PidStoreError::Unavailable(format!(
+                "lost {lost} races for the producer id block key {} within {:?}",
+                self.key,
+                Self::ALLOCATION_DEADLINE
+            ))),
+            Err(Attempt::Failed(e)) => Err(e),
         }
     }
+}
+
+/// How one read-and-claim of [`EtcdPidStore::allocate`] failed: only a lost race is
+/// retried; an etcd failure is the caller's to see at once.
+enum Attempt {
+    LostRace,
+    Failed(PidStoreError),
 }
 
 impl PidBlockStore for EtcdPidStore {
@@ -369,12 +389,19 @@ fn unavailable(what: &str, e: etcd_client::Error) -> PidStoreError {
 /// await and must be `Send`).
 struct Jitter {
     rng: StdRng,
+    min: Duration,
+    max: Duration,
+    /// Pauses handed out so far: races lost.
+    lost: u32,
 }
 
 impl Jitter {
-    fn new() -> Self {
+    fn new(min: Duration, max: Duration) -> Self {
         Jitter {
             rng: StdRng::from_entropy(),
+            min,
+            max,
+            lost: 0,
         }
     }
 
@@ -388,14 +415,26 @@ impl Jitter {
     }
 }
 
+/// The pauses backon takes between attempts: one per lost race, without end (the
+/// allocation's deadline ends them).
+impl Iterator for Jitter {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let pause = self.backoff(self.lost, self.min, self.max);
+        self.lost = self.lost.saturating_add(1);
+        Some(pause)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn backoff_stays_within_bounds_and_grows() {
-        let mut jitter = Jitter::new();
         let (min, max) = (Duration::from_millis(5), Duration::from_millis(50));
+        let mut jitter = Jitter::new(min, max);
         for lost in 0..40 {
             let pause = jitter.backoff(lost, min, max);
             assert!(

@@ -142,7 +142,7 @@ async fn measure(target: &Target, args: &E2eArgs) -> anyhow::Result<E2eReport> {
             }
         }
     }
-    progress.finish();
+    progress.finish().await;
     let sent = sent.context("the producer never finished")?;
     let mut checker = Checker::new(std::slice::from_ref(&sent));
     for (partition, stamp) in reads {

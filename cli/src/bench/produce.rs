@@ -216,7 +216,7 @@ async fn run_mode(
         sent.push(task.await.context("a bench producer task failed")??);
     }
     let elapsed = start.elapsed();
-    progress.finish();
+    progress.finish().await;
     let measured = measure(&sent, load.record_size, elapsed);
     let check = if null {
         None

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use idem_runtime::shutdown::CancellationToken;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tokio::task::JoinHandle;
 
@@ -18,6 +19,8 @@ const TICK: Duration = Duration::from_millis(200);
 pub struct Progress {
     bar: ProgressBar,
     count: Arc<AtomicU64>,
+    /// Cancelled to end the ticker, which then returns between two ticks.
+    stop: CancellationToken,
     ticker: JoinHandle<()>,
 }
 
@@ -47,8 +50,14 @@ impl Progress {
         bar.set_style(style);
         bar.set_prefix(label.to_string());
         let count = Arc::new(AtomicU64::new(0));
-        let ticker = tokio::spawn(tick(bar.clone(), count.clone(), amount));
-        Progress { bar, count, ticker }
+        let stop = CancellationToken::new();
+        let ticker = tokio::spawn(tick(bar.clone(), count.clone(), amount, stop.clone()));
+        Progress {
+            bar,
+            count,
+            stop,
+            ticker,
+        }
     }
 
     /// The counter to bump, one per record done.
@@ -56,19 +65,26 @@ impl Progress {
         self.count.clone()
     }
 
-    /// Stops and erases the bar.
-    pub fn finish(self) {
-        self.ticker.abort();
+    /// Stops the ticker, waits for it to end, and erases the bar (which the ticker
+    /// can no longer redraw).
+    pub async fn finish(self) {
+        self.stop.cancel();
+        if let Err(e) = self.ticker.await {
+            tracing::debug!(error = %e, "the progress ticker failed");
+        }
         self.bar.finish_and_clear();
     }
 }
 
-async fn tick(bar: ProgressBar, count: Arc<AtomicU64>, amount: Amount) {
+async fn tick(bar: ProgressBar, count: Arc<AtomicU64>, amount: Amount, stop: CancellationToken) {
     let started = Instant::now();
     let mut interval = tokio::time::interval(TICK);
     let (mut last_count, mut last_at) = (0u64, started);
     loop {
-        interval.tick().await;
+        tokio::select! {
+            _ = interval.tick() => {}
+            () = stop.cancelled() => return,
+        }
         let now = Instant::now();
         let done = count.load(Ordering::Relaxed);
         let rate = (done.saturating_sub(last_count)) as f64

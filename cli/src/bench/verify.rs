@@ -135,7 +135,7 @@ pub async fn verify(run: ReadBack<'_>) -> anyhow::Result<ReadOutcome> {
         }
     };
     let elapsed = started.elapsed();
-    progress.finish();
+    progress.finish().await;
     Ok(ReadOutcome {
         verification: check.finish(stalled),
         value_bytes,

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use backon::{ExponentialBuilder, Retryable};
 use futures::future::{BoxFuture, OptionFuture};
 use futures::stream::FuturesUnordered;
 use futures::StreamExt;
@@ -355,19 +356,26 @@ impl PartitionSender {
         let conn = self.conn.clone();
         let backoff = self.config.retry_backoff.max(Duration::from_millis(10));
         self.producer_id_request = Some(Box::pin(async move {
-            let mut delay = backoff;
-            loop {
-                let result = match bump {
+            let ask = || async {
+                match bump {
                     Some(current) => conn.bump_producer_epoch(current).await,
                     None => conn.init_producer_id().await,
-                };
-                match result {
-                    Ok(producer) => return producer,
-                    Err(e) => {
+                }
+            };
+            let pauses = ExponentialBuilder::new()
+                .with_min_delay(backoff)
+                .with_max_delay(Duration::from_secs(1).max(backoff))
+                .without_max_times();
+            loop {
+                let asked = ask
+                    .retry(pauses)
+                    .notify(|e, _| {
                         tracing::warn!(error = %e, "cannot get a producer identity; retrying");
-                        tokio::time::sleep(delay).await;
-                        delay = (delay * 2).min(Duration::from_secs(1).max(backoff));
-                    }
+                    })
+                    .await;
+                // An error only if the pauses ran out, which they do not: ask on.
+                if let Ok(producer) = asked {
+                    return producer;
                 }
             }
         }));

@@ -19,10 +19,10 @@ use idem_proto::ErrorCode;
 
 use crate::error::CoordinatorError;
 use crate::ownership::token::OwnershipToken;
+use crate::retry::{self, Failed};
 use crate::txn::decide::TopicPartition;
 
 const MARKER_TIMEOUT_MS: i32 = 10_000;
-const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
 
 /// One marker for one producer in a set of partitions.
@@ -101,28 +101,35 @@ pub async fn write_markers(
     // How long the markers took, for docs/benchmarks.md; the clock is read only when
     // the debug log below is on.
     let started = tracing::enabled!(tracing::Level::DEBUG).then(std::time::Instant::now);
-    let mut pending = job.partitions.clone();
-    let mut backoff = BACKOFF_MIN;
-    while !pending.is_empty() {
+    // Each round takes the partitions still pending and leaves those still pending.
+    let pending = tokio::sync::Mutex::new(job.partitions.clone());
+    let round = || async {
+        let mut pending = pending.lock().await;
+        if pending.is_empty() {
+            return Ok(());
+        }
         if token.is_lost() {
-            return Err(CoordinatorError::ownership_lost(
+            return Err(Failed::Stop(CoordinatorError::ownership_lost(
                 job.log_partition,
                 "claim lost while writing markers",
-            ));
+            )));
         }
-        let refresh = send_round(conn, job, &mut pending).await?;
+        let refresh = send_round(conn, job, &mut pending)
+            .await
+            .map_err(Failed::Stop)?;
         if pending.is_empty() {
-            break;
+            return Ok(());
         }
         if refresh {
             conn.request_refresh();
         }
-        tokio::select! {
-            () = tokio::time::sleep(backoff) => {}
-            () = token.lost() => {}
-        }
-        backoff = (backoff * 2).min(BACKOFF_MAX);
-    }
+        Err(Failed::Again(format!(
+            "{} partitions not written yet",
+            pending.len()
+        )))
+    };
+    // send_round logs why each partition is still pending.
+    retry::while_owned(token, BACKOFF_MAX, round, |_| {}).await?;
     let us = started.map_or(0, crate::clock::micros_since);
     tracing::debug!(producer_id = job.producer_id, epoch = job.producer_epoch, control = ?job.control, partitions = job.partitions.len(), us, "markers written");
     Ok(())

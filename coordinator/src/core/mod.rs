@@ -24,6 +24,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use backon::Retryable;
 use futures::future::join_all;
 use idem_client::{ClientError, Connection};
 use idem_proto::txn::{txn_log_partition, TXN_LOG_TOPIC};
@@ -37,6 +38,7 @@ use crate::log::writer::{TxnLogWriter, WriterIdentity};
 use crate::ownership::token::OwnershipToken;
 use crate::ownership::{Claim, OwnerInfo, Ownership};
 use crate::producer_ids::SharedProducerIds;
+use crate::retry::{self, UntilLost};
 use crate::txn::decide::{
     decide, is_expired, Context, Decision, Effect, Reply, Request, TopicPartition, TxnError,
     TxnMetadata,
@@ -90,8 +92,6 @@ pub struct Coordinator {
     partition_count: AtomicI32,
     slots: RwLock<HashMap<i32, Slot>>,
 }
-
-const LOAD_RETRY: Duration = Duration::from_secs(1);
 
 impl Coordinator {
     pub fn new(
@@ -203,26 +203,36 @@ impl Coordinator {
             },
             token.clone(),
         );
-        let txns = loop {
-            match loader::load(&self.conn, &writer, partition, coordinator_epoch, &token).await {
-                Ok(txns) => break txns,
-                Err(CoordinatorError::OwnershipLost { reason, .. }) => {
-                    tracing::warn!(partition, coordinator_epoch, %reason, "claim lost while loading");
-                    self.lose(partition, coordinator_epoch, &token);
-                    return;
-                }
-                Err(e @ CoordinatorError::CorruptLog { .. }) => {
-                    // Serving without this record could forget an open transaction.
-                    tracing::error!(partition, coordinator_epoch, error = %e, "the transaction log partition cannot be loaded; it stays unavailable");
-                    return;
-                }
-                Err(e) => {
-                    tracing::warn!(partition, coordinator_epoch, error = %e, "loading failed; retrying");
-                    tokio::select! {
-                        () = tokio::time::sleep(LOAD_RETRY) => {}
-                        () = token.lost() => {}
-                    }
-                }
+        let load = || loader::load(&self.conn, &writer, partition, coordinator_epoch, &token);
+        let loaded = load
+            .retry(retry::reload())
+            .sleep(UntilLost(token.clone()))
+            .when(|e| {
+                !matches!(
+                    e,
+                    CoordinatorError::OwnershipLost { .. } | CoordinatorError::CorruptLog { .. }
+                )
+            })
+            .notify(|e, _| {
+                tracing::warn!(partition, coordinator_epoch, error = %e, "loading failed; retrying");
+            })
+            .await;
+        let txns = match loaded {
+            Ok(txns) => txns,
+            Err(CoordinatorError::OwnershipLost { reason, .. }) => {
+                tracing::warn!(partition, coordinator_epoch, %reason, "claim lost while loading");
+                self.lose(partition, coordinator_epoch, &token);
+                return;
+            }
+            Err(e @ CoordinatorError::CorruptLog { .. }) => {
+                // Serving without this record could forget an open transaction.
+                tracing::error!(partition, coordinator_epoch, error = %e, "the transaction log partition cannot be loaded; it stays unavailable");
+                return;
+            }
+            Err(e) => {
+                // Only if the pauses ran out, which they do not (see retry::reload).
+                tracing::error!(partition, coordinator_epoch, error = %e, "loading stopped retrying; the partition stays unavailable");
+                return;
             }
         };
         let part = Arc::new(LogPartition::new(

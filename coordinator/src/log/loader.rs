@@ -10,6 +10,8 @@
 //! logged at ERROR and counted, and never leaves the partition unavailable.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use idem_client::{Connection, Isolation, OffsetSpec};
@@ -22,11 +24,11 @@ use crate::error::CoordinatorError;
 use crate::log::record::LogRecord;
 use crate::log::writer::TxnLogWriter;
 use crate::ownership::token::OwnershipToken;
+use crate::retry::{self, Failed};
 use crate::txn::decide::TxnMetadata;
 use crate::txn::state::TxnState;
 
 const FETCH_MAX_BYTES: i32 = 8 * 1024 * 1024;
-const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 /// The state read back so far: the last record of each transactional id.
@@ -134,35 +136,50 @@ pub async fn load(
         fence_offset,
         "fenced the transaction log partition; reading it back"
     );
-    let mut offset = log_start(conn, partition, token).await?;
-    let mut replay = Replay::new(partition, writer.producer_id());
-    let mut backoff = BACKOFF_MIN;
-    while offset < fence_offset {
-        lost_check(token, partition)?;
-        match fetch_once(conn, partition, offset).await {
+    let offset = AtomicI64::new(log_start(conn, partition, token).await?);
+    // Read by one attempt at a time; a lock, not a RefCell, so that loading stays Send.
+    let replay = Mutex::new(Replay::new(partition, writer.producer_id()));
+    // One read: Ok once it moved `offset` forward; a read that found nothing new yet (a
+    // new leader catching up) or failed goes again after a pause.
+    let read_more = || async {
+        lost_check(token, partition).map_err(Failed::Stop)?;
+        let from = offset.load(Ordering::Relaxed);
+        match fetch_once(conn, partition, from).await {
             Ok((records, next_fetch_offset)) => {
-                let next = apply_batches(&mut replay, &records, offset, fence_offset)?
-                    .max(next_fetch_offset)
-                    .max(offset);
-                if next == offset {
-                    // Nothing below the high watermark yet (a new leader catching up).
-                    pause(&mut backoff, token).await;
-                } else {
-                    backoff = BACKOFF_MIN;
+                let next = {
+                    // Poisoned only by a panic, which ended this load with it.
+                    let mut replay = replay.lock().unwrap_or_else(PoisonError::into_inner);
+                    apply_batches(&mut replay, &records, from, fence_offset)
+                        .map_err(Failed::Stop)?
                 }
-                offset = next;
+                .max(next_fetch_offset)
+                .max(from);
+                offset.store(next, Ordering::Relaxed);
+                if next == from {
+                    Err(Failed::Again("nothing below the high watermark yet".into()))
+                } else {
+                    Ok(())
+                }
             }
             Err(FetchFailure::OutOfRange) => {
-                offset = offset.max(log_start(conn, partition, token).await?);
-                pause(&mut backoff, token).await;
+                let start = log_start(conn, partition, token)
+                    .await
+                    .map_err(Failed::Stop)?;
+                offset.fetch_max(start, Ordering::Relaxed);
+                Err(Failed::Again(format!("offset {from} is out of range")))
             }
             Err(FetchFailure::Retry(reason)) => {
-                tracing::debug!(partition, offset, %reason, "transaction log fetch will retry");
+                tracing::debug!(partition, offset = from, %reason, "transaction log fetch will retry");
                 conn.request_refresh();
-                pause(&mut backoff, token).await;
+                Err(Failed::Again(reason))
             }
         }
+    };
+    // The pauses start over from the shortest after every read that made progress.
+    while offset.load(Ordering::Relaxed) < fence_offset {
+        retry::while_owned(token, BACKOFF_MAX, read_more, |_| {}).await?;
     }
+    let replay = replay.into_inner().unwrap_or_else(PoisonError::into_inner);
     let skipped_records = replay.skipped();
     let txns = replay.into_txns();
     tracing::info!(
@@ -224,38 +241,26 @@ fn lost_check(token: &OwnershipToken, partition: i32) -> Result<(), CoordinatorE
     Ok(())
 }
 
-async fn pause(backoff: &mut Duration, token: &OwnershipToken) {
-    tokio::select! {
-        () = tokio::time::sleep(*backoff) => {}
-        () = token.lost() => {}
-    }
-    *backoff = (*backoff * 2).min(BACKOFF_MAX);
-}
-
 async fn log_start(
     conn: &Connection,
     partition: i32,
     token: &OwnershipToken,
 ) -> Result<i64, CoordinatorError> {
-    let mut backoff = BACKOFF_MIN;
-    loop {
-        lost_check(token, partition)?;
-        match conn
-            .list_offset(
-                TXN_LOG_TOPIC,
-                partition,
-                OffsetSpec::Earliest,
-                Isolation::ReadUncommitted,
-            )
-            .await
-        {
-            Ok(offset) => return Ok(offset),
-            Err(e) => {
-                tracing::debug!(partition, error = %e, "log start of the transaction log will retry");
-                pause(&mut backoff, token).await;
-            }
-        }
-    }
+    let read_start = || async {
+        lost_check(token, partition).map_err(Failed::Stop)?;
+        conn.list_offset(
+            TXN_LOG_TOPIC,
+            partition,
+            OffsetSpec::Earliest,
+            Isolation::ReadUncommitted,
+        )
+        .await
+        .map_err(|e| Failed::Again(e.to_string()))
+    };
+    retry::while_owned(token, BACKOFF_MAX, read_start, |reason| {
+        tracing::debug!(partition, error = %reason, "log start of the transaction log will retry");
+    })
+    .await
 }
 
 enum FetchFailure {

@@ -25,11 +25,11 @@ use crate::clock::now_ms;
 use crate::error::CoordinatorError;
 use crate::log::record::LogRecord;
 use crate::ownership::token::OwnershipToken;
+use crate::retry::{self, Failed};
 
 /// Most records one batch carries.
 const MAX_RECORDS_PER_BATCH: usize = 256;
 const PRODUCE_TIMEOUT_MS: i32 = 10_000;
-const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 /// Who writes: the partition and the producer identity the claim gave us.
@@ -238,13 +238,12 @@ async fn send_until_answered(
         // which is also the batch's producer epoch.
         coordinator_epoch: Some(i32::from(identity.producer_epoch)),
     };
-    let mut backoff = BACKOFF_MIN;
-    loop {
+    let append = || async {
         if token.is_lost() {
-            return Err(CoordinatorError::ownership_lost(
+            return Err(Failed::Stop(CoordinatorError::ownership_lost(
                 partition,
                 "claim lost while appending",
-            ));
+            )));
         }
         let answer = async {
             let (_, mut client) = conn.leader_client(TXN_LOG_TOPIC, partition).await?;
@@ -279,31 +278,24 @@ async fn send_until_answered(
             Err(e) => (ErrorCode::UnknownServerError, e.to_string(), -1),
         };
         match classify_produce(code) {
-            ProduceOutcome::Written => return Ok(base_offset),
-            ProduceOutcome::Fenced => {
-                return Err(CoordinatorError::ownership_lost(
-                    partition,
-                    format!("{code:?}: {message}"),
-                ))
-            }
-            ProduceOutcome::Refused => {
-                return Err(CoordinatorError::Refused {
-                    what: format!("append to {TXN_LOG_TOPIC}/{partition}"),
-                    code,
-                    message,
-                })
-            }
-            ProduceOutcome::Retry => {
-                tracing::debug!(partition, ?code, %message, "transaction log append will retry");
-                conn.request_refresh();
-                tokio::select! {
-                    () = tokio::time::sleep(backoff) => {}
-                    () = token.lost() => {}
-                }
-                backoff = (backoff * 2).min(BACKOFF_MAX);
-            }
+            ProduceOutcome::Written => Ok(base_offset),
+            ProduceOutcome::Fenced => Err(Failed::Stop(CoordinatorError::ownership_lost(
+                partition,
+                format!("{code:?}: {message}"),
+            ))),
+            ProduceOutcome::Refused => Err(Failed::Stop(CoordinatorError::Refused {
+                what: format!("append to {TXN_LOG_TOPIC}/{partition}"),
+                code,
+                message,
+            })),
+            ProduceOutcome::Retry => Err(Failed::Again(format!("{code:?}: {message}"))),
         }
-    }
+    };
+    retry::while_owned(token, BACKOFF_MAX, append, |reason| {
+        tracing::debug!(partition, %reason, "transaction log append will retry");
+        conn.request_refresh();
+    })
+    .await
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
+use backon::{ConstantBuilder, Retryable};
 use etcd_client::{Client, Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse};
 use idem_pidstore::BoxFuture;
 use idem_runtime::etcd_call::{bounded, connect, REQUEST_TIMEOUT};
@@ -191,9 +192,16 @@ impl EtcdOwnership {
         tracing::error!(lease_id, "coordinator lease expired: registering again");
         self.lose_all("the coordinator's lease expired");
         let pause = (self.config.lease_ttl / 3).max(Duration::from_millis(100));
-        while let Err(e) = self.register(self.config.lease_ttl * 2).await {
-            tracing::warn!(error = %e, "registering again failed; retrying");
-            tokio::time::sleep(pause).await;
+        let pauses = ConstantBuilder::new().with_delay(pause).without_max_times();
+        let register = || self.register(self.config.lease_ttl * 2);
+        // Not jittered: a third of a TTL apart, as the lease's patience was sized for.
+        let registered = register
+            .retry(pauses)
+            .notify(|e, _| tracing::warn!(error = %e, "registering again failed; retrying"))
+            .await;
+        if let Err(e) = registered {
+            // Only if the pauses ran out, which they do not.
+            tracing::error!(error = %e, "gave up registering again");
         }
     }
 

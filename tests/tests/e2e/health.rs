@@ -3,11 +3,10 @@
 //! while it has lost its etcd lease, and SERVING only when it can do its job. Each state
 //! is awaited with a deadline.
 
-use std::time::{Duration, Instant};
-
 use etcd_client::{Client, PutOptions};
 use idem_proto::batch::{self, ProducerInfo};
 use idem_tests::raw;
+use idem_tests::wait::{wait_until, Seen, PATIENCE};
 use idem_tests::{BrokerProcess, Cluster, CoordinatorProcess};
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
@@ -15,36 +14,29 @@ use tonic_health::pb::HealthCheckRequest;
 
 const BROKER: &str = "idem.v1.Broker";
 const COORDINATOR: &str = "idem.v1.TxnCoordinator";
-/// Generous: CI machines are slow and shared.
-const PATIENCE: Duration = Duration::from_secs(30);
 
-/// Polls `address`'s health for `service` until it reports `wanted` (a refused
-/// connection counts as "not yet"), failing after `PATIENCE` with what was seen last.
+/// Awaits `address`'s health for `service` reporting `wanted` (a refused connection
+/// counts as "not yet"), failing after `PATIENCE` with what was seen last.
 async fn await_status(address: &str, service: &str, wanted: ServingStatus) {
-    let deadline = Instant::now() + PATIENCE;
     let endpoint =
         tonic::transport::Endpoint::from_shared(format!("http://{address}")).expect("endpoint");
-    loop {
-        let last = match endpoint.connect().await {
+    let what = format!("{address} {service} reports {wanted:?}");
+    wait_until(PATIENCE, &what, || async {
+        match endpoint.connect().await {
             Ok(channel) => {
                 let request = HealthCheckRequest {
                     service: service.into(),
                 };
                 match HealthClient::new(channel).check(request).await {
-                    Ok(answer) if answer.get_ref().status() == wanted => return,
-                    Ok(answer) => format!("{:?}", answer.get_ref().status()),
-                    Err(status) => format!("error {status}"),
+                    Ok(answer) if answer.get_ref().status() == wanted => Seen::Reached(()),
+                    Ok(answer) => Seen::Not(format!("{:?}", answer.get_ref().status())),
+                    Err(status) => Seen::Not(format!("error {status}")),
                 }
             }
-            Err(e) => format!("cannot connect: {e}"),
-        };
-        assert!(
-            Instant::now() < deadline,
-            "{address} {service} did not report {wanted:?} within {PATIENCE:?}; last seen {last}"
-        );
-        // A poll interval inside a deadline-bounded wait, not a wait for a state.
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+            Err(e) => Seen::Not(format!("cannot connect: {e}")),
+        }
+    })
+    .await;
 }
 
 #[tokio::test]
