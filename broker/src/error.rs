@@ -7,6 +7,7 @@ use idem_proto::ErrorCode;
 
 use crate::cluster::reassignment::ReassignmentRefusal;
 use crate::log::LogError;
+use crate::partition::delete_target::DeleteRecordsRefusal;
 use crate::producer_state::TxnRefusal;
 use crate::topic_config::TopicConfigError;
 
@@ -65,6 +66,12 @@ pub enum BrokerError {
         topic: String,
         partition: i32,
         refusal: ReassignmentRefusal,
+    },
+    #[error("cannot delete records of {topic}-{partition}: {refusal}")]
+    DeleteRecords {
+        topic: String,
+        partition: i32,
+        refusal: DeleteRecordsRefusal,
     },
     #[error("corrupt record batch: {0}")]
     CorruptBatch(#[from] BatchError),
@@ -155,7 +162,9 @@ impl BrokerError {
             BrokerError::FencedLeaderEpoch { .. } => ErrorCode::FencedLeaderEpoch,
             BrokerError::CorruptBatch(_) => ErrorCode::CorruptMessage,
             BrokerError::MessageTooLarge { .. } => ErrorCode::MessageTooLarge,
-            BrokerError::OffsetOutOfRange { .. } => ErrorCode::OffsetOutOfRange,
+            BrokerError::OffsetOutOfRange { .. } | BrokerError::DeleteRecords { .. } => {
+                ErrorCode::OffsetOutOfRange
+            }
             BrokerError::OutOfOrderSequence { .. } => ErrorCode::OutOfOrderSequenceNumber,
             BrokerError::InvalidProducerEpoch { .. } => ErrorCode::InvalidProducerEpoch,
             BrokerError::UnknownProducerId { .. } => ErrorCode::UnknownProducerId,

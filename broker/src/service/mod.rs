@@ -10,11 +10,11 @@ use idem_pidstore::ProducerIdManager;
 use idem_proto::v1::broker_server::Broker;
 use idem_proto::v1::{
     AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, CreateTopicsRequest,
-    CreateTopicsResponse, DescribeConfigsRequest, DescribeConfigsResponse, FetchRequest,
-    FetchResponse, FindCoordinatorRequest, FindCoordinatorResponse, IncrementalAlterConfigsRequest,
-    IncrementalAlterConfigsResponse, InitProducerIdRequest, InitProducerIdResponse,
-    ListOffsetsRequest, ListOffsetsResponse, ListOpenTransactionsRequest,
-    ListOpenTransactionsResponse, ListPartitionReassignmentsRequest,
+    CreateTopicsResponse, DeleteRecordsRequest, DeleteRecordsResponse, DescribeConfigsRequest,
+    DescribeConfigsResponse, FetchRequest, FetchResponse, FindCoordinatorRequest,
+    FindCoordinatorResponse, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
+    InitProducerIdRequest, InitProducerIdResponse, ListOffsetsRequest, ListOffsetsResponse,
+    ListOpenTransactionsRequest, ListOpenTransactionsResponse, ListPartitionReassignmentsRequest,
     ListPartitionReassignmentsResponse, MetadataRequest, MetadataResponse,
     OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, ProduceRequest, ProduceResponse,
     WriteTxnMarkersRequest, WriteTxnMarkersResponse,
@@ -26,6 +26,7 @@ use crate::coordinators::Coordinators;
 use crate::topics::TopicRegistry;
 
 mod admin;
+mod delete_records;
 mod fetch;
 mod fetch_budget;
 mod null_produce;
@@ -227,6 +228,15 @@ impl Broker for BrokerService {
         Ok(Response::new(
             self.serve_incremental_alter_configs(request.into_inner())
                 .await,
+        ))
+    }
+
+    async fn delete_records(
+        &self,
+        request: Request<DeleteRecordsRequest>,
+    ) -> Result<Response<DeleteRecordsResponse>, Status> {
+        Ok(Response::new(
+            self.serve_delete_records(request.into_inner()),
         ))
     }
 }
