@@ -25,6 +25,14 @@ pub enum BrokerError {
     TopicAlreadyExists(String),
     #[error("invalid partition count {count}: must be between 1 and {max}")]
     InvalidPartitions { count: i32, max: i32 },
+    #[error(
+        "topic {topic:?} has {current} partitions: it can only grow, and {requested} is not more"
+    )]
+    PartitionsNotGrown {
+        topic: String,
+        requested: i32,
+        current: i32,
+    },
     #[error("invalid replication factor {factor}: this cluster has {brokers} broker(s)")]
     InvalidReplicationFactor { factor: i32, brokers: i32 },
     #[error(
@@ -139,7 +147,9 @@ impl BrokerError {
                 ErrorCode::InvalidTopicException
             }
             BrokerError::TopicAlreadyExists(_) => ErrorCode::TopicAlreadyExists,
-            BrokerError::InvalidPartitions { .. } => ErrorCode::InvalidPartitions,
+            BrokerError::InvalidPartitions { .. } | BrokerError::PartitionsNotGrown { .. } => {
+                ErrorCode::InvalidPartitions
+            }
             BrokerError::InvalidReplicationFactor { .. }
             | BrokerError::NegativeReplicationFactor(_) => ErrorCode::InvalidReplicationFactor,
             BrokerError::NotLeaderOrFollower { .. } => ErrorCode::NotLeaderOrFollower,

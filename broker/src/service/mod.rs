@@ -9,12 +9,13 @@ use std::sync::Arc;
 use idem_pidstore::ProducerIdManager;
 use idem_proto::v1::broker_server::Broker;
 use idem_proto::v1::{
-    AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, CreateTopicsRequest,
-    CreateTopicsResponse, DeleteRecordsRequest, DeleteRecordsResponse, DescribeConfigsRequest,
-    DescribeConfigsResponse, FetchRequest, FetchResponse, FindCoordinatorRequest,
-    FindCoordinatorResponse, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
-    InitProducerIdRequest, InitProducerIdResponse, ListOffsetsRequest, ListOffsetsResponse,
-    ListOpenTransactionsRequest, ListOpenTransactionsResponse, ListPartitionReassignmentsRequest,
+    AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse,
+    CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse,
+    DeleteRecordsRequest, DeleteRecordsResponse, DescribeConfigsRequest, DescribeConfigsResponse,
+    FetchRequest, FetchResponse, FindCoordinatorRequest, FindCoordinatorResponse,
+    IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, InitProducerIdRequest,
+    InitProducerIdResponse, ListOffsetsRequest, ListOffsetsResponse, ListOpenTransactionsRequest,
+    ListOpenTransactionsResponse, ListPartitionReassignmentsRequest,
     ListPartitionReassignmentsResponse, MetadataRequest, MetadataResponse,
     OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, ProduceRequest, ProduceResponse,
     WriteTxnMarkersRequest, WriteTxnMarkersResponse,
@@ -26,6 +27,7 @@ use crate::coordinators::Coordinators;
 use crate::topics::TopicRegistry;
 
 mod admin;
+mod create_partitions;
 mod delete_records;
 mod fetch;
 mod fetch_budget;
@@ -237,6 +239,15 @@ impl Broker for BrokerService {
     ) -> Result<Response<DeleteRecordsResponse>, Status> {
         Ok(Response::new(
             self.serve_delete_records(request.into_inner()),
+        ))
+    }
+
+    async fn create_partitions(
+        &self,
+        request: Request<CreatePartitionsRequest>,
+    ) -> Result<Response<CreatePartitionsResponse>, Status> {
+        Ok(Response::new(
+            self.serve_create_partitions(request.into_inner()).await,
         ))
     }
 }
