@@ -7,6 +7,7 @@ use idem_proto::ErrorCode;
 
 use crate::cluster::reassignment::ReassignmentRefusal;
 use crate::log::LogError;
+use crate::partition::delete_target::DeleteRecordsRefusal;
 use crate::producer_state::TxnRefusal;
 use crate::topic_config::TopicConfigError;
 
@@ -24,6 +25,14 @@ pub enum BrokerError {
     TopicAlreadyExists(String),
     #[error("invalid partition count {count}: must be between 1 and {max}")]
     InvalidPartitions { count: i32, max: i32 },
+    #[error(
+        "topic {topic:?} has {current} partitions: it can only grow, and {requested} is not more"
+    )]
+    PartitionsNotGrown {
+        topic: String,
+        requested: i32,
+        current: i32,
+    },
     #[error("invalid replication factor {factor}: this cluster has {brokers} broker(s)")]
     InvalidReplicationFactor { factor: i32, brokers: i32 },
     #[error(
@@ -65,6 +74,12 @@ pub enum BrokerError {
         topic: String,
         partition: i32,
         refusal: ReassignmentRefusal,
+    },
+    #[error("cannot delete records of {topic}-{partition}: {refusal}")]
+    DeleteRecords {
+        topic: String,
+        partition: i32,
+        refusal: DeleteRecordsRefusal,
     },
     #[error("corrupt record batch: {0}")]
     CorruptBatch(#[from] BatchError),
@@ -135,7 +150,9 @@ impl BrokerError {
                 ErrorCode::InvalidTopicException
             }
             BrokerError::TopicAlreadyExists(_) => ErrorCode::TopicAlreadyExists,
-            BrokerError::InvalidPartitions { .. } => ErrorCode::InvalidPartitions,
+            BrokerError::InvalidPartitions { .. } | BrokerError::PartitionsNotGrown { .. } => {
+                ErrorCode::InvalidPartitions
+            }
             BrokerError::InvalidReplicationFactor { .. }
             | BrokerError::NegativeReplicationFactor(_) => ErrorCode::InvalidReplicationFactor,
             BrokerError::NotLeaderOrFollower { .. } => ErrorCode::NotLeaderOrFollower,
@@ -158,7 +175,9 @@ impl BrokerError {
             BrokerError::FencedLeaderEpoch { .. } => ErrorCode::FencedLeaderEpoch,
             BrokerError::CorruptBatch(_) => ErrorCode::CorruptMessage,
             BrokerError::MessageTooLarge { .. } => ErrorCode::MessageTooLarge,
-            BrokerError::OffsetOutOfRange { .. } => ErrorCode::OffsetOutOfRange,
+            BrokerError::OffsetOutOfRange { .. } | BrokerError::DeleteRecords { .. } => {
+                ErrorCode::OffsetOutOfRange
+            }
             BrokerError::OutOfOrderSequence { .. } => ErrorCode::OutOfOrderSequenceNumber,
             BrokerError::InvalidProducerEpoch { .. } => ErrorCode::InvalidProducerEpoch,
             BrokerError::UnknownProducerId { .. } => ErrorCode::UnknownProducerId,

@@ -10,6 +10,8 @@
 //! The duties a sync sets off live with the cluster: failover in `cluster/election.rs`,
 //! ISR upkeep in `cluster/isr_upkeep.rs`, following leaders in `replication/`.
 
+mod growth;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};

@@ -12,6 +12,7 @@ mod produce;
 mod produce_txn;
 mod record_line;
 mod topic;
+mod topic_lifecycle;
 mod txn;
 
 use clap::{Parser, Subcommand};

@@ -1,9 +1,12 @@
-//! `idem topic create | list | describe | alter-config | reassign | reassignments`.
+//! `idem topic create | list | describe | alter-config | reassign | reassignments |
+//! delete-records | add-partitions`.
 
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use idem_client::{Admin, AlterConfigOp, NewTopic};
+
+use crate::topic_lifecycle;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum TopicCommand {
@@ -68,6 +71,30 @@ pub enum TopicCommand {
     Reassignments {
         /// Only these topics (default: every topic).
         topics: Vec<String>,
+    },
+    /// Delete every record of a partition below an offset: its log start moves there,
+    /// on every replica. Never past the high watermark, nor into a transaction still
+    /// open.
+    DeleteRecords {
+        name: String,
+        #[arg(long)]
+        partition: i32,
+        /// Records below this offset go; -1: all that may go now (the high watermark,
+        /// or the start of the oldest open transaction).
+        #[arg(long, allow_negative_numbers = true)]
+        offset: i64,
+    },
+    /// Grow a topic to a new total partition count (never shrink). Producers and
+    /// consumers find the new partitions through metadata; keyed records of the new
+    /// count may map to other partitions than before.
+    AddPartitions {
+        name: String,
+        /// The new total, more than the topic has.
+        #[arg(long)]
+        partitions: i32,
+        /// Only check the change; change nothing.
+        #[arg(long)]
+        validate_only: bool,
     },
 }
 
@@ -233,6 +260,16 @@ pub async fn run(bootstrap: &str, command: TopicCommand) -> anyhow::Result<()> {
                 );
             }
         }
+        TopicCommand::DeleteRecords {
+            name,
+            partition,
+            offset,
+        } => topic_lifecycle::delete_records(&admin, &name, partition, offset).await?,
+        TopicCommand::AddPartitions {
+            name,
+            partitions,
+            validate_only,
+        } => topic_lifecycle::add_partitions(&admin, &name, partitions, validate_only).await?,
     }
     Ok(())
 }

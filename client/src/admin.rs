@@ -5,9 +5,12 @@
 //! partition's leader and retries only answers that were lost or came from a broker
 //! that no longer leads (after refreshing the metadata). Transactions: see
 //! [`transactions`]; moving partitions between brokers: [`reassignments`]; topic
-//! settings: [`configs`].
+//! settings: [`configs`]; the log's lifecycle: [`delete_records`] (move a partition's
+//! log start), [`create_partitions`] (grow a topic).
 
 pub mod configs;
+pub mod create_partitions;
+pub mod delete_records;
 pub mod reassignments;
 pub mod transactions;
 pub mod txn_log_slices;

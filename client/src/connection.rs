@@ -38,6 +38,9 @@ use crate::types::{Isolation, OffsetSpec, ProducerIdAndEpoch};
 pub use idem_proto::transport::MAX_MESSAGE_BYTES;
 /// Default time one RPC may take.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// How old cached metadata may get before it is asked for again: Kafka's
+/// `metadata.max.age.ms` default. Partitions added to a topic are used within it.
+pub const DEFAULT_METADATA_MAX_AGE: Duration = Duration::from_secs(300);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest one attempt of a request any broker may serve waits before the next broker
 /// is tried (a paused broker accepts connections but never answers).
@@ -69,6 +72,9 @@ pub struct Connection {
     client: BrokerClient<Channel>,
     shared: Arc<SharedState>,
     request_timeout: Duration,
+    /// How old a topic's cached metadata may get before a use of it asks for fresh
+    /// metadata (in the background; the use goes on with what is cached).
+    metadata_max_age: Duration,
 }
 
 #[derive(Debug)]
@@ -162,6 +168,7 @@ impl Connection {
                 preferred: Mutex::new(Node::Bootstrap),
             }),
             request_timeout,
+            metadata_max_age: DEFAULT_METADATA_MAX_AGE,
         })
     }
 
@@ -193,7 +200,15 @@ impl Connection {
                 preferred: Mutex::new(Node::Bootstrap),
             }),
             request_timeout,
+            metadata_max_age: DEFAULT_METADATA_MAX_AGE,
         })
+    }
+
+    /// This connection with cached topic metadata asked for again once it is older
+    /// than `max_age` (default [`DEFAULT_METADATA_MAX_AGE`]).
+    pub fn with_metadata_max_age(mut self, max_age: Duration) -> Self {
+        self.metadata_max_age = max_age;
+        self
     }
 
     pub fn bootstrap(&self) -> &str {
@@ -444,9 +459,18 @@ impl Connection {
         Ok(metadata)
     }
 
-    /// The partition count of `topic`, from the cache or the broker.
+    /// The partition count of `topic`, from the cache or the broker. A cached count
+    /// older than the metadata max age is still answered, and a refresh is started, so
+    /// the uses after it see partitions added since.
     pub async fn partition_count(&self, topic: &str) -> Result<i32, ClientError> {
         if let Some(count) = self.cached_partition_count(topic) {
+            if self
+                .shared
+                .metadata
+                .is_older_than(topic, self.metadata_max_age)
+            {
+                self.request_refresh();
+            }
             return Ok(count);
         }
         let metadata = self.fetch_metadata(vec![topic.to_string()]).await?;

@@ -1,9 +1,14 @@
 //! What a connection knows of the cluster: the metadata cache behind its lock, and the
 //! one refresh of it that may run at a time. Refreshes are coalesced (a caller joins
 //! the one under way) and rate-limited ([`RefreshGate`]); how a refresh asks a broker
-//! is the caller's, so this file knows nothing of channels or RPCs.
+//! is the caller's, so this file knows nothing of channels or RPCs. It also remembers
+//! when each topic was last described, so a topic's metadata can be asked for again
+//! once it is older than the client's `metadata_max_age` (a topic grows without any
+//! request failing).
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
 
 use futures::future::{BoxFuture, FutureExt, Shared};
 
@@ -17,6 +22,8 @@ pub(crate) type RefreshFuture = Shared<BoxFuture<'static, ()>>;
 pub(crate) struct MetadataView {
     cache: RwLock<MetadataCache>,
     refresh: Mutex<RefreshSlot>,
+    /// When each topic the cache holds was last described by a broker.
+    learned_at: Mutex<HashMap<String, tokio::time::Instant>>,
 }
 
 #[derive(Default)]
@@ -74,6 +81,19 @@ impl MetadataView {
         if let Ok(mut cache) = self.cache.write() {
             cache.invalidate(topic);
         }
+        if let Ok(mut learned_at) = self.learned_at.lock() {
+            learned_at.remove(topic);
+        }
+    }
+
+    /// Whether what the cache holds of `topic` was described longer than `max_age` ago
+    /// (or never: a topic it does not hold).
+    pub(crate) fn is_older_than(&self, topic: &str, max_age: Duration) -> bool {
+        self.learned_at.lock().map_or(true, |learned_at| {
+            learned_at
+                .get(topic)
+                .is_none_or(|at| at.elapsed() >= max_age)
+        })
     }
 
     /// Addresses of the live brokers other than the one behind `bootstrap`.
@@ -98,6 +118,16 @@ impl MetadataView {
             cache.update(metadata);
             if from_bootstrap {
                 cache.learn_bootstrap_broker(metadata);
+            }
+        }
+        if let Ok(mut learned_at) = self.learned_at.lock() {
+            let now = tokio::time::Instant::now();
+            for topic in &metadata.topics {
+                if topic.error.is_none() {
+                    learned_at.insert(topic.name.clone(), now);
+                } else {
+                    learned_at.remove(&topic.name);
+                }
             }
         }
     }
@@ -137,5 +167,47 @@ impl MetadataView {
                 Some(refresh)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metadata::TopicMetadata;
+    use idem_proto::ErrorCode;
+
+    fn answer(topics: &[(&str, Option<ErrorCode>)]) -> ClusterMetadata {
+        ClusterMetadata {
+            topics: topics
+                .iter()
+                .map(|(name, error)| TopicMetadata {
+                    name: name.to_string(),
+                    error: *error,
+                    partitions: Vec::new(),
+                })
+                .collect(),
+            ..ClusterMetadata::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn given_a_topic_described_then_it_is_old_only_once_max_age_has_passed() {
+        let view = MetadataView::default();
+        let max_age = Duration::from_millis(300);
+        assert!(view.is_older_than("orders", max_age), "never described");
+        view.learn(&answer(&[("orders", None)]), false);
+        assert!(!view.is_older_than("orders", max_age));
+        tokio::time::sleep(max_age).await;
+        assert!(view.is_older_than("orders", max_age));
+        view.learn(&answer(&[("orders", None)]), false);
+        assert!(!view.is_older_than("orders", max_age), "described again");
+        view.learn(
+            &answer(&[("orders", Some(ErrorCode::UnknownTopicOrPartition))]),
+            false,
+        );
+        assert!(view.is_older_than("orders", max_age), "gone");
+        view.learn(&answer(&[("orders", None)]), false);
+        view.invalidate("orders");
+        assert!(view.is_older_than("orders", max_age), "forgotten");
     }
 }

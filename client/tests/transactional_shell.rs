@@ -226,6 +226,20 @@ impl Broker for Fake {
     ) -> Result<Response<idem_proto::v1::IncrementalAlterConfigsResponse>, Status> {
         Err(Status::unimplemented("incremental_alter_configs"))
     }
+
+    async fn delete_records(
+        &self,
+        _: Request<idem_proto::v1::DeleteRecordsRequest>,
+    ) -> Result<Response<idem_proto::v1::DeleteRecordsResponse>, Status> {
+        Err(Status::unimplemented("delete_records"))
+    }
+
+    async fn create_partitions(
+        &self,
+        _: Request<idem_proto::v1::CreatePartitionsRequest>,
+    ) -> Result<Response<idem_proto::v1::CreatePartitionsResponse>, Status> {
+        Err(Status::unimplemented("create_partitions"))
+    }
 }
 
 #[tonic::async_trait]

@@ -18,6 +18,8 @@
 //! a compare-and-swap on its own `mod_revision`, and so is a change of a ready topic's
 //! spec (its config) on the topic key's.
 
+pub mod growth;
+
 use std::collections::BTreeMap;
 
 use etcd_client::{Client, Compare, CompareOp, GetOptions, Txn, TxnOp, TxnOpResponse};

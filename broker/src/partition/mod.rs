@@ -7,6 +7,8 @@
 //! back. The last stable offset (LSO) bounds what read_committed consumers see.
 
 mod consumer_read;
+mod delete_records;
+pub mod delete_target;
 pub mod long_poll;
 mod marker;
 mod retention;

@@ -127,7 +127,7 @@ impl Partition {
         Ok(())
     }
 
-    fn move_log_start(
+    pub(super) fn move_log_start(
         &self,
         inner: &mut PartitionInner,
         start: i64,

@@ -9,11 +9,12 @@ use std::sync::Arc;
 use idem_pidstore::ProducerIdManager;
 use idem_proto::v1::broker_server::Broker;
 use idem_proto::v1::{
-    AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, CreateTopicsRequest,
-    CreateTopicsResponse, DescribeConfigsRequest, DescribeConfigsResponse, FetchRequest,
-    FetchResponse, FindCoordinatorRequest, FindCoordinatorResponse, IncrementalAlterConfigsRequest,
-    IncrementalAlterConfigsResponse, InitProducerIdRequest, InitProducerIdResponse,
-    ListOffsetsRequest, ListOffsetsResponse, ListOpenTransactionsRequest,
+    AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse,
+    CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse,
+    DeleteRecordsRequest, DeleteRecordsResponse, DescribeConfigsRequest, DescribeConfigsResponse,
+    FetchRequest, FetchResponse, FindCoordinatorRequest, FindCoordinatorResponse,
+    IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, InitProducerIdRequest,
+    InitProducerIdResponse, ListOffsetsRequest, ListOffsetsResponse, ListOpenTransactionsRequest,
     ListOpenTransactionsResponse, ListPartitionReassignmentsRequest,
     ListPartitionReassignmentsResponse, MetadataRequest, MetadataResponse,
     OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, ProduceRequest, ProduceResponse,
@@ -26,6 +27,8 @@ use crate::coordinators::Coordinators;
 use crate::topics::TopicRegistry;
 
 mod admin;
+mod create_partitions;
+mod delete_records;
 mod fetch;
 mod fetch_budget;
 mod null_produce;
@@ -227,6 +230,24 @@ impl Broker for BrokerService {
         Ok(Response::new(
             self.serve_incremental_alter_configs(request.into_inner())
                 .await,
+        ))
+    }
+
+    async fn delete_records(
+        &self,
+        request: Request<DeleteRecordsRequest>,
+    ) -> Result<Response<DeleteRecordsResponse>, Status> {
+        Ok(Response::new(
+            self.serve_delete_records(request.into_inner()),
+        ))
+    }
+
+    async fn create_partitions(
+        &self,
+        request: Request<CreatePartitionsRequest>,
+    ) -> Result<Response<CreatePartitionsResponse>, Status> {
+        Ok(Response::new(
+            self.serve_create_partitions(request.into_inner()).await,
         ))
     }
 }

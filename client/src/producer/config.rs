@@ -6,7 +6,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use crate::connection::MAX_MESSAGE_BYTES;
+use crate::connection::{DEFAULT_METADATA_MAX_AGE, MAX_MESSAGE_BYTES};
 use crate::error::ClientError;
 
 /// Kafka's limit on requests in flight per partition for which idempotence keeps order:
@@ -99,6 +99,10 @@ pub struct ProducerConfig {
     /// Bytes of records buffered per partition (open batch plus unacknowledged
     /// batches) before `send` waits. Default 32 MiB.
     pub buffer_memory: usize,
+    /// How old a topic's metadata may get before a `send` to it asks for it again (in
+    /// the background), so partitions added to the topic are used. Default 5 min
+    /// (Kafka's `metadata.max.age.ms`).
+    pub metadata_max_age: Duration,
 }
 
 impl ProducerConfig {
@@ -113,6 +117,7 @@ impl ProducerConfig {
             request_timeout: Duration::from_secs(30),
             retry_backoff: Duration::from_millis(100),
             buffer_memory: 32 * 1024 * 1024,
+            metadata_max_age: DEFAULT_METADATA_MAX_AGE,
         }
     }
 

@@ -30,6 +30,9 @@ pub struct TransactionalConfig {
     pub batch_size: usize,
     /// How long a partition's open batch waits for more records. Default 5 ms.
     pub linger: Duration,
+    /// How old a topic's metadata may get before a `send` to it asks for it again, so
+    /// partitions added to the topic are used. Default 5 min.
+    pub metadata_max_age: Duration,
 }
 
 impl TransactionalConfig {
@@ -43,6 +46,7 @@ impl TransactionalConfig {
             delivery_timeout: defaults.delivery_timeout,
             batch_size: defaults.batch_size,
             linger: defaults.linger,
+            metadata_max_age: defaults.metadata_max_age,
         }
     }
 
@@ -54,6 +58,7 @@ impl TransactionalConfig {
             max_in_flight: MAX_IN_FLIGHT_EXACTLY_ONCE,
             delivery_timeout: self.delivery_timeout,
             request_timeout: self.request_timeout,
+            metadata_max_age: self.metadata_max_age,
             ..ProducerConfig::new(self.bootstrap.clone()).with_delivery(Delivery::ExactlyOnce)
         }
     }

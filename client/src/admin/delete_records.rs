@@ -1,0 +1,83 @@
+//! Deleting the oldest records of a partition (Kafka's `deleteRecords`): the partition's
+//! leader moves its log start, and the answer is the new start. The request goes to the
+//! leader the metadata names and is retried, after a metadata refresh, when the answer
+//! was lost or came from a broker that no longer leads: deleting up to the same offset
+//! again changes nothing, so a retry is safe.
+
+use backon::Retryable;
+use idem_proto::v1::{DeleteRecordsPartition, DeleteRecordsRequest, DeleteRecordsTopic};
+use idem_proto::ErrorCode;
+
+use super::Admin;
+use crate::connection::is_leadership_error;
+use crate::error::{is_retriable_status, ClientError};
+use crate::retry;
+
+/// DeleteRecords offset meaning "everything that may go now": the high watermark, or
+/// the start of the oldest transaction still open.
+pub const DELETE_TO_HIGH_WATERMARK: i64 = -1;
+
+impl Admin {
+    /// Deletes every record of `topic`/`partition` below `offset`
+    /// ([`DELETE_TO_HIGH_WATERMARK`]: as far as possible) and returns the partition's
+    /// log start after it. Refusals (nothing deleted): `OFFSET_OUT_OF_RANGE` (above the
+    /// high watermark, or inside a transaction still open: the message names the
+    /// bound), `INVALID_TOPIC_EXCEPTION` (an internal topic),
+    /// [`ClientError::UnknownTopic`].
+    pub async fn delete_records(
+        &self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+    ) -> Result<i64, ClientError> {
+        let request = DeleteRecordsRequest {
+            topics: vec![DeleteRecordsTopic {
+                name: topic.to_string(),
+                partitions: vec![DeleteRecordsPartition { partition, offset }],
+            }],
+        };
+        let conn = self.connection();
+        (|| self.delete_records_once(topic, partition, &request))
+            .retry(retry::read_backoff())
+            .when(|error| match error {
+                ClientError::Transport(status) => is_retriable_status(status.code()),
+                ClientError::Broker { code, .. } => is_leadership_error(*code),
+                // The leader does not know the topic the metadata lists yet: ask again.
+                ClientError::UnknownTopic { .. } => conn.knows_partition(topic, partition),
+                _ => false,
+            })
+            .notify(|error, _| {
+                tracing::debug!(%error, topic, partition, "delete records will retry");
+                conn.request_refresh();
+            })
+            .await
+    }
+
+    async fn delete_records_once(
+        &self,
+        topic: &str,
+        partition: i32,
+        request: &DeleteRecordsRequest,
+    ) -> Result<i64, ClientError> {
+        let conn = self.connection();
+        let (_, mut client) = conn.leader(topic, partition).await?;
+        let response = conn.call(client.delete_records(request.clone())).await?;
+        let answer = response
+            .topics
+            .into_iter()
+            .filter(|t| t.name == topic)
+            .flat_map(|t| t.partitions)
+            .find(|p| p.partition == partition)
+            .ok_or_else(|| {
+                ClientError::Protocol(format!("delete records answer lacks {topic}/{partition}"))
+            })?;
+        match crate::metadata::error_code(answer.error_code) {
+            None => Ok(answer.low_watermark),
+            Some(ErrorCode::UnknownTopicOrPartition) => Err(ClientError::UnknownTopic {
+                topic: topic.to_string(),
+                partition: Some(partition),
+            }),
+            Some(_) => Err(ClientError::broker(answer.error_code, answer.error_message)),
+        }
+    }
+}
