@@ -167,7 +167,7 @@ impl BrokerConfig {
         )?;
         ConfigError::unless(
             self.max_partitions_per_topic > 0,
-            "--max-partitions",
+            "--max-partitions-per-topic",
             "must be at least 1",
         )
     }
@@ -386,7 +386,7 @@ mod tests {
                 },
             ),
             (
-                "--max-partitions",
+                "--max-partitions-per-topic",
                 BrokerConfig {
                     max_partitions_per_topic: 0,
                     ..single_node()

@@ -1,4 +1,4 @@
-//! A partition's files on a stopped broker's disk, for tests that tear or inspect them.
+//! A partition's files on a broker's disk, for tests that tear or inspect them.
 
 use std::path::{Path, PathBuf};
 
@@ -11,4 +11,14 @@ pub fn active_segment(partition_dir: &Path) -> Option<PathBuf> {
         .collect();
     segments.sort();
     segments.pop()
+}
+
+/// The log start a replica persisted in `{data_dir}/{topic}-{partition}` (0 when
+/// retention or DeleteRecords never moved it).
+pub fn stored_log_start(data_dir: &Path, topic: &str, partition: i32) -> i64 {
+    let path = data_dir.join(format!("{topic}-{partition}/log-start-offset"));
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|text| text.lines().nth(1).and_then(|l| l.parse().ok()))
+        .unwrap_or(0)
 }

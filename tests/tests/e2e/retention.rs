@@ -16,6 +16,7 @@ use idem_client::{
 };
 use idem_proto::ErrorCode;
 use idem_tests::raw;
+use idem_tests::segments::stored_log_start;
 use idem_tests::wait::{seen_if, wait_until, PATIENCE};
 use idem_tests::{BrokerProcess, Cluster};
 
@@ -68,15 +69,6 @@ fn at_rest(data_dir: &Path, topic: &str, limit: u64) -> bool {
 
 fn log_bytes(data_dir: &Path, topic: &str, partition: i32) -> u64 {
     segment_sizes(data_dir, topic, partition).iter().sum()
-}
-
-/// The log start a replica persisted (0 when retention never moved it).
-fn stored_log_start(data_dir: &Path, topic: &str, partition: i32) -> i64 {
-    let path = data_dir.join(format!("{topic}-{partition}/log-start-offset"));
-    std::fs::read_to_string(path)
-        .ok()
-        .and_then(|text| text.lines().nth(1).and_then(|l| l.parse().ok()))
-        .unwrap_or(0)
 }
 
 fn value(n: usize) -> String {

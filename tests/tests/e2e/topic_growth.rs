@@ -4,7 +4,6 @@
 //! keeps every acknowledged record once, in order. Bad input is refused by name and
 //! changes nothing.
 
-use std::path::Path;
 use std::time::Duration;
 
 use idem_client::{
@@ -20,17 +19,9 @@ use idem_proto::ErrorCode;
 use idem_tests::cli::idem;
 use idem_tests::raw::{self, RawClient};
 use idem_tests::sdk::{assert_exactly_once, read_all};
+use idem_tests::segments::stored_log_start;
 use idem_tests::wait::{seen_if, wait_until, PATIENCE};
 use idem_tests::{BrokerProcess, Cluster};
-
-/// The log start a replica persisted (0 while it never moved).
-fn stored_log_start(data_dir: &Path, topic: &str, partition: i32) -> i64 {
-    let path = data_dir.join(format!("{topic}-{partition}/log-start-offset"));
-    std::fs::read_to_string(path)
-        .ok()
-        .and_then(|text| text.lines().nth(1).and_then(|l| l.parse().ok()))
-        .unwrap_or(0)
-}
 
 /// One DeleteRecords of one partition, sent to exactly this broker.
 async fn delete_records_at(
