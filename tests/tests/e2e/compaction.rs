@@ -12,6 +12,8 @@ use idem_client::{
     Admin, Consumer, ConsumerConfig, ConsumerRecord, ErrorCode, Isolation, NewTopic, OffsetSpec,
     Producer, ProducerConfig, ProducerRecord,
 };
+use idem_proto::txn::TXN_LOG_TOPIC;
+use idem_tests::raw;
 use idem_tests::txn;
 use idem_tests::wait::{seen_if, wait_until, PATIENCE};
 use idem_tests::Cluster;
@@ -258,4 +260,120 @@ async fn given_a_compacted_topic_then_a_record_without_a_key_is_refused_and_noth
         .await
         .expect("end");
     assert_eq!(end, 0, "nothing was appended");
+}
+
+/// `(records kept, offsets written)` over every partition of the transaction log,
+/// read from each partition's leader.
+async fn transaction_log_records(cluster: &Cluster) -> (usize, i64) {
+    let admin = Admin::connect(&cluster.bootstrap()).await.expect("admin");
+    let mut kept = 0;
+    let mut written = 0;
+    let observer = cluster.ids()[0];
+    let mut partition = 0;
+    while let Some(state) = cluster.partition(observer, TXN_LOG_TOPIC, partition).await {
+        let leader = state.leader_id;
+        let mut client = raw::connect(&cluster.broker(leader).bootstrap()).await;
+        kept += raw::read_batches(&mut client, TXN_LOG_TOPIC, partition)
+            .await
+            .iter()
+            .map(|(_, records)| records.len())
+            .sum::<usize>();
+        written += admin
+            .list_offsets(
+                TXN_LOG_TOPIC,
+                partition,
+                OffsetSpec::Latest,
+                Isolation::ReadUncommitted,
+            )
+            .await
+            .expect("end");
+        partition += 1;
+    }
+    (kept, written)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_many_transactions_of_few_ids_then_the_transaction_log_compacts_and_a_takeover_loads_it(
+) {
+    const OUT: &str = "out";
+    const IDS: usize = 4;
+    const ROUNDS: usize = 50;
+    let mut cluster = Cluster::start_with_coordinators(
+        3,
+        2,
+        &[
+            "--segment-bytes",
+            "8192",
+            "--log-retention-check-interval-ms",
+            "100",
+        ],
+        &[],
+    )
+    .await;
+    cluster.create_topic(OUT, 1, 3).await;
+    let bootstrap = cluster.bootstrap();
+    for round in 0..ROUNDS {
+        for id in 0..IDS {
+            let producer = txn::producer(&bootstrap, &format!("compacted-{id}")).await;
+            producer.begin().expect("begin");
+            let value = format!("{id}-{round:03}");
+            let delivery = producer
+                .send(ProducerRecord::new(OUT, value).partition(0))
+                .await
+                .expect("send");
+            delivery.await.expect("acknowledged");
+            producer.commit().await.expect("commit");
+            producer.close().await;
+        }
+    }
+    // Each transaction wrote several states of its id (and each new producer instance
+    // one more): compaction leaves about one per id outside the active segments.
+    let ((kept, written), _) = wait_until(PATIENCE, "the transaction log compacted", || {
+        let cluster = &cluster;
+        async move {
+            let (kept, written) = transaction_log_records(cluster).await;
+            seen_if((kept, written), (kept as i64) * 4 < written)
+        }
+    })
+    .await;
+    assert!(
+        written >= (IDS * ROUNDS * 3) as i64,
+        "{written} state records written"
+    );
+    assert!((kept as i64) * 4 < written, "{kept} of {written} kept");
+    eprintln!("transaction log: {kept} records kept of {written} written");
+    // Every coordinator is killed in turn: the survivor loads the compacted slices and
+    // every id goes on (a new epoch, one more committed transaction).
+    for victim in cluster.coordinator_ids() {
+        cluster.kill_coordinator(victim);
+        for id in 0..IDS {
+            let producer = txn::producer(&bootstrap, &format!("compacted-{id}")).await;
+            producer.begin().expect("begin");
+            let value = format!("{id}-after-{victim}");
+            producer
+                .send(ProducerRecord::new(OUT, value).partition(0))
+                .await
+                .expect("send")
+                .await
+                .expect("acknowledged");
+            producer.commit().await.expect("commit after the takeover");
+            producer.close().await;
+        }
+        cluster.restart_coordinator(victim);
+        cluster.wait_for_coordinators().await;
+    }
+    let read = read_all(&bootstrap, OUT, Isolation::ReadCommitted).await;
+    let mut values: Vec<String> = read.iter().filter_map(|r| text(&r.value)).collect();
+    values.sort();
+    let mut expected: Vec<String> = (0..IDS)
+        .flat_map(|id| (0..ROUNDS).map(move |round| format!("{id}-{round:03}")))
+        .chain(
+            cluster
+                .coordinator_ids()
+                .into_iter()
+                .flat_map(|victim| (0..IDS).map(move |id| format!("{id}-after-{victim}"))),
+        )
+        .collect();
+    expected.sort();
+    assert_eq!(values, expected, "every committed record once");
 }
