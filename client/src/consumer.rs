@@ -804,6 +804,7 @@ mod tests {
                 },
             ],
             topics: vec![idem_proto::v1::TopicMetadata {
+                topic_id: String::new(),
                 error_code: 0,
                 name: "t".into(),
                 partitions: [1, 2, 1, -1, 9]

@@ -74,6 +74,7 @@ impl Broker for Fake {
                 address: address.clone(),
             }],
             topics: vec![TopicMetadata {
+                topic_id: String::new(),
                 error_code: 0,
                 name: "t".into(),
                 partitions: (0..6)
@@ -225,6 +226,13 @@ impl Broker for Fake {
         _: Request<idem_proto::v1::IncrementalAlterConfigsRequest>,
     ) -> Result<Response<idem_proto::v1::IncrementalAlterConfigsResponse>, Status> {
         Err(Status::unimplemented("incremental_alter_configs"))
+    }
+
+    async fn delete_topics(
+        &self,
+        _: Request<idem_proto::v1::DeleteTopicsRequest>,
+    ) -> Result<Response<idem_proto::v1::DeleteTopicsResponse>, Status> {
+        Err(Status::unimplemented("delete_topics"))
     }
 }
 
