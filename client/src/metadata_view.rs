@@ -92,10 +92,21 @@ impl MetadataView {
     }
 
     /// Takes in a Metadata answer; `from_bootstrap` when the bootstrap broker gave it,
-    /// which tells which broker id stands behind the bootstrap address.
-    pub(crate) fn learn(&self, metadata: &ClusterMetadata, from_bootstrap: bool) {
+    /// which tells which broker id stands behind the bootstrap address; `every_topic`
+    /// when it answers a request for every topic, so a cached topic it lacks is gone.
+    pub(crate) fn learn(
+        &self,
+        metadata: &ClusterMetadata,
+        from_bootstrap: bool,
+        every_topic: bool,
+    ) {
         if let Ok(mut cache) = self.cache.write() {
-            cache.update(metadata);
+            // An answer for every topic also says which are gone (deleted).
+            if every_topic {
+                cache.update_all(metadata);
+            } else {
+                cache.update(metadata);
+            }
             if from_bootstrap {
                 cache.learn_bootstrap_broker(metadata);
             }
