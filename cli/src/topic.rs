@@ -1,4 +1,5 @@
-//! `idem topic create | list | describe | alter-config | reassign | reassignments`.
+//! `idem topic create | list | describe | alter-config | reassign | reassignments |
+//! delete`.
 
 use std::time::{Duration, Instant};
 
@@ -69,6 +70,13 @@ pub enum TopicCommand {
         /// Only these topics (default: every topic).
         topics: Vec<String>,
     },
+    /// Delete topics with their data on every broker. Producers and consumers of them
+    /// get an unknown-topic error; a topic created again under the name starts empty.
+    /// Internal topics (`__` prefix) are refused.
+    Delete {
+        #[arg(required = true)]
+        names: Vec<String>,
+    },
 }
 
 pub async fn run(bootstrap: &str, command: TopicCommand) -> anyhow::Result<()> {
@@ -114,6 +122,9 @@ pub async fn run(bootstrap: &str, command: TopicCommand) -> anyhow::Result<()> {
                 anyhow::bail!("topic {name:?}: {}", code.as_str_name());
             }
             println!("topic {name}: {} partition(s)", topic.partitions.len());
+            if !topic.topic_id.is_empty() {
+                println!("topic id: {}", topic.topic_id);
+            }
             println!(
                 "{:>9} {:>6} {:>12} {:>10} {:>10} {:>10} {:>14} {:>10}",
                 "partition",
@@ -209,6 +220,26 @@ pub async fn run(bootstrap: &str, command: TopicCommand) -> anyhow::Result<()> {
                 let moving: Vec<i32> = targets.iter().map(|(p, _)| *p).collect();
                 wait_for_moves(&admin, &name, &moving, Duration::from_secs(secs)).await?;
                 println!("reassignment of {name} complete");
+            }
+        }
+        TopicCommand::Delete { names } => {
+            let asked: Vec<&str> = names.iter().map(String::as_str).collect();
+            let outcomes = admin
+                .delete_topics(&asked)
+                .await
+                .context("deleting topics")?;
+            let mut refused = 0;
+            for (name, outcome) in &outcomes {
+                match outcome {
+                    Ok(()) => println!("deleted topic {name}"),
+                    Err(e) => {
+                        refused += 1;
+                        eprintln!("{name}: refused: {e}");
+                    }
+                }
+            }
+            if refused > 0 {
+                anyhow::bail!("{refused} of {} deletion(s) refused", outcomes.len());
             }
         }
         TopicCommand::Reassignments { topics } => {

@@ -9,6 +9,7 @@
 
 pub mod configs;
 pub mod reassignments;
+pub mod topic_deletion;
 pub mod transactions;
 pub mod txn_log_slices;
 
