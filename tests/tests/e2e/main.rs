@@ -23,6 +23,7 @@ mod replication;
 mod retention;
 mod storage;
 mod topic_config;
+mod topic_deletion;
 mod transactions;
 mod unclean_election;
 mod wide_topics;
