@@ -352,6 +352,56 @@ async fn given_a_broker_down_when_the_topic_is_deleted_and_created_again_then_it
 }
 
 #[tokio::test]
+async fn given_a_topic_recorded_before_topic_ids_then_the_brokers_give_it_one_id_and_record_it_in_every_replica(
+) {
+    let mut cluster = Cluster::start(3, &[]);
+    let catalog = EtcdCatalog::connect(&[cluster.etcd(0).endpoint()], "/idem")
+        .await
+        .expect("catalog");
+    let spec = TopicSpec {
+        name: TOPIC.into(),
+        topic_id: TopicId::ZERO,
+        partitions: 1,
+        replication_factor: 3,
+        min_insync_replicas: 2,
+        unclean_leader_election: false,
+        config: TopicConfig::default(),
+    };
+    catalog
+        .create_topic(&spec, &[1, 2, 3])
+        .await
+        .expect("create");
+    let id = topic_id(&cluster.bootstrap(), TOPIC).await;
+    let (stored, _) = catalog
+        .read_topic(TOPIC)
+        .await
+        .expect("read")
+        .expect("ready");
+    assert_eq!(stored.topic_id.to_string(), id, "the id given is in etcd");
+    for broker in cluster.ids() {
+        assert_eq!(
+            topic_id(&cluster.broker(broker).bootstrap(), TOPIC).await,
+            id
+        );
+        let file = cluster
+            .broker(broker)
+            .data_dir()
+            .join(format!("{TOPIC}-0"))
+            .join(TOPIC_ID_FILE);
+        wait_until(
+            PATIENCE,
+            &format!("broker {broker} records the id"),
+            || async {
+                let recorded = std::fs::read_to_string(&file).unwrap_or_default();
+                let reached = recorded.trim() == id;
+                seen_if(recorded, reached)
+            },
+        )
+        .await;
+    }
+}
+
+#[tokio::test]
 async fn given_internal_or_unknown_topics_when_deletion_is_asked_then_it_is_refused_by_name_and_nothing_changes(
 ) {
     let mut cluster = Cluster::start(3, &[]);
