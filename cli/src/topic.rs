@@ -121,9 +121,13 @@ pub async fn run(bootstrap: &str, command: TopicCommand) -> anyhow::Result<()> {
             if let Some(code) = topic.error {
                 anyhow::bail!("topic {name:?}: {}", code.as_str_name());
             }
-            println!("topic {name}: {} partition(s)", topic.partitions.len());
-            if !topic.topic_id.is_empty() {
-                println!("topic id: {}", topic.topic_id);
+            // One header line: scripts read the partition table from the second on.
+            match topic.topic_id.as_str() {
+                "" => println!("topic {name}: {} partition(s)", topic.partitions.len()),
+                id => println!(
+                    "topic {name}: {} partition(s), topic id {id}",
+                    topic.partitions.len()
+                ),
             }
             println!(
                 "{:>9} {:>6} {:>12} {:>10} {:>10} {:>10} {:>14} {:>10}",

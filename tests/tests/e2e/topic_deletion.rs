@@ -509,7 +509,7 @@ fn given_the_cli_when_topics_are_deleted_then_it_reports_each_and_refuses_intern
     assert!(created.status.success(), "{}", stderr(&created));
     let described = run(&["topic", "describe", TOPIC]);
     assert!(
-        stdout(&described).contains("topic id: "),
+        stdout(&described).contains("partition(s), topic id "),
         "{}",
         stdout(&described)
     );
