@@ -33,6 +33,18 @@ pub fn check_create(name: &str, coordinator_id: Option<i32>) -> Result<(), Broke
     Ok(())
 }
 
+/// DeleteTopics: an internal topic is never deleted (Kafka refuses it too): the
+/// coordinators would lose every transaction they keep there.
+pub fn check_delete(name: &str) -> Result<(), BrokerError> {
+    if is_internal_topic(name) {
+        return Err(refusal(
+            name,
+            "names starting with \"__\" are internal topics, holding the transaction coordinators' state; they are never deleted",
+        ));
+    }
+    Ok(())
+}
+
 /// Produce: a batch for an internal topic must come from the partition's owning
 /// coordinator, declared by `coordinator_epoch` (see `ProduceRequest.coordinator_epoch`).
 /// Other topics pass whatever is declared.

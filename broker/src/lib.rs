@@ -17,6 +17,7 @@ pub mod retention_flags;
 pub mod server;
 pub mod service;
 pub mod topic_config;
+pub mod topic_id;
 pub mod topic_spec;
 pub mod topics;
 pub mod txn_index;

@@ -4,11 +4,18 @@
 use serde::{Deserialize, Serialize};
 
 use crate::topic_config::{self, ConfigEntry, TopicConfig, TopicDefaults};
+use crate::topic_id::TopicId;
 
 /// A topic as recorded on disk.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TopicSpec {
     pub name: String,
+    /// This incarnation of the name (see `topic_id.rs`). A spec written before ids
+    /// existed reads as `ZERO` and is given one once: on a single node when
+    /// `topics.json` is opened (and rewritten at once), in a cluster by the first
+    /// broker whose catalog sync swaps it into the topic's key.
+    #[serde(default, skip_serializing_if = "TopicId::is_zero")]
+    pub topic_id: TopicId,
     pub partitions: i32,
     pub replication_factor: i32,
     /// acks=all needs this many in-sync replicas (0 in files written before it existed:

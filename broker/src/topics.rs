@@ -7,6 +7,8 @@
 //! no longer names this broker among a partition's replicas (a reassignment moved it
 //! away), the partition is closed for good and its directory deleted (Kafka's
 //! StopReplica with delete), at once or, after a restart, at the first catalog sync.
+//! Deleting a topic and telling its incarnations apart (a `topic-id` file in every
+//! partition directory) is in `topics/deletion.rs`.
 //! The duties a sync sets off live with the cluster: failover in `cluster/election.rs`,
 //! ISR upkeep in `cluster/isr_upkeep.rs`, following leaders in `replication/`.
 
@@ -30,7 +32,10 @@ use crate::replication::fetchers::Fetchers;
 use crate::replication::following;
 use crate::replication::replica_set::Role;
 use crate::topic_config::{ConfigEntry, ConfigOp, TopicConfig};
+use crate::topic_id::TopicId;
 use crate::topic_spec::TopicSpec;
+
+mod deletion;
 
 const TOPICS_FILE: &str = "topics.json";
 const MAX_TOPIC_NAME_LEN: usize = 249;
@@ -117,19 +122,32 @@ impl TopicRegistry {
         max_partitions: i32,
     ) -> Result<Self, BrokerError> {
         std::fs::create_dir_all(data_dir)?;
-        let file = read_topics_file(data_dir)?;
+        let mut file = read_topics_file(data_dir)?;
+        // Specs written before topic ids existed get one now, kept from then on.
+        let unnamed = file.topics.iter().filter(|t| t.topic_id.is_zero()).count();
+        if unnamed > 0 {
+            for spec in file.topics.iter_mut().filter(|t| t.topic_id.is_zero()) {
+                spec.topic_id = TopicId::random();
+            }
+            write_topics_file(data_dir, &file)?;
+            tracing::info!(
+                topics = unnamed,
+                "gave topic ids to topics recorded without one"
+            );
+        }
+        Self::delete_unlisted_dirs(data_dir, &file.topics);
         let mut topics = BTreeMap::new();
         for spec in file.topics {
             let mut partitions = Vec::with_capacity(spec.partitions as usize);
             for p in 0..spec.partitions {
-                let dir = partition_dir(data_dir, &spec.name, p);
-                let local = Arc::new(Partition::open(
+                let local = Self::open_incarnation(
+                    data_dir,
                     &spec.name,
+                    spec.topic_id,
                     p,
-                    &dir,
                     settings.clone(),
                     broker_id,
-                )?);
+                )?;
                 local.set_topic_settings(spec.config.resolve(&settings.topic_defaults));
                 partitions.push(sole_replica(broker_id, p, local));
             }
@@ -205,6 +223,7 @@ impl TopicRegistry {
         config.check_for_topic(replication_factor, self.settings.max_batch_bytes)?;
         let spec = TopicSpec {
             name: name.to_string(),
+            topic_id: TopicId::random(),
             partitions,
             replication_factor,
             min_insync_replicas: TopicSpec::default_min_insync_replicas(replication_factor),
@@ -254,14 +273,14 @@ impl TopicRegistry {
         }
         let mut opened = Vec::with_capacity(spec.partitions as usize);
         for p in 0..spec.partitions {
-            let dir = partition_dir(&self.data_dir, &spec.name, p);
-            let local = Arc::new(Partition::open(
+            let local = Self::open_incarnation(
+                &self.data_dir,
                 &spec.name,
+                spec.topic_id,
                 p,
-                &dir,
                 self.settings.clone(),
                 self.broker_id,
-            )?);
+            )?;
             local.set_topic_settings(spec.config.resolve(&self.settings.topic_defaults));
             opened.push(sole_replica(self.broker_id, p, local));
         }
@@ -458,6 +477,8 @@ impl TopicRegistry {
             // The elections changed the catalog; the watch reloads it.
             tracing::debug!("took over leadership of partitions whose leader is gone");
         }
+        // A changed topic key brings the ids back with the next sync.
+        self.assign_missing_ids(cluster).await;
         Ok(revision)
     }
 
@@ -507,6 +528,7 @@ impl TopicRegistry {
     ) -> Result<BTreeMap<String, Topic>, BrokerError> {
         let mut topics = BTreeMap::new();
         for (name, (spec, states)) in snapshot.topics {
+            self.retire_older_incarnation(&name, spec.topic_id);
             let mut partitions = Vec::with_capacity(states.len());
             for (p, state) in states.into_iter().enumerate() {
                 let p = p as i32;
@@ -514,7 +536,7 @@ impl TopicRegistry {
                     continue;
                 };
                 let local = if state.replicas.contains(&self.broker_id) {
-                    let local = self.open_hosted(&name, p)?;
+                    let local = self.open_hosted(&name, spec.topic_id, p)?;
                     let role = if state.leader == self.broker_id && !local.must_leave_isr() {
                         Role::Leader
                     } else {
@@ -563,9 +585,11 @@ impl TopicRegistry {
         }
     }
 
-    /// Deletes the directories of catalog partitions this broker does not replicate:
-    /// left by a broker that stopped before it could delete them. Directories of topics
-    /// the catalog does not list are left alone (they may be half created).
+    /// Deletes the directories of partitions this broker does not replicate, left by a
+    /// broker that stopped before it could delete them: catalog partitions moved away,
+    /// and every partition of a topic the catalog no longer lists (deleted while this
+    /// broker was down). A broker opens only partitions of ready topics, so a directory
+    /// of a topic the catalog lacks never belongs to a topic being created.
     fn delete_stale_dirs(&self) {
         let entries = match std::fs::read_dir(&self.data_dir) {
             Ok(entries) => entries,
@@ -580,12 +604,12 @@ impl TopicRegistry {
                 .filter_map(Result::ok)
                 .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
                 .filter_map(|e| parse_partition_dir(&e.file_name().to_string_lossy()))
-                .filter(|(topic, p)| {
-                    topics.get(topic).is_some_and(|t| {
-                        t.partitions
-                            .iter()
-                            .any(|v| v.index == *p && v.local.is_none())
-                    })
+                .filter(|(topic, p)| match topics.get(topic) {
+                    None => validate_topic_name(topic).is_ok(),
+                    Some(t) => match t.partitions.iter().find(|v| v.index == *p) {
+                        Some(v) => v.local.is_none(),
+                        None => *p >= t.spec.partitions,
+                    },
                 })
                 .collect()
         };
@@ -604,24 +628,41 @@ impl TopicRegistry {
         }
     }
 
-    /// The already open partition, or opens (recovers) it.
-    fn open_hosted(&self, topic: &str, partition: i32) -> Result<Arc<Partition>, BrokerError> {
-        let open = self
-            .read()
-            .get(topic)
-            .and_then(|t| t.partitions.iter().find(|v| v.index == partition))
-            .and_then(|v| v.local.clone());
-        if let Some(local) = open {
-            return Ok(local);
+    /// The already open partition of incarnation `topic_id`, or opens (recovers) it,
+    /// deleting first a directory an older incarnation left.
+    fn open_hosted(
+        &self,
+        topic: &str,
+        topic_id: TopicId,
+        partition: i32,
+    ) -> Result<Arc<Partition>, BrokerError> {
+        let open = self.read().get(topic).and_then(|t| {
+            let local = t
+                .partitions
+                .iter()
+                .find(|v| v.index == partition)?
+                .local
+                .clone()?;
+            Some((t.spec.topic_id, local))
+        });
+        match open {
+            Some((open_id, local)) if open_id == topic_id => return Ok(local),
+            // A topic given its id after it was opened: the same incarnation.
+            Some((open_id, local)) if open_id.is_zero() => {
+                let dir = partition_dir(&self.data_dir, topic, partition);
+                Self::record_id(&dir, topic_id);
+                return Ok(local);
+            }
+            _ => {}
         }
-        let dir = partition_dir(&self.data_dir, topic, partition);
-        Ok(Arc::new(Partition::open(
+        Self::open_incarnation(
+            &self.data_dir,
             topic,
+            topic_id,
             partition,
-            &dir,
             self.settings.clone(),
             self.broker_id,
-        )?))
+        )
     }
 
     /// The local partition to produce to or fetch from: this broker must lead it.
@@ -662,8 +703,21 @@ impl TopicRegistry {
     /// Partitions of the named topics (all topics when `names` is empty); `None` for a
     /// topic that does not exist.
     pub fn describe(&self, names: &[String]) -> Vec<(String, Option<Vec<PartitionView>>)> {
+        self.describe_with_ids(names)
+            .into_iter()
+            .map(|(name, found)| (name, found.map(|(_, partitions)| partitions)))
+            .collect()
+    }
+
+    /// [`TopicRegistry::describe`] with each topic's id (`ZERO` while a topic created
+    /// before ids existed has none yet).
+    #[allow(clippy::type_complexity)]
+    pub fn describe_with_ids(
+        &self,
+        names: &[String],
+    ) -> Vec<(String, Option<(TopicId, Vec<PartitionView>)>)> {
         let topics = self.read();
-        let describe = |t: &Topic| t.partitions.clone();
+        let describe = |t: &Topic| (t.spec.topic_id, t.partitions.clone());
         if names.is_empty() {
             return topics
                 .iter()

@@ -1,5 +1,5 @@
 //! `idem topic create | list | describe | alter-config | reassign | reassignments |
-//! delete-records | add-partitions`.
+//! delete-records | add-partitions | delete`.
 
 use std::time::{Duration, Instant};
 
@@ -96,6 +96,13 @@ pub enum TopicCommand {
         #[arg(long)]
         validate_only: bool,
     },
+    /// Delete topics with their data on every broker. Producers and consumers of them
+    /// get an unknown-topic error; a topic created again under the name starts empty.
+    /// Internal topics (`__` prefix) are refused.
+    Delete {
+        #[arg(required = true)]
+        names: Vec<String>,
+    },
 }
 
 pub async fn run(bootstrap: &str, command: TopicCommand) -> anyhow::Result<()> {
@@ -140,7 +147,14 @@ pub async fn run(bootstrap: &str, command: TopicCommand) -> anyhow::Result<()> {
             if let Some(code) = topic.error {
                 anyhow::bail!("topic {name:?}: {}", code.as_str_name());
             }
-            println!("topic {name}: {} partition(s)", topic.partitions.len());
+            // One header line: scripts read the partition table from the second on.
+            match topic.topic_id.as_str() {
+                "" => println!("topic {name}: {} partition(s)", topic.partitions.len()),
+                id => println!(
+                    "topic {name}: {} partition(s), topic id {id}",
+                    topic.partitions.len()
+                ),
+            }
             println!(
                 "{:>9} {:>6} {:>12} {:>10} {:>10} {:>10} {:>14} {:>10}",
                 "partition",
@@ -236,6 +250,26 @@ pub async fn run(bootstrap: &str, command: TopicCommand) -> anyhow::Result<()> {
                 let moving: Vec<i32> = targets.iter().map(|(p, _)| *p).collect();
                 wait_for_moves(&admin, &name, &moving, Duration::from_secs(secs)).await?;
                 println!("reassignment of {name} complete");
+            }
+        }
+        TopicCommand::Delete { names } => {
+            let asked: Vec<&str> = names.iter().map(String::as_str).collect();
+            let outcomes = admin
+                .delete_topics(&asked)
+                .await
+                .context("deleting topics")?;
+            let mut refused = 0;
+            for (name, outcome) in &outcomes {
+                match outcome {
+                    Ok(()) => println!("deleted topic {name}"),
+                    Err(e) => {
+                        refused += 1;
+                        eprintln!("{name}: refused: {e}");
+                    }
+                }
+            }
+            if refused > 0 {
+                anyhow::bail!("{refused} of {} deletion(s) refused", outcomes.len());
             }
         }
         TopicCommand::Reassignments { topics } => {

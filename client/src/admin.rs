@@ -12,6 +12,7 @@ pub mod configs;
 pub mod create_partitions;
 pub mod delete_records;
 pub mod reassignments;
+pub mod topic_deletion;
 pub mod transactions;
 pub mod txn_log_slices;
 

@@ -450,7 +450,7 @@ impl Connection {
         let metadata = ClusterMetadata::from(response);
         self.shared
             .metadata
-            .learn(&metadata, node == Node::Bootstrap);
+            .learn(&metadata, node == Node::Bootstrap, topics.is_empty());
         if !metadata.brokers.is_empty() {
             if let Ok(mut pool) = self.shared.pool.lock() {
                 pool.retain(|address, _| metadata.brokers.iter().any(|b| &b.address == address));

@@ -327,13 +327,20 @@ impl Consumer {
         let plan = plan_fetches(&self.assignments, |topic, partition| {
             conn.leader_node(topic, partition)
         });
-        if !plan.unroutable.is_empty() {
-            self.conn.request_refresh();
-            let (topic, partition) = &plan.unroutable[0];
-            round.transient = Some(ClientError::Broker {
-                code: ErrorCode::LeaderNotAvailable,
-                message: format!("no live leader known for {topic}/{partition}"),
-                retriable: true,
+        if let Some((topic, partition)) = plan.unroutable.first() {
+            // Routing refreshes the metadata once: a partition no broker lists any more
+            // (its topic was deleted) is reported, not waited for.
+            round.transient = Some(match self.conn.leader(topic, *partition).await {
+                Err(e @ ClientError::UnknownTopic { .. }) => {
+                    round.error = Some(e);
+                    return round;
+                }
+                Err(e) => e,
+                Ok(_) => ClientError::Broker {
+                    code: ErrorCode::LeaderNotAvailable,
+                    message: format!("no live leader known for {topic}/{partition}"),
+                    retriable: true,
+                },
             });
         }
         let timeout = self.config.request_timeout + max_wait;
@@ -804,6 +811,7 @@ mod tests {
                 },
             ],
             topics: vec![idem_proto::v1::TopicMetadata {
+                topic_id: String::new(),
                 error_code: 0,
                 name: "t".into(),
                 partitions: [1, 2, 1, -1, 9]

@@ -45,6 +45,10 @@ pub struct TopicMetadata {
     /// topic that does not exist).
     pub error: Option<ErrorCode>,
     pub partitions: Vec<PartitionMetadata>,
+    /// This incarnation of the name (32 hex digits): a topic deleted and created again
+    /// has another. Empty for an unknown topic (or one from before topic ids whose id
+    /// is not assigned yet).
+    pub topic_id: String,
 }
 
 /// A live transaction coordinator the client can dial for `TxnCoordinator`.
@@ -130,6 +134,7 @@ impl From<proto::MetadataResponse> for ClusterMetadata {
                         name: t.name,
                         error: error_code(t.error_code),
                         partitions,
+                        topic_id: t.topic_id,
                     }
                 })
                 .collect(),
@@ -332,6 +337,7 @@ mod tests {
             }],
             topics: vec![
                 proto::TopicMetadata {
+                    topic_id: String::new(),
                     error_code: 0,
                     name: "orders".into(),
                     partitions: (0..3)
@@ -344,6 +350,7 @@ mod tests {
                         .collect(),
                 },
                 proto::TopicMetadata {
+                    topic_id: String::new(),
                     error_code: ErrorCode::UnknownTopicOrPartition as i32,
                     name: "nope".into(),
                     partitions: Vec::new(),
@@ -383,6 +390,7 @@ mod tests {
             topics: vec![TopicMetadata {
                 name: "orders".into(),
                 error: None,
+                topic_id: String::new(),
                 partitions: leaders
                     .iter()
                     .enumerate()
@@ -561,6 +569,7 @@ mod tests {
                 name: "orders".into(),
                 error: Some(ErrorCode::UnknownTopicOrPartition),
                 partitions: Vec::new(),
+                topic_id: String::new(),
             }],
             ..Default::default()
         };

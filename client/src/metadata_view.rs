@@ -112,10 +112,21 @@ impl MetadataView {
     }
 
     /// Takes in a Metadata answer; `from_bootstrap` when the bootstrap broker gave it,
-    /// which tells which broker id stands behind the bootstrap address.
-    pub(crate) fn learn(&self, metadata: &ClusterMetadata, from_bootstrap: bool) {
+    /// which tells which broker id stands behind the bootstrap address; `every_topic`
+    /// when it answers a request for every topic, so a cached topic it lacks is gone.
+    pub(crate) fn learn(
+        &self,
+        metadata: &ClusterMetadata,
+        from_bootstrap: bool,
+        every_topic: bool,
+    ) {
         if let Ok(mut cache) = self.cache.write() {
-            cache.update(metadata);
+            // An answer for every topic also says which are gone (deleted).
+            if every_topic {
+                cache.update_all(metadata);
+            } else {
+                cache.update(metadata);
+            }
             if from_bootstrap {
                 cache.learn_bootstrap_broker(metadata);
             }
@@ -184,6 +195,7 @@ mod tests {
                     name: name.to_string(),
                     error: *error,
                     partitions: Vec::new(),
+                    topic_id: String::new(),
                 })
                 .collect(),
             ..ClusterMetadata::default()
@@ -195,18 +207,19 @@ mod tests {
         let view = MetadataView::default();
         let max_age = Duration::from_millis(300);
         assert!(view.is_older_than("orders", max_age), "never described");
-        view.learn(&answer(&[("orders", None)]), false);
+        view.learn(&answer(&[("orders", None)]), false, false);
         assert!(!view.is_older_than("orders", max_age));
         tokio::time::sleep(max_age).await;
         assert!(view.is_older_than("orders", max_age));
-        view.learn(&answer(&[("orders", None)]), false);
+        view.learn(&answer(&[("orders", None)]), false, false);
         assert!(!view.is_older_than("orders", max_age), "described again");
         view.learn(
             &answer(&[("orders", Some(ErrorCode::UnknownTopicOrPartition))]),
             false,
+            false,
         );
         assert!(view.is_older_than("orders", max_age), "gone");
-        view.learn(&answer(&[("orders", None)]), false);
+        view.learn(&answer(&[("orders", None)]), false, false);
         view.invalidate("orders");
         assert!(view.is_older_than("orders", max_age), "forgotten");
     }

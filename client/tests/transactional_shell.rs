@@ -74,6 +74,7 @@ impl Broker for Fake {
                 address: address.clone(),
             }],
             topics: vec![TopicMetadata {
+                topic_id: String::new(),
                 error_code: 0,
                 name: "t".into(),
                 partitions: (0..6)
@@ -239,6 +240,13 @@ impl Broker for Fake {
         _: Request<idem_proto::v1::CreatePartitionsRequest>,
     ) -> Result<Response<idem_proto::v1::CreatePartitionsResponse>, Status> {
         Err(Status::unimplemented("create_partitions"))
+    }
+
+    async fn delete_topics(
+        &self,
+        _: Request<idem_proto::v1::DeleteTopicsRequest>,
+    ) -> Result<Response<idem_proto::v1::DeleteTopicsResponse>, Status> {
+        Err(Status::unimplemented("delete_topics"))
     }
 }
 

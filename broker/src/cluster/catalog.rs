@@ -16,7 +16,9 @@
 //! transaction), then flips the topic to `ready` by compare-and-swap: readers see a topic
 //! only once it is ready, so never half of one. Every later change of a partition key is
 //! a compare-and-swap on its own `mod_revision`, and so is a change of a ready topic's
-//! spec (its config) on the topic key's.
+//! spec (its config) on the topic key's. Deletion removes the topic key and every
+//! partition key of the topic in one transaction guarded by the topic key's
+//! `mod_revision`: readers see the whole topic or none of it.
 
 pub mod growth;
 
@@ -146,19 +148,25 @@ impl EtcdCatalog {
             .and_then([TxnOp::put(topic_key.as_str(), creating.as_str(), None)])
             .or_else([TxnOp::get(topic_key.as_str(), None)]);
         let answer = bounded("claim topic", client.txn(claim)).await?;
-        let claimed_at = if answer.succeeded() {
-            answer.header().map_or(0, |h| h.revision())
+        let (claimed_at, spec) = if answer.succeeded() {
+            (answer.header().map_or(0, |h| h.revision()), spec.clone())
         } else {
-            // Resume a creation that stopped half way, if it is for the same topic.
+            // Resume a creation that stopped half way, if it is for the same topic; it
+            // keeps the id it was claimed with.
             match existing_topic(&topic_key, &answer)? {
                 Some((record, mod_revision))
-                    if record.status == TopicStatus::Creating && record.spec == *spec =>
+                    if record.status == TopicStatus::Creating
+                        && TopicSpec {
+                            topic_id: record.spec.topic_id,
+                            ..spec.clone()
+                        } == record.spec =>
                 {
-                    mod_revision
+                    (mod_revision, record.spec)
                 }
                 _ => return Err(CatalogError::TopicAlreadyExists(spec.name.clone())),
             }
         };
+        let spec = &spec;
         let start = start_offset(&spec.name, live_brokers.len());
         let layout = assign_replicas(spec.partitions, factor, live_brokers, start);
         let states: Vec<(String, String)> = layout
@@ -430,6 +438,34 @@ impl EtcdCatalog {
         let start = format!("{}/brokers/", self.prefix);
         let stream = bounded("watch catalog", client.watch(start, Some(options))).await?;
         Ok(CatalogChanges { stream })
+    }
+}
+
+impl EtcdCatalog {
+    /// Deletes a ready topic whose key is still at `mod_revision` (as
+    /// [`EtcdCatalog::read_topic`] returned it) with every one of its partition keys,
+    /// in one transaction; `false` when the topic key changed first (nothing deleted).
+    pub async fn delete_topic(&self, name: &str, mod_revision: i64) -> Result<bool, CatalogError> {
+        let topic_key = self.topic_key(name);
+        // Topic names hold no '/': this prefix is this topic's partitions and no other's.
+        let partitions = format!("{}/partitions/{name}/", self.prefix);
+        let delete = Txn::new()
+            .when([Compare::mod_revision(
+                topic_key.as_str(),
+                CompareOp::Equal,
+                mod_revision,
+            )])
+            .and_then([
+                TxnOp::delete(topic_key.as_str(), None),
+                TxnOp::delete(
+                    partitions.as_str(),
+                    Some(etcd_client::DeleteOptions::new().with_prefix()),
+                ),
+            ]);
+        let mut client = self.client.clone();
+        Ok(bounded("delete topic", client.txn(delete))
+            .await?
+            .succeeded())
     }
 }
 

@@ -167,9 +167,9 @@ async fn leader_client(
 fn refresh(shared: &FetcherShared, followed: &mut HashMap<PartitionKey, Followed>) {
     let assignment = shared.assignment();
     followed.retain(|key, f| {
-        assignment
-            .get(key)
-            .is_some_and(|(following, _)| *following == f.following)
+        assignment.get(key).is_some_and(|(following, partition)| {
+            *following == f.following && Arc::ptr_eq(partition, &f.partition)
+        })
     });
     for (key, (following, partition)) in assignment.iter() {
         followed.entry(key.clone()).or_insert_with(|| Followed {

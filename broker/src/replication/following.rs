@@ -59,12 +59,16 @@ impl FetcherShared {
             .is_some_and(|(current, _)| *current == following)
     }
 
-    /// Replaces the assignment; true when anything changed.
+    /// Replaces the assignment; true when anything changed (a partition opened anew,
+    /// as when its topic was deleted and created again, is a change even in the same
+    /// leader epoch).
     pub(crate) fn replace(&self, wanted: Assignment) -> bool {
         let mut current = self.assignment();
         let same = current.len() == wanted.len()
-            && wanted.iter().all(|(key, (following, _))| {
-                current.get(key).is_some_and(|(held, _)| held == following)
+            && wanted.iter().all(|(key, (following, partition))| {
+                current.get(key).is_some_and(|(held, held_partition)| {
+                    held == following && Arc::ptr_eq(held_partition, partition)
+                })
             });
         if same {
             return false;

@@ -60,21 +60,27 @@ impl BrokerService {
     ) -> Result<MetadataResponse, Status> {
         let topics = self
             .topics
-            .describe(&request.topics)
+            .describe_with_ids(&request.topics)
             .into_iter()
             .map(|(name, found)| match found {
-                Some(partitions) => TopicMetadata {
+                Some((topic_id, partitions)) => TopicMetadata {
                     error_code: ErrorCode::None as i32,
                     name,
                     partitions: partitions
                         .iter()
                         .map(|p| self.partition_metadata(p))
                         .collect(),
+                    topic_id: if topic_id.is_zero() {
+                        String::new()
+                    } else {
+                        topic_id.to_string()
+                    },
                 },
                 None => TopicMetadata {
                     error_code: ErrorCode::UnknownTopicOrPartition as i32,
                     name,
                     partitions: Vec::new(),
+                    topic_id: String::new(),
                 },
             })
             .collect();

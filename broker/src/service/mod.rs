@@ -1,8 +1,8 @@
 //! The `idem.v1.Broker` gRPC service: a thin translation from wire messages onto
 //! `TopicRegistry` / `Partition` calls and back. Refusals travel as per-partition
 //! `ErrorCode`s; gRPC statuses are left to transport-level failures. Each RPC family
-//! has its file (`produce`, `producer_id`, `fetch`, `txn`, `admin`); this one holds the
-//! service's state and hands every RPC to its family.
+//! has its file (`produce`, `producer_id`, `fetch`, `txn`, `admin`, `delete_topics`);
+//! this one holds the service's state and hands every RPC to its family.
 
 use std::sync::Arc;
 
@@ -11,10 +11,11 @@ use idem_proto::v1::broker_server::Broker;
 use idem_proto::v1::{
     AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse,
     CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse,
-    DeleteRecordsRequest, DeleteRecordsResponse, DescribeConfigsRequest, DescribeConfigsResponse,
-    FetchRequest, FetchResponse, FindCoordinatorRequest, FindCoordinatorResponse,
-    IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, InitProducerIdRequest,
-    InitProducerIdResponse, ListOffsetsRequest, ListOffsetsResponse, ListOpenTransactionsRequest,
+    DeleteRecordsRequest, DeleteRecordsResponse, DeleteTopicsRequest, DeleteTopicsResponse,
+    DescribeConfigsRequest, DescribeConfigsResponse, FetchRequest, FetchResponse,
+    FindCoordinatorRequest, FindCoordinatorResponse, IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse, InitProducerIdRequest, InitProducerIdResponse,
+    ListOffsetsRequest, ListOffsetsResponse, ListOpenTransactionsRequest,
     ListOpenTransactionsResponse, ListPartitionReassignmentsRequest,
     ListPartitionReassignmentsResponse, MetadataRequest, MetadataResponse,
     OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, ProduceRequest, ProduceResponse,
@@ -29,6 +30,7 @@ use crate::topics::TopicRegistry;
 mod admin;
 mod create_partitions;
 mod delete_records;
+mod delete_topics;
 mod fetch;
 mod fetch_budget;
 mod null_produce;
@@ -248,6 +250,15 @@ impl Broker for BrokerService {
     ) -> Result<Response<CreatePartitionsResponse>, Status> {
         Ok(Response::new(
             self.serve_create_partitions(request.into_inner()).await,
+        ))
+    }
+
+    async fn delete_topics(
+        &self,
+        request: Request<DeleteTopicsRequest>,
+    ) -> Result<Response<DeleteTopicsResponse>, Status> {
+        Ok(Response::new(
+            self.serve_delete_topics(request.into_inner()).await,
         ))
     }
 }

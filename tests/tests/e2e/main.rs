@@ -24,6 +24,7 @@ mod replication;
 mod retention;
 mod storage;
 mod topic_config;
+mod topic_deletion;
 mod topic_growth;
 mod transactions;
 mod unclean_election;

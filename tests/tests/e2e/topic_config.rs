@@ -5,6 +5,7 @@
 
 use idem_broker::cluster::catalog::EtcdCatalog;
 use idem_broker::topic_config::TopicConfig;
+use idem_broker::topic_id::TopicId;
 use idem_broker::topic_spec::TopicSpec;
 use idem_client::{Admin, AlterConfigOp, ClientError, NewTopic, TopicConfigEntry};
 use idem_proto::ErrorCode;
@@ -329,6 +330,7 @@ async fn given_a_topic_in_etcd_when_its_spec_is_swapped_on_a_stale_revision_then
         .expect("connect");
     let spec = TopicSpec {
         name: TOPIC.into(),
+        topic_id: TopicId::random(),
         partitions: 2,
         replication_factor: 1,
         min_insync_replicas: 1,

@@ -124,6 +124,7 @@ mod tests {
             min_insync_replicas: 2,
             unclean_leader_election: false,
             config: Default::default(),
+            topic_id: Default::default(),
         }
     }
 
