@@ -16,7 +16,7 @@ use idem_proto::txn::TXN_LOG_TOPIC;
 use idem_tests::raw;
 use idem_tests::txn;
 use idem_tests::wait::{seen_if, wait_until, PATIENCE};
-use idem_tests::Cluster;
+use idem_tests::{BrokerProcess, Cluster};
 
 const KEYS: usize = 100;
 
@@ -376,4 +376,64 @@ async fn given_many_transactions_of_few_ids_then_the_transaction_log_compacts_an
         .collect();
     expected.sort();
     assert_eq!(values, expected, "every committed record once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_broker_killed_while_it_compacts_then_it_restarts_with_every_keys_latest_value() {
+    const TOPIC: &str = "killed-compacting";
+    // 4 KiB segments and a cleaning pass every 10 ms: passes run all the time, so the
+    // kills land in and around them (rewrites aside, renames, index rebuilds).
+    let mut broker = BrokerProcess::start_with(&[
+        "--segment-bytes",
+        "4096",
+        "--log-retention-check-interval-ms",
+        "10",
+    ]);
+    let admin = Admin::connect(&broker.bootstrap()).await.expect("admin");
+    admin
+        .create_topic_with(
+            NewTopic::new(TOPIC, 1)
+                .config("cleanup.policy", "compact")
+                .config("segment.ms", "200"),
+        )
+        .await
+        .expect("compacted topic created");
+    let mut model: BTreeMap<String, String> = BTreeMap::new();
+    for round in 0..5 {
+        let producer = Producer::connect(ProducerConfig::new(broker.bootstrap()))
+            .await
+            .expect("producer");
+        let mut deliveries = Vec::new();
+        for n in 0..400 {
+            let (key, value) = (format!("key-{:02}", n % 20), format!("{round}-{n:04}"));
+            model.insert(key.clone(), value.clone());
+            let record = ProducerRecord::new(TOPIC, value).key(key).partition(0);
+            deliveries.push(producer.send_record(record).await.expect("send"));
+        }
+        for d in deliveries {
+            d.await.expect("acknowledged");
+        }
+        broker.kill();
+        broker.restart();
+        let read = read_all(&broker.bootstrap(), TOPIC, Isolation::ReadCommitted).await;
+        assert_eq!(
+            latest(&read).0,
+            model,
+            "round {round}: every key's last acknowledged value after the restart"
+        );
+    }
+    // And it still compacts after all those kills.
+    wait_until(
+        PATIENCE,
+        "the topic compacted to one record per key",
+        || {
+            let bootstrap = broker.bootstrap();
+            async move {
+                let read = read_all(&bootstrap, TOPIC, Isolation::ReadCommitted).await;
+                let (_, counts) = latest(&read);
+                seen_if(read.len(), counts.values().all(|c| *c == 1))
+            }
+        },
+    )
+    .await;
 }
