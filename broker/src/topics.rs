@@ -376,9 +376,9 @@ impl TopicRegistry {
         Ok(config)
     }
 
-    /// Single node, create lock held: records `spec` in `topics.json`, then gives its
-    /// partitions the new settings.
-    fn store_config_locally(&self, spec: TopicSpec) -> Result<(), BrokerError> {
+    /// Single node, create lock held: rewrites `topics.json` with `spec` in place of the
+    /// topic of its name.
+    fn write_specs_replacing(&self, spec: &TopicSpec) -> Result<(), BrokerError> {
         let specs: Vec<TopicSpec> = self
             .read()
             .values()
@@ -391,6 +391,13 @@ impl TopicRegistry {
             })
             .collect();
         write_topics_file(&self.data_dir, &TopicsFile { topics: specs })?;
+        Ok(())
+    }
+
+    /// Single node, create lock held: records `spec` in `topics.json`, then gives its
+    /// partitions the new settings.
+    fn store_config_locally(&self, spec: TopicSpec) -> Result<(), BrokerError> {
+        self.write_specs_replacing(&spec)?;
         tracing::info!(topic = %spec.name, config = ?spec.config, "altered topic config");
         let settings = spec.config.resolve(&self.settings.topic_defaults);
         let hosted: Vec<Arc<Partition>> = match self.write().get_mut(&spec.name) {

@@ -630,18 +630,37 @@ impl Connection {
                 }],
             }],
         };
-        (|| self.list_offset_once(topic, partition, &request))
+        self.at_leader(topic, partition, "list offsets", || {
+            self.list_offset_once(topic, partition, &request)
+        })
+        .await
+    }
+
+    /// Runs `attempt`, one call to the leader of `topic`/`partition`, until it answers
+    /// or fails for good: an unanswered call, a leadership error, or a leader that does
+    /// not know the partition the metadata lists yet (just created) is asked again
+    /// after a metadata refresh, with the read backoff (`retry.rs`).
+    pub(crate) async fn at_leader<T, F, Fut>(
+        &self,
+        topic: &str,
+        partition: i32,
+        what: &str,
+        attempt: F,
+    ) -> Result<T, ClientError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, ClientError>>,
+    {
+        attempt
             .retry(retry::read_backoff())
             .when(|error| match error {
                 ClientError::Transport(status) => is_retriable_status(status.code()),
                 ClientError::Broker { code, .. } => is_leadership_error(*code),
-                // The leader does not know the topic the metadata lists yet (just
-                // created): ask again.
                 ClientError::UnknownTopic { .. } => self.knows_partition(topic, partition),
                 _ => false,
             })
             .notify(|error, _| {
-                tracing::debug!(%error, topic, partition, "list offsets will retry");
+                tracing::debug!(%error, topic, partition, what, "will retry");
                 self.request_refresh();
             })
             .await

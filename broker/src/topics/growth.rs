@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use idem_proto::internal::is_internal_topic;
 
-use super::{partition_dir, sole_replica, write_topics_file, TopicRegistry, TopicsFile};
+use super::{partition_dir, sole_replica, TopicRegistry};
 use crate::cluster::catalog::CatalogError;
 use crate::error::BrokerError;
 use crate::partition::Partition;
@@ -158,18 +158,7 @@ impl TopicRegistry {
             partitions: count,
             ..spec
         };
-        let specs: Vec<TopicSpec> = self
-            .read()
-            .values()
-            .map(|t| {
-                if t.spec.name == grown.name {
-                    grown.clone()
-                } else {
-                    t.spec.clone()
-                }
-            })
-            .collect();
-        write_topics_file(&self.data_dir, &TopicsFile { topics: specs })?;
+        self.write_specs_replacing(&grown)?;
         tracing::info!(topic = %grown.name, partitions = count, "grew topic");
         if let Some(topic) = self.write().get_mut(&grown.name) {
             topic.partitions.extend(opened);

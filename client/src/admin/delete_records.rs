@@ -4,14 +4,11 @@
 //! was lost or came from a broker that no longer leads: deleting up to the same offset
 //! again changes nothing, so a retry is safe.
 
-use backon::Retryable;
 use idem_proto::v1::{DeleteRecordsPartition, DeleteRecordsRequest, DeleteRecordsTopic};
 use idem_proto::ErrorCode;
 
 use super::Admin;
-use crate::connection::is_leadership_error;
-use crate::error::{is_retriable_status, ClientError};
-use crate::retry;
+use crate::error::ClientError;
 
 /// DeleteRecords offset meaning "everything that may go now": the high watermark, or
 /// the start of the oldest transaction still open.
@@ -36,19 +33,9 @@ impl Admin {
                 partitions: vec![DeleteRecordsPartition { partition, offset }],
             }],
         };
-        let conn = self.connection();
-        (|| self.delete_records_once(topic, partition, &request))
-            .retry(retry::read_backoff())
-            .when(|error| match error {
-                ClientError::Transport(status) => is_retriable_status(status.code()),
-                ClientError::Broker { code, .. } => is_leadership_error(*code),
-                // The leader does not know the topic the metadata lists yet: ask again.
-                ClientError::UnknownTopic { .. } => conn.knows_partition(topic, partition),
-                _ => false,
-            })
-            .notify(|error, _| {
-                tracing::debug!(%error, topic, partition, "delete records will retry");
-                conn.request_refresh();
+        self.connection()
+            .at_leader(topic, partition, "delete records", || {
+                self.delete_records_once(topic, partition, &request)
             })
             .await
     }
