@@ -123,6 +123,9 @@ pub struct Partition {
     /// Whether this replica must leave the ISR before it may lead (see
     /// [`Partition::must_leave_isr`]).
     leave_isr_pending: AtomicBool,
+    /// The log's start, as last moved under the partition lock: a follower compares its
+    /// leader's start with it on every fetch answer without taking the lock.
+    log_start: AtomicI64,
     /// This broker is no longer a replica (see [`Partition::retire`]); set under the
     /// partition lock, so no append follows it.
     retired: AtomicBool,
@@ -147,6 +150,7 @@ impl Partition {
         let log_end = log.log_end_offset();
         // Opening makes the whole log visible (see `high_watermark` below).
         let epochs = epoch_history(&log)?;
+        let log_start = log.log_start_offset();
         let txns = recover_transactions(dir, &log, log_end)?;
         let (high_watermark, _) = watch::channel(log_end);
         let (last_stable, _) = watch::channel(txns.last_stable_offset(log_end));
@@ -171,6 +175,7 @@ impl Partition {
             local_end: AtomicI64::new(log_end),
             replicas: Mutex::new(ReplicaSet::sole(broker_id)),
             epochs: Mutex::new(epochs),
+            log_start: AtomicI64::new(log_start),
             leave_isr_pending: AtomicBool::new(leave_isr),
             retired: AtomicBool::new(false),
         })
@@ -197,10 +202,9 @@ impl Partition {
                 return Err(BrokerError::NotEnoughReplicas { isr, min });
             }
         }
-        let limit = self
-            .settings
-            .max_batch_bytes
-            .min(self.topic_settings().max_message_bytes);
+        // One read of the topic's settings per produce (a clone under a mutex).
+        let topic = self.topic_settings();
+        let limit = self.settings.max_batch_bytes.min(topic.max_message_bytes);
         if records.len() > limit {
             return Err(BrokerError::MessageTooLarge {
                 size: records.len(),
@@ -209,7 +213,7 @@ impl Partition {
         }
         let header = batch::validate_produced(records)?;
         refuse_unsupported_batch(&header)?;
-        if !header.is_control() && self.topic_settings().cleanup_policy.compact {
+        if !header.is_control() && topic.cleanup_policy.compact {
             refuse_unkeyed(records)?;
         }
         // Every batch records the leader epoch it was written in (followers' truncation

@@ -86,7 +86,9 @@ impl Partition {
     /// there too, as far as its own high watermark (it never deletes what it has not
     /// confirmed with the leader).
     pub fn follow_log_start(&self, leader_log_start: i64) -> Result<Option<i64>, BrokerError> {
-        if self.is_retired() {
+        // Every fetch answer of a follower carries the leader's start: the lock is taken
+        // only when it moved past this replica's.
+        if self.is_retired() || leader_log_start <= self.log_start.load(Ordering::SeqCst) {
             return Ok(None);
         }
         let mut inner = self.lock();
@@ -108,6 +110,7 @@ impl Partition {
             return Ok(());
         }
         inner.log.restart_at(leader_log_start)?;
+        self.log_start.store(leader_log_start, Ordering::SeqCst);
         producer_state::delete_snapshots_above(&self.dir, -1)?;
         segment_file::delete_from(&self.dir, i64::MIN)?;
         inner.producers = ProducerStateTable::default();
@@ -150,6 +153,7 @@ impl Partition {
         }
         producer_state::delete_snapshots_below(&self.dir, keep_from)?;
         let now = inner.log.log_start_offset();
+        self.log_start.store(now, Ordering::SeqCst);
         inner.txns.forget_before(now);
         Ok((now > before).then_some(now))
     }
