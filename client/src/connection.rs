@@ -683,14 +683,8 @@ impl Connection {
             .ok_or_else(|| {
                 ClientError::Protocol(format!("list offsets answer lacks {topic}/{partition}"))
             })?;
-        match crate::metadata::error_code(answer.error_code) {
-            None => Ok(answer.offset),
-            Some(ErrorCode::UnknownTopicOrPartition) => Err(ClientError::UnknownTopic {
-                topic: topic.to_string(),
-                partition: Some(partition),
-            }),
-            Some(_) => Err(ClientError::broker(answer.error_code, answer.error_message)),
-        }
+        partition_answer(topic, partition, answer.error_code, answer.error_message)?;
+        Ok(answer.offset)
     }
 }
 
@@ -705,6 +699,24 @@ pub(crate) async fn with_timeout<T>(
         Err(_) => Err(ClientError::Transport(tonic::Status::deadline_exceeded(
             format!("no answer within {timeout:?}"),
         ))),
+    }
+}
+
+/// What a leader answered for one partition: `Ok` for NONE, the unknown-topic error the
+/// retry loop of [`Connection::at_leader`] knows, else the broker's error.
+pub(crate) fn partition_answer(
+    topic: &str,
+    partition: i32,
+    code: i32,
+    message: String,
+) -> Result<(), ClientError> {
+    match crate::metadata::error_code(code) {
+        None => Ok(()),
+        Some(ErrorCode::UnknownTopicOrPartition) => Err(ClientError::UnknownTopic {
+            topic: topic.to_string(),
+            partition: Some(partition),
+        }),
+        Some(_) => Err(ClientError::broker(code, message)),
     }
 }
 

@@ -5,9 +5,9 @@
 //! again changes nothing, so a retry is safe.
 
 use idem_proto::v1::{DeleteRecordsPartition, DeleteRecordsRequest, DeleteRecordsTopic};
-use idem_proto::ErrorCode;
 
 use super::Admin;
+use crate::connection::partition_answer;
 use crate::error::ClientError;
 
 /// DeleteRecords offset meaning "everything that may go now": the high watermark, or
@@ -58,13 +58,7 @@ impl Admin {
             .ok_or_else(|| {
                 ClientError::Protocol(format!("delete records answer lacks {topic}/{partition}"))
             })?;
-        match crate::metadata::error_code(answer.error_code) {
-            None => Ok(answer.low_watermark),
-            Some(ErrorCode::UnknownTopicOrPartition) => Err(ClientError::UnknownTopic {
-                topic: topic.to_string(),
-                partition: Some(partition),
-            }),
-            Some(_) => Err(ClientError::broker(answer.error_code, answer.error_message)),
-        }
+        partition_answer(topic, partition, answer.error_code, answer.error_message)?;
+        Ok(answer.low_watermark)
     }
 }
