@@ -18,6 +18,7 @@ pub mod clock;
 pub mod config;
 pub mod core;
 pub mod error;
+pub mod group;
 pub mod log;
 pub mod ownership;
 pub mod producer_ids;

@@ -1,0 +1,10 @@
+//! The group coordinator's pure rules (issue 26, KIP-848 style): which member gets which
+//! partitions, and how a member moves to its share without two members ever owning one
+//! partition. The shell that persists groups in `__consumer_offsets` and answers
+//! heartbeats builds on these.
+//!
+//! - [`assignor`]: the group's target assignment (uniform, sticky).
+//! - [`reconcile`]: one member's steps from its current assignment to its target.
+
+pub mod assignor;
+pub mod reconcile;
