@@ -7,4 +7,5 @@
 //! - [`reconcile`]: one member's steps from its current assignment to its target.
 
 pub mod assignor;
+pub mod membership;
 pub mod reconcile;
