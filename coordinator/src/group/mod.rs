@@ -5,7 +5,12 @@
 //!
 //! - [`assignor`]: the group's target assignment (uniform, sticky).
 //! - [`reconcile`]: one member's steps from its current assignment to its target.
+//! - [`membership`]: a heartbeat, a leave or a removal turns one group into the next.
+//! - [`offsets`]: which commits a group accepts, and offsets pending in transactions.
+//!
+//! The design, and what is still to build: docs/groups.md.
 
 pub mod assignor;
 pub mod membership;
+pub mod offsets;
 pub mod reconcile;
