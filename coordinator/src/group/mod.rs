@@ -7,6 +7,7 @@
 //! - [`reconcile`]: one member's steps from its current assignment to its target.
 //! - [`membership`]: a heartbeat, a leave or a removal turns one group into the next.
 //! - [`offsets`]: which commits a group accepts, and offsets pending in transactions.
+//! - [`records`]: the records of `__consumer_offsets`.
 //!
 //! The design, and what is still to build: docs/groups.md.
 
@@ -14,3 +15,4 @@ pub mod assignor;
 pub mod membership;
 pub mod offsets;
 pub mod reconcile;
+pub mod records;
