@@ -22,6 +22,7 @@ use tonic::server::NamedService;
 use tonic::service::Routes;
 
 use crate::cluster::catalog::EtcdCatalog;
+use crate::cluster::cluster_id::{self, ClusterIdError};
 use crate::cluster::data_dir_id;
 use crate::cluster::membership::{Membership, MembershipConfig, MembershipError, Registration};
 use crate::config::{BrokerConfig, PidStoreKind};
@@ -44,6 +45,8 @@ pub enum ServerError {
     Membership(#[from] MembershipError),
     #[error("invalid configuration: {0}")]
     Config(#[from] ConfigError),
+    #[error(transparent)]
+    ClusterId(#[from] ClusterIdError),
 }
 
 type BrokerGrpc = BrokerServer<BrokerService>;
@@ -265,6 +268,15 @@ async fn join_cluster(
     if config.etcd_endpoints.is_empty() {
         return Ok(None);
     }
+    // Before anything that could act on the catalog: a catalog of another cluster (or of
+    // none) would have this broker delete every partition that catalog does not list.
+    let cluster_id = cluster_id::ensure(
+        &config.data_dir,
+        &config.etcd_endpoints,
+        &config.etcd_prefix,
+    )
+    .await?;
+    tracing::info!(%cluster_id, "data dir and etcd name the same cluster");
     let data_dir_id = data_dir_id::load_or_create(&config.data_dir).map_err(BrokerError::from)?;
     let me = Registration {
         broker_id: config.broker_id,

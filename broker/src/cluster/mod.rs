@@ -5,6 +5,7 @@
 pub mod assignment;
 pub mod catalog;
 pub mod cluster_catalog;
+pub mod cluster_id;
 pub mod data_dir_id;
 pub mod election;
 pub mod isr_exit;

@@ -7,6 +7,7 @@ mod bench;
 mod bootstrap_list;
 mod chaos;
 mod cli;
+mod cluster_identity;
 mod cluster_topics;
 mod compaction;
 mod delivery;
