@@ -6,6 +6,7 @@ use std::path::PathBuf;
 const PROTOS: &[&str] = &[
     "idem/v1/errors.proto",
     "idem/v1/txn.proto",
+    "idem/v1/group.proto",
     "idem/v1/log_lifecycle.proto",
     "idem/v1/broker.proto",
 ];

@@ -9,6 +9,7 @@
 
 use idem_proto::batch::BatchHeader;
 use idem_proto::internal::is_internal_topic;
+use idem_proto::txn::OFFSETS_TOPIC;
 
 use crate::error::BrokerError;
 
@@ -67,10 +68,24 @@ pub fn check_produce(
     let Some(header) = header else {
         return Ok(());
     };
+    if header.is_transactional() && topic == OFFSETS_TOPIC {
+        // TxnOffsetCommit: the group coordinator writes the offsets inside the
+        // producer's transaction, so the batch carries that producer's id and epoch,
+        // and the partition's open transaction (its BEGIN) admits it or not. The
+        // declaration still has to be the current owner's.
+        return match owner.coordinator_epoch.filter(|c| *c > declared) {
+            Some(current) => Err(BrokerError::CoordinatorFenced {
+                producer_id: header.producer_id,
+                current,
+                got: declared,
+            }),
+            None => Ok(()),
+        };
+    }
     if !header.has_producer_id() || header.is_transactional() {
         return Err(refusal(
             topic,
-            "a coordinator appends idempotent, non-transactional batches only",
+            "a coordinator appends idempotent, non-transactional batches only (and transactional offsets to __consumer_offsets)",
         ));
     }
     // The writer's producer epoch is its coordinator epoch: the producer state's epoch
@@ -237,6 +252,32 @@ mod tests {
                 "{case}"
             );
         }
+    }
+
+    #[test]
+    fn given_transactional_offsets_then_only_the_current_owner_may_write_them_and_only_to_consumer_offsets(
+    ) {
+        // A producer's batch (its own id and epoch), stored by the group coordinator.
+        let offsets = header(900, 12, ATTR_TRANSACTIONAL);
+        assert_eq!(
+            code(check_produce(OFFSETS_TOPIC, Some(4), Some(&offsets), KNOWN)),
+            ErrorCode::None
+        );
+        assert_eq!(
+            code(check_produce(OFFSETS_TOPIC, Some(3), Some(&offsets), KNOWN)),
+            ErrorCode::TransactionCoordinatorFenced,
+            "an older owner"
+        );
+        assert_eq!(
+            code(check_produce(OFFSETS_TOPIC, None, Some(&offsets), KNOWN)),
+            ErrorCode::InvalidTopicException,
+            "a client"
+        );
+        assert_eq!(
+            code(check_produce(TXN_LOG_TOPIC, Some(4), Some(&offsets), KNOWN)),
+            ErrorCode::InvalidTopicException,
+            "the transaction log takes no transactional batch"
+        );
     }
 
     #[test]

@@ -131,6 +131,7 @@ impl CoordinatorLink {
         }
         let request = FindCoordinatorRequest {
             transactional_id: transactional_id.to_string(),
+            group_id: String::new(),
         };
         let answer = self
             .conn

@@ -336,6 +336,13 @@ impl TxnCoordinator for Fake {
     ) -> Result<Response<AbortTransactionResponse>, Status> {
         Err(Status::unimplemented("abort_transaction"))
     }
+
+    async fn add_offsets_to_txn(
+        &self,
+        _: Request<AddOffsetsToTxnRequest>,
+    ) -> Result<Response<AddOffsetsToTxnResponse>, Status> {
+        Err(Status::unimplemented("add_offsets_to_txn"))
+    }
 }
 
 async fn start() -> (Fake, TransactionalProducer) {

@@ -5,6 +5,7 @@
 //! partitions up at once.
 
 use idem_proto::transport::MAX_MESSAGE_BYTES;
+use idem_proto::txn::{OFFSETS_TOPIC, TXN_LOG_TOPIC};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -195,12 +196,19 @@ async fn report_health(core: Arc<Coordinator>, ownership: Arc<dyn Ownership>, he
 
 /// Creates (or finds) the transaction log, then hands every claim to the core.
 async fn follow_ownership(core: Arc<Coordinator>, ownership: Arc<dyn Ownership>, partitions: i32) {
-    let set_up = (|| ensure_topic(core.connection(), partitions, core.coordinator_id()))
-        .retry(retry::until_done())
-        .notify(|e, _| {
-            tracing::warn!(error = %e, "cannot set up the transaction log yet; retrying");
-        })
-        .await;
+    let set_up = (|| {
+        ensure_topic(
+            core.connection(),
+            TXN_LOG_TOPIC,
+            partitions,
+            core.coordinator_id(),
+        )
+    })
+    .retry(retry::until_done())
+    .notify(|e, _| {
+        tracing::warn!(error = %e, "cannot set up the transaction log yet; retrying");
+    })
+    .await;
     // Retried without a limit: an error here is one backon gave up on, which it never
     // does; say so rather than run without a log.
     let partitions = match set_up {
@@ -211,6 +219,30 @@ async fn follow_ownership(core: Arc<Coordinator>, ownership: Arc<dyn Ownership>,
         }
     };
     core.set_partition_count(partitions);
+    // Groups live in the same slices: their topic gets the transaction log's count, and
+    // exists before any slice is claimed, so a claim covers both partitions.
+    let offsets = (|| {
+        ensure_topic(
+            core.connection(),
+            OFFSETS_TOPIC,
+            partitions,
+            core.coordinator_id(),
+        )
+    })
+    .retry(retry::until_done())
+    .notify(|e, _| {
+        tracing::warn!(error = %e, "cannot set up {OFFSETS_TOPIC} yet; retrying");
+    })
+    .await;
+    match offsets {
+        Ok(n) if n == partitions => {}
+        Ok(n) => tracing::error!(
+            partitions,
+            offsets_partitions = n,
+            "{OFFSETS_TOPIC} has another partition count than {TXN_LOG_TOPIC}: consumer groups cannot be served"
+        ),
+        Err(e) => tracing::error!(error = %e, "gave up setting up {OFFSETS_TOPIC}"),
+    }
     let (claims_tx, mut claims) = mpsc::unbounded_channel();
     let take_claims = async {
         while let Some(claim) = claims.recv().await {

@@ -5,13 +5,16 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use idem_proto::internal::is_internal_topic;
+use idem_proto::txn::OFFSETS_TOPIC;
 use idem_proto::v1::txn_coordinator_server::TxnCoordinator;
 use idem_proto::v1::{
-    AbortTransactionRequest, AbortTransactionResponse, AddPartitionsToTxnRequest,
-    AddPartitionsToTxnResponse, DescribeTransactionRequest, DescribeTransactionResponse,
-    EndTxnRequest, EndTxnResponse, FindCoordinatorRequest, FindCoordinatorResponse,
-    ListTransactionsRequest, ListTransactionsResponse, TransactionDescription,
-    TxnInitProducerIdRequest, TxnInitProducerIdResponse, TxnTopicPartitions,
+    AbortTransactionRequest, AbortTransactionResponse, AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse,
+    DescribeTransactionRequest, DescribeTransactionResponse, EndTxnRequest, EndTxnResponse,
+    FindCoordinatorRequest, FindCoordinatorResponse, ListTransactionsRequest,
+    ListTransactionsResponse, TransactionDescription, TxnInitProducerIdRequest,
+    TxnInitProducerIdResponse, TxnTopicPartitions,
 };
 use idem_proto::ErrorCode;
 use tonic::{Request, Response, Status};
@@ -84,6 +87,37 @@ fn description(core: &Coordinator, partition: i32, meta: TxnMetadata) -> Transac
                 .map(|end| end.partitions)
                 .unwrap_or_default(),
         ),
+    }
+}
+
+impl TxnCoordinatorService {
+    /// AddPartitionsToTxn's decision and its answer.
+    async fn add_partitions(
+        &self,
+        transactional_id: &str,
+        producer_id: i64,
+        epoch: i32,
+        partitions: Vec<TopicPartition>,
+    ) -> (ErrorCode, String) {
+        let decided = match producer_epoch(epoch) {
+            Ok(producer_epoch) => {
+                self.core
+                    .handle(
+                        transactional_id,
+                        decide::Request::AddPartitions {
+                            producer_id,
+                            producer_epoch,
+                            partitions,
+                        },
+                    )
+                    .await
+            }
+            Err(r) => Err(r),
+        };
+        match decided {
+            Ok(reply) => failure(&reply).unwrap_or((ErrorCode::None, String::new())),
+            Err(r) => (r.code, r.message),
+        }
     }
 }
 
@@ -192,26 +226,57 @@ impl TxnCoordinator for TxnCoordinatorService {
                     })
             })
             .collect();
-        let decided = match producer_epoch(request.producer_epoch) {
-            Ok(epoch) => {
-                self.core
-                    .handle(
-                        &request.transactional_id,
-                        decide::Request::AddPartitions {
-                            producer_id: request.producer_id,
-                            producer_epoch: epoch,
-                            partitions,
-                        },
-                    )
-                    .await
+        // A group's offsets partition joins only through AddOffsetsToTxn (which names the
+        // group); other internal topics never join a transaction.
+        let internal = partitions.iter().find(|tp| is_internal_topic(&tp.topic));
+        let (code, message) = match internal {
+            Some(tp) => (
+                ErrorCode::InvalidTopicException,
+                format!(
+                    "{} is an internal topic: it never joins a transaction through AddPartitionsToTxn (offsets join with AddOffsetsToTxn)",
+                    tp.topic
+                ),
+            ),
+            None => {
+                self.add_partitions(
+                    &request.transactional_id,
+                    request.producer_id,
+                    request.producer_epoch,
+                    partitions,
+                )
+                .await
             }
-            Err(r) => Err(r),
-        };
-        let (code, message) = match decided {
-            Ok(reply) => failure(&reply).unwrap_or((ErrorCode::None, String::new())),
-            Err(r) => (r.code, r.message),
         };
         Ok(Response::new(AddPartitionsToTxnResponse {
+            error_code: code as i32,
+            error_message: message,
+        }))
+    }
+
+    async fn add_offsets_to_txn(
+        &self,
+        request: Request<AddOffsetsToTxnRequest>,
+    ) -> Result<Response<AddOffsetsToTxnResponse>, Status> {
+        let request = request.into_inner();
+        let (code, message) = match self.core.log_partition_of(&request.group_id) {
+            // The group's slice of `__consumer_offsets` joins the transaction like any
+            // partition: registered, then opened there with a BEGIN marker.
+            Ok(partition) => {
+                let offsets = TopicPartition {
+                    topic: OFFSETS_TOPIC.to_string(),
+                    partition,
+                };
+                self.add_partitions(
+                    &request.transactional_id,
+                    request.producer_id,
+                    request.producer_epoch,
+                    vec![offsets],
+                )
+                .await
+            }
+            Err(r) => (r.code, r.message),
+        };
+        Ok(Response::new(AddOffsetsToTxnResponse {
             error_code: code as i32,
             error_message: message,
         }))

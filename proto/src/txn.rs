@@ -5,6 +5,12 @@
 /// The internal topic (`crate::internal`) coordinators persist transaction state to.
 pub const TXN_LOG_TOPIC: &str = "__transaction_state";
 
+/// The internal topic consumer groups and their committed offsets live in
+/// (docs/groups.md). It has as many partitions as [`TXN_LOG_TOPIC`], and group `g` lives
+/// in partition [`txn_log_partition`]`(g, n)`: the coordinator that owns a slice of the
+/// transaction log owns the same slice of this topic.
+pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+
 /// The `__transaction_state` partition that owns `transactional_id`: FNV-1a (32-bit) of
 /// its UTF-8 bytes modulo the partition count. `partitions` must be > 0.
 pub fn txn_log_partition(transactional_id: &str, partitions: i32) -> i32 {

@@ -79,6 +79,7 @@ pub async fn find_coordinator(bootstrap: &str, transactional_id: &str) -> FindCo
             let answer = broker
                 .find_coordinator(FindCoordinatorRequest {
                     transactional_id: transactional_id.into(),
+                    group_id: String::new(),
                 })
                 .await
                 .expect("FindCoordinator")

@@ -7,7 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use idem_proto::batch;
 use idem_proto::internal::is_internal_topic;
-use idem_proto::txn::TXN_LOG_TOPIC;
+use idem_proto::txn::{OFFSETS_TOPIC, TXN_LOG_TOPIC};
 use idem_proto::v1::{
     PartitionProduceResponse, ProduceRequest, ProduceResponse, TopicProduceResponse,
 };
@@ -53,11 +53,14 @@ impl BrokerService {
         ProduceResponse { topics }
     }
 
-    /// What the catalog knows of the owner of an internal topic's partition: only
-    /// `__transaction_state` has owners yet, and only a cluster knows them.
+    /// What the catalog knows of the owner of an internal topic's partition: one claim
+    /// covers the same partition of `__transaction_state` and `__consumer_offsets`
+    /// (docs/groups.md), and only a cluster knows it.
     fn owner_facts(&self, topic: &str, partition: i32) -> OwnerFacts {
         match self.coordinators() {
-            Coordinators::Clustered(view) if topic == TXN_LOG_TOPIC => view.owner_facts(partition),
+            Coordinators::Clustered(view) if topic == TXN_LOG_TOPIC || topic == OFFSETS_TOPIC => {
+                view.owner_facts(partition)
+            }
             _ => OwnerFacts::default(),
         }
     }

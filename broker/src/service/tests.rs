@@ -196,6 +196,7 @@ async fn find(b: &Broker, transactional_id: &str) -> FindCoordinatorResponse {
     b.service
         .find_coordinator(Request::new(FindCoordinatorRequest {
             transactional_id: transactional_id.into(),
+            group_id: String::new(),
         }))
         .await
         .expect("answer")

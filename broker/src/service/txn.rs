@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use idem_proto::internal::is_internal_topic;
-use idem_proto::txn::TXN_LOG_TOPIC;
+use idem_proto::txn::{OFFSETS_TOPIC, TXN_LOG_TOPIC};
 use idem_proto::v1::{
     ControlType, FindCoordinatorRequest, FindCoordinatorResponse, ListOpenTransactionsRequest,
     ListOpenTransactionsResponse, OpenTransaction, TxnMarkerPartitionResult,
@@ -150,11 +150,14 @@ fn marker_of(
     request: &WriteTxnMarkersRequest,
     topic: &str,
 ) -> Result<(i16, ControlType), BrokerError> {
-    // No transaction ever writes an internal topic: its writers are not transactional.
-    if is_internal_topic(topic) {
+    // Internal topics are written by their coordinators, not transactions; the one
+    // exception is a group's offsets stored inside a transaction (AddOffsetsToTxn).
+    if is_internal_topic(topic) && topic != OFFSETS_TOPIC {
         return Err(BrokerError::InternalTopic {
             topic: topic.to_string(),
-            reason: "transaction markers are never written to internal topics".into(),
+            reason: format!(
+                "transaction markers are never written to internal topics but {OFFSETS_TOPIC}"
+            ),
         });
     }
     if request.producer_id < 0 {

@@ -1,9 +1,9 @@
-//! Makes sure `__transaction_state` exists before anything claims its partitions, and
-//! learns its real partition count: the hash of a transactional id must use the count
-//! the topic has (which the brokers also see), not the one configured here.
+//! Makes sure `__transaction_state` (and `__consumer_offsets`, with as many partitions)
+//! exist before anything claims their partitions, and learns the real partition count:
+//! the hash of a transactional id or group must use the count the topic has (which the
+//! brokers also see), not the one configured here.
 
 use idem_client::Connection;
-use idem_proto::txn::TXN_LOG_TOPIC;
 use idem_proto::v1::{ConfigEntry, CreatableTopic, CreateTopicsRequest};
 use idem_proto::ErrorCode;
 
@@ -14,23 +14,25 @@ pub fn replication_factor(live_brokers: usize) -> i32 {
     live_brokers.clamp(1, 3) as i32
 }
 
-/// The partition count of `__transaction_state`, creating it with `partitions`
-/// partitions when missing (another coordinator creating it first is fine). Brokers
-/// create an internal topic only for a request naming its coordinator.
+/// The partition count of internal topic `topic` (`__transaction_state` or
+/// `__consumer_offsets`), creating it with `partitions` partitions when missing
+/// (another coordinator creating it first is fine). Brokers create an internal topic
+/// only for a request naming its coordinator.
 pub async fn ensure_topic(
     conn: &Connection,
+    topic: &str,
     partitions: i32,
     coordinator_id: i32,
 ) -> Result<i32, CoordinatorError> {
-    let metadata = conn.fetch_metadata(vec![TXN_LOG_TOPIC.to_string()]).await?;
-    if let Some(topic) = metadata.topic(TXN_LOG_TOPIC) {
-        if topic.error.is_none() && !topic.partitions.is_empty() {
-            let existing = topic.partitions.len() as i32;
+    let metadata = conn.fetch_metadata(vec![topic.to_string()]).await?;
+    if let Some(found) = metadata.topic(topic) {
+        if found.error.is_none() && !found.partitions.is_empty() {
+            let existing = found.partitions.len() as i32;
             if existing != partitions {
                 tracing::warn!(
                     configured = partitions,
                     existing,
-                    "{TXN_LOG_TOPIC} exists with another partition count; using it"
+                    "{topic} exists with another partition count; using it"
                 );
             }
             return Ok(existing);
@@ -38,14 +40,14 @@ pub async fn ensure_topic(
     }
     let request = CreateTopicsRequest {
         topics: vec![CreatableTopic {
-            name: TXN_LOG_TOPIC.to_string(),
+            name: topic.to_string(),
             num_partitions: partitions,
             replication_factor: replication_factor(metadata.brokers.len()),
             unclean_leader_election: false,
             coordinator_id: Some(coordinator_id),
-            // The last record of each transactional id is its state (and an expired
-            // id's is its tombstone): compaction bounds the log, and a takeover's
-            // load, by the ids that are live, not by their history.
+            // The last record of each key (a transactional id, a group, a group's
+            // partition) is its state, and a removed one's is its tombstone: compaction
+            // bounds the log, and a takeover's load, by what is live, not by history.
             configs: vec![ConfigEntry {
                 name: "cleanup.policy".into(),
                 value: "compact".into(),
@@ -61,19 +63,19 @@ pub async fn ensure_topic(
     for result in response.topics {
         match ErrorCode::try_from(result.error_code) {
             Ok(ErrorCode::None) => {
-                tracing::info!(partitions, "created {TXN_LOG_TOPIC}");
+                tracing::info!(partitions, "created {topic}");
             }
             Ok(ErrorCode::TopicAlreadyExists) => {}
             Ok(code) => {
                 return Err(CoordinatorError::Refused {
-                    what: format!("creating {TXN_LOG_TOPIC}"),
+                    what: format!("creating {topic}"),
                     code,
                     message: result.error_message,
                 })
             }
             Err(_) => {
                 return Err(CoordinatorError::Refused {
-                    what: format!("creating {TXN_LOG_TOPIC}"),
+                    what: format!("creating {topic}"),
                     code: ErrorCode::UnknownServerError,
                     message: result.error_message,
                 })
@@ -81,14 +83,14 @@ pub async fn ensure_topic(
         }
     }
     // Created now or by someone else just before: read the count it really has.
-    conn.invalidate(TXN_LOG_TOPIC);
-    let metadata = conn.fetch_metadata(vec![TXN_LOG_TOPIC.to_string()]).await?;
-    match metadata.topic(TXN_LOG_TOPIC) {
-        Some(topic) if topic.error.is_none() && !topic.partitions.is_empty() => {
-            Ok(topic.partitions.len() as i32)
+    conn.invalidate(topic);
+    let metadata = conn.fetch_metadata(vec![topic.to_string()]).await?;
+    match metadata.topic(topic) {
+        Some(found) if found.error.is_none() && !found.partitions.is_empty() => {
+            Ok(found.partitions.len() as i32)
         }
         _ => Err(CoordinatorError::Refused {
-            what: format!("reading back {TXN_LOG_TOPIC}"),
+            what: format!("reading back {topic}"),
             code: ErrorCode::UnknownTopicOrPartition,
             message: "created but not listed yet".into(),
         }),

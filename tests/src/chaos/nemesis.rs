@@ -337,6 +337,7 @@ async fn owner_of(bootstrap: &str, transactional_id: &str) -> Option<i32> {
     let answer = client
         .find_coordinator(FindCoordinatorRequest {
             transactional_id: transactional_id.into(),
+            group_id: String::new(),
         })
         .await
         .ok()?

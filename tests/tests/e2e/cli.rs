@@ -171,7 +171,10 @@ fn given_idem_dev_when_a_user_follows_the_readme_then_records_round_trip_and_sur
     let all = idem(&addr, &["topic", "list", "--internal"], "");
     let mut all: Vec<String> = stdout(&all).lines().map(str::to_string).collect();
     all.sort();
-    assert_eq!(all, vec!["__transaction_state", "demo"]);
+    assert_eq!(
+        all,
+        vec!["__consumer_offsets", "__transaction_state", "demo"]
+    );
     let described = idem(&addr, &["topic", "describe", "demo"], "");
     assert!(
         stdout(&described).contains("3 partition(s)"),

@@ -11,6 +11,7 @@ mod id_expiration;
 mod late_marker;
 mod marker_failover;
 mod next_transaction;
+mod offsets_in_txn;
 mod operator_cli;
 mod paused_coordinator;
 mod pipelined_commit;
