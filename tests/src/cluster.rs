@@ -144,6 +144,11 @@ impl Cluster {
     /// `n` brokers and `m` coordinators on one etcd member, each process reaching etcd
     /// through a link of its own that [`Cluster::cut_from_etcd`] cuts.
     pub async fn start_linked(n: i32, m: i32) -> Cluster {
+        Cluster::start_linked_with(n, m, &[]).await
+    }
+
+    /// [`Cluster::start_linked`] with `broker_extra` flags for every broker.
+    pub async fn start_linked_with(n: i32, m: i32, broker_extra: &[&str]) -> Cluster {
         let etcd = EtcdServer::start();
         let upstream = etcd.client_addr();
         let mut links = BTreeMap::new();
@@ -159,7 +164,8 @@ impl Cluster {
         // Each broker advertises a reserved port where a link to it listens, so every
         // connection to it (clients, followers, coordinators) can be cut.
         let advertised: BTreeMap<i32, String> = (1..=n).map(|id| (id, reserve_port())).collect();
-        let mut cluster = Cluster::start_advertising(vec![etcd], links, &advertised, n, &[]);
+        let mut cluster =
+            Cluster::start_advertising(vec![etcd], links, &advertised, n, broker_extra);
         for (id, address) in &advertised {
             let link = CuttableLink::start_on(address, cluster.broker(*id).addr()).await;
             cluster.inbound.insert(*id, link);

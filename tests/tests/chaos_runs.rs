@@ -5,7 +5,9 @@
 //! network splits on a lab network on their own; fixed seeds, 60 s of faults each,
 //! the stage under 10 minutes on 2 cores;
 //! any anomaly the checker finds in the history fails the test and names the report
-//! directory. The runs take turns (one cluster at a time on a 2-core machine).
+//! directory. Segments are small, so rolls, producer snapshots and the cleaner of
+//! `__transaction_state` run under the faults; a run in which no segment rolled, or the
+//! cleaner removed nothing, fails. The runs take turns (one cluster at a time on a 2-core machine).
 //! `scripts/chaos.sh` runs the soak below for as long as asked.
 
 use std::time::Duration;
@@ -34,6 +36,23 @@ async fn run(families: &[Family], seed: u64, duration: Duration) {
     );
     let stats = serde_json::to_value(&outcome.verdict.stats).expect("stats");
     eprintln!("stats: {stats}");
+    // Without rolls the run no longer tests producer snapshots, transaction index
+    // sealing or the cleaner under faults: a change of the workload or of the segment
+    // settings must not make that silent.
+    let rolled: usize = outcome.lifecycle.iter().map(|b| b.workload_rolls).sum();
+    assert!(
+        rolled > 0,
+        "no segment of the workload's topics rolled: the run did not exercise the log \
+         lifecycle; {}",
+        outcome.summary
+    );
+    let cleaned: u64 = outcome.lifecycle.iter().map(|b| b.records_cleaned).sum();
+    assert!(
+        cleaned > 0,
+        "the cleaner removed nothing from the transaction log: the run did not exercise \
+         compaction; {}",
+        outcome.summary
+    );
 }
 
 const CI_RUN: Duration = Duration::from_secs(60);

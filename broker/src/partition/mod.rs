@@ -26,7 +26,7 @@ use tokio::sync::watch;
 
 use crate::error::BrokerError;
 use crate::log::{AppendInfo, FlushPolicy, LogConfig, PartitionLog, ReadLimit};
-use crate::producer_state::{self, BatchMetadata, Decision, ProducerStateTable};
+use crate::producer_state::{self, BatchMetadata, Decision, ProducerStateTable, SnapshotBounds};
 use crate::replication::epoch_history::EpochHistory;
 use crate::replication::replica_set::{ReplicaSet, Role};
 use crate::topic_config::{TopicConfig, TopicDefaults, TopicSettings};
@@ -396,10 +396,23 @@ impl Partition {
     /// `rolled_at` (the log end): the producer state and the transaction index hold
     /// exactly the state as of `rolled_at`, so both are persisted for it.
     fn segment_sealed(&self, inner: &PartitionInner, sealed_base: i64, rolled_at: i64) {
-        if let Err(e) = producer_state::write_snapshot(&self.dir, rolled_at, &inner.producers) {
+        let bounds = self.snapshot_bounds(inner);
+        if let Err(e) =
+            producer_state::write_snapshot(&self.dir, rolled_at, &inner.producers, bounds)
+        {
             tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "producer state snapshot failed");
         }
         txn_recovery::write_file(&self.dir, &inner.txns.seal(sealed_base, rolled_at));
+    }
+
+    /// Where the log stands for pruning producer snapshots: the newest one at or below
+    /// the high watermark must survive, as a truncation may cut back to it.
+    fn snapshot_bounds(&self, inner: &PartitionInner) -> SnapshotBounds {
+        SnapshotBounds {
+            log_start: inner.log.first_segment_base(),
+            high_watermark: *self.high_watermark.borrow(),
+            log_end: inner.log.log_end_offset(),
+        }
     }
 
     /// Recomputes the LSO from the transaction index and the high watermark, waking
@@ -807,7 +820,8 @@ impl Partition {
         let mut inner = self.lock();
         inner.log.flush()?;
         let end = inner.log.log_end_offset();
-        producer_state::write_snapshot(&self.dir, end, &inner.producers)?;
+        let bounds = self.snapshot_bounds(&inner);
+        producer_state::write_snapshot(&self.dir, end, &inner.producers, bounds)?;
         Ok(())
     }
 
@@ -956,7 +970,18 @@ fn rebuild_producer_state(
 ) -> Result<ProducerStateTable, BrokerError> {
     let log_end = log.log_end_offset();
     producer_state::delete_snapshots_above(dir, log_end)?;
-    let (from, mut table) = match producer_state::latest_snapshot(dir, log_end) {
+    producer_state_at(dir, log, log_end, now_ms)
+}
+
+/// The producer state as of `at` (a batch boundary): the newest usable snapshot at or
+/// below it plus the batches from there to `at`.
+fn producer_state_at(
+    dir: &Path,
+    log: &PartitionLog,
+    at: i64,
+    now_ms: i64,
+) -> Result<ProducerStateTable, BrokerError> {
+    let (from, mut table) = match producer_state::latest_snapshot(dir, at) {
         Ok(Some((offset, table))) => (offset, table),
         Ok(None) => (log.first_segment_base(), ProducerStateTable::default()),
         Err(e) => {
@@ -966,13 +991,16 @@ fn rebuild_producer_state(
     };
     let mut replayed = 0usize;
     log.for_each_batch(from, |header, marker| {
+        if header.base_offset >= at {
+            return ControlFlow::Break(());
+        }
         if header.base_offset >= from {
             table.apply_batch(header, marker, now_ms);
             replayed += 1;
         }
         ControlFlow::Continue(())
     })?;
-    tracing::debug!(dir = %dir.display(), snapshot_offset = from, replayed, producers = table.len(), "rebuilt producer state");
+    tracing::debug!(dir = %dir.display(), snapshot_offset = from, at, replayed, producers = table.len(), "rebuilt producer state");
     Ok(table)
 }
 

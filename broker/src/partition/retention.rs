@@ -1,9 +1,10 @@
 //! Retention of one partition: the `delete` cleanup policy applied to its log (the
 //! decision is `log::retention`'s), and a follower's log start following its leader's.
 //! Deleting segments must not lose what was derived from them: before any segment goes,
-//! a producer-state snapshot at or above the first segment that stays must exist, so a
-//! restart (or a truncation, which never goes below the high watermark) replays from
-//! it and an idle producer keeps its sequence numbers (KAFKA-7190). Aborted
+//! a producer-state snapshot at or above the first segment that stays and at or below
+//! the high watermark must exist, so a restart or a truncation (which never goes below
+//! the high watermark) replays from it and an idle producer keeps its sequence numbers
+//! (KAFKA-7190). Aborted
 //! transactions that ended before the new start are forgotten with their files.
 
 use std::sync::atomic::Ordering;
@@ -12,11 +13,11 @@ use crate::error::BrokerError;
 use crate::log::compaction::CleaningRules;
 use crate::log::retention::{self, RetentionLimits};
 use crate::log::CleanReport;
-use crate::producer_state::{self, ProducerStateTable};
+use crate::producer_state::{self, ProducerStateTable, SnapshotBounds};
 use crate::replication::epoch_history::EpochHistory;
 use crate::txn_index::{segment_file, TxnIndex};
 
-use super::{Partition, PartitionInner};
+use super::{now_ms, producer_state_at, Partition, PartitionInner};
 
 impl Partition {
     /// Applies the topic's retention at `now_ms`: rolls the active segment once it is
@@ -136,13 +137,27 @@ impl Partition {
         start: i64,
     ) -> Result<Option<i64>, BrokerError> {
         let keep_from = inner.log.segment_base_for(start);
+        let high_watermark = *self.high_watermark.borrow();
+        // `start` is at most the high watermark (retention's bound, or the follower's),
+        // so a snapshot in `keep_from..=high_watermark` can exist. It serves both a
+        // restart (it is above what goes) and a truncation (which never cuts below the
+        // high watermark); without one, the idle producers of the deleted segments
+        // would be forgotten (KAFKA-7190).
         let snapshots = producer_state::snapshot_offsets(&self.dir)?;
-        if !snapshots.iter().any(|&o| o >= keep_from) {
-            // No snapshot survives the deletion: write one at the log end, made durable
-            // first so a restart cannot find the snapshot past a shorter log.
+        let bounds = SnapshotBounds {
+            log_start: keep_from,
+            high_watermark,
+            log_end: inner.log.log_end_offset(),
+        };
+        if !snapshots
+            .iter()
+            .any(|&o| (keep_from..=high_watermark).contains(&o))
+        {
+            // The state as of `keep_from`, from the log still whole; made durable first
+            // so a restart cannot find the snapshot past a shorter log.
             inner.log.flush()?;
-            let end = inner.log.log_end_offset();
-            producer_state::write_snapshot(&self.dir, end, &inner.producers)?;
+            let table = producer_state_at(&self.dir, &inner.log, keep_from, now_ms())?;
+            producer_state::write_snapshot(&self.dir, keep_from, &table, bounds)?;
         }
         let before = inner.log.log_start_offset();
         let deleted = inner.log.advance_start(start)?;
@@ -151,7 +166,7 @@ impl Partition {
                 tracing::warn!(topic = %self.topic, partition = self.index, base, error = %e, "could not delete a transaction index file");
             }
         }
-        producer_state::delete_snapshots_below(&self.dir, keep_from)?;
+        producer_state::prune_snapshots(&self.dir, bounds)?;
         let now = inner.log.log_start_offset();
         self.log_start.store(now, Ordering::SeqCst);
         inner.txns.forget_before(now);

@@ -862,3 +862,89 @@ async fn given_a_quiet_partition_past_segment_ms_then_its_active_segment_rolls_a
     assert_eq!(kept.enforce_retention(now_ms()).expect("retention"), None);
     assert_eq!(kept.offsets().log_start_offset, 0);
 }
+
+/// Copies the leader's log past the follower's end into the follower, as its fetcher
+/// would, without moving the follower's high watermark.
+async fn replicate(leader: &Partition, follower: &Partition) {
+    loop {
+        let from = follower.offsets().log_end_offset;
+        if from >= leader.offsets().log_end_offset {
+            return;
+        }
+        let fetched = leader
+            .read_for_follower(2, from, ReadLimit::at_least_one(1 << 20), None)
+            .expect("fetch");
+        follower
+            .append_replicated(&fetched.records, 1, 1)
+            .await
+            .expect("replicate");
+    }
+}
+
+#[tokio::test]
+async fn given_retention_deleted_an_idle_producers_batches_when_a_follower_truncates_to_its_high_watermark_and_leads_then_the_producer_goes_on(
+) {
+    // KAFKA-7190 on a follower: segments roll past its high watermark (another replica
+    // holds the leader's back), so its newest snapshots are all above it; the truncation
+    // of a leader change must still find the idle producer's state at or below it.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let leader =
+        Partition::open("idle", 0, &dir.path().join("leader"), settings(), 1).expect("open leader");
+    let follower = Partition::open("idle", 0, &dir.path().join("follower"), settings(), 2)
+        .expect("open follower");
+    follower.set_replication(Role::Follower { leader: 1 }, 1, vec![1, 2], vec![1, 2], 1);
+
+    assert_eq!(
+        produce(&leader, &data(1, 0, 0, 1, false))
+            .await
+            .expect("idle producer"),
+        0
+    );
+    let seq = fill_segments(&leader, 2, 0, 6).await;
+    replicate(&leader, &follower).await;
+    let high_watermark = leader.offsets().high_watermark;
+    follower.follow_high_watermark(high_watermark);
+    configure(&leader, &[("retention.bytes", "8192")]);
+    let leader_start = leader
+        .enforce_retention(now_ms())
+        .expect("retention")
+        .expect("the leader's log start moved");
+    assert_eq!(
+        follower
+            .follow_log_start(leader_start)
+            .expect("follow the log start"),
+        Some(leader_start),
+        "the idle producer's batch is gone from the follower too"
+    );
+
+    // Three more segments reach the follower; its high watermark stays.
+    let sealed = follower.lock().log.sealed_segments().len();
+    fill_segments(&leader, 2, seq, sealed + 3).await;
+    replicate(&leader, &follower).await;
+    assert!(follower.lock().log.sealed_segments().len() >= sealed + 3);
+    assert_eq!(follower.offsets().high_watermark, high_watermark);
+
+    // The leader dies; the new leader had only the high watermark: the fetcher cuts there.
+    follower
+        .truncate_to(high_watermark)
+        .expect("truncate to the high watermark");
+    follower.set_replication(Role::Leader, 2, vec![2], vec![2], 1);
+    assert_eq!(follower.offsets().log_end_offset, high_watermark);
+    assert_eq!(follower.offsets().log_start_offset, leader_start);
+
+    let retry = follower
+        .append(&data(1, 0, 0, 1, false), ACKS_ALL, TIMEOUT)
+        .await
+        .expect("the idle producer's retry is answered");
+    assert!(retry.duplicate && retry.base_offset == 0, "{retry:?}");
+    let next = produce(&follower, &data(1, 0, 1, 1, false))
+        .await
+        .expect("the idle producer's next batch is accepted");
+    assert_eq!(next, high_watermark);
+    let replay = follower
+        .append(&data(1, 0, 1, 1, false), ACKS_ALL, TIMEOUT)
+        .await
+        .expect("a replay of it is answered");
+    assert!(replay.duplicate && replay.base_offset == next, "{replay:?}");
+    assert_eq!(follower.offsets().log_end_offset, next + 1);
+}

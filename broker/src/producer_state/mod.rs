@@ -11,6 +11,7 @@
 mod decision;
 mod encoding;
 mod entry;
+mod kept_snapshots;
 pub mod snapshot;
 #[cfg(test)]
 mod tests;
@@ -27,9 +28,9 @@ use idem_proto::v1::ControlType;
 pub use decision::{Decision, MarkerDecision, TxnRefusal};
 pub use encoding::SnapshotError;
 pub use entry::{BatchMetadata, ProducerEntry, MAX_CACHED_BATCHES, NO_COORDINATOR_EPOCH};
+pub use kept_snapshots::SnapshotBounds;
 pub use snapshot::{
-    delete_snapshots_above, delete_snapshots_below, latest_snapshot, snapshot_offsets,
-    write_snapshot,
+    delete_snapshots_above, latest_snapshot, prune_snapshots, snapshot_offsets, write_snapshot,
 };
 
 /// The producer state of one partition: producer id -> [`ProducerEntry`].

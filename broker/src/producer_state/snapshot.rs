@@ -2,28 +2,34 @@
 //! as it stands once every batch below `offset` (the log end offset then) is applied.
 //! A file is written to a temporary name, fsynced and renamed, so a snapshot file is either
 //! absent or complete; a corrupt one (torn disk, bit rot) is skipped on load and the log
-//! replayed from an older one.
+//! replayed from an older one. Which files stay after a write is `kept_snapshots`'s
+//! decision.
 
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
 use super::encoding::SnapshotError;
+use super::kept_snapshots::{snapshots_to_keep, SnapshotBounds};
 use super::ProducerStateTable;
 
 const SUFFIX: &str = ".snapshot";
 const TMP_SUFFIX: &str = ".snapshot.tmp";
-/// Snapshots kept after a write: the newest and one fallback in case the newest is corrupt.
-const RETAINED: usize = 2;
 
 /// The file name of the snapshot at `offset`.
 pub fn snapshot_file_name(offset: i64) -> String {
     format!("{offset:020}{SUFFIX}")
 }
 
-/// Durably writes `table` as the snapshot at `offset` (>= 0), then deletes all but the
-/// newest two snapshots (by offset) and any leftover temporary files.
-pub fn write_snapshot(dir: &Path, offset: i64, table: &ProducerStateTable) -> io::Result<()> {
+/// Durably writes `table` as the snapshot at `offset` (>= 0), then prunes the snapshots
+/// to those [`snapshots_to_keep`] keeps for `bounds` and deletes any leftover temporary
+/// files.
+pub fn write_snapshot(
+    dir: &Path,
+    offset: i64,
+    table: &ProducerStateTable,
+    bounds: SnapshotBounds,
+) -> io::Result<()> {
     if offset < 0 {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -34,11 +40,7 @@ pub fn write_snapshot(dir: &Path, offset: i64, table: &ProducerStateTable) -> io
     idem_runtime::atomic_file::replace(&dir.join(&name), &table.encode_snapshot())?;
     tracing::debug!(dir = %dir.display(), offset, producers = table.len(), "wrote producer state snapshot");
 
-    let mut snapshots = list_snapshots(dir)?;
-    snapshots.sort_unstable_by_key(|(offset, _)| std::cmp::Reverse(*offset));
-    for (_, path) in snapshots.into_iter().skip(RETAINED) {
-        remove_if_present(&path)?;
-    }
+    delete_unkept(dir, bounds)?;
     for entry in fs::read_dir(dir)? {
         let path = entry?.path();
         if path
@@ -111,23 +113,28 @@ pub fn snapshot_offsets(dir: &Path) -> io::Result<Vec<i64>> {
     Ok(offsets)
 }
 
-/// Deletes every snapshot with offset `< offset`: retention deleted the segments they
-/// were replayed with, and a newer snapshot (at or above `offset`) replaces them.
-pub fn delete_snapshots_below(dir: &Path, offset: i64) -> io::Result<()> {
-    let snapshots = match list_snapshots(dir) {
-        Ok(s) => s,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e),
-    };
+/// Deletes the snapshots [`snapshots_to_keep`] does not keep for `bounds` (after the log
+/// start moved, say). A missing directory is fine.
+pub fn prune_snapshots(dir: &Path, bounds: SnapshotBounds) -> io::Result<()> {
+    match delete_unkept(dir, bounds) {
+        Ok(true) => sync_dir(dir),
+        Ok(false) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Deletes the snapshots not kept for `bounds`; whether any went.
+fn delete_unkept(dir: &Path, bounds: SnapshotBounds) -> io::Result<bool> {
+    let snapshots = list_snapshots(dir)?;
+    let offsets: Vec<i64> = snapshots.iter().map(|(o, _)| *o).collect();
+    let keep = snapshots_to_keep(&offsets, bounds);
     let mut deleted = false;
-    for (_, path) in snapshots.into_iter().filter(|(o, _)| *o < offset) {
+    for (_, path) in snapshots.into_iter().filter(|(o, _)| !keep.contains(o)) {
         remove_if_present(&path)?;
         deleted = true;
     }
-    if deleted {
-        sync_dir(dir)?;
-    }
-    Ok(())
+    Ok(deleted)
 }
 
 /// `(offset, path)` of every well-named snapshot file in `dir`, unordered.
@@ -188,6 +195,16 @@ mod tests {
         table
     }
 
+    /// Writes as a partition whose high watermark is at its log end, `offset`.
+    fn write(dir: &Path, offset: i64, table: &ProducerStateTable) -> io::Result<()> {
+        let bounds = SnapshotBounds {
+            log_start: 0,
+            high_watermark: offset,
+            log_end: offset,
+        };
+        write_snapshot(dir, offset, table, bounds)
+    }
+
     fn names(dir: &Path) -> Vec<String> {
         let mut names: Vec<String> = fs::read_dir(dir)
             .expect("read dir")
@@ -201,7 +218,7 @@ mod tests {
     fn given_a_written_snapshot_when_loaded_then_the_table_is_equal() {
         let dir = tempfile::tempdir().expect("tempdir");
         let table = table_with(7, 41);
-        write_snapshot(dir.path(), 42, &table).expect("write");
+        write(dir.path(), 42, &table).expect("write");
         assert_eq!(names(dir.path()), vec!["00000000000000000042.snapshot"]);
         let (offset, loaded) = latest_snapshot(dir.path(), i64::MAX)
             .expect("load")
@@ -214,7 +231,7 @@ mod tests {
     fn given_three_writes_then_only_the_newest_two_remain() {
         let dir = tempfile::tempdir().expect("tempdir");
         for offset in [10, 20, 30] {
-            write_snapshot(dir.path(), offset, &table_with(1, offset - 1)).expect("write");
+            write(dir.path(), offset, &table_with(1, offset - 1)).expect("write");
         }
         assert_eq!(
             names(dir.path()),
@@ -226,10 +243,45 @@ mod tests {
     }
 
     #[test]
+    fn given_a_high_watermark_behind_the_writes_then_the_newest_snapshot_at_or_below_it_remains() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for offset in [10, 20, 30, 40] {
+            let bounds = SnapshotBounds {
+                log_start: 0,
+                high_watermark: 15,
+                log_end: offset,
+            };
+            write_snapshot(dir.path(), offset, &table_with(1, offset - 1), bounds).expect("write");
+        }
+        assert_eq!(
+            names(dir.path()),
+            vec![
+                "00000000000000000010.snapshot",
+                "00000000000000000030.snapshot",
+                "00000000000000000040.snapshot"
+            ]
+        );
+        // The log start moved past it: it can no longer be replayed from.
+        let bounds = SnapshotBounds {
+            log_start: 20,
+            high_watermark: 35,
+            log_end: 40,
+        };
+        prune_snapshots(dir.path(), bounds).expect("prune");
+        assert_eq!(
+            names(dir.path()),
+            vec![
+                "00000000000000000030.snapshot",
+                "00000000000000000040.snapshot"
+            ]
+        );
+    }
+
+    #[test]
     fn given_snapshots_when_loading_at_most_an_offset_then_newer_ones_are_ignored() {
         let dir = tempfile::tempdir().expect("tempdir");
-        write_snapshot(dir.path(), 10, &table_with(1, 9)).expect("write");
-        write_snapshot(dir.path(), 20, &table_with(2, 19)).expect("write");
+        write(dir.path(), 10, &table_with(1, 9)).expect("write");
+        write(dir.path(), 20, &table_with(2, 19)).expect("write");
         let (offset, table) = latest_snapshot(dir.path(), 19)
             .expect("load")
             .expect("some");
@@ -245,8 +297,8 @@ mod tests {
     #[test]
     fn given_the_newest_snapshot_is_corrupt_when_loading_then_the_older_one_is_used() {
         let dir = tempfile::tempdir().expect("tempdir");
-        write_snapshot(dir.path(), 10, &table_with(1, 9)).expect("write");
-        write_snapshot(dir.path(), 20, &table_with(2, 19)).expect("write");
+        write(dir.path(), 10, &table_with(1, 9)).expect("write");
+        write(dir.path(), 20, &table_with(2, 19)).expect("write");
         let newest = dir.path().join(snapshot_file_name(20));
         let mut bytes = fs::read(&newest).expect("read");
         let last = bytes.len() - 1;
@@ -262,7 +314,7 @@ mod tests {
     #[test]
     fn given_only_truncated_snapshots_when_loading_then_none() {
         let dir = tempfile::tempdir().expect("tempdir");
-        write_snapshot(dir.path(), 10, &table_with(1, 9)).expect("write");
+        write(dir.path(), 10, &table_with(1, 9)).expect("write");
         let path = dir.path().join(snapshot_file_name(10));
         let bytes = fs::read(&path).expect("read");
         fs::write(&path, &bytes[..bytes.len() - 3]).expect("truncate");
@@ -282,8 +334,8 @@ mod tests {
     #[test]
     fn given_snapshots_when_deleting_above_an_offset_then_that_offset_is_kept() {
         let dir = tempfile::tempdir().expect("tempdir");
-        write_snapshot(dir.path(), 10, &table_with(1, 9)).expect("write");
-        write_snapshot(dir.path(), 20, &table_with(1, 19)).expect("write");
+        write(dir.path(), 10, &table_with(1, 9)).expect("write");
+        write(dir.path(), 20, &table_with(1, 19)).expect("write");
         delete_snapshots_above(dir.path(), 10).expect("delete");
         assert_eq!(names(dir.path()), vec!["00000000000000000010.snapshot"]);
         delete_snapshots_above(dir.path(), 9).expect("delete");
@@ -300,7 +352,7 @@ mod tests {
             b"torn",
         )
         .expect("write");
-        write_snapshot(dir.path(), 5, &table_with(1, 4)).expect("write");
+        write(dir.path(), 5, &table_with(1, 4)).expect("write");
         assert_eq!(
             names(dir.path()),
             vec!["00000000000000000005.snapshot", "12.snapshot", "notes.txt"]
@@ -314,7 +366,7 @@ mod tests {
     #[test]
     fn given_a_negative_offset_then_write_is_refused() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let err = write_snapshot(dir.path(), -1, &ProducerStateTable::new()).expect_err("refused");
+        let err = write(dir.path(), -1, &ProducerStateTable::new()).expect_err("refused");
         assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
         assert!(names(dir.path()).is_empty());
     }

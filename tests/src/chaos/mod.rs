@@ -4,6 +4,7 @@
 //! the harness that starts and breaks the processes; the history format and the checker
 //! live in `chaos/`, which knows nothing of processes.
 
+pub mod lifecycle;
 pub mod membership;
 pub mod nemesis;
 pub mod run;

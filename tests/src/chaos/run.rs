@@ -5,6 +5,9 @@
 //! every partition at both isolation levels, and the checker's verdict. Everything goes
 //! to a report directory: history.jsonl, nemesis.jsonl, verdict.json, summary.txt,
 //! timeline.svg (throughput and latency with the faults shaded) and each server's log.
+//! Segments are small and roll by size and by age, so the log lifecycle (rolls, producer
+//! snapshots, the cleaner of `__transaction_state`) runs under the faults; what it did
+//! on each broker's disk is in the summary.
 
 use std::fs::File;
 use std::io::BufWriter;
@@ -15,7 +18,9 @@ use idem_chaos::history::{Call, OpKind, Read, ReadRecord};
 use idem_chaos::{check, read_history, HistoryWriter, Verdict};
 use idem_client::Isolation;
 use idem_proto::txn::TXN_LOG_TOPIC;
+use idem_proto::v1::{ConfigEntry, CreatableTopic};
 
+use crate::chaos::lifecycle::{self, BrokerLifecycle};
 use crate::chaos::nemesis::{Family, Nemesis};
 use crate::chaos::workload::{read_isolation, Clients, Recorder, Workload, PARTITIONS, TOPICS};
 use crate::{txn, Cluster};
@@ -30,6 +35,22 @@ const QUIET: Duration = Duration::from_secs(3);
 /// (1 to 4 s), so splits exercise ISR shrinking and NOT_ENOUGH_REPLICAS, not only
 /// waiting.
 const LAB_REPLICA_LAG_MS: &str = "2000";
+/// Segment size and age of every topic, the workload's and `__transaction_state` (which
+/// takes the brokers' defaults): at the workload's rate every partition rolls every few
+/// seconds, each roll writing a producer snapshot and sealing a transaction index, and
+/// the sealed segments of the transaction log are there for the cleaner to compact.
+const SEGMENT_BYTES: &str = "16384";
+const SEGMENT_MS: &str = "3000";
+/// The brokers' lifecycle flags: the segment defaults above, and a retention duty (which
+/// also rolls by age and runs the cleaner) that looks twice a second.
+const LIFECYCLE_FLAGS: [&str; 6] = [
+    "--segment-bytes",
+    SEGMENT_BYTES,
+    "--log-segment-ms",
+    SEGMENT_MS,
+    "--log-retention-check-interval-ms",
+    "500",
+];
 
 #[derive(Debug, Clone)]
 pub struct ChaosRun {
@@ -43,6 +64,8 @@ pub struct Outcome {
     pub verdict: Verdict,
     pub report: PathBuf,
     pub summary: String,
+    /// What the log lifecycle did on each broker's disk, by broker id.
+    pub lifecycle: Vec<BrokerLifecycle>,
 }
 
 impl ChaosRun {
@@ -77,22 +100,25 @@ impl ChaosRun {
             "split faults need a lab network, partition and isolate a linked cluster: run \
              them separately"
         );
+        let flags = &LIFECYCLE_FLAGS;
         let mut cluster = if on_lab {
             // Every process on its own host; 3 etcd members so a split can leave one
             // on the minority side.
-            Cluster::start_on_lab(3, 2, 3, &["--replica-lag-time-max-ms", LAB_REPLICA_LAG_MS]).await
+            let mut lab_flags = flags.to_vec();
+            lab_flags.extend(["--replica-lag-time-max-ms", LAB_REPLICA_LAG_MS]);
+            Cluster::start_on_lab(3, 2, 3, &lab_flags).await
         } else if self.families.iter().any(|f| linked.contains(f)) {
-            Cluster::start_linked(3, 2).await
+            Cluster::start_linked_with(3, 2, flags).await
         } else if self.families.contains(&Family::Membership) {
             // A 4th broker, so that every partition has somewhere to move to.
-            Cluster::start_with_coordinators(4, 2, &[], &[]).await
+            Cluster::start_with_coordinators(4, 2, flags, &[]).await
         } else if self.families.contains(&Family::EtcdMember) {
-            Cluster::start_with_etcd_members(3, 3, 2, &[], &[]).await
+            Cluster::start_with_etcd_members(3, 3, 2, flags, &[]).await
         } else {
-            Cluster::start_with_coordinators(3, 2, &[], &[]).await
+            Cluster::start_with_coordinators(3, 2, flags, &[]).await
         };
         for topic in TOPICS {
-            cluster.create_topic(topic, PARTITIONS, 3).await;
+            cluster.create(workload_topic(topic)).await;
             for p in 0..PARTITIONS {
                 cluster.leader_of(topic, p).await;
             }
@@ -167,6 +193,11 @@ impl ChaosRun {
         ))
         .unwrap_or_else(|e| panic!("the run wrote an invalid history: {e}"));
         let verdict = check(&ops);
+        let lifecycle: Vec<BrokerLifecycle> = cluster
+            .ids()
+            .into_iter()
+            .map(|id| lifecycle::scan(id, cluster.broker(id).data_dir(), &TOPICS))
+            .collect();
         std::fs::write(
             report.join("verdict.json"),
             serde_json::to_string_pretty(&verdict).expect("verdict json"),
@@ -188,12 +219,40 @@ impl ChaosRun {
             verdict.valid,
             report.display()
         );
+        let lifecycle_lines: Vec<String> = lifecycle.iter().map(|b| format!("  {b}")).collect();
+        let summary = format!(
+            "{summary}\nlog lifecycle on disk after the run:\n{}",
+            lifecycle_lines.join("\n")
+        );
         std::fs::write(report.join("summary.txt"), format!("{summary}\n")).expect("summary");
         Outcome {
             verdict,
             report,
             summary,
+            lifecycle,
         }
+    }
+}
+
+/// A workload topic: 3 replicas, small segments rolled by size and age, and no
+/// retention (the checker would count deleted records as lost).
+fn workload_topic(name: &str) -> CreatableTopic {
+    let config = |name: &str, value: &str| ConfigEntry {
+        name: name.into(),
+        value: value.into(),
+    };
+    CreatableTopic {
+        name: name.into(),
+        num_partitions: PARTITIONS,
+        replication_factor: 3,
+        unclean_leader_election: false,
+        coordinator_id: None,
+        configs: vec![
+            config("segment.bytes", SEGMENT_BYTES),
+            config("segment.ms", SEGMENT_MS),
+            config("retention.ms", "-1"),
+            config("retention.bytes", "-1"),
+        ],
     }
 }
 

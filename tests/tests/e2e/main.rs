@@ -29,4 +29,5 @@ mod topic_deletion;
 mod topic_growth;
 mod transactions;
 mod unclean_election;
+mod wide_retention;
 mod wide_topics;

@@ -2,7 +2,7 @@
 //! keeps a bounded log on every replica, all replicas move their log start alike, a
 //! consumer below the start gets OFFSET_OUT_OF_RANGE (or resets when asked to), and an
 //! idle idempotent producer whose records retention deleted sends again and has its
-//! retry deduplicated, also across a restart (KAFKA-7190).
+//! retry deduplicated, also across a restart and a leader change (KAFKA-7190).
 //!
 //! The brokers take the retention defaults as flags (`--log-retention-bytes`), which is
 //! what a topic without its own `retention.bytes` gets.
@@ -367,6 +367,120 @@ async fn given_an_idle_producer_whose_records_retention_deleted_then_it_sends_ag
     );
     // Neither retry was appended: a2 directly follows a1.
     assert_eq!(after.base_offset, next.base_offset + 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_an_idle_producer_whose_records_retention_deleted_when_its_leader_dies_then_the_new_leader_accepts_its_next_batch_and_dedups_the_retry(
+) {
+    // The replicas moved their log start past the idle producer's record too; the one
+    // that takes over must know its sequence from a snapshot, not from the log.
+    const TOPIC: &str = "idle-failover";
+    const IDLE: i64 = 81;
+    const BUSY: i64 = 82;
+    let mut cluster = Cluster::start(
+        3,
+        &[
+            "--segment-bytes",
+            "1024",
+            "--log-retention-bytes",
+            "2048",
+            "--log-retention-ms",
+            "-1",
+            "--log-retention-check-interval-ms",
+            "50",
+        ],
+    );
+    cluster.create_topic(TOPIC, 1, 3).await;
+    let old = cluster.leader_of(TOPIC, 0).await;
+    let mut client = raw::connect(&cluster.broker(old.leader_id).bootstrap()).await;
+    let first = raw::produce(
+        &mut client,
+        TOPIC,
+        0,
+        raw::idempotent_batch(IDLE, 0, 0, &["a0"]),
+    )
+    .await;
+    assert_eq!(
+        (first.error_code(), first.base_offset),
+        (ErrorCode::None, 0),
+        "{}",
+        first.error_message
+    );
+    let filler = "f".repeat(200);
+    for seq in 0..40 {
+        let answer = raw::produce(
+            &mut client,
+            TOPIC,
+            0,
+            raw::idempotent_batch(BUSY, 0, seq, &[&filler]),
+        )
+        .await;
+        assert_eq!(
+            answer.error_code(),
+            ErrorCode::None,
+            "{}",
+            answer.error_message
+        );
+    }
+    wait_until(
+        PATIENCE,
+        "every replica deleted the idle producer's record",
+        || {
+            let cluster = &cluster;
+            async move {
+                let starts: Vec<i64> = cluster
+                    .ids()
+                    .iter()
+                    .map(|id| stored_log_start(cluster.broker(*id).data_dir(), TOPIC, 0))
+                    .collect();
+                let moved = starts.iter().all(|s| *s > 0);
+                seen_if(starts, moved)
+            }
+        },
+    )
+    .await;
+
+    cluster.kill(old.leader_id);
+    let new = cluster.new_leader(TOPIC, 0, &old).await;
+    let mut client = raw::connect(&cluster.broker(new.leader_id).bootstrap()).await;
+    let next = raw::produce(
+        &mut client,
+        TOPIC,
+        0,
+        raw::idempotent_batch(IDLE, 0, 1, &["a1"]),
+    )
+    .await;
+    assert_eq!(next.error_code(), ErrorCode::None, "{}", next.error_message);
+    let retry = raw::produce(
+        &mut client,
+        TOPIC,
+        0,
+        raw::idempotent_batch(IDLE, 0, 1, &["a1"]),
+    )
+    .await;
+    assert_eq!(
+        (retry.error_code(), retry.base_offset),
+        (ErrorCode::None, next.base_offset),
+        "the retry to the new leader is a duplicate"
+    );
+    let after = raw::produce(
+        &mut client,
+        TOPIC,
+        0,
+        raw::idempotent_batch(IDLE, 0, 2, &["a2"]),
+    )
+    .await;
+    assert_eq!(
+        after.error_code(),
+        ErrorCode::None,
+        "{}",
+        after.error_message
+    );
+    assert_eq!(
+        after.base_offset,
+        next.base_offset + 1,
+        "the retry was not appended"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
