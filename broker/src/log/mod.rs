@@ -5,6 +5,7 @@
 //! never a reason for `open` to fail. Synchronous: the caller wraps it in a mutex and
 //! fsyncs through a [`SyncPoint`] after releasing it. On-disk format: docs/format.md.
 
+pub mod batch_removal;
 mod checkpoint;
 mod cleaner;
 pub mod compaction;
