@@ -400,3 +400,125 @@ fn corrupt(header: &BatchHeader, e: batch::BatchError) -> LogError {
         reason: format!("records of a stored batch do not decode: {e}"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::LogConfig;
+    use bytes::Bytes;
+    use idem_proto::batch::{Batches, ProducerInfo, Record};
+
+    fn update(key: &str, value: &str, producer: ProducerInfo) -> Vec<u8> {
+        let record = Record {
+            key: Some(Bytes::copy_from_slice(key.as_bytes())),
+            value: Some(Bytes::copy_from_slice(value.as_bytes())),
+            headers: Vec::new(),
+            timestamp_ms: 1_000,
+        };
+        batch::encode(producer, 0, &[record]).to_vec()
+    }
+
+    /// `(base, last, leader epoch, records, producer id)` of every batch of the log.
+    fn batches(log: &PartitionLog) -> Vec<(i64, i64, i32, i32, i64)> {
+        let all = log
+            .read(log.log_start_offset(), usize::MAX, i64::MAX)
+            .expect("read");
+        Batches::new(&all)
+            .map(|b| {
+                let (h, _) = b.expect("valid batch");
+                (
+                    h.base_offset,
+                    h.last_offset(),
+                    h.partition_leader_epoch,
+                    h.record_count,
+                    h.producer_id,
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn given_emptied_batches_in_two_leader_epochs_then_one_filler_per_epoch_and_the_last_batch_of_a_producer_stays(
+    ) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut log, _) = PartitionLog::open(dir.path(), LogConfig::default()).expect("open");
+        let idempotent = |seq| ProducerInfo {
+            producer_id: 7,
+            producer_epoch: 0,
+            base_sequence: seq,
+        };
+        // Offsets 0-5 update one key; 1 is producer 7's only batch; epochs 0,0,0,1,1,1.
+        for (offset, epoch) in [0, 0, 0, 1, 1, 1].into_iter().enumerate() {
+            let producer = if offset == 1 {
+                idempotent(0)
+            } else {
+                ProducerInfo::NONE
+            };
+            log.append(&update("k", &format!("v{offset}"), producer), epoch)
+                .expect("append");
+        }
+        log.roll_now().expect("roll");
+        let rules = CleaningRules {
+            clean_below: log.active_segment_base(),
+            now_ms: 2_000,
+            delete_retention_ms: 0,
+        };
+        let report = log
+            .clean(
+                rules,
+                0,
+                |_, _| false,
+                |producer| (producer == 7).then_some(1),
+            )
+            .expect("clean");
+        assert_eq!(
+            (
+                report.records_removed,
+                report.batches_removed,
+                report.producers
+            ),
+            (5, 4, 1),
+            "{report:?}"
+        );
+        let expected = vec![
+            (0, 0, 0, 0, -1),
+            (1, 1, 0, 0, 7), // producer 7's last batch, emptied, stays
+            (2, 2, 0, 0, -1),
+            (3, 4, 1, 0, -1), // fillers merge within an epoch, never across
+            (5, 5, 1, 1, -1),
+        ];
+        assert_eq!(batches(&log), expected);
+        // Cleaning again changes nothing (fillers are written back as they are).
+        let again = log
+            .clean(
+                CleaningRules {
+                    now_ms: 5_000,
+                    ..rules
+                },
+                0,
+                |_, _| false,
+                |producer| (producer == 7).then_some(1),
+            )
+            .expect("clean");
+        assert_eq!(again.rewritten, 0, "{again:?}");
+        // Once the producer is forgotten its emptied batch joins the filler before it.
+        log.clean(
+            CleaningRules {
+                now_ms: 9_000,
+                ..rules
+            },
+            0,
+            |_, _| false,
+            |_| None,
+        )
+        .expect("clean");
+        let merged = vec![(0, 2, 0, 0, -1), (3, 4, 1, 0, -1), (5, 5, 1, 1, -1)];
+        assert_eq!(batches(&log), merged);
+        // The cleaned segment reopens as it is (recovery accepts fillers).
+        drop(log);
+        let (log, report) = PartitionLog::open(dir.path(), LogConfig::default()).expect("reopen");
+        assert_eq!(report.reason, None);
+        assert_eq!(batches(&log), merged);
+        assert_eq!(log.log_end_offset(), 6);
+    }
+}
