@@ -169,7 +169,7 @@ async fn given_100_keys_and_100000_updates_then_every_replica_compacts_to_the_la
     let (values, _) = latest(&read);
     assert_eq!(values, model, "each key's latest value, deleted keys gone");
     // Every replica cleaned its own copy: over 3 MB of updates went in; what stays is
-    // 90 records and the emptied batches' headers (61 bytes each).
+    // 90 records and the fillers left where batches went (61 bytes each, merged).
     for id in cluster.ids() {
         wait_until(PATIENCE, "the replica compacted on disk", || {
             let bytes = segment_bytes(cluster.broker(id).data_dir(), TOPIC);
