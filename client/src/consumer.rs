@@ -667,6 +667,23 @@ mod tests {
     }
 
     #[test]
+    fn a_filler_left_by_the_log_cleaner_moves_the_position_past_all_its_offsets() {
+        // A compacted log: a record, a filler standing for 250 removed offsets (batches
+        // and markers), a record; and a fetch from inside the filler.
+        let mut bytes = batch_at(10, 0, &["a"]);
+        bytes.extend_from_slice(&batch::filler(11, 249, 3, 42));
+        bytes.extend(batch_at(261, 0, &["b"]));
+        let d = decode_fetched("t", 0, 10, &bytes);
+        assert_eq!(values(&d), vec![(10, "a".into()), (261, "b".into())]);
+        assert_eq!(d.next_offset, 262);
+        assert!(d.error.is_none());
+        let inside = decode_fetched("t", 0, 100, &batch::filler(11, 249, 3, 42));
+        assert!(inside.records.is_empty() && inside.error.is_none());
+        assert_eq!(inside.next_offset, 261);
+        assert_eq!(next_position(&inside, 100), 261);
+    }
+
+    #[test]
     fn a_crc_failure_is_an_error_and_the_position_stays_before_it() {
         let good = batch_at(0, 0, &["a"]);
         let mut bad = batch_at(1, 0, &["b"]);

@@ -18,8 +18,14 @@ pub const NO_SEQUENCE: i32 = -1;
 pub const ATTR_TRANSACTIONAL: u16 = 1 << 4;
 /// Attribute bit: the batch is a control batch (commit/abort marker).
 pub const ATTR_CONTROL: u16 = 1 << 5;
-/// Every attribute bit idem defines; the others are reserved and must be 0 (there is no
-/// compression or timestamp type yet, so a set bit means the bytes are not ours).
+/// Attribute bit: the control batch's `base_timestamp` is its delete horizon (Kafka's
+/// KIP-534): the log cleaner set it when the marker's transaction had no batch left, and
+/// may turn the marker into a [`filler`] from that time on. Only the cleaner sets it; a
+/// produced batch carrying it is refused like any reserved bit.
+pub const ATTR_DELETE_HORIZON: u16 = 1 << 6;
+/// Every attribute bit a produced batch may carry; the others are reserved and must be 0
+/// (there is no compression or timestamp type yet, so a set bit means the bytes are not
+/// ours, and [`ATTR_DELETE_HORIZON`] belongs to the log cleaner).
 pub const ATTR_DEFINED: u16 = ATTR_TRANSACTIONAL | ATTR_CONTROL;
 
 const OFF_BASE_OFFSET: usize = 0;
@@ -51,7 +57,7 @@ pub enum BatchError {
     MalformedRecords(&'static str),
     #[error("batch holds {declared} records by its header but {found} in its body")]
     RecordCountMismatch { declared: i32, found: i32 },
-    #[error("batch attributes {attributes:#06x} set reserved bits {reserved:#06x}; only 0x10 (transactional) and 0x20 (control) are defined")]
+    #[error("batch attributes {attributes:#06x} set reserved bits {reserved:#06x}; a producer may set only 0x10 (transactional) and 0x20 (control)")]
     ReservedAttributes { attributes: u16, reserved: u16 },
 }
 
@@ -128,6 +134,17 @@ impl BatchHeader {
     }
     pub fn has_producer_id(&self) -> bool {
         self.producer_id >= 0
+    }
+    /// The delete horizon the log cleaner set on this control batch, if it did.
+    pub fn delete_horizon(&self) -> Option<i64> {
+        (self.attributes & ATTR_DELETE_HORIZON != 0).then_some(self.base_timestamp)
+    }
+    /// Whether this is what the log cleaner leaves of removed batches ([`filler`]): no
+    /// record, no producer, neither transactional nor control.
+    pub fn is_filler(&self) -> bool {
+        self.record_count == 0
+            && !self.has_producer_id()
+            && self.attributes & (ATTR_TRANSACTIONAL | ATTR_CONTROL) == 0
     }
     /// Sequence of the last record; sequences wrap from `i32::MAX` to 0.
     pub fn last_sequence(&self) -> i32 {
@@ -435,6 +452,63 @@ pub fn retain_records(
     out[OFF_CRC..OFF_CRC + 4].copy_from_slice(&crc.to_be_bytes());
     debug_assert_eq!(header.base_offset, be_i64(&out, OFF_BASE_OFFSET));
     Ok(Some(out.freeze()))
+}
+
+/// A batch without records standing for the offsets `base_offset ..= base_offset +
+/// last_offset_delta`, written in `partition_leader_epoch`: what the log cleaner leaves
+/// where it removed batches (empty data batches, markers of finished transactions), so
+/// the log stays dense at batch level and the leader-epoch history read from headers is
+/// unchanged. No producer, not transactional, not control; both timestamps are
+/// `max_timestamp`, the newest of the batches it replaces (time retention goes by it).
+pub fn filler(
+    base_offset: i64,
+    last_offset_delta: i32,
+    partition_leader_epoch: i32,
+    max_timestamp: i64,
+) -> Bytes {
+    let mut buf = BytesMut::with_capacity(HEADER_LEN);
+    buf.put_i64(base_offset);
+    buf.put_i32((HEADER_LEN - LOG_OVERHEAD) as i32);
+    buf.put_i32(partition_leader_epoch);
+    buf.put_u8(MAGIC);
+    buf.put_u32(0); // crc, filled below
+    buf.put_u16(0);
+    buf.put_i32(last_offset_delta);
+    buf.put_i64(max_timestamp);
+    buf.put_i64(max_timestamp);
+    buf.put_i64(NO_PRODUCER_ID);
+    buf.put_i16(NO_PRODUCER_EPOCH);
+    buf.put_i32(NO_SEQUENCE);
+    buf.put_i32(0);
+    let crc = crc32c::crc32c(&buf[OFF_ATTRIBUTES..]);
+    buf[OFF_CRC..OFF_CRC + 4].copy_from_slice(&crc.to_be_bytes());
+    buf.freeze()
+}
+
+/// Marks the control batch at the start of `buf` with delete horizon `horizon_ms`
+/// ([`ATTR_DELETE_HORIZON`], its base timestamp set to the horizon) and recomputes the
+/// CRC. The control record's own timestamp moves with the base (nobody reads it). Refused
+/// for a batch that is not a control batch; `buf` must hold the whole batch.
+pub fn set_delete_horizon(buf: &mut [u8], horizon_ms: i64) -> Result<(), BatchError> {
+    let header = decode_header(buf)?;
+    if !header.is_control() {
+        return Err(BatchError::MalformedRecords(
+            "only a control batch takes a delete horizon",
+        ));
+    }
+    let size = header.size();
+    if buf.len() < size {
+        return Err(BatchError::Truncated {
+            needed: size,
+            available: buf.len(),
+        });
+    }
+    let attributes = header.attributes | ATTR_DELETE_HORIZON;
+    buf[OFF_ATTRIBUTES..OFF_ATTRIBUTES + 2].copy_from_slice(&attributes.to_be_bytes());
+    buf[OFF_BASE_TIMESTAMP..OFF_BASE_TIMESTAMP + 8].copy_from_slice(&horizon_ms.to_be_bytes());
+    let crc = crc32c::crc32c(&buf[OFF_ATTRIBUTES..size]);
+    buf[OFF_CRC..OFF_CRC + 4].copy_from_slice(&crc.to_be_bytes());
+    Ok(())
 }
 
 /// One record's fields, borrowed from its batch.
@@ -784,6 +858,96 @@ mod tests {
                 reserved: 0b001
             })
         );
+    }
+
+    #[test]
+    fn a_filler_decodes_with_a_valid_crc_and_the_offsets_and_epoch_given() {
+        let bytes = filler(1_000, 249, 7, 55);
+        let header = verify(&bytes).expect("a filler passes its CRC");
+        assert_eq!(bytes.len(), HEADER_LEN);
+        assert_eq!(
+            (
+                header.base_offset,
+                header.last_offset(),
+                header.next_offset(),
+                header.partition_leader_epoch
+            ),
+            (1_000, 1_249, 1_250, 7)
+        );
+        assert_eq!(header.producer(), ProducerInfo::NONE);
+        assert_eq!((header.record_count, header.attributes), (0, 0));
+        assert_eq!((header.base_timestamp, header.max_timestamp), (55, 55));
+        assert!(header.is_filler() && !header.is_transactional() && !header.is_control());
+        assert_eq!(header.delete_horizon(), None);
+        assert!(records(&bytes).expect("records").is_empty());
+        // A batch emptied by compaction keeps its producer: not a filler.
+        let emptied = retain_records(
+            &encode(
+                ProducerInfo {
+                    producer_id: 3,
+                    producer_epoch: 0,
+                    base_sequence: 0,
+                },
+                0,
+                &[rec("a", "1", 1)],
+            ),
+            |_| false,
+        )
+        .expect("walks")
+        .expect("rewritten");
+        assert!(!verify(&emptied).expect("valid").is_filler());
+    }
+
+    #[test]
+    fn given_a_control_batch_when_its_horizon_is_set_then_it_reads_back_and_the_crc_holds() {
+        let producer = ProducerInfo {
+            producer_id: 9,
+            producer_epoch: 3,
+            base_sequence: NO_SEQUENCE,
+        };
+        let mut marker = encode(
+            producer,
+            ATTR_CONTROL | ATTR_TRANSACTIONAL,
+            &[rec("k", "v", 100)],
+        )
+        .to_vec();
+        assign(&mut marker, 42, 2);
+        assert_eq!(verify(&marker).expect("valid").delete_horizon(), None);
+        set_delete_horizon(&mut marker, 86_400_100).expect("a control batch");
+        let header = verify(&marker).expect("the CRC was recomputed");
+        assert_eq!(header.delete_horizon(), Some(86_400_100));
+        assert_eq!(header.max_timestamp, 100, "the newest timestamp stays");
+        assert_eq!(
+            (
+                header.base_offset,
+                header.partition_leader_epoch,
+                header.producer()
+            ),
+            (42, 2, producer)
+        );
+        assert!(header.is_control() && header.is_transactional() && !header.is_filler());
+        let mut data = encode(ProducerInfo::NONE, 0, &[rec("k", "v", 1)]).to_vec();
+        assert!(set_delete_horizon(&mut data, 5).is_err());
+    }
+
+    #[test]
+    fn a_produced_batch_with_the_delete_horizon_bit_is_refused_as_reserved() {
+        for attributes in [
+            ATTR_DELETE_HORIZON,
+            ATTR_DELETE_HORIZON | ATTR_CONTROL | ATTR_TRANSACTIONAL,
+        ] {
+            let buf = encode(ProducerInfo::NONE, attributes, &[rec("k", "v", 1)]);
+            let refused = validate_produced(&buf);
+            assert_eq!(
+                refused,
+                Err(BatchError::ReservedAttributes {
+                    attributes,
+                    reserved: ATTR_DELETE_HORIZON
+                })
+            );
+            let message = refused.expect_err("refused").to_string();
+            assert!(message.contains("reserved bits 0x0040"), "{message}");
+        }
     }
 
     #[test]

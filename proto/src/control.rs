@@ -102,6 +102,19 @@ mod tests {
     }
 
     #[test]
+    fn a_marker_with_a_delete_horizon_still_says_what_it_said() {
+        let marker = ControlMarker {
+            control_type: ControlType::Abort,
+            coordinator_epoch: 4,
+        };
+        let mut buf = encode_control(9, 3, marker, 100).to_vec();
+        batch::set_delete_horizon(&mut buf, 86_400_100).expect("a control batch");
+        let header = batch::verify(&buf).expect("valid batch");
+        assert_eq!(header.delete_horizon(), Some(86_400_100));
+        assert_eq!(decode_control(&buf), Ok(marker));
+    }
+
+    #[test]
     fn a_data_batch_is_not_a_marker() {
         let buf = batch::encode(ProducerInfo::NONE, 0, &[Record::default()]);
         assert!(decode_control(&buf).is_err());

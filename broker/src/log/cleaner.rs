@@ -1,20 +1,32 @@
 //! The log cleaner's I/O: compacts the sealed segments of a log by the rules of
-//! [`compaction`](super::compaction). Two passes over the cleanable segments (a key map,
-//! then a rewrite), one segment at a time written aside as `{base}.log.cleaned`, fsynced,
-//! and renamed over the segment (its index deleted first and rebuilt after), so a crash
-//! at any point leaves either the old segment or the cleaned one, both complete; a
-//! leftover `.cleaned` file is deleted when the log opens. Memory: the key map, one entry
-//! per distinct key of the cleaned segments (the key bytes plus about 50 bytes), and one
-//! batch at a time. Offsets, batch boundaries and markers never change, so the log stays
-//! dense at batch level and everything derived from headers (producer state, epochs,
-//! transactions) is the same before and after.
+//! [`compaction`](super::compaction) (which records stay) and
+//! [`batch_removal`](super::batch_removal) (which batches go). Two passes over the
+//! cleanable segments (a key map and each producer's last batch, then a rewrite), one
+//! segment at a time written aside as `{base}.log.cleaned`, fsynced, and renamed over the
+//! segment (its index deleted first and rebuilt after), so a crash at any point leaves
+//! either the old segment or the cleaned one, both complete; a leftover `.cleaned` file
+//! is deleted when the log opens.
+//!
+//! Offsets never change: a removed batch (an emptied data batch that is not its
+//! producer's last, a marker whose transaction is gone and whose delete horizon passed)
+//! becomes a filler, and adjacent fillers of one leader epoch within a segment merge into
+//! one 61-byte header, so the log stays dense at batch level, the leader-epoch history
+//! read from headers is unchanged, and a run of finished transactions costs one header.
+//!
+//! Memory: the key map, one entry per distinct key of the cleaned segments (the key
+//! bytes plus about 50 bytes); two maps keyed by producer id (its last batch, and its
+//! transaction open at the current point of the rewrite), about 40 bytes per producer
+//! the state still knows or with a transaction open; one batch at a time.
 
 use std::fs::{self, File};
 use std::io::{BufWriter, Write};
 use std::path::Path;
 
 use idem_proto::batch::{self, BatchHeader};
+use idem_proto::control;
+use idem_proto::v1::ControlType;
 
+use super::batch_removal::{BatchFacts, BatchFate, BatchKind, BatchRemoval, LastBatches};
 use super::checkpoint;
 use super::compaction::{CleaningRules, KeyMap};
 use super::error::{IoContext, LogError};
@@ -33,7 +45,15 @@ pub struct CleanReport {
     pub rewritten: usize,
     /// Distinct keys in the key map.
     pub keys: usize,
+    /// Producers whose last batch is among the cleaned segments (kept whatever it holds).
+    pub producers: usize,
     pub records_removed: u64,
+    /// Data batches and BEGIN markers turned into fillers (or merged into one).
+    pub batches_removed: u64,
+    /// COMMIT/ABORT markers turned into fillers, their horizon passed.
+    pub markers_removed: u64,
+    /// Markers given a delete horizon: their transaction is gone.
+    pub horizons_set: u64,
     pub bytes_before: u64,
     pub bytes_after: u64,
 }
@@ -42,13 +62,19 @@ impl PartitionLog {
     /// Cleans the sealed segments wholly below `rules.clean_below` whose newest record
     /// is at least `min_lag_ms` old (`min.compaction.lag.ms`: the prefix of such
     /// segments); skipped when no segment was sealed since the last pass and no
-    /// tombstone can have come due (`delete_retention_ms` since it). `aborted(producer_id, base_offset)` says whether a transactional batch
-    /// belongs to an aborted transaction.
+    /// tombstone or marker horizon can have come due (`delete_retention_ms` since it).
+    /// `aborted(producer_id, base_offset)` says whether a transactional batch belongs to
+    /// an aborted transaction. `last_data_batch(producer_id)` is what the producer state
+    /// knows of a producer: `None` when it does not know it (expired: none of its batches
+    /// needs keeping), else the base offset of its last data batch since its last marker
+    /// (`i64::MIN` when a marker came after it). The last batch of each known producer
+    /// among the cleaned segments stays, unless that data batch lies past them.
     pub fn clean(
         &mut self,
         rules: CleaningRules,
         min_lag_ms: u64,
         aborted: impl Fn(i64, i64) -> bool,
+        last_data_batch: impl Fn(i64) -> Option<i64>,
     ) -> Result<CleanReport, LogError> {
         let sealed = self.segments.len().saturating_sub(1);
         let mut count = 0;
@@ -85,8 +111,14 @@ impl PartitionLog {
         let is_aborted =
             |h: &BatchHeader| h.is_transactional() && aborted(h.producer_id, h.base_offset);
         let mut keys = KeyMap::default();
+        let mut last_batches = LastBatches::default();
         for segment in &self.segments[..count] {
             for_each_batch(segment, |header, bytes| {
+                if header.has_producer_id()
+                    && last_data_batch(header.producer_id).is_some_and(|o| o <= header.base_offset)
+                {
+                    last_batches.note(header.producer_id, header.base_offset);
+                }
                 if header.is_control() {
                     return Ok(());
                 }
@@ -102,12 +134,21 @@ impl PartitionLog {
             })?;
         }
         report.keys = keys.len();
+        report.producers = last_batches.len();
+        let mut removal = BatchRemoval::new(rules.now_ms, rules.delete_retention_ms, &last_batches);
         for i in 0..count {
             let before = self.segments[i].size();
-            let removed = self.rewrite_segment(i, &rules, &keys, &is_aborted)?;
-            if let Some(removed) = removed {
+            let cleaning = SegmentCleaning {
+                rules: &rules,
+                keys: &keys,
+                is_aborted: &is_aborted,
+            };
+            if let Some(changes) = self.rewrite_segment(i, &cleaning, &mut removal)? {
                 report.rewritten += 1;
-                report.records_removed += removed;
+                report.records_removed += changes.records_removed;
+                report.batches_removed += changes.batches_removed;
+                report.markers_removed += changes.markers_removed;
+                report.horizons_set += changes.horizons_set;
             }
             report.bytes_before += before;
             report.bytes_after += self.segments[i].size();
@@ -118,39 +159,77 @@ impl PartitionLog {
         Ok(report)
     }
 
-    /// Rewrites segment `i` keeping what the rules keep; returns how many records went,
-    /// or `None` when none did (the segment is left as it was).
+    /// Rewrites segment `i` as the rules say (records, then whole batches); returns what
+    /// changed, or `None` when nothing did (the segment is left as it was).
     fn rewrite_segment(
         &mut self,
         i: usize,
-        rules: &CleaningRules,
-        keys: &KeyMap,
-        is_aborted: &impl Fn(&BatchHeader) -> bool,
-    ) -> Result<Option<u64>, LogError> {
+        cleaning: &SegmentCleaning<'_, impl Fn(&BatchHeader) -> bool>,
+        removal: &mut BatchRemoval<'_>,
+    ) -> Result<Option<SegmentChanges>, LogError> {
         let base = self.segments[i].base_offset();
         let next = self.segments[i].next_offset();
         let aside = cleaned_path(&self.dir, base);
         let file = File::create(&aside).at("creating", &aside)?;
         let mut out = BufWriter::new(file);
-        let mut removed = 0u64;
+        let mut changes = SegmentChanges::default();
+        let mut run: Option<FillerRun> = None;
+        let mut write = |bytes: &[u8]| out.write_all(bytes).at("writing", &aside);
         for_each_batch(&self.segments[i], |header, bytes| {
-            let kept = if header.is_control() {
-                None
-            } else {
-                let aborted = is_aborted(header);
-                batch::retain_records(bytes, |record| rules.keeps(&record, aborted, keys))
-                    .map_err(|e| corrupt(header, e))?
+            let (kind, kept) = cleaning.kind_and_records(header, bytes)?;
+            let facts = BatchFacts {
+                base_offset: header.base_offset,
+                producer_id: header.producer_id,
+                kind,
             };
-            match kept {
-                Some(rewritten) => {
-                    let left = batch::decode_header(&rewritten).map_or(0, |h| h.record_count);
-                    removed += u64::try_from(header.record_count - left).unwrap_or(0);
-                    out.write_all(&rewritten).at("writing", &aside)
+            match removal.decide(&facts) {
+                BatchFate::Filler => {
+                    match kind {
+                        BatchKind::End { .. } => changes.markers_removed += 1,
+                        _ if !header.is_filler() => changes.batches_removed += 1,
+                        _ => {}
+                    }
+                    if !header.is_control() {
+                        changes.records_removed += u64::try_from(header.record_count).unwrap_or(0);
+                    }
+                    match run.as_mut() {
+                        Some(current) if current.joins(header) => current.extend(header),
+                        _ => {
+                            if let Some(done) = run.replace(FillerRun::start(header)) {
+                                write(&done.to_batch(&mut changes))?;
+                            }
+                        }
+                    }
+                    Ok(())
                 }
-                None => out.write_all(bytes).at("writing", &aside),
+                fate => {
+                    if let Some(done) = run.take() {
+                        write(&done.to_batch(&mut changes))?;
+                    }
+                    match (fate, kept) {
+                        (BatchFate::SetHorizon(horizon), _) => {
+                            let mut marker = bytes.to_vec();
+                            batch::set_delete_horizon(&mut marker, horizon)
+                                .map_err(|e| corrupt(header, e))?;
+                            changes.horizons_set += 1;
+                            write(&marker)
+                        }
+                        (_, Some(rewritten)) => {
+                            let left =
+                                batch::decode_header(&rewritten).map_or(0, |h| h.record_count);
+                            changes.records_removed +=
+                                u64::try_from(header.record_count - left).unwrap_or(0);
+                            write(&rewritten)
+                        }
+                        (_, None) => write(bytes),
+                    }
+                }
             }
         })?;
-        if removed == 0 {
+        if let Some(done) = run.take() {
+            write(&done.to_batch(&mut changes))?;
+        }
+        if !changes.any() {
             drop(out);
             fs::remove_file(&aside).at("removing", &aside)?;
             return Ok(None);
@@ -174,7 +253,123 @@ impl PartitionLog {
         checkpoint::sync_dir(&self.dir)?;
         self.segments[i] =
             Segment::open_rewritten(&self.dir, base, next, self.config.index_interval_bytes)?;
-        Ok(Some(removed))
+        Ok(Some(changes))
+    }
+}
+
+/// What a pass decides records by, for one segment at a time.
+struct SegmentCleaning<'a, A> {
+    rules: &'a CleaningRules,
+    keys: &'a KeyMap,
+    is_aborted: &'a A,
+}
+
+impl<A: Fn(&BatchHeader) -> bool> SegmentCleaning<'_, A> {
+    /// What the batch is for [`BatchRemoval`], and a data batch rewritten with the records
+    /// that stay (`None`: all stay, or it is a control batch).
+    fn kind_and_records(
+        &self,
+        header: &BatchHeader,
+        bytes: &[u8],
+    ) -> Result<(BatchKind, Option<bytes::Bytes>), LogError> {
+        if header.is_control() {
+            let kind = match control::decode_control(bytes).map(|m| m.control_type) {
+                Ok(ControlType::Begin) => BatchKind::Begin,
+                Ok(ControlType::Commit | ControlType::Abort) => BatchKind::End {
+                    delete_horizon: header.delete_horizon(),
+                },
+                Err(_) => BatchKind::UnreadableControl,
+            };
+            return Ok((kind, None));
+        }
+        let aborted = (self.is_aborted)(header);
+        let kept = batch::retain_records(bytes, |record| {
+            self.rules.keeps(&record, aborted, self.keys)
+        })
+        .map_err(|e| corrupt(header, e))?;
+        let records_left = match &kept {
+            Some(rewritten) => batch::decode_header(rewritten).map_or(0, |h| h.record_count),
+            None => header.record_count,
+        };
+        let kind = BatchKind::Data {
+            transactional: header.is_transactional(),
+            records_left,
+        };
+        Ok((kind, kept))
+    }
+}
+
+/// What rewriting one segment changed.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct SegmentChanges {
+    records_removed: u64,
+    batches_removed: u64,
+    markers_removed: u64,
+    horizons_set: u64,
+    /// Fillers written that were not already there as they are.
+    fillers_changed: u64,
+}
+
+impl SegmentChanges {
+    fn any(&self) -> bool {
+        self.records_removed
+            + self.batches_removed
+            + self.markers_removed
+            + self.horizons_set
+            + self.fillers_changed
+            > 0
+    }
+}
+
+/// Adjacent removed batches of one leader epoch, to be written as one filler.
+#[derive(Debug, Clone, Copy)]
+struct FillerRun {
+    base_offset: i64,
+    last_offset: i64,
+    partition_leader_epoch: i32,
+    max_timestamp: i64,
+    /// The run is one batch that already was a filler: written back unchanged.
+    unchanged: bool,
+}
+
+impl FillerRun {
+    fn start(header: &BatchHeader) -> Self {
+        FillerRun {
+            base_offset: header.base_offset,
+            last_offset: header.last_offset(),
+            partition_leader_epoch: header.partition_leader_epoch,
+            max_timestamp: header.max_timestamp,
+            unchanged: header.is_filler(),
+        }
+    }
+
+    /// Whether the removed batch `header`, the next one in the log, can join the run:
+    /// same leader epoch (the epoch history stays as it was), and a span that fits an
+    /// `i32` offset delta.
+    fn joins(&self, header: &BatchHeader) -> bool {
+        header.partition_leader_epoch == self.partition_leader_epoch
+            && header.base_offset == self.last_offset + 1
+            && header.last_offset() - self.base_offset <= i64::from(i32::MAX)
+    }
+
+    fn extend(&mut self, header: &BatchHeader) {
+        self.last_offset = header.last_offset();
+        self.max_timestamp = self.max_timestamp.max(header.max_timestamp);
+        self.unchanged = false;
+    }
+
+    fn to_batch(self, changes: &mut SegmentChanges) -> bytes::Bytes {
+        if !self.unchanged {
+            changes.fillers_changed += 1;
+        }
+        // `extend` keeps the span within an i32 delta.
+        let delta = i32::try_from(self.last_offset - self.base_offset).unwrap_or(i32::MAX);
+        batch::filler(
+            self.base_offset,
+            delta,
+            self.partition_leader_epoch,
+            self.max_timestamp,
+        )
     }
 }
 
@@ -203,5 +398,127 @@ fn corrupt(header: &BatchHeader, e: batch::BatchError) -> LogError {
     LogError::Corrupt {
         offset: header.base_offset,
         reason: format!("records of a stored batch do not decode: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::LogConfig;
+    use bytes::Bytes;
+    use idem_proto::batch::{Batches, ProducerInfo, Record};
+
+    fn update(key: &str, value: &str, producer: ProducerInfo) -> Vec<u8> {
+        let record = Record {
+            key: Some(Bytes::copy_from_slice(key.as_bytes())),
+            value: Some(Bytes::copy_from_slice(value.as_bytes())),
+            headers: Vec::new(),
+            timestamp_ms: 1_000,
+        };
+        batch::encode(producer, 0, &[record]).to_vec()
+    }
+
+    /// `(base, last, leader epoch, records, producer id)` of every batch of the log.
+    fn batches(log: &PartitionLog) -> Vec<(i64, i64, i32, i32, i64)> {
+        let all = log
+            .read(log.log_start_offset(), usize::MAX, i64::MAX)
+            .expect("read");
+        Batches::new(&all)
+            .map(|b| {
+                let (h, _) = b.expect("valid batch");
+                (
+                    h.base_offset,
+                    h.last_offset(),
+                    h.partition_leader_epoch,
+                    h.record_count,
+                    h.producer_id,
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn given_emptied_batches_in_two_leader_epochs_then_one_filler_per_epoch_and_the_last_batch_of_a_producer_stays(
+    ) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut log, _) = PartitionLog::open(dir.path(), LogConfig::default()).expect("open");
+        let idempotent = |seq| ProducerInfo {
+            producer_id: 7,
+            producer_epoch: 0,
+            base_sequence: seq,
+        };
+        // Offsets 0-5 update one key; 1 is producer 7's only batch; epochs 0,0,0,1,1,1.
+        for (offset, epoch) in [0, 0, 0, 1, 1, 1].into_iter().enumerate() {
+            let producer = if offset == 1 {
+                idempotent(0)
+            } else {
+                ProducerInfo::NONE
+            };
+            log.append(&update("k", &format!("v{offset}"), producer), epoch)
+                .expect("append");
+        }
+        log.roll_now().expect("roll");
+        let rules = CleaningRules {
+            clean_below: log.active_segment_base(),
+            now_ms: 2_000,
+            delete_retention_ms: 0,
+        };
+        let report = log
+            .clean(
+                rules,
+                0,
+                |_, _| false,
+                |producer| (producer == 7).then_some(1),
+            )
+            .expect("clean");
+        assert_eq!(
+            (
+                report.records_removed,
+                report.batches_removed,
+                report.producers
+            ),
+            (5, 4, 1),
+            "{report:?}"
+        );
+        let expected = vec![
+            (0, 0, 0, 0, -1),
+            (1, 1, 0, 0, 7), // producer 7's last batch, emptied, stays
+            (2, 2, 0, 0, -1),
+            (3, 4, 1, 0, -1), // fillers merge within an epoch, never across
+            (5, 5, 1, 1, -1),
+        ];
+        assert_eq!(batches(&log), expected);
+        // Cleaning again changes nothing (fillers are written back as they are).
+        let again = log
+            .clean(
+                CleaningRules {
+                    now_ms: 5_000,
+                    ..rules
+                },
+                0,
+                |_, _| false,
+                |producer| (producer == 7).then_some(1),
+            )
+            .expect("clean");
+        assert_eq!(again.rewritten, 0, "{again:?}");
+        // Once the producer is forgotten its emptied batch joins the filler before it.
+        log.clean(
+            CleaningRules {
+                now_ms: 9_000,
+                ..rules
+            },
+            0,
+            |_, _| false,
+            |_| None,
+        )
+        .expect("clean");
+        let merged = vec![(0, 2, 0, 0, -1), (3, 4, 1, 0, -1), (5, 5, 1, 1, -1)];
+        assert_eq!(batches(&log), merged);
+        // The cleaned segment reopens as it is (recovery accepts fillers).
+        drop(log);
+        let (log, report) = PartitionLog::open(dir.path(), LogConfig::default()).expect("reopen");
+        assert_eq!(report.reason, None);
+        assert_eq!(batches(&log), merged);
+        assert_eq!(log.log_end_offset(), 6);
     }
 }

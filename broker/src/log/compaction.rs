@@ -15,8 +15,9 @@
 //!   value has that long to see the deletion.
 //! - Records without a key (written before the topic was compacted; a compacted topic
 //!   refuses new ones) stay.
-//! - Batches stay, emptied if need be, and control batches (transaction markers) stay:
-//!   offsets, producer sequence ranges and transaction boundaries are unchanged.
+//! - Batch boundaries and offsets never change: which batches are removed (turned into
+//!   fillers) is [`batch_removal`](super::batch_removal)'s decision, made once this one
+//!   said what each batch keeps.
 
 use std::collections::HashMap;
 

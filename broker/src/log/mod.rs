@@ -5,6 +5,7 @@
 //! never a reason for `open` to fail. Synchronous: the caller wraps it in a mutex and
 //! fsyncs through a [`SyncPoint`] after releasing it. On-disk format: docs/format.md.
 
+pub mod batch_removal;
 mod checkpoint;
 mod cleaner;
 pub mod compaction;
@@ -1812,7 +1813,7 @@ mod tests {
             now_ms: 6_000,
             delete_retention_ms: 10_000,
         };
-        let report = log.clean(rules, 0, |_, _| false).expect("clean");
+        let report = log.clean(rules, 0, |_, _| false, |_| None).expect("clean");
         assert!(report.rewritten > 0 && report.keys == 4, "{report:?}");
         assert!(report.bytes_after < report.bytes_before, "{report:?}");
         assert_eq!(log.log_end_offset(), end);
@@ -1841,7 +1842,7 @@ mod tests {
             now_ms: 20_000,
             ..rules
         };
-        log.clean(later, 0, |_, _| false).expect("clean");
+        log.clean(later, 0, |_, _| false, |_| None).expect("clean");
         assert!(keyed_records(&log).iter().all(|r| r.1 != "k3"));
         // Every offset still reads: a fetch inside a cleaned batch gets that batch.
         for offset in log.log_start_offset()..log.log_end_offset() {
@@ -1865,11 +1866,13 @@ mod tests {
             now_ms: 1_500,
             delete_retention_ms: 0,
         };
-        let young = log.clean(rules, 1_000, |_, _| false).expect("clean");
+        let young = log
+            .clean(rules, 1_000, |_, _| false, |_| None)
+            .expect("clean");
         assert_eq!((young.segments, young.rewritten), (0, 0));
         assert_eq!(keyed_records(&log), before);
         // Every batch "aborted": nothing is anyone's latest, all of it goes.
-        log.clean(rules, 0, |_, _| true).expect("clean");
+        log.clean(rules, 0, |_, _| true, |_| None).expect("clean");
         // Batches are not transactional here, so nothing counts as aborted: the
         // latest value stays, the rest goes.
         let after = keyed_records(&log);

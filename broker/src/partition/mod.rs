@@ -615,6 +615,22 @@ impl Partition {
                 if header.last_offset() < log_end {
                     continue; // the leader answered from the start of a batch we have
                 }
+                if header.is_filler() && header.base_offset < log_end {
+                    // The leader's cleaner merged removed batches into one filler, over
+                    // offsets this replica holds as separate batches: the part past the
+                    // log end stands for the same (record-less) offsets.
+                    let delta = i32::try_from(header.last_offset() - log_end).map_err(|_| {
+                        BrokerError::InvalidRequest("filler spans too many offsets".into())
+                    })?;
+                    let rest = batch::filler(
+                        log_end,
+                        delta,
+                        header.partition_leader_epoch,
+                        header.max_timestamp,
+                    );
+                    self.append_to_log(&mut inner, &rest, header.partition_leader_epoch)?;
+                    continue;
+                }
                 if header.base_offset != log_end {
                     return Err(BrokerError::InvalidRequest(format!(
                         "replicated batch starts at {} but the log ends at {log_end}",

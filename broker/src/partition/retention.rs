@@ -61,7 +61,8 @@ impl Partition {
 
     /// Applies the `compact` cleanup policy at `now_ms`: each key keeps its latest record
     /// in the sealed segments below the last stable offset (see `log::compaction`).
-    /// Every replica compacts its own log by the same rules; offsets never change.
+    /// Every replica compacts its own log by the same rules; offsets never change (removed
+    /// batches and markers become fillers), and each producer's last batch stays.
     /// Holds the partition lock while it cleans (produce waits), like the retention pass.
     pub fn compact(&self, now_ms: i64) -> Result<CleanReport, BrokerError> {
         let settings = self.topic_settings();
@@ -75,11 +76,27 @@ impl Partition {
             now_ms,
             delete_retention_ms: settings.delete_retention_ms,
         };
-        let PartitionInner { log, txns, .. } = &mut *inner;
+        let PartitionInner {
+            log,
+            txns,
+            producers,
+            ..
+        } = &mut *inner;
+        // The producer state's batch cache empties at each marker: then the producer's
+        // last batch is a marker, and the cleaner keeps its last one among what it cleans.
+        let last_data_batch = |producer_id| {
+            producers.get(producer_id).map(|entry| {
+                entry
+                    .batches
+                    .back()
+                    .map_or(i64::MIN, |batch| batch.first_offset)
+            })
+        };
         Ok(log.clean(
             rules,
             settings.min_compaction_lag_ms,
             |producer_id, offset| txns.is_aborted(producer_id, offset),
+            last_data_batch,
         )?)
     }
 

@@ -2,6 +2,7 @@
 //! retries, the LSO, read_committed filtering, and the transaction state rebuilt after a
 //! reopen and a truncation exactly as it was built by appends.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use idem_proto::batch::{self, ProducerInfo, Record, ATTR_TRANSACTIONAL};
@@ -10,6 +11,7 @@ use idem_proto::v1::{ControlType, IsolationLevel};
 use idem_proto::ErrorCode;
 
 use crate::log::ReadLimit;
+use crate::txn_index::segment_file;
 
 use super::*;
 
@@ -947,4 +949,201 @@ async fn given_retention_deleted_an_idle_producers_batches_when_a_follower_trunc
         .expect("a replay of it is answered");
     assert!(replay.duplicate && replay.base_offset == next, "{replay:?}");
     assert_eq!(follower.offsets().log_end_offset, next + 1);
+}
+
+/// A transactional batch of one keyed record.
+fn keyed_txn(producer_id: i64, epoch: i16, key: &str, value: &str) -> Vec<u8> {
+    let producer = ProducerInfo {
+        producer_id,
+        producer_epoch: epoch,
+        base_sequence: 0,
+    };
+    let record = Record {
+        key: Some(bytes::Bytes::copy_from_slice(key.as_bytes())),
+        value: Some(bytes::Bytes::copy_from_slice(value.as_bytes())),
+        ..Record::default()
+    };
+    batch::encode(producer, ATTR_TRANSACTIONAL, &[record]).to_vec()
+}
+
+/// `(key, value)` of every record a read_committed consumer gets from the log start,
+/// moving its position as the SDK does; and how many batches it was handed.
+fn committed_records(p: &Partition) -> (Vec<(String, String)>, usize) {
+    let mut offset = p.offsets().log_start_offset;
+    let (mut out, mut batches) = (Vec::new(), 0);
+    loop {
+        let read = p
+            .read_for_consumer(offset, ReadLimit::at_least_one(1 << 20), COMMITTED)
+            .expect("read");
+        let mut next = read.next_fetch_offset;
+        for item in stored_batches(&read.records) {
+            let (header, bytes) = item.expect("batch");
+            batches += 1;
+            for r in batch::records(bytes).expect("records") {
+                if r.offset >= offset {
+                    let text = |b: Option<bytes::Bytes>| {
+                        String::from_utf8_lossy(&b.unwrap_or_default()).into_owned()
+                    };
+                    out.push((text(r.key), text(r.value)));
+                }
+            }
+            next = next.max(header.next_offset());
+        }
+        if next == offset {
+            return (out, batches);
+        }
+        offset = next;
+    }
+}
+
+/// Producer 1 runs `count` transactions on keys k0-k2 (BEGIN, one record, COMMIT or,
+/// every fourth, ABORT; each end bumps the epoch as the coordinator does); returns each
+/// key's committed value.
+async fn transactions(p: &Partition, from: i16, count: i16) -> BTreeMap<String, String> {
+    let mut committed = BTreeMap::new();
+    for txn in from..from + count {
+        let (key, value) = (format!("k{}", txn % 3), format!("value-{txn}"));
+        marker(p, 1, txn, ControlType::Begin).await.expect("begin");
+        produce(p, &keyed_txn(1, txn, &key, &value))
+            .await
+            .expect("data");
+        let commit = txn % 4 != 3;
+        let end = if commit {
+            ControlType::Commit
+        } else {
+            ControlType::Abort
+        };
+        marker(p, 1, txn + 1, end).await.expect("end");
+        if commit {
+            committed.insert(key, value);
+        }
+    }
+    committed
+}
+
+fn latest(records: &[(String, String)]) -> BTreeMap<String, String> {
+    records.iter().cloned().collect()
+}
+
+#[tokio::test]
+async fn given_compacted_transactions_when_cleaned_past_the_horizon_then_markers_go_and_readers_replicas_and_restarts_agree(
+) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = Partition::open("ledger", 0, &dir.path().join("leader"), settings(), 1)
+        .expect("open leader");
+    configure(
+        &p,
+        &[
+            ("cleanup.policy", "compact"),
+            ("delete.retention.ms", "100"),
+        ],
+    );
+    let model = transactions(&p, 0, 120).await;
+    p.lock().log.roll_now().expect("roll");
+    let end = p.offsets().log_end_offset;
+    assert_eq!(end, 360);
+    let (before, _) = committed_records(&p);
+    assert_eq!(latest(&before), model);
+    let epoch_end = p.epoch_end(0);
+    // A follower that copied part of the log before it was cleaned.
+    let follower = Partition::open("ledger", 0, &dir.path().join("follower"), settings(), 2)
+        .expect("open follower");
+    follower.set_replication(Role::Follower { leader: 1 }, 5, vec![1, 2], vec![1, 2], 1);
+    let fetch = |offset: i64, limit: usize| {
+        p.read_for_follower(2, offset, ReadLimit::at_least_one(limit), None)
+            .expect("read for follower")
+            .records
+    };
+    while follower.offsets().log_end_offset < 100 {
+        let from = follower.offsets().log_end_offset;
+        follower
+            .append_replicated(&fetch(from, 1), 1, 5)
+            .await
+            .expect("replicate");
+    }
+
+    // Markers carry the broker's clock: cleaning happens after them.
+    let now = now_ms() + 1_000;
+    let first = p.compact(now).expect("clean");
+    assert!(
+        first.horizons_set > 0 && first.markers_removed == 0,
+        "{first:?}"
+    );
+    assert_eq!(first.producers, 1, "{first:?}");
+    let second = p.compact(now + 99).expect("clean");
+    assert_eq!(
+        second.segments, 0,
+        "nothing came due before the horizon: {second:?}"
+    );
+    let second = p.compact(now + 100).expect("clean");
+    assert!(second.markers_removed > 0, "{second:?}");
+    assert_eq!(second.horizons_set, 0, "{second:?}");
+    assert_eq!(p.offsets().log_end_offset, end);
+
+    // What stays: each key's latest committed record with its transaction's markers,
+    // and the producer's last batch (its last marker), in fillers' company.
+    let sealed_bytes = second.bytes_after;
+    let sealed = p.lock().log.sealed_segments().len() as u64;
+    let (after, handed) = committed_records(&p);
+    assert_eq!(latest(&after), model);
+    assert_eq!(after.len(), 3, "one record per key: {after:?}");
+    assert!(
+        sealed_bytes <= 3 * (2 * 61 + 100) + 61 + 61 * 8 * sealed,
+        "{sealed_bytes} bytes in {sealed} sealed segments"
+    );
+    assert!(
+        handed < 40,
+        "fillers merged: {handed} batches handed to the consumer"
+    );
+    let offsets = p.offsets();
+    assert_eq!(offsets.last_stable_offset, offsets.high_watermark);
+    assert!(p.open_transactions().is_empty());
+    assert_eq!(
+        p.epoch_end(0),
+        epoch_end,
+        "the leader-epoch history is unchanged"
+    );
+
+    // The follower goes on from the middle of what became one filler.
+    while follower.offsets().log_end_offset < end {
+        let from = follower.offsets().log_end_offset;
+        follower
+            .append_replicated(&fetch(from, 1 << 20), 1, 5)
+            .await
+            .expect("replicate");
+    }
+    follower.follow_high_watermark(end);
+    assert_eq!(latest(&committed_records(&follower).0), model);
+    assert!(follower.open_transactions().is_empty());
+
+    // A restart that replays the cleaned log from its start (no producer snapshot, no
+    // transaction index file) finds no transaction open and the producer where it was.
+    drop(p);
+    let leader_dir = dir.path().join("leader");
+    producer_state::delete_snapshots_above(&leader_dir, -1).expect("delete snapshots");
+    segment_file::delete_from(&leader_dir, i64::MIN).expect("delete txn index files");
+    let p = Partition::open("ledger", 0, &leader_dir, settings(), 1).expect("reopen");
+    configure(
+        &p,
+        &[
+            ("cleanup.policy", "compact"),
+            ("delete.retention.ms", "100"),
+        ],
+    );
+    let offsets = p.offsets();
+    assert_eq!(offsets.last_stable_offset, end);
+    assert!(p.open_transactions().is_empty());
+    assert_eq!(latest(&committed_records(&p).0), model);
+    assert_eq!(
+        code_of(produce(&p, &keyed_txn(1, 119, "k0", "zombie")).await),
+        ErrorCode::InvalidProducerEpoch,
+        "the producer's epoch was rebuilt from its last marker"
+    );
+    let mut model = model;
+    model.extend(transactions(&p, 120, 4).await);
+    assert_eq!(latest(&committed_records(&p).0), model);
+}
+
+fn code_of(r: Result<i64, BrokerError>) -> ErrorCode {
+    r.expect_err("refused").code()
 }

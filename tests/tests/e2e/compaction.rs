@@ -1,18 +1,22 @@
 //! Log compaction on real brokers (`cleanup.policy=compact`): a keyed topic updated far
 //! more often than it has keys is compacted on every replica to each key's latest value
 //! (compared with a model), tombstones vanish after `delete.retention.ms`, a transactional
-//! topic never shows an aborted value to read_committed nor loses a committed one, and
-//! a record without a key is refused.
+//! topic never shows an aborted value to read_committed nor loses a committed one, a
+//! compacted topic written by transactions stays bounded by its live keys (markers and
+//! emptied batches become fillers) with its producers' state intact, and a record without
+//! a key is refused.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
 use idem_client::{
-    Admin, Consumer, ConsumerConfig, ConsumerRecord, ErrorCode, Isolation, NewTopic, OffsetSpec,
-    Producer, ProducerConfig, ProducerRecord,
+    Admin, AlterConfigOp, Consumer, ConsumerConfig, ConsumerRecord, ErrorCode, Isolation, NewTopic,
+    OffsetSpec, Producer, ProducerConfig, ProducerRecord,
 };
+use idem_proto::batch::{self, ProducerInfo, Record};
 use idem_proto::txn::TXN_LOG_TOPIC;
+use idem_proto::v1::ControlType;
 use idem_tests::raw;
 use idem_tests::txn;
 use idem_tests::wait::{seen_if, wait_until, PATIENCE};
@@ -165,7 +169,7 @@ async fn given_100_keys_and_100000_updates_then_every_replica_compacts_to_the_la
     let (values, _) = latest(&read);
     assert_eq!(values, model, "each key's latest value, deleted keys gone");
     // Every replica cleaned its own copy: over 3 MB of updates went in; what stays is
-    // 90 records and the emptied batches' headers (61 bytes each).
+    // 90 records and the fillers left where batches went (61 bytes each, merged).
     for id in cluster.ids() {
         wait_until(PATIENCE, "the replica compacted on disk", || {
             let bytes = segment_bytes(cluster.broker(id).data_dir(), TOPIC);
@@ -436,4 +440,356 @@ async fn given_a_broker_killed_while_it_compacts_then_it_restarts_with_every_key
         },
     )
     .await;
+}
+
+/// `(sealed segments, their bytes)` of partition 0 of `topic`: every `.log` file but the
+/// active (last) one.
+fn sealed_segments(data_dir: &Path, topic: &str) -> (u64, u64) {
+    let mut sizes: Vec<(String, u64)> = std::fs::read_dir(data_dir.join(format!("{topic}-0")))
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .filter(|e| e.file_name().to_string_lossy().ends_with(".log"))
+                .filter_map(|e| {
+                    let len = e.metadata().ok()?.len();
+                    Some((e.file_name().to_string_lossy().into_owned(), len))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    sizes.sort();
+    sizes.pop();
+    (sizes.len() as u64, sizes.iter().map(|(_, len)| len).sum())
+}
+
+/// Deletes the producer-state snapshots and transaction index files of partition 0 of
+/// `topic`, so the broker rebuilds both by replaying the (cleaned) log from its start.
+fn forget_derived_state(data_dir: &Path, topic: &str) {
+    let dir = data_dir.join(format!("{topic}-0"));
+    for entry in std::fs::read_dir(&dir).expect("partition dir").flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.ends_with(".snapshot") || name.ends_with(".txnindex") {
+            std::fs::remove_file(entry.path()).expect("remove derived state");
+        }
+    }
+}
+
+/// A value of exactly `VALUE_BYTES` bytes.
+fn padded(text: &str) -> String {
+    format!("{text:-<VALUE_BYTES$}")
+}
+
+const VALUE_BYTES: usize = 100;
+
+/// A producer driven by hand (id, epochs and markers as a coordinator would write them),
+/// so its lost responses can be replayed byte for byte.
+const RAW_PRODUCER: i64 = 1 << 40;
+
+fn raw_txn_batch(epoch: i16, value: &str) -> bytes::Bytes {
+    let record = Record {
+        key: Some(bytes::Bytes::from_static(b"raw")),
+        value: Some(bytes::Bytes::from(padded(value))),
+        headers: Vec::new(),
+        timestamp_ms: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64),
+    };
+    let producer = ProducerInfo {
+        producer_id: RAW_PRODUCER,
+        producer_epoch: epoch,
+        base_sequence: 0,
+    };
+    batch::encode(producer, batch::ATTR_TRANSACTIONAL, &[record])
+}
+
+async fn raw_marker(
+    client: &mut raw::RawClient,
+    topic: &str,
+    epoch: i16,
+    control: ControlType,
+) -> ErrorCode {
+    let marker = raw::Marker {
+        topic,
+        partition: 0,
+        producer_id: RAW_PRODUCER,
+        producer_epoch: i32::from(epoch),
+        control,
+        coordinator_epoch: 0,
+    };
+    raw::write_marker(client, marker).await.error_code()
+}
+
+/// Waits until partition 0 of `topic` answers again and its last stable offset is its
+/// high watermark (no transaction left open); returns that end.
+async fn stable_end(bootstrap: &str, topic: &str) -> i64 {
+    let (end, _) = wait_until(
+        PATIENCE,
+        "the partition serves, nothing open",
+        || async move {
+            let Ok(admin) = Admin::connect(bootstrap).await else {
+                return seen_if(-1, false);
+            };
+            let committed = admin
+                .list_offsets(topic, 0, OffsetSpec::Latest, Isolation::ReadCommitted)
+                .await;
+            let all = admin
+                .list_offsets(topic, 0, OffsetSpec::Latest, Isolation::ReadUncommitted)
+                .await;
+            match (committed, all) {
+                (Ok(c), Ok(a)) => seen_if(c, c == a),
+                _ => seen_if(-1, false),
+            }
+        },
+    )
+    .await;
+    end
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_hundreds_of_transactions_on_few_keys_when_cleaned_then_the_log_is_bounded_by_its_keys_and_the_producers_go_on(
+) {
+    const TOPIC: &str = "txn-bounded";
+    const KEYS: usize = 5;
+    const TXNS: usize = 300;
+    const RAW_TXNS: i16 = 20;
+    let mut cluster = Cluster::start_with_coordinators(
+        1,
+        1,
+        &[
+            "--segment-bytes",
+            "16384",
+            "--log-retention-check-interval-ms",
+            "100",
+        ],
+        &[],
+    )
+    .await;
+    let bootstrap = cluster.bootstrap();
+    let admin = Admin::connect(&bootstrap).await.expect("admin");
+    // Nothing is cleaned while the history is written (an hour of lag), so its size can
+    // be measured; then the lag goes to 0.
+    admin
+        .create_topic_with(
+            NewTopic::new(TOPIC, 1)
+                .replication_factor(1)
+                .config("cleanup.policy", "compact")
+                .config("segment.ms", "1000")
+                .config("delete.retention.ms", "500")
+                .config("min.compaction.lag.ms", "3600000"),
+        )
+        .await
+        .expect("compacted topic created");
+    let mut model: BTreeMap<String, String> = BTreeMap::new();
+
+    // The hand-driven producer: 20 transactions, the last one aborted, so its last
+    // batch in the log is an ABORT marker whose transaction is empty: only the "last
+    // batch of each producer stays" rule keeps it, and with it the producer's epoch.
+    let mut client = raw::connect(&cluster.broker(1).bootstrap()).await;
+    for epoch in 0..RAW_TXNS {
+        let commit = epoch < RAW_TXNS - 1;
+        let value = format!(
+            "{}-raw-{epoch:02}",
+            if commit { "committed" } else { "aborted" }
+        );
+        assert_eq!(
+            raw_marker(&mut client, TOPIC, epoch, ControlType::Begin).await,
+            ErrorCode::None
+        );
+        let answer = raw::produce(&mut client, TOPIC, 0, raw_txn_batch(epoch, &value)).await;
+        assert_eq!(
+            answer.error_code(),
+            ErrorCode::None,
+            "{}",
+            answer.error_message
+        );
+        let end = if commit {
+            ControlType::Commit
+        } else {
+            ControlType::Abort
+        };
+        assert_eq!(
+            raw_marker(&mut client, TOPIC, epoch + 1, end).await,
+            ErrorCode::None
+        );
+        if commit {
+            model.insert("raw".into(), padded(&value));
+        }
+    }
+
+    // The SDK's transactional producer: one record per transaction, one in five aborted.
+    let producer = txn::producer(&bootstrap, "bounded").await;
+    for n in 0..TXNS {
+        let aborted = n % 5 == 4;
+        let key = format!("key-{}", n % KEYS);
+        let value = padded(&format!(
+            "{}-{n:04}",
+            if aborted { "aborted" } else { "committed" }
+        ));
+        producer.begin().expect("begin");
+        let delivery = producer
+            .send(
+                ProducerRecord::new(TOPIC, value.clone())
+                    .key(key.clone())
+                    .partition(0),
+            )
+            .await
+            .expect("send");
+        if aborted {
+            producer.abort().await.expect("abort");
+        } else {
+            delivery.await.expect("acknowledged");
+            producer.commit().await.expect("commit");
+            model.insert(key, value);
+        }
+    }
+    let data_dir = cluster.broker(1).data_dir().to_path_buf();
+    // segment.ms seals the active segment a second after its first batch.
+    let ((written_segments, written), _) = wait_until(PATIENCE, "the history sealed", || {
+        let sealed = sealed_segments(&data_dir, TOPIC);
+        let active_base = active_segment_base(&data_dir, TOPIC);
+        let admin = &admin;
+        async move {
+            let end = admin
+                .list_offsets(TOPIC, 0, OffsetSpec::Latest, Isolation::ReadUncommitted)
+                .await
+                .expect("end");
+            // 3 batches per transaction (BEGIN, data, end), one offset each.
+            let written = 3 * (TXNS as i64 + i64::from(RAW_TXNS));
+            seen_if(sealed, end == written && active_base == Some(end))
+        }
+    })
+    .await;
+    admin
+        .alter_configs(
+            TOPIC,
+            &[AlterConfigOp::set("min.compaction.lag.ms", "0")],
+            false,
+        )
+        .await
+        .expect("lag lifted");
+
+    // What may stay in the sealed segments once every horizon passed: per live key (5
+    // plus "raw") its record's batch and its transaction's COMMIT, per producer its last
+    // batch (a marker), and fillers: at most one between two kept batches plus one per
+    // segment. Record: length 4, timestamp delta 8, offset delta 4, key 4+<=5, value
+    // 4+100, header count 4 = 133 bytes; data batch 61+133 = 194; marker 61+38 = 99.
+    const DATA_BATCH: u64 = 194;
+    const MARKER: u64 = 99;
+    const FILLER: u64 = 61;
+    let live = (KEYS as u64 + 1) * (DATA_BATCH + MARKER) + 2 * MARKER;
+    let kept_batches = (KEYS as u64 + 1) * 2 + 2;
+    let bound = |segments: u64| live + FILLER * (kept_batches + 1 + segments);
+    let ((segments, cleaned), _) = wait_until(
+        PATIENCE,
+        "the sealed segments cleaned to their keys",
+        || {
+            let (segments, bytes) = sealed_segments(&data_dir, TOPIC);
+            async move { seen_if((segments, bytes), bytes <= bound(segments)) }
+        },
+    )
+    .await;
+    eprintln!(
+        "{} transactions: {written} bytes in {written_segments} sealed segments before cleaning, \
+         {cleaned} after (bound {})",
+        TXNS + RAW_TXNS as usize,
+        bound(segments)
+    );
+    assert!(cleaned * 20 < written, "{cleaned} of {written} bytes stay");
+
+    let read = read_all(&bootstrap, TOPIC, Isolation::ReadCommitted).await;
+    assert!(
+        read.iter()
+            .all(|r| !text(&r.value).unwrap_or_default().starts_with("aborted")),
+        "read_committed saw an aborted value"
+    );
+    let (values, counts) = latest(&read);
+    assert_eq!(values, model, "each key's last committed value");
+    assert!(counts.values().all(|c| *c == 1), "{counts:?}");
+
+    // A restart that has to replay the cleaned log (snapshots and transaction index
+    // files gone): no transaction is left open, and the hand-driven producer is still at
+    // the epoch its last ABORT (a marker of an emptied transaction, kept as its last
+    // batch) moved it to.
+    cluster.kill(1);
+    forget_derived_state(&data_dir, TOPIC);
+    cluster.restart(1);
+    stable_end(&bootstrap, TOPIC).await;
+    let mut client = raw::connect(&cluster.broker(1).bootstrap()).await;
+    assert_eq!(
+        raw_marker(&mut client, TOPIC, RAW_TXNS - 1, ControlType::Begin).await,
+        ErrorCode::InvalidProducerEpoch,
+        "a zombie at the epoch before the last ABORT is fenced"
+    );
+    assert_eq!(
+        raw_marker(&mut client, TOPIC, RAW_TXNS, ControlType::Begin).await,
+        ErrorCode::None
+    );
+    let batch = raw_txn_batch(RAW_TXNS, "committed-raw-after");
+    let sent = raw::produce(&mut client, TOPIC, 0, batch.clone()).await;
+    assert_eq!(sent.error_code(), ErrorCode::None, "{}", sent.error_message);
+    // Its answer is lost, the broker restarts, and the retry is a duplicate.
+    cluster.restart(1);
+    // Its transaction is open: the partition serves once its end is back.
+    wait_until(PATIENCE, "the partition serves again", || {
+        let bootstrap = &bootstrap;
+        async move {
+            let end = match Admin::connect(bootstrap).await {
+                Ok(admin) => admin
+                    .list_offsets(TOPIC, 0, OffsetSpec::Latest, Isolation::ReadUncommitted)
+                    .await
+                    .unwrap_or(-1),
+                Err(_) => -1,
+            };
+            seen_if(end, end == sent.base_offset + 1)
+        }
+    })
+    .await;
+    let mut client = raw::connect(&cluster.broker(1).bootstrap()).await;
+    let retry = raw::produce(&mut client, TOPIC, 0, batch).await;
+    assert_eq!(
+        retry.error_code(),
+        ErrorCode::None,
+        "{}",
+        retry.error_message
+    );
+    assert_eq!(
+        retry.base_offset, sent.base_offset,
+        "the retry is a duplicate"
+    );
+    assert_eq!(
+        raw_marker(&mut client, TOPIC, RAW_TXNS + 1, ControlType::Commit).await,
+        ErrorCode::None
+    );
+    model.insert("raw".into(), padded("committed-raw-after"));
+
+    // The SDK producer goes on transactionally after the restarts.
+    for n in 0..3 {
+        let (key, value) = (format!("key-{n}"), padded(&format!("committed-after-{n}")));
+        producer.begin().expect("begin");
+        producer
+            .send(
+                ProducerRecord::new(TOPIC, value.clone())
+                    .key(key.clone())
+                    .partition(0),
+            )
+            .await
+            .expect("send")
+            .await
+            .expect("acknowledged");
+        producer.commit().await.expect("commit after the restart");
+        model.insert(key, value);
+    }
+    stable_end(&bootstrap, TOPIC).await;
+    let read = read_all(&bootstrap, TOPIC, Isolation::ReadCommitted).await;
+    assert_eq!(
+        latest(&read).0,
+        model,
+        "each key's last committed value after the restarts"
+    );
+}
+
+/// The base offset of the active segment of partition 0 of `topic` (its file name).
+fn active_segment_base(data_dir: &Path, topic: &str) -> Option<i64> {
+    idem_tests::segments::active_segment(&data_dir.join(format!("{topic}-0")))
+        .and_then(|path| path.file_stem()?.to_str()?.parse::<i64>().ok())
 }
