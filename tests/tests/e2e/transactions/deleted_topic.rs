@@ -6,11 +6,15 @@
 //! and the transactional id runs its next transaction. A topic deleted and created again
 //! under the name gets the marker of a partition it still has: a lone marker of a
 //! producer with no transaction there, which the broker appends and which ends nothing.
+//! `idem dev` (a solo coordinator, whose catalog is its single-node broker's topic
+//! list) drops them the same way.
 
 use idem_client::{Admin, Isolation, ProducerRecord, TransactionalProducer};
 use idem_tests::txn::{self, values, wait_until_stable};
 use idem_tests::wait::{seen_if, wait_until, PATIENCE};
 use idem_tests::Cluster;
+
+use crate::cli::DevServer;
 
 const DELETED: &str = "deleted";
 const KEPT: &str = "kept";
@@ -26,6 +30,19 @@ async fn send(producer: &TransactionalProducer, topic: &str, partition: i32, val
         .expect("acked");
 }
 
+/// Opens a transaction of `ID` that wrote `v-<topic>-<p>` to every partition of
+/// DELETED and KEPT.
+async fn open_transaction(bootstrap: &str) -> TransactionalProducer {
+    let producer = txn::producer(bootstrap, ID).await;
+    producer.begin().expect("begin");
+    for topic in [DELETED, KEPT] {
+        for p in 0..PARTITIONS {
+            send(&producer, topic, p, &format!("v-{topic}-{p}")).await;
+        }
+    }
+    producer
+}
+
 /// A cluster with DELETED and KEPT (2 partitions each, RF 3) and a producer whose open
 /// transaction wrote `v-<topic>-<p>` to every partition of both.
 async fn open_transaction_over_both() -> (Cluster, String, TransactionalProducer) {
@@ -33,13 +50,7 @@ async fn open_transaction_over_both() -> (Cluster, String, TransactionalProducer
     cluster.create_topic(DELETED, PARTITIONS, 3).await;
     cluster.create_topic(KEPT, PARTITIONS, 3).await;
     let bootstrap = cluster.bootstrap();
-    let producer = txn::producer(&bootstrap, ID).await;
-    producer.begin().expect("begin");
-    for topic in [DELETED, KEPT] {
-        for p in 0..PARTITIONS {
-            send(&producer, topic, p, &format!("v-{topic}-{p}")).await;
-        }
-    }
+    let producer = open_transaction(&bootstrap).await;
     (cluster, bootstrap, producer)
 }
 
@@ -109,6 +120,39 @@ async fn given_a_transaction_over_two_topics_when_one_is_deleted_before_the_comm
         values(&bootstrap, KEPT, &all, Isolation::ReadCommitted).await,
         vec!["v-kept-0", "next", "v-kept-1"]
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_idem_dev_when_a_topic_of_an_open_transaction_is_deleted_then_the_commit_completes_on_the_solo_coordinator(
+) {
+    let data_dir = tempfile::tempdir().expect("data dir");
+    let dev = DevServer::start(data_dir.path(), "127.0.0.1:0");
+    let bootstrap = dev.addr.clone();
+    let admin = Admin::connect(&bootstrap).await.expect("admin");
+    for topic in [DELETED, KEPT] {
+        admin
+            .create_topic(topic, PARTITIONS, 1)
+            .await
+            .expect("create topic");
+    }
+    let producer = open_transaction(&bootstrap).await;
+    admin.delete_topic(DELETED).await.expect("delete");
+
+    producer.commit().await.expect("commit");
+    completed(&bootstrap, "CompleteCommit").await;
+    let all: Vec<i32> = (0..PARTITIONS).collect();
+    wait_until_stable(&bootstrap, KEPT, &all).await;
+    assert_eq!(
+        values(&bootstrap, KEPT, &all, Isolation::ReadCommitted).await,
+        vec!["v-kept-0", "v-kept-1"]
+    );
+    producer.begin().expect("begin");
+    send(&producer, KEPT, 0, "next").await;
+    producer
+        .commit()
+        .await
+        .expect("the next transaction commits");
+    completed(&bootstrap, "CompleteCommit").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
