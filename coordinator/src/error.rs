@@ -35,6 +35,10 @@ pub enum CoordinatorError {
         transactional_id: String,
         reason: crate::txn::change::IllegalChange,
     },
+    /// A topic key of the etcd catalog does not decode: the topic is not taken for
+    /// deleted on that account.
+    #[error("topic catalog key {key}: {reason}")]
+    CorruptCatalog { key: String, reason: String },
     #[error("broker connection: {0}")]
     Client(#[from] ClientError),
     #[error(transparent)]

@@ -11,6 +11,7 @@
 //! - [`txn`]: the pure rules (states, the decider).
 //! - [`log`]: the transaction log's records, writer and loader.
 //! - [`ownership`]: which log partitions this coordinator owns (etcd or solo).
+//! - [`topic_catalog`]: whether a topic exists, asked of the catalog (etcd or solo).
 //! - [`core`]: the shell that carries the decider's effects out.
 //! - [`service`], [`server`], [`config`]: the gRPC service and the process.
 
@@ -25,6 +26,7 @@ pub mod producer_ids;
 mod retry;
 pub mod server;
 pub mod service;
+pub mod topic_catalog;
 pub mod txn;
 
 pub use config::CoordinatorConfig;

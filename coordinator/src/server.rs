@@ -32,6 +32,9 @@ use crate::ownership::Ownership;
 use crate::producer_ids::{BrokerProducerIds, SharedProducerIds};
 use crate::retry;
 use crate::service::TxnCoordinatorService;
+use crate::topic_catalog::etcd::EtcdTopicCatalog;
+use crate::topic_catalog::solo::SoloTopicCatalog;
+use crate::topic_catalog::TopicCatalog;
 
 /// How often health looks at the slices and the lease: the lease is a clock compared
 /// against the TTL, which no event announces.
@@ -106,6 +109,12 @@ impl BoundCoordinator {
                 pids.clone(),
             )?),
         };
+        let catalog: Arc<dyn TopicCatalog> = match &mode {
+            Mode::Etcd => Arc::new(
+                EtcdTopicCatalog::connect(&config.etcd_endpoints, &config.etcd_prefix).await?,
+            ),
+            Mode::Solo(_) => Arc::new(SoloTopicCatalog::new(conn.clone())),
+        };
         let core = Coordinator::new(
             CoreSettings {
                 coordinator_id: config.coordinator_id,
@@ -113,6 +122,7 @@ impl BoundCoordinator {
                 transactional_id_expiration_ms: config.transactional_id_expiration_ms,
             },
             conn,
+            catalog,
             pids,
             ownership.clone(),
         );

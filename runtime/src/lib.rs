@@ -16,7 +16,8 @@
 //! - [`logging`]: where a server's logs go (stderr, filtered by `IDEM_LOG`);
 //! - [`log_limit`]: a limit on how often a repeating failure is logged;
 //! - [`atomic_file`], [`clock`]: replacing a file crash-safely, and the wall clock;
-//! - [`config_error`]: a setting refused at start, naming its flag.
+//! - [`config_error`]: a setting refused at start, naming its flag;
+//! - [`topic_catalog`]: the etcd keys of the topic catalog, for its readers.
 
 pub mod atomic_file;
 pub mod clock;
@@ -31,4 +32,5 @@ pub mod log_limit;
 pub mod logging;
 pub mod shutdown;
 pub mod stop;
+pub mod topic_catalog;
 pub mod until_deleted;

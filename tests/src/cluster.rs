@@ -372,6 +372,11 @@ impl Cluster {
         self.coordinators[index(id)].kill();
     }
 
+    /// SIGTERM: a graceful stop, which gives the coordinator's claims up at once.
+    pub fn stop_coordinator(&mut self, id: i32) {
+        self.coordinators[index(id)].stop();
+    }
+
     pub fn restart_coordinator(&mut self, id: i32) {
         self.coordinators[index(id)].restart();
     }

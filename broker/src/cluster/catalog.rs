@@ -28,6 +28,7 @@ use etcd_client::{Client, Compare, CompareOp, GetOptions, Txn, TxnOp, TxnOpRespo
 use serde::{Deserialize, Serialize};
 
 use idem_runtime::etcd_call::{bounded, connect, EtcdCallError};
+use idem_runtime::topic_catalog;
 
 use crate::cluster::assignment::assign_replicas;
 use crate::coordinators::CoordinatorView;
@@ -109,11 +110,11 @@ impl EtcdCatalog {
     }
 
     fn topic_key(&self, name: &str) -> String {
-        format!("{}/topics/{name}", self.prefix)
+        topic_catalog::topic_key(&self.prefix, name)
     }
 
     fn partition_key(&self, name: &str, partition: i32) -> String {
-        format!("{}/partitions/{name}/{partition}", self.prefix)
+        topic_catalog::partition_key(&self.prefix, name, partition)
     }
 
     /// Creates a topic with its replicas spread over `live_brokers`; the first replica of
@@ -336,8 +337,8 @@ impl EtcdCatalog {
         )
         .await?;
         let revision = all.header().map_or(0, |h| h.revision());
-        let topics_dir = format!("{}/topics/", self.prefix);
-        let partitions_dir = format!("{}/partitions/", self.prefix);
+        let topics_dir = topic_catalog::topics_dir(&self.prefix);
+        let partitions_dir = topic_catalog::partitions_dir(&self.prefix);
         let coordinators_dir = format!("{}/coordinators/", self.prefix);
         let mut coordinators = CoordinatorView::default();
         let mut topics = BTreeMap::new();
@@ -448,7 +449,7 @@ impl EtcdCatalog {
     pub async fn delete_topic(&self, name: &str, mod_revision: i64) -> Result<bool, CatalogError> {
         let topic_key = self.topic_key(name);
         // Topic names hold no '/': this prefix is this topic's partitions and no other's.
-        let partitions = format!("{}/partitions/{name}/", self.prefix);
+        let partitions = topic_catalog::topic_partitions_dir(&self.prefix, name);
         let delete = Txn::new()
             .when([Compare::mod_revision(
                 topic_key.as_str(),
@@ -509,6 +510,30 @@ fn decode<T: for<'de> Deserialize<'de>>(key: &str, bytes: &[u8]) -> Result<T, Ca
 mod tests {
     use super::*;
     use crate::coordinators::{CoordinatorEpoch, CoordinatorMember, CoordinatorOwner};
+
+    #[test]
+    fn a_topic_key_as_written_reads_as_the_same_incarnation_for_the_coordinator() {
+        let spec = TopicSpec {
+            name: "orders".into(),
+            topic_id: crate::topic_id::TopicId::random(),
+            partitions: 6,
+            replication_factor: 3,
+            min_insync_replicas: 2,
+            unclean_leader_election: false,
+            config: Default::default(),
+        };
+        for status in [TopicStatus::Creating, TopicStatus::Ready] {
+            let record = TopicRecord {
+                spec: spec.clone(),
+                status,
+            };
+            let written = encode("k", &record).expect("encode");
+            let read = topic_catalog::decode_topic_incarnation(written.as_bytes())
+                .expect("the coordinator's decoder reads what the broker writes");
+            assert_eq!(read.topic_id, spec.topic_id.to_string());
+            assert_eq!(read.partitions, 6);
+        }
+    }
 
     #[test]
     fn given_a_partition_key_written_before_reassignment_then_it_reads_with_nothing_moving() {

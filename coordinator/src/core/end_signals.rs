@@ -73,6 +73,7 @@ mod tests {
 
     fn job(producer_epoch: i16) -> MarkerJob {
         MarkerJob {
+            transactional_id: "t".into(),
             log_partition: 0,
             producer_id: 7,
             producer_epoch,

@@ -7,9 +7,12 @@
 //! TRANSACTION_COORDINATOR_FENCED (or an epoch refusal of a COMMIT/ABORT) means a newer
 //! owner wrote markers for this producer: the claim is lost. A BEGIN refused for another
 //! reason is handed back to the caller (the producer is told); a COMMIT/ABORT is never
-//! given up, because the outcome is persisted and must reach every partition.
+//! given up, because the outcome is persisted and must reach every partition that
+//! exists: only a partition the topic catalog says is gone (its topic deleted) is
+//! dropped from it, as Kafka drops a deleted topic's partitions from its pending
+//! markers (`marker_fate.rs` decides).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use futures::future::join_all;
@@ -17,9 +20,11 @@ use idem_client::{ClientError, Connection};
 use idem_proto::v1::{ControlType, TxnTopicPartitions, WriteTxnMarkersRequest};
 use idem_proto::ErrorCode;
 
+use super::marker_fate::{asks_catalog, settle, MarkerOutcome, PartitionAnswer};
 use crate::error::CoordinatorError;
 use crate::ownership::token::OwnershipToken;
 use crate::retry::{self, Failed};
+use crate::topic_catalog::{TopicCatalog, TopicPresence};
 use crate::txn::decide::TopicPartition;
 
 const MARKER_TIMEOUT_MS: i32 = 10_000;
@@ -28,6 +33,8 @@ const BACKOFF_MAX: Duration = Duration::from_secs(2);
 /// One marker for one producer in a set of partitions.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MarkerJob {
+    /// Whose transaction this is (for logs).
+    pub transactional_id: String,
     /// The transaction log partition whose owner writes (for errors and logs).
     pub log_partition: i32,
     pub producer_id: i64,
@@ -35,39 +42,6 @@ pub struct MarkerJob {
     pub control: ControlType,
     pub coordinator_epoch: i32,
     pub partitions: BTreeSet<TopicPartition>,
-}
-
-/// What one partition's answer means.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MarkerOutcome {
-    Done,
-    Retry,
-    Fenced,
-    Refused,
-}
-
-/// Classifies one partition's answer to a marker of type `control`.
-pub fn classify_marker(control: ControlType, code: ErrorCode) -> MarkerOutcome {
-    use ErrorCode as E;
-    match code {
-        E::None => MarkerOutcome::Done,
-        E::TransactionCoordinatorFenced => MarkerOutcome::Fenced,
-        // A COMMIT/ABORT below the producer's epoch there: a newer coordinator already
-        // ended this transaction with a later marker.
-        E::InvalidProducerEpoch | E::ProducerFenced if control != ControlType::Begin => {
-            MarkerOutcome::Fenced
-        }
-        E::NotLeaderOrFollower
-        | E::LeaderNotAvailable
-        | E::FencedLeaderEpoch
-        | E::UnknownTopicOrPartition
-        | E::RequestTimedOut
-        | E::NotEnoughReplicas
-        | E::NotEnoughReplicasAfterAppend
-        | E::CoordinatorLoadInProgress
-        | E::UnknownServerError => MarkerOutcome::Retry,
-        _ => MarkerOutcome::Refused,
-    }
 }
 
 /// The request for one leader.
@@ -92,9 +66,12 @@ fn request(job: &MarkerJob, partitions: &[TopicPartition]) -> WriteTxnMarkersReq
     }
 }
 
-/// Writes `job` to every partition; returns once all answered NONE.
+/// Writes `job` to every partition; returns once all answered NONE, or, for a
+/// COMMIT/ABORT, were dropped because the topic catalog says they no longer exist
+/// (`marker_fate.rs`).
 pub async fn write_markers(
     conn: &Connection,
+    catalog: &dyn TopicCatalog,
     job: &MarkerJob,
     token: &OwnershipToken,
 ) -> Result<(), CoordinatorError> {
@@ -114,7 +91,7 @@ pub async fn write_markers(
                 "claim lost while writing markers",
             )));
         }
-        let refresh = send_round(conn, job, &mut pending)
+        let refresh = send_round(conn, catalog, job, &mut pending)
             .await
             .map_err(Failed::Stop)?;
         if pending.is_empty() {
@@ -138,22 +115,30 @@ pub async fn write_markers(
 /// Sends `job` once to every partition, without retrying, and returns the partitions
 /// that did not answer NONE (for whatever reason: the caller falls back to
 /// [`write_markers`] for them, which tells the reasons apart).
-pub async fn write_markers_once(conn: &Connection, job: &MarkerJob) -> BTreeSet<TopicPartition> {
+pub async fn write_markers_once(
+    conn: &Connection,
+    catalog: &dyn TopicCatalog,
+    job: &MarkerJob,
+) -> BTreeSet<TopicPartition> {
     let mut pending = job.partitions.clone();
-    if let Err(e) = send_round(conn, job, &mut pending).await {
+    if let Err(e) = send_round(conn, catalog, job, &mut pending).await {
         tracing::debug!(producer_id = job.producer_id, control = ?job.control, error = %e, "a single attempt of markers stopped");
     }
     pending
 }
 
 /// One round: one WriteTxnMarkers per leader for its partitions among `pending`, all
-/// leaders at once. Removes the partitions answered NONE; says whether metadata should
-/// be refreshed before another round.
+/// leaders at once, then the catalog's word on the topics that answered as deleted
+/// ones do. Removes the partitions answered NONE and those dropped; says whether
+/// metadata should be refreshed before another round.
 async fn send_round(
     conn: &Connection,
+    catalog: &dyn TopicCatalog,
     job: &MarkerJob,
     pending: &mut BTreeSet<TopicPartition>,
 ) -> Result<bool, CoordinatorError> {
+    // Each pending partition's answer this round, with the broker's message.
+    let mut answers: BTreeMap<TopicPartition, (PartitionAnswer, String)> = BTreeMap::new();
     let mut by_leader: HashMap<String, (_, Vec<TopicPartition>)> = HashMap::new();
     for tp in pending.iter() {
         match conn.leader_client(&tp.topic, tp.partition).await {
@@ -169,8 +154,19 @@ async fn send_round(
                     message: "no broker lists the partition".into(),
                 });
             }
+            Err(ClientError::UnknownTopic { .. }) => {
+                tracing::debug!(topic = %tp.topic, partition = tp.partition, "no broker lists the partition of a marker");
+                answers.insert(
+                    tp.clone(),
+                    (
+                        PartitionAnswer::NotInMetadata,
+                        "no broker lists the partition".into(),
+                    ),
+                );
+            }
             Err(e) => {
                 tracing::debug!(topic = %tp.topic, partition = tp.partition, error = %e, "no leader for a marker yet");
+                answers.insert(tp.clone(), (PartitionAnswer::NoAnswer, e.to_string()));
             }
         }
     }
@@ -181,16 +177,15 @@ async fn send_round(
             (partitions, answer)
         }
     });
-    let mut refresh = false;
-    // Every answer is read before stopping, so `pending` keeps only the partitions
-    // not done.
-    let mut stop = None;
     for (partitions, answer) in join_all(sends).await {
+        // A partition the response leaves out counts as unanswered.
+        for tp in &partitions {
+            answers.insert(tp.clone(), (PartitionAnswer::NoAnswer, String::new()));
+        }
         let response = match answer {
             Ok(response) => response,
             Err(e) => {
                 tracing::debug!(error = %e, producer_id = job.producer_id, "WriteTxnMarkers got no answer; retrying");
-                refresh = true;
                 continue;
             }
         };
@@ -204,40 +199,93 @@ async fn send_round(
             }
             let code =
                 ErrorCode::try_from(result.error_code).unwrap_or(ErrorCode::UnknownServerError);
-            match classify_marker(job.control, code) {
-                MarkerOutcome::Done => {
-                    pending.remove(&tp);
-                }
-                MarkerOutcome::Retry => refresh = true,
-                MarkerOutcome::Fenced => {
-                    stop.get_or_insert(CoordinatorError::ownership_lost(
-                        job.log_partition,
-                        format!(
-                            "{:?} marker for producer {} in {}/{}: {code:?} {}",
-                            job.control,
-                            job.producer_id,
-                            tp.topic,
-                            tp.partition,
-                            result.error_message
-                        ),
-                    ));
-                }
-                MarkerOutcome::Refused if job.control == ControlType::Begin => {
-                    stop.get_or_insert(CoordinatorError::Refused {
-                        what: format!("BEGIN in {}/{}", tp.topic, tp.partition),
-                        code,
-                        message: result.error_message,
-                    });
-                }
-                MarkerOutcome::Refused => {
-                    // The outcome is persisted: it must land. A refusal here is a
-                    // bug somewhere; keep trying, loudly.
-                    tracing::error!(topic = %tp.topic, partition = tp.partition, producer_id = job.producer_id, epoch = job.producer_epoch, ?code, message = %result.error_message, "a broker refuses a {:?} marker; retrying", job.control);
-                }
+            answers.insert(tp, (PartitionAnswer::Code(code), result.error_message));
+        }
+    }
+    let presence = read_catalog(catalog, job, &answers).await;
+    let mut refresh = false;
+    // Every answer is settled before stopping, so `pending` keeps only the partitions
+    // not done.
+    let mut stop = None;
+    for (tp, (answer, message)) in answers {
+        let in_catalog = presence.get(&tp.topic);
+        let code = match answer {
+            PartitionAnswer::Code(code) => code,
+            PartitionAnswer::NotInMetadata => ErrorCode::UnknownTopicOrPartition,
+            PartitionAnswer::NoAnswer => ErrorCode::RequestTimedOut,
+        };
+        match settle(job.control, answer, tp.partition, in_catalog) {
+            MarkerOutcome::Done => {
+                pending.remove(&tp);
+            }
+            MarkerOutcome::Dropped => {
+                let topic_id = match in_catalog {
+                    Some(TopicPresence::Present { topic_id, .. }) => topic_id.as_str(),
+                    _ => "",
+                };
+                tracing::warn!(
+                    transactional_id = %job.transactional_id,
+                    producer_id = job.producer_id,
+                    epoch = job.producer_epoch,
+                    control = ?job.control,
+                    topic = %tp.topic,
+                    partition = tp.partition,
+                    current_topic_id = topic_id,
+                    "the topic catalog no longer holds this partition (its topic was deleted): its marker is dropped"
+                );
+                pending.remove(&tp);
+            }
+            MarkerOutcome::Retry => refresh = true,
+            MarkerOutcome::Fenced => {
+                stop.get_or_insert(CoordinatorError::ownership_lost(
+                    job.log_partition,
+                    format!(
+                        "{:?} marker for producer {} in {}/{}: {code:?} {message}",
+                        job.control, job.producer_id, tp.topic, tp.partition,
+                    ),
+                ));
+            }
+            MarkerOutcome::Refused if job.control == ControlType::Begin => {
+                stop.get_or_insert(CoordinatorError::Refused {
+                    what: format!("BEGIN in {}/{}", tp.topic, tp.partition),
+                    code,
+                    message,
+                });
+            }
+            MarkerOutcome::Refused => {
+                // The outcome is persisted: it must land. A refusal here is a
+                // bug somewhere; keep trying, loudly.
+                tracing::error!(topic = %tp.topic, partition = tp.partition, producer_id = job.producer_id, epoch = job.producer_epoch, ?code, %message, "a broker refuses a {:?} marker; retrying", job.control);
             }
         }
     }
     stop.map_or(Ok(refresh), Err)
+}
+
+/// The catalog's word on every topic one of whose partitions answered as a deleted
+/// topic's does; a topic it cannot be read for is left out (its partitions are retried).
+async fn read_catalog(
+    catalog: &dyn TopicCatalog,
+    job: &MarkerJob,
+    answers: &BTreeMap<TopicPartition, (PartitionAnswer, String)>,
+) -> HashMap<String, TopicPresence> {
+    let topics: BTreeSet<&str> = answers
+        .iter()
+        .filter(|(_, (answer, _))| asks_catalog(job.control, *answer))
+        .map(|(tp, _)| tp.topic.as_str())
+        .collect();
+    let mut presence = HashMap::new();
+    for topic in topics {
+        match catalog.presence(topic).await {
+            Ok(found) => {
+                presence.insert(topic.to_string(), found);
+            }
+            Err(e) => {
+                tracing::debug!(topic, producer_id = job.producer_id, error = %e, "cannot ask the topic catalog; the marker is retried");
+            }
+        }
+    }
+    presence
 }
 
 #[cfg(test)]
@@ -252,51 +300,9 @@ mod tests {
     }
 
     #[test]
-    fn a_fenced_coordinator_stops_for_every_marker_type() {
-        for control in [ControlType::Begin, ControlType::Commit, ControlType::Abort] {
-            assert_eq!(
-                classify_marker(control, ErrorCode::TransactionCoordinatorFenced),
-                MarkerOutcome::Fenced
-            );
-            assert_eq!(
-                classify_marker(control, ErrorCode::None),
-                MarkerOutcome::Done
-            );
-            for code in [
-                ErrorCode::NotLeaderOrFollower,
-                ErrorCode::LeaderNotAvailable,
-                ErrorCode::NotEnoughReplicas,
-                ErrorCode::RequestTimedOut,
-                ErrorCode::UnknownTopicOrPartition,
-            ] {
-                assert_eq!(classify_marker(control, code), MarkerOutcome::Retry);
-            }
-        }
-    }
-
-    #[test]
-    fn an_epoch_refusal_fences_an_end_marker_but_is_told_to_the_producer_for_begin() {
-        assert_eq!(
-            classify_marker(ControlType::Commit, ErrorCode::InvalidProducerEpoch),
-            MarkerOutcome::Fenced
-        );
-        assert_eq!(
-            classify_marker(ControlType::Abort, ErrorCode::InvalidProducerEpoch),
-            MarkerOutcome::Fenced
-        );
-        assert_eq!(
-            classify_marker(ControlType::Begin, ErrorCode::InvalidProducerEpoch),
-            MarkerOutcome::Refused
-        );
-        assert_eq!(
-            classify_marker(ControlType::Begin, ErrorCode::InvalidTxnState),
-            MarkerOutcome::Refused
-        );
-    }
-
-    #[test]
     fn one_request_per_leader_groups_partitions_by_topic() {
         let job = MarkerJob {
+            transactional_id: "t".into(),
             log_partition: 3,
             producer_id: 9,
             producer_epoch: 4,

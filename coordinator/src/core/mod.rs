@@ -13,6 +13,7 @@
 //! found in it reached all its partitions and was completed.
 
 pub mod end_signals;
+pub mod marker_fate;
 pub mod markers;
 pub mod parking;
 pub mod partition;
@@ -50,6 +51,7 @@ use self::markers::{write_markers, write_markers_once, MarkerJob};
 use self::parking::{park_behind_holder, park_until_completed, Turn};
 use self::partition::LogPartition;
 use self::successor::Parked;
+use crate::topic_catalog::TopicCatalog;
 
 pub use self::refusal::{txn_error_code, Refusal};
 
@@ -86,6 +88,8 @@ impl Slot {
 pub struct Coordinator {
     settings: CoreSettings,
     conn: Connection,
+    /// Whether a topic a marker must reach still exists.
+    catalog: Arc<dyn TopicCatalog>,
     pids: SharedProducerIds,
     ownership: Arc<dyn Ownership>,
     /// `__transaction_state`'s partition count; 0 until known.
@@ -97,12 +101,14 @@ impl Coordinator {
     pub fn new(
         settings: CoreSettings,
         conn: Connection,
+        catalog: Arc<dyn TopicCatalog>,
         pids: SharedProducerIds,
         ownership: Arc<dyn Ownership>,
     ) -> Arc<Self> {
         Arc::new(Coordinator {
             settings,
             conn,
+            catalog,
             pids,
             ownership,
             partition_count: AtomicI32::new(0),
@@ -449,7 +455,7 @@ impl Coordinator {
         let effects = self
             .decide_with_fresh_id(transactional_id, current.as_ref(), &request)
             .await?;
-        let outcome = self.carry_out(part, effects, None).await;
+        let outcome = self.carry_out(part, transactional_id, effects, None).await;
         if outcome.is_ok() && part.successors.any(transactional_id) {
             // The registrations that parked meanwhile are carried out under the lock
             // after this answer, which does not wait for theirs.
@@ -487,7 +493,7 @@ impl Coordinator {
                 .decide_with_fresh_id(transactional_id, current.as_ref(), &parked.request)
                 .await
             {
-                Ok(effects) => self.carry_out(part, effects, None).await,
+                Ok(effects) => self.carry_out(part, transactional_id, effects, None).await,
                 Err(refusal) => Err(refusal),
             };
             let failed = outcome.is_err();
@@ -574,6 +580,7 @@ impl Coordinator {
     async fn carry_out(
         &self,
         part: &LogPartition,
+        transactional_id: &str,
         effects: Vec<Effect>,
         mut completing: Option<TxnMetadata>,
     ) -> Result<(Option<Reply>, Option<MarkerJob>), Refusal> {
@@ -602,8 +609,14 @@ impl Coordinator {
                     producer_epoch,
                     partitions,
                 } => {
-                    let job = begin_job(part, producer_id, producer_epoch, partitions);
-                    write_markers(&self.conn, &job, &part.token)
+                    let job = begin_job(
+                        part,
+                        transactional_id,
+                        producer_id,
+                        producer_epoch,
+                        partitions,
+                    );
+                    write_markers(&self.conn, &*self.catalog, &job, &part.token)
                         .await
                         .map_err(|e| self.refuse(part, e))?;
                 }
@@ -613,7 +626,14 @@ impl Coordinator {
                     commit,
                     partitions,
                 } => {
-                    let job = end_job(part, producer_id, producer_epoch, commit, partitions);
+                    let job = end_job(
+                        part,
+                        transactional_id,
+                        producer_id,
+                        producer_epoch,
+                        commit,
+                        partitions,
+                    );
                     // Registered under the id's lock: whoever takes it next finds it.
                     part.end_signals.start(&job);
                     end = Some(job);
@@ -624,9 +644,16 @@ impl Coordinator {
                     partitions,
                     end,
                 } => {
-                    let begin = begin_job(part, producer_id, producer_epoch, partitions);
+                    let begin = begin_job(
+                        part,
+                        transactional_id,
+                        producer_id,
+                        producer_epoch,
+                        partitions,
+                    );
                     let end = end_job(
                         part,
+                        transactional_id,
                         producer_id,
                         producer_epoch,
                         end.commit,
@@ -658,9 +685,12 @@ impl Coordinator {
         end: &MarkerJob,
     ) -> Result<(), Refusal> {
         // A leader that does not answer is not waited for longer than the markers are.
-        let left = tokio::time::timeout(COMPLETION_WAIT, write_markers_once(&self.conn, &begin))
-            .await
-            .unwrap_or_else(|_| begin.partitions.clone());
+        let left = tokio::time::timeout(
+            COMPLETION_WAIT,
+            write_markers_once(&self.conn, &*self.catalog, &begin),
+        )
+        .await
+        .unwrap_or_else(|_| begin.partitions.clone());
         if left.is_empty() {
             return Ok(());
         }
@@ -675,7 +705,7 @@ impl Coordinator {
             partitions: left,
             ..begin
         };
-        write_markers(&self.conn, &rest, &part.token)
+        write_markers(&self.conn, &*self.catalog, &rest, &part.token)
             .await
             .map_err(|e| self.refuse(part, e))
     }
@@ -685,7 +715,7 @@ impl Coordinator {
     /// its log without appending them again).
     async fn await_end_markers(&self, part: &LogPartition, job: &MarkerJob) -> Result<(), Refusal> {
         let Some(mut progress) = part.end_signals.watch(job.producer_id, job.producer_epoch) else {
-            return write_markers(&self.conn, job, &part.token)
+            return write_markers(&self.conn, &*self.catalog, job, &part.token)
                 .await
                 .map_err(|e| self.refuse(part, e));
         };
@@ -717,7 +747,7 @@ impl Coordinator {
         transactional_id: &str,
         job: &MarkerJob,
     ) -> Result<(), CoordinatorError> {
-        let written = write_markers(&self.conn, job, &part.token).await;
+        let written = write_markers(&self.conn, &*self.catalog, job, &part.token).await;
         let progress = match written {
             Ok(()) => Progress::Written,
             Err(_) => Progress::Failed,
@@ -792,7 +822,10 @@ impl Coordinator {
             .decide_with_fresh_id(transactional_id, Some(&done), &parked.request)
             .await
         {
-            Ok(effects) => self.carry_out(part, effects, Some(done)).await,
+            Ok(effects) => {
+                self.carry_out(part, transactional_id, effects, Some(done))
+                    .await
+            }
             Err(refusal) => match part.persist(done).await {
                 Ok(()) => Err(refusal),
                 Err(e) => Err(self.refuse(part, e)),
@@ -947,6 +980,7 @@ fn end_markers(part: &LogPartition, meta: &TxnMetadata) -> MarkerJob {
     match &meta.pending_end {
         Some(end) => end_job(
             part,
+            &meta.transactional_id,
             meta.producer_id,
             meta.producer_epoch,
             end.commit,
@@ -954,6 +988,7 @@ fn end_markers(part: &LogPartition, meta: &TxnMetadata) -> MarkerJob {
         ),
         None => end_job(
             part,
+            &meta.transactional_id,
             meta.producer_id,
             meta.producer_epoch,
             meta.state == TxnState::PrepareCommit,
@@ -965,12 +1000,14 @@ fn end_markers(part: &LogPartition, meta: &TxnMetadata) -> MarkerJob {
 /// The markers of `control` this partition's owner writes for a producer.
 fn marker_job(
     part: &LogPartition,
+    transactional_id: &str,
     producer_id: i64,
     producer_epoch: i16,
     control: ControlType,
     partitions: BTreeSet<TopicPartition>,
 ) -> MarkerJob {
     MarkerJob {
+        transactional_id: transactional_id.to_string(),
         log_partition: part.index,
         producer_id,
         producer_epoch,
@@ -982,12 +1019,14 @@ fn marker_job(
 
 fn begin_job(
     part: &LogPartition,
+    transactional_id: &str,
     producer_id: i64,
     producer_epoch: i16,
     partitions: BTreeSet<TopicPartition>,
 ) -> MarkerJob {
     marker_job(
         part,
+        transactional_id,
         producer_id,
         producer_epoch,
         ControlType::Begin,
@@ -997,6 +1036,7 @@ fn begin_job(
 
 fn end_job(
     part: &LogPartition,
+    transactional_id: &str,
     producer_id: i64,
     producer_epoch: i16,
     commit: bool,
@@ -1007,5 +1047,12 @@ fn end_job(
     } else {
         ControlType::Abort
     };
-    marker_job(part, producer_id, producer_epoch, control, partitions)
+    marker_job(
+        part,
+        transactional_id,
+        producer_id,
+        producer_epoch,
+        control,
+        partitions,
+    )
 }

@@ -10,7 +10,7 @@
 //! logged at ERROR and counted, and never leaves the partition unavailable.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
@@ -39,6 +39,8 @@ pub struct Replay {
     writer_producer_id: i64,
     txns: HashMap<String, TxnMetadata>,
     skipped: u64,
+    /// Records read back (applied or skipped), for the load's report.
+    records_read: u64,
 }
 
 impl Replay {
@@ -48,12 +50,18 @@ impl Replay {
             writer_producer_id,
             txns: HashMap::new(),
             skipped: 0,
+            records_read: 0,
         }
     }
 
     /// Records skipped so far because they do not decode and no coordinator wrote them.
     pub fn skipped(&self) -> u64 {
         self.skipped
+    }
+
+    /// Records read back so far (applied or skipped).
+    pub fn records_read(&self) -> u64 {
+        self.records_read
     }
 
     /// Applies the record at `offset` of a batch written by `producer_id`: as
@@ -66,6 +74,7 @@ impl Replay {
         key: Option<&[u8]>,
         value: Option<&[u8]>,
     ) -> Result<(), CoordinatorError> {
+        self.records_read += 1;
         match self.apply(offset, key, value) {
             Err(CoordinatorError::CorruptLog { reason, .. })
                 if producer_id != self.writer_producer_id =>
@@ -127,6 +136,8 @@ pub async fn load(
     coordinator_epoch: i32,
     token: &OwnershipToken,
 ) -> Result<HashMap<String, TxnMetadata>, CoordinatorError> {
+    // The load's report (docs/benchmarks.md: a takeover's time per slice).
+    let started = std::time::Instant::now();
     let fence_offset = writer
         .append(LogRecord::Fence { coordinator_epoch })
         .await?;
@@ -136,7 +147,9 @@ pub async fn load(
         fence_offset,
         "fenced the transaction log partition; reading it back"
     );
-    let offset = AtomicI64::new(log_start(conn, partition, token).await?);
+    let log_start_offset = log_start(conn, partition, token).await?;
+    let offset = AtomicI64::new(log_start_offset);
+    let bytes_read = AtomicU64::new(0);
     // Read by one attempt at a time; a lock, not a RefCell, so that loading stays Send.
     let replay = Mutex::new(Replay::new(partition, writer.producer_id()));
     // One read: Ok once it moved `offset` forward; a read that found nothing new yet (a
@@ -146,6 +159,7 @@ pub async fn load(
         let from = offset.load(Ordering::Relaxed);
         match fetch_once(conn, partition, from).await {
             Ok((records, next_fetch_offset)) => {
+                bytes_read.fetch_add(records.len() as u64, Ordering::Relaxed);
                 let next = {
                     // Poisoned only by a panic, which ended this load with it.
                     let mut replay = replay.lock().unwrap_or_else(PoisonError::into_inner);
@@ -181,12 +195,18 @@ pub async fn load(
     }
     let replay = replay.into_inner().unwrap_or_else(PoisonError::into_inner);
     let skipped_records = replay.skipped();
+    let records_read = replay.records_read();
     let txns = replay.into_txns();
     tracing::info!(
         partition,
         coordinator_epoch,
         transactional_ids = txns.len(),
         skipped_records,
+        records_read,
+        bytes_read = bytes_read.load(Ordering::Relaxed),
+        log_start_offset,
+        fence_offset,
+        elapsed_ms = started.elapsed().as_millis() as u64,
         "transaction log partition loaded"
     );
     Ok(txns)

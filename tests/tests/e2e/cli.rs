@@ -8,13 +8,15 @@ use std::process::{Child, Command, Output, Stdio};
 
 use idem_tests::binaries::binary;
 
-struct DevServer {
+/// A running `idem dev` (also used by `transactions::deleted_topic` for the solo
+/// coordinator).
+pub(crate) struct DevServer {
     child: Child,
-    addr: String,
+    pub(crate) addr: String,
 }
 
 impl DevServer {
-    fn start(data_dir: &Path, listen: &str) -> Self {
+    pub(crate) fn start(data_dir: &Path, listen: &str) -> Self {
         let mut child = Command::new(binary("idem"))
             .args([
                 "dev",

@@ -6,6 +6,7 @@ mod bad_requests;
 mod begin_failover;
 mod chaos;
 mod coordinator_crash;
+mod deleted_topic;
 mod hanging;
 mod id_expiration;
 mod late_marker;
