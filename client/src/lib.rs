@@ -54,6 +54,7 @@ pub mod connection;
 pub mod consumer;
 mod coordinator;
 pub mod error;
+pub mod group;
 pub mod metadata;
 mod metadata_view;
 pub mod partitioner;
