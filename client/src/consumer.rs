@@ -181,6 +181,11 @@ impl Consumer {
         self.assignments = next;
     }
 
+    /// The connection to the cluster (a group consumer finds its coordinator over it).
+    pub(crate) fn connection(&self) -> &Connection {
+        &self.conn
+    }
+
     /// The assigned partitions.
     pub fn assignment(&self) -> Vec<(String, i32)> {
         self.assignments

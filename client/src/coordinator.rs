@@ -1,6 +1,6 @@
-//! The client's link to transaction coordinators: FindCoordinator through the bootstrap
-//! broker, one lazily dialled `TxnCoordinator` channel per coordinator address, and the
-//! last coordinator found per transactional id. Calls retry what the protocol calls
+//! The client's link to coordinators: FindCoordinator through the bootstrap broker, one
+//! lazily dialled channel per coordinator address (serving both `TxnCoordinator` and
+//! `GroupCoordinator`), and the last coordinator found per transactional id or group. Calls retry what the protocol calls
 //! retriable (a coordinator that moved, is loading or is busy; an answer lost in
 //! transport) until a deadline, finding the coordinator again when it may have moved.
 //! Invariant: an answer that is not retriable — fencing above all — ends the call at
@@ -13,13 +13,14 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use backon::Retryable;
+use idem_proto::v1::group_coordinator_client::GroupCoordinatorClient;
 use idem_proto::v1::txn_coordinator_client::TxnCoordinatorClient;
 use idem_proto::v1::{
     AbortTransactionRequest, AbortTransactionResponse, AddPartitionsToTxnRequest,
-    AddPartitionsToTxnResponse, DescribeTransactionRequest, DescribeTransactionResponse,
-    EndTxnRequest, EndTxnResponse, FindCoordinatorRequest, ListTransactionsRequest,
-    ListTransactionsResponse, TxnInitProducerIdRequest, TxnInitProducerIdResponse,
-    TxnTopicPartitions,
+    AddPartitionsToTxnResponse, ConsumerGroupHeartbeatResponse, DescribeTransactionRequest,
+    DescribeTransactionResponse, EndTxnRequest, EndTxnResponse, FindCoordinatorRequest,
+    ListTransactionsRequest, ListTransactionsResponse, OffsetCommitResponse, OffsetFetchResponse,
+    TxnInitProducerIdRequest, TxnInitProducerIdResponse, TxnTopicPartitions,
 };
 use idem_proto::ErrorCode;
 use tokio::time::Instant;
@@ -33,6 +34,59 @@ use crate::types::ProducerIdAndEpoch;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub(crate) type CoordinatorClient = TxnCoordinatorClient<Channel>;
+pub(crate) type GroupClient = GroupCoordinatorClient<Channel>;
+
+/// What a coordinator is found for.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) enum CoordinatorKey {
+    Transaction(String),
+    Group(String),
+}
+
+impl CoordinatorKey {
+    fn request(&self) -> FindCoordinatorRequest {
+        match self {
+            CoordinatorKey::Transaction(id) => FindCoordinatorRequest {
+                transactional_id: id.clone(),
+                group_id: String::new(),
+            },
+            CoordinatorKey::Group(id) => FindCoordinatorRequest {
+                transactional_id: String::new(),
+                group_id: id.clone(),
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for CoordinatorKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CoordinatorKey::Transaction(id) => write!(f, "transactional id {id:?}"),
+            CoordinatorKey::Group(id) => write!(f, "group {id:?}"),
+        }
+    }
+}
+
+/// A service client over a coordinator channel, with the SDK's message size limits.
+pub(crate) trait OverChannel {
+    fn over(channel: Channel) -> Self;
+}
+
+impl OverChannel for CoordinatorClient {
+    fn over(channel: Channel) -> Self {
+        TxnCoordinatorClient::new(channel)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES)
+    }
+}
+
+impl OverChannel for GroupClient {
+    fn over(channel: Channel) -> Self {
+        GroupCoordinatorClient::new(channel)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES)
+    }
+}
 
 /// What to do after a coordinator call failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,6 +135,9 @@ macro_rules! coordinator_answer {
 }
 
 coordinator_answer!(
+    ConsumerGroupHeartbeatResponse,
+    OffsetCommitResponse,
+    OffsetFetchResponse,
     TxnInitProducerIdResponse,
     AddPartitionsToTxnResponse,
     EndTxnResponse,
@@ -97,12 +154,13 @@ pub(crate) struct Answer<T> {
     pub lost_attempts: u32,
 }
 
-/// Channels to the coordinators and where each transactional id was last found.
+/// Channels to the coordinators and where each transactional id or group was last
+/// found.
 #[derive(Debug)]
 pub(crate) struct CoordinatorLink {
     conn: Connection,
-    pool: Mutex<HashMap<String, CoordinatorClient>>,
-    found: Mutex<HashMap<String, String>>,
+    pool: Mutex<HashMap<String, Channel>>,
+    found: Mutex<HashMap<CoordinatorKey, String>>,
 }
 
 impl CoordinatorLink {
@@ -118,21 +176,13 @@ impl CoordinatorLink {
         self.conn.request_timeout()
     }
 
-    /// The address of the coordinator of `transactional_id`: cached, or asked of the
-    /// bootstrap broker (lost answers retried there).
-    pub(crate) async fn find(&self, transactional_id: &str) -> Result<String, ClientError> {
-        if let Some(address) = self
-            .found
-            .lock()
-            .ok()
-            .and_then(|f| f.get(transactional_id).cloned())
-        {
+    /// The address of the coordinator of `key`: cached, or asked of the bootstrap broker
+    /// (lost answers retried there).
+    pub(crate) async fn find(&self, key: &CoordinatorKey) -> Result<String, ClientError> {
+        if let Some(address) = self.found.lock().ok().and_then(|f| f.get(key).cloned()) {
             return Ok(address);
         }
-        let request = FindCoordinatorRequest {
-            transactional_id: transactional_id.to_string(),
-            group_id: String::new(),
-        };
+        let request = key.request();
         let answer = self
             .conn
             .call_retrying(|mut client| {
@@ -145,38 +195,38 @@ impl CoordinatorLink {
         }
         if answer.address.trim().is_empty() {
             return Err(ClientError::Protocol(format!(
-                "FindCoordinator for {transactional_id:?} named no address"
+                "FindCoordinator for {key} named no address"
             )));
         }
         tracing::debug!(
-            transactional_id,
+            %key,
             coordinator_id = answer.coordinator_id,
             address = %answer.address,
             txn_log_partition = answer.txn_log_partition,
-            "found the transaction coordinator"
+            "found the coordinator"
         );
         if let Ok(mut found) = self.found.lock() {
-            found.insert(transactional_id.to_string(), answer.address.clone());
+            found.insert(key.clone(), answer.address.clone());
         }
         Ok(answer.address)
     }
 
-    /// Forgets where `transactional_id`'s coordinator is (it moved or did not answer).
-    pub(crate) fn forget(&self, transactional_id: &str) {
+    /// Forgets where `key`'s coordinator is (it moved or did not answer).
+    pub(crate) fn forget(&self, key: &CoordinatorKey) {
         if let Ok(mut found) = self.found.lock() {
-            found.remove(transactional_id);
+            found.remove(key);
         }
     }
 
-    /// A client for the coordinator at `address` (dialled lazily, redialled by the
-    /// channel when it breaks).
-    pub(crate) fn client(&self, address: &str) -> Result<CoordinatorClient, ClientError> {
+    /// The channel to the coordinator at `address` (dialled lazily, redialled when it
+    /// breaks).
+    fn channel(&self, address: &str) -> Result<Channel, ClientError> {
         let mut pool = self
             .pool
             .lock()
             .map_err(|_| ClientError::Fatal("coordinator pool poisoned".into()))?;
-        if let Some(client) = pool.get(address) {
-            return Ok(client.clone());
+        if let Some(channel) = pool.get(address) {
+            return Ok(channel.clone());
         }
         let uri = if address.contains("://") {
             address.to_string()
@@ -189,15 +239,18 @@ impl CoordinatorLink {
             })?
             .tcp_nodelay(true)
             .connect_timeout(CONNECT_TIMEOUT);
-        let client = TxnCoordinatorClient::new(endpoint.connect_lazy())
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES);
-        pool.insert(address.to_string(), client.clone());
-        Ok(client)
+        let channel = endpoint.connect_lazy();
+        pool.insert(address.to_string(), channel.clone());
+        Ok(channel)
     }
 
-    /// Runs `rpc` against the coordinator of `transactional_id` until it succeeds, fails
-    /// for good, or `deadline` passes (then the last error is returned).
+    /// A `TxnCoordinator` client for the coordinator at `address`.
+    pub(crate) fn client(&self, address: &str) -> Result<CoordinatorClient, ClientError> {
+        self.channel(address).map(CoordinatorClient::over)
+    }
+
+    /// Runs `rpc` against the transaction coordinator of `transactional_id`; see
+    /// [`CoordinatorLink::call_on`].
     pub(crate) async fn call<T, F, Fut>(
         &self,
         transactional_id: &str,
@@ -209,6 +262,24 @@ impl CoordinatorLink {
         F: FnMut(CoordinatorClient) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
+        let key = CoordinatorKey::Transaction(transactional_id.to_string());
+        self.call_on(&key, deadline, rpc).await
+    }
+
+    /// Runs `rpc` against the coordinator of `key` until it succeeds, fails for good, or
+    /// `deadline` passes (then the last error is returned).
+    pub(crate) async fn call_on<C, T, F, Fut>(
+        &self,
+        key: &CoordinatorKey,
+        deadline: Instant,
+        rpc: F,
+    ) -> Answer<T>
+    where
+        C: OverChannel,
+        T: CoordinatorAnswer,
+        F: FnMut(C) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
         // Shared with every attempt, and `Sync` so that the call stays `Send`.
         let rpc = Mutex::new(rpc);
         let lost_attempts = AtomicU32::new(0);
@@ -217,8 +288,8 @@ impl CoordinatorLink {
                 .request_timeout()
                 .min(deadline.saturating_duration_since(Instant::now()))
                 .max(Duration::from_millis(1));
-            let address = self.find(transactional_id).await?;
-            let client = self.client(&address)?;
+            let address = self.find(key).await?;
+            let client = C::over(self.channel(&address)?);
             // The lock ends with the call: the future `rpc` returns owns its request.
             let sent = (rpc
                 .lock()
@@ -238,7 +309,7 @@ impl CoordinatorLink {
             .when(|error| {
                 let action = retry_action(error);
                 if action == RetryAction::Refind {
-                    self.forget(transactional_id);
+                    self.forget(key);
                 }
                 action != RetryAction::GiveUp
             })
@@ -246,7 +317,7 @@ impl CoordinatorLink {
             // with the error it has.
             .adjust(|_, pause| pause.filter(|pause| Instant::now() + *pause < deadline))
             .notify(|error, pause| {
-                tracing::debug!(transactional_id, %error, action = ?retry_action(error), ?pause, "coordinator call will retry");
+                tracing::debug!(%key, %error, action = ?retry_action(error), ?pause, "coordinator call will retry");
             })
             .await;
         Answer {
@@ -504,7 +575,10 @@ mod tests {
         let conn = connect_nowhere().await.expect("a local listener");
         let link = CoordinatorLink::new(conn);
         if let Ok(mut found) = link.found.lock() {
-            found.insert("tid".into(), "127.0.0.1:1".into());
+            found.insert(
+                CoordinatorKey::Transaction("tid".into()),
+                "127.0.0.1:1".into(),
+            );
         }
         let mut attempts = 0;
         let answer = link
@@ -531,7 +605,10 @@ mod tests {
         let conn = connect_nowhere().await.expect("a local listener");
         let link = CoordinatorLink::new(conn);
         if let Ok(mut found) = link.found.lock() {
-            found.insert("tid".into(), "127.0.0.1:1".into());
+            found.insert(
+                CoordinatorKey::Transaction("tid".into()),
+                "127.0.0.1:1".into(),
+            );
         }
         let mut attempts = 0;
         let answer = link

@@ -75,6 +75,8 @@ pub use admin::{Admin, NewTopic};
 pub use connection::Connection;
 pub use consumer::{Consumer, ConsumerConfig, ConsumerRecord};
 pub use error::ClientError;
+pub use group::consumer::{GroupConfig, GroupConsumer, GroupMetadata, Polled};
+pub use group::member::Event as GroupEvent;
 pub use idem_proto::ErrorCode;
 pub use metadata::{
     BrokerMetadata, ClusterMetadata, CoordinatorMetadata, PartitionMetadata, Route, TopicMetadata,

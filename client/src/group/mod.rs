@@ -3,5 +3,8 @@
 //! owns.
 //!
 //! - [`member`]: the member's state and the events its answers produce (pure).
+//! - [`consumer`]: [`GroupConsumer`](consumer::GroupConsumer), a consumer the group
+//!   assigns partitions to.
 
+pub mod consumer;
 pub mod member;

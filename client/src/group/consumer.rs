@@ -1,0 +1,438 @@
+//! A consumer in a group (`subscribe`): the coordinator assigns the partitions, the
+//! consumer reads them from the group's committed offsets and commits its positions.
+//!
+//! Heartbeats go out from [`GroupConsumer::poll`] when due. An answer that changes the
+//! assignment is returned as events by that `poll`, with no records: revoked partitions
+//! are no longer read from then on, and the coordinator learns they are released only
+//! from the next heartbeat, sent by a later `poll`, so the caller commits (or aborts a
+//! transaction) for them first. A newly assigned partition starts at the group's
+//! committed offset, read with `require_stable` (an offset an open transaction holds
+//! is waited for), or at `ConsumerConfig::start` when the group has none.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use backon::Retryable;
+use idem_proto::v1::{
+    ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, GroupTopicPartitions,
+    OffsetCommitPartition, OffsetCommitRequest, OffsetCommitResponse, OffsetCommitTopic,
+    OffsetFetchRequest, OffsetFetchResponse, OwnedPartitions, SubscribedTopics,
+};
+use idem_proto::ErrorCode;
+use tokio::time::Instant;
+
+use super::member::{Event, HeartbeatAnswer, Membership, Refusal, TopicPartition};
+use crate::consumer::{Consumer, ConsumerConfig, ConsumerRecord};
+use crate::coordinator::{CoordinatorKey, CoordinatorLink, GroupClient};
+use crate::error::ClientError;
+use crate::retry;
+
+/// Settings of a group member, each with a documented default.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupConfig {
+    pub group_id: String,
+    /// This member's id, kept across its heartbeats. Default: 32 random hex digits.
+    pub member_id: String,
+    /// A static member's instance id (a restart under the same one keeps its partitions
+    /// without a rebalance). Default none.
+    pub instance_id: Option<String>,
+    /// How long this member may take to release revoked partitions. Default 60 s.
+    pub rebalance_timeout: Duration,
+    /// Reading: isolation, fetch sizes, where a partition without a committed offset
+    /// starts (`start`).
+    pub consumer: ConsumerConfig,
+}
+
+impl GroupConfig {
+    pub fn new(group_id: impl Into<String>) -> GroupConfig {
+        GroupConfig {
+            group_id: group_id.into(),
+            member_id: format!("{:032x}", rand::random::<u128>()),
+            instance_id: None,
+            rebalance_timeout: Duration::from_secs(60),
+            consumer: ConsumerConfig::default(),
+        }
+    }
+}
+
+/// What a transactional producer needs to store offsets for this member
+/// (`send_offsets_to_transaction`): the coordinator refuses them once the member's
+/// epoch has moved on (it was fenced, or its partitions were reassigned).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupMetadata {
+    pub group_id: String,
+    pub member_id: String,
+    pub member_epoch: i32,
+}
+
+/// What one `poll` brought: records, or the assignment changes to handle first.
+#[derive(Debug, Default)]
+pub struct Polled {
+    pub records: Vec<ConsumerRecord>,
+    pub events: Vec<Event>,
+}
+
+/// How long before the first heartbeat answer says how often to beat.
+const FIRST_INTERVAL: Duration = Duration::from_secs(1);
+
+/// A member of a consumer group reading what the group assigns it.
+pub struct GroupConsumer {
+    consumer: Consumer,
+    link: CoordinatorLink,
+    key: CoordinatorKey,
+    config: GroupConfig,
+    membership: Membership,
+    next_heartbeat: Instant,
+    interval: Duration,
+}
+
+impl GroupConsumer {
+    /// Joins `config.group_id` subscribed to `topics` (the join itself goes out with the
+    /// first `poll`).
+    pub async fn subscribe(
+        bootstrap: &str,
+        config: GroupConfig,
+        topics: &[&str],
+    ) -> Result<GroupConsumer, ClientError> {
+        if config.group_id.is_empty() {
+            return Err(ClientError::InvalidConfig("group_id is empty".into()));
+        }
+        if topics.is_empty() {
+            return Err(ClientError::InvalidConfig(
+                "a group member subscribes to at least one topic".into(),
+            ));
+        }
+        let consumer = Consumer::connect(bootstrap, config.consumer.clone()).await?;
+        let link = CoordinatorLink::new(consumer.connection().clone());
+        Ok(GroupConsumer {
+            consumer,
+            link,
+            key: CoordinatorKey::Group(config.group_id.clone()),
+            membership: Membership::joining(topics.iter().map(|t| t.to_string()).collect()),
+            config,
+            next_heartbeat: Instant::now(),
+            interval: FIRST_INTERVAL,
+        })
+    }
+
+    /// Heartbeats if due, then reads up to `timeout`. Events are returned alone: handle
+    /// them (a revocation above all) before the next `poll`.
+    pub async fn poll(&mut self, timeout: Duration) -> Result<Polled, ClientError> {
+        if Instant::now() >= self.next_heartbeat {
+            let events = self.heartbeat().await?;
+            if !events.is_empty() {
+                return Ok(Polled {
+                    records: Vec::new(),
+                    events,
+                });
+            }
+        }
+        let until_beat = self
+            .next_heartbeat
+            .saturating_duration_since(Instant::now());
+        let records = self.consumer.poll(timeout.min(until_beat)).await?;
+        Ok(Polled {
+            records,
+            events: Vec::new(),
+        })
+    }
+
+    /// One heartbeat now; the assignment changes it brought (already applied to what
+    /// this consumer reads).
+    pub async fn heartbeat(&mut self) -> Result<Vec<Event>, ClientError> {
+        let next = self.membership.next_heartbeat();
+        let request = ConsumerGroupHeartbeatRequest {
+            group_id: self.config.group_id.clone(),
+            member_id: self.config.member_id.clone(),
+            member_epoch: next.member_epoch,
+            instance_id: self.config.instance_id.clone(),
+            rebalance_timeout_ms: millis(self.config.rebalance_timeout),
+            subscribed: next.subscribed.map(|topics| SubscribedTopics {
+                topics: topics.into_iter().collect(),
+            }),
+            owned: Some(OwnedPartitions {
+                topics: by_topic(&next.owned),
+            }),
+        };
+        let deadline = Instant::now() + self.link.request_timeout();
+        let answer = self
+            .link
+            .call_on(&self.key, deadline, |mut c: GroupClient| {
+                let request = request.clone();
+                async move { c.consumer_group_heartbeat(request).await }
+            })
+            .await
+            .result;
+        self.next_heartbeat = Instant::now() + self.interval;
+        let answer = match answer {
+            Ok(answer) => {
+                if answer.heartbeat_interval_ms > 0 {
+                    self.interval = Duration::from_millis(answer.heartbeat_interval_ms as u64);
+                    self.next_heartbeat = Instant::now() + self.interval;
+                }
+                heartbeat_answer(&answer)
+            }
+            Err(e) => match e.code() {
+                Some(code) => HeartbeatAnswer {
+                    error: code,
+                    member_epoch: -1,
+                    assignment: None,
+                },
+                None => return Err(e),
+            },
+        };
+        let events = match self.membership.on_answer(&answer) {
+            Ok(events) => events,
+            Err(Refusal::Retry) => return Ok(Vec::new()),
+            Err(Refusal::Rejoin | Refusal::Fatal) => {
+                return Err(ClientError::broker(
+                    answer.error as i32,
+                    format!("group {} refused the heartbeat", self.config.group_id),
+                ))
+            }
+        };
+        self.follow(&events).await?;
+        Ok(events)
+    }
+
+    /// Reads what the membership owns; new partitions from the committed offsets.
+    async fn follow(&mut self, events: &[Event]) -> Result<(), ClientError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        self.consumer
+            .assign(self.membership.owned().iter().cloned().collect());
+        for event in events {
+            if let Event::Assigned(added) = event {
+                for ((topic, partition), offset) in self.committed(added).await? {
+                    if offset >= 0 {
+                        self.consumer.seek(&topic, partition, offset)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The group's committed offsets of `partitions` (-1: none), waiting out offsets an
+    /// open transaction holds.
+    async fn committed(
+        &self,
+        partitions: &BTreeSet<TopicPartition>,
+    ) -> Result<Vec<(TopicPartition, i64)>, ClientError> {
+        let request = OffsetFetchRequest {
+            group_id: self.config.group_id.clone(),
+            topics: by_topic(partitions),
+            require_stable: true,
+        };
+        let within = self.link.request_timeout();
+        let fetch_once = || async {
+            let deadline = Instant::now() + within;
+            let answer: OffsetFetchResponse = self
+                .link
+                .call_on(&self.key, deadline, |mut c: GroupClient| {
+                    let request = request.clone();
+                    async move { c.offset_fetch(request).await }
+                })
+                .await
+                .result?;
+            let mut offsets = Vec::new();
+            for topic in answer.topics {
+                for p in topic.partitions {
+                    if p.error_code != ErrorCode::None as i32 {
+                        return Err(ClientError::broker(p.error_code, p.error_message));
+                    }
+                    offsets.push(((topic.name.clone(), p.partition), p.offset));
+                }
+            }
+            Ok(offsets)
+        };
+        // An open transaction holding an offset ends within its timeout (committed or
+        // aborted): ask again until then.
+        fetch_once
+            .retry(retry::until_deadline_backoff(within))
+            .when(|e| e.code() == Some(ErrorCode::UnstableOffsetCommit))
+            .await
+    }
+
+    /// Commits the position of every partition this member owns.
+    pub async fn commit(&mut self) -> Result<(), ClientError> {
+        let mut offsets = Vec::new();
+        for (topic, partition) in self.membership.owned().clone() {
+            let position = self.consumer.position(&topic, partition).await?;
+            offsets.push(((topic, partition), position));
+        }
+        self.commit_offsets(&offsets).await
+    }
+
+    /// Commits `offsets` (the next offset to read, per partition) for this member.
+    pub async fn commit_offsets(
+        &self,
+        offsets: &[(TopicPartition, i64)],
+    ) -> Result<(), ClientError> {
+        let mut topics: Vec<OffsetCommitTopic> = Vec::new();
+        for ((topic, partition), offset) in offsets {
+            let entry = OffsetCommitPartition {
+                partition: *partition,
+                offset: *offset,
+                leader_epoch: None,
+                metadata: String::new(),
+            };
+            match topics.iter_mut().find(|t| t.name == *topic) {
+                Some(t) => t.partitions.push(entry),
+                None => topics.push(OffsetCommitTopic {
+                    name: topic.clone(),
+                    partitions: vec![entry],
+                }),
+            }
+        }
+        let request = OffsetCommitRequest {
+            group_id: self.config.group_id.clone(),
+            member_id: self.config.member_id.clone(),
+            member_epoch: self.membership.epoch(),
+            topics,
+        };
+        let deadline = Instant::now() + self.link.request_timeout();
+        let answer: OffsetCommitResponse = self
+            .link
+            .call_on(&self.key, deadline, |mut c: GroupClient| {
+                let request = request.clone();
+                async move { c.offset_commit(request).await }
+            })
+            .await
+            .result?;
+        for topic in answer.topics {
+            for p in topic.partitions {
+                if p.error_code != ErrorCode::None as i32 {
+                    return Err(ClientError::broker(
+                        p.error_code,
+                        format!("{}-{}: {}", topic.name, p.partition, p.error_message),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// What `send_offsets_to_transaction` needs.
+    pub fn group_metadata(&self) -> GroupMetadata {
+        GroupMetadata {
+            group_id: self.config.group_id.clone(),
+            member_id: self.config.member_id.clone(),
+            member_epoch: self.membership.epoch(),
+        }
+    }
+
+    /// The partitions this member owns.
+    pub fn assignment(&self) -> &BTreeSet<TopicPartition> {
+        self.membership.owned()
+    }
+
+    /// The offset the next read of an owned partition starts at.
+    pub async fn position(&mut self, topic: &str, partition: i32) -> Result<i64, ClientError> {
+        self.consumer.position(topic, partition).await
+    }
+
+    /// Leaves the group (its partitions go to the others at once).
+    pub async fn close(self) -> Result<(), ClientError> {
+        let request = ConsumerGroupHeartbeatRequest {
+            group_id: self.config.group_id.clone(),
+            member_id: self.config.member_id.clone(),
+            member_epoch: -1,
+            instance_id: self.config.instance_id.clone(),
+            rebalance_timeout_ms: millis(self.config.rebalance_timeout),
+            subscribed: None,
+            owned: None,
+        };
+        let deadline = Instant::now() + self.link.request_timeout();
+        self.link
+            .call_on(&self.key, deadline, |mut c: GroupClient| {
+                let request = request.clone();
+                async move { c.consumer_group_heartbeat(request).await }
+            })
+            .await
+            .result
+            .map(|_| ())
+    }
+}
+
+fn millis(d: Duration) -> i32 {
+    i32::try_from(d.as_millis()).unwrap_or(i32::MAX)
+}
+
+fn by_topic(partitions: &BTreeSet<TopicPartition>) -> Vec<GroupTopicPartitions> {
+    let mut topics: Vec<GroupTopicPartitions> = Vec::new();
+    for (topic, partition) in partitions {
+        match topics.last_mut() {
+            Some(t) if t.topic == *topic => t.partitions.push(*partition),
+            _ => topics.push(GroupTopicPartitions {
+                topic: topic.clone(),
+                partitions: vec![*partition],
+            }),
+        }
+    }
+    topics
+}
+
+fn heartbeat_answer(answer: &ConsumerGroupHeartbeatResponse) -> HeartbeatAnswer {
+    HeartbeatAnswer {
+        error: ErrorCode::try_from(answer.error_code).unwrap_or(ErrorCode::UnknownServerError),
+        member_epoch: answer.member_epoch,
+        assignment: answer.assignment.as_ref().map(|a| {
+            a.topics
+                .iter()
+                .flat_map(|t| t.partitions.iter().map(|p| (t.topic.clone(), *p)))
+                .collect()
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partitions_group_by_topic_in_order() {
+        let ps: BTreeSet<TopicPartition> = [("a".into(), 1), ("a".into(), 0), ("b".into(), 2)]
+            .into_iter()
+            .collect();
+        let grouped = by_topic(&ps);
+        assert_eq!(grouped.len(), 2);
+        assert_eq!(
+            (grouped[0].topic.as_str(), &grouped[0].partitions[..]),
+            ("a", &[0, 1][..])
+        );
+        assert_eq!(
+            (grouped[1].topic.as_str(), &grouped[1].partitions[..]),
+            ("b", &[2][..])
+        );
+    }
+
+    #[test]
+    fn an_answer_reads_back_as_the_member_sees_it() {
+        let answer = ConsumerGroupHeartbeatResponse {
+            error_code: 0,
+            error_message: String::new(),
+            member_id: "m".into(),
+            member_epoch: 3,
+            heartbeat_interval_ms: 1000,
+            assignment: Some(OwnedPartitions {
+                topics: by_topic(
+                    &[("t".to_string(), 0), ("t".to_string(), 5)]
+                        .into_iter()
+                        .collect(),
+                ),
+            }),
+        };
+        let read = heartbeat_answer(&answer);
+        assert_eq!(read.member_epoch, 3);
+        assert_eq!(
+            read.assignment,
+            Some(
+                [("t".to_string(), 0), ("t".to_string(), 5)]
+                    .into_iter()
+                    .collect()
+            )
+        );
+    }
+}
