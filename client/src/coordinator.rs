@@ -16,11 +16,13 @@ use backon::Retryable;
 use idem_proto::v1::group_coordinator_client::GroupCoordinatorClient;
 use idem_proto::v1::txn_coordinator_client::TxnCoordinatorClient;
 use idem_proto::v1::{
-    AbortTransactionRequest, AbortTransactionResponse, AddPartitionsToTxnRequest,
-    AddPartitionsToTxnResponse, ConsumerGroupHeartbeatResponse, DescribeTransactionRequest,
-    DescribeTransactionResponse, EndTxnRequest, EndTxnResponse, FindCoordinatorRequest,
-    ListTransactionsRequest, ListTransactionsResponse, OffsetCommitResponse, OffsetFetchResponse,
-    TxnInitProducerIdRequest, TxnInitProducerIdResponse, TxnTopicPartitions,
+    AbortTransactionRequest, AbortTransactionResponse, AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse,
+    ConsumerGroupHeartbeatResponse, DescribeTransactionRequest, DescribeTransactionResponse,
+    EndTxnRequest, EndTxnResponse, FindCoordinatorRequest, ListTransactionsRequest,
+    ListTransactionsResponse, OffsetCommitPartition, OffsetCommitResponse, OffsetCommitTopic,
+    OffsetCommitTopicResult, OffsetFetchResponse, TxnInitProducerIdRequest,
+    TxnInitProducerIdResponse, TxnOffsetCommitRequest, TxnOffsetCommitResponse, TxnTopicPartitions,
 };
 use idem_proto::ErrorCode;
 use tokio::time::Instant;
@@ -28,8 +30,9 @@ use tonic::transport::{Channel, Endpoint};
 
 use crate::connection::{with_timeout, Connection, MAX_MESSAGE_BYTES};
 use crate::error::{is_retriable_status, ClientError};
+use crate::group::member::TopicPartition;
 use crate::retry;
-use crate::types::ProducerIdAndEpoch;
+use crate::types::{GroupMetadata, ProducerIdAndEpoch};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -135,6 +138,8 @@ macro_rules! coordinator_answer {
 }
 
 coordinator_answer!(
+    AddOffsetsToTxnResponse,
+    TxnOffsetCommitResponse,
     ConsumerGroupHeartbeatResponse,
     OffsetCommitResponse,
     OffsetFetchResponse,
@@ -391,6 +396,61 @@ impl CoordinatorLink {
         .map(|_| ())
     }
 
+    /// Adds `group_id`'s offsets partition to the open transaction (KIP-447).
+    pub(crate) async fn add_offsets(
+        &self,
+        transactional_id: &str,
+        producer: ProducerIdAndEpoch,
+        group_id: &str,
+        deadline: Instant,
+    ) -> Result<(), ClientError> {
+        let request = AddOffsetsToTxnRequest {
+            transactional_id: transactional_id.to_string(),
+            producer_id: producer.producer_id,
+            producer_epoch: i32::from(producer.producer_epoch),
+            group_id: group_id.to_string(),
+        };
+        self.call(transactional_id, deadline, |mut c| {
+            let request = request.clone();
+            async move { c.add_offsets_to_txn(request).await }
+        })
+        .await
+        .result
+        .map(|_| ())
+    }
+
+    /// Stores `offsets` (next offset to read, per partition) for the group member
+    /// `group` inside the open transaction, at the group's coordinator. A refused
+    /// partition (a stale member epoch above all) fails the whole call.
+    pub(crate) async fn txn_offset_commit(
+        &self,
+        transactional_id: &str,
+        producer: ProducerIdAndEpoch,
+        group: &GroupMetadata,
+        offsets: &[(TopicPartition, i64)],
+        deadline: Instant,
+    ) -> Result<(), ClientError> {
+        let topics = commit_topics(offsets);
+        let request = TxnOffsetCommitRequest {
+            transactional_id: transactional_id.to_string(),
+            producer_id: producer.producer_id,
+            producer_epoch: i32::from(producer.producer_epoch),
+            group_id: group.group_id.clone(),
+            member_id: group.member_id.clone(),
+            member_epoch: group.member_epoch,
+            topics,
+        };
+        let key = CoordinatorKey::Group(group.group_id.clone());
+        let answer = self
+            .call_on(&key, deadline, |mut c: GroupClient| {
+                let request = request.clone();
+                async move { c.txn_offset_commit(request).await }
+            })
+            .await
+            .result?;
+        first_refusal(&answer.topics).map_or(Ok(()), Err)
+    }
+
     /// Commits or aborts the open transaction; returns the epoch the producer uses from
     /// now on. A retry whose first attempt was acted on is answered like the first (the
     /// coordinator reports the same outcome), so retrying lost answers is safe.
@@ -464,6 +524,41 @@ impl CoordinatorLink {
             Some(e) => Err(e),
         }
     }
+}
+
+/// `offsets` (next offset to read, per partition) as an offset commit carries them.
+pub(crate) fn commit_topics(offsets: &[(TopicPartition, i64)]) -> Vec<OffsetCommitTopic> {
+    let mut topics: Vec<OffsetCommitTopic> = Vec::new();
+    for ((topic, partition), offset) in offsets {
+        let entry = OffsetCommitPartition {
+            partition: *partition,
+            offset: *offset,
+            leader_epoch: None,
+            metadata: String::new(),
+        };
+        match topics.iter_mut().find(|t| t.name == *topic) {
+            Some(t) => t.partitions.push(entry),
+            None => topics.push(OffsetCommitTopic {
+                name: topic.clone(),
+                partitions: vec![entry],
+            }),
+        }
+    }
+    topics
+}
+
+/// The first partition an offset commit refused, as an error naming it.
+pub(crate) fn first_refusal(topics: &[OffsetCommitTopicResult]) -> Option<ClientError> {
+    topics.iter().find_map(|topic| {
+        topic.partitions.iter().find_map(|p| {
+            (p.error_code != ErrorCode::None as i32).then(|| {
+                ClientError::broker(
+                    p.error_code,
+                    format!("{}-{}: {}", topic.name, p.partition, p.error_message),
+                )
+            })
+        })
+    })
 }
 
 /// The epoch an EndTxn answer hands over: it must be newer than the ended

@@ -67,3 +67,13 @@ pub struct ProducerIdAndEpoch {
     pub producer_id: i64,
     pub producer_epoch: i16,
 }
+
+/// What a transactional producer needs to store offsets for this member
+/// (`send_offsets_to_transaction`): the coordinator refuses them once the member's
+/// epoch has moved on (it was fenced, or its partitions were reassigned).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupMetadata {
+    pub group_id: String,
+    pub member_id: String,
+    pub member_epoch: i32,
+}

@@ -15,17 +15,20 @@ use std::time::Duration;
 use backon::Retryable;
 use idem_proto::v1::{
     ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, GroupTopicPartitions,
-    OffsetCommitPartition, OffsetCommitRequest, OffsetCommitResponse, OffsetCommitTopic,
-    OffsetFetchRequest, OffsetFetchResponse, OwnedPartitions, SubscribedTopics,
+    OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse,
+    OwnedPartitions, SubscribedTopics,
 };
 use idem_proto::ErrorCode;
 use tokio::time::Instant;
 
 use super::member::{Event, HeartbeatAnswer, Membership, Refusal, TopicPartition};
 use crate::consumer::{Consumer, ConsumerConfig, ConsumerRecord};
-use crate::coordinator::{CoordinatorKey, CoordinatorLink, GroupClient};
+use crate::coordinator::{
+    commit_topics, first_refusal, CoordinatorKey, CoordinatorLink, GroupClient,
+};
 use crate::error::ClientError;
 use crate::retry;
+pub use crate::types::GroupMetadata;
 
 /// Settings of a group member, each with a documented default.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,16 +56,6 @@ impl GroupConfig {
             consumer: ConsumerConfig::default(),
         }
     }
-}
-
-/// What a transactional producer needs to store offsets for this member
-/// (`send_offsets_to_transaction`): the coordinator refuses them once the member's
-/// epoch has moved on (it was fenced, or its partitions were reassigned).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GroupMetadata {
-    pub group_id: String,
-    pub member_id: String,
-    pub member_epoch: i32,
 }
 
 /// What one `poll` brought: records, or the assignment changes to handle first.
@@ -270,22 +263,7 @@ impl GroupConsumer {
         &self,
         offsets: &[(TopicPartition, i64)],
     ) -> Result<(), ClientError> {
-        let mut topics: Vec<OffsetCommitTopic> = Vec::new();
-        for ((topic, partition), offset) in offsets {
-            let entry = OffsetCommitPartition {
-                partition: *partition,
-                offset: *offset,
-                leader_epoch: None,
-                metadata: String::new(),
-            };
-            match topics.iter_mut().find(|t| t.name == *topic) {
-                Some(t) => t.partitions.push(entry),
-                None => topics.push(OffsetCommitTopic {
-                    name: topic.clone(),
-                    partitions: vec![entry],
-                }),
-            }
-        }
+        let topics = commit_topics(offsets);
         let request = OffsetCommitRequest {
             group_id: self.config.group_id.clone(),
             member_id: self.config.member_id.clone(),
@@ -301,17 +279,7 @@ impl GroupConsumer {
             })
             .await
             .result?;
-        for topic in answer.topics {
-            for p in topic.partitions {
-                if p.error_code != ErrorCode::None as i32 {
-                    return Err(ClientError::broker(
-                        p.error_code,
-                        format!("{}-{}: {}", topic.name, p.partition, p.error_message),
-                    ));
-                }
-            }
-        }
-        Ok(())
+        first_refusal(&answer.topics).map_or(Ok(()), Err)
     }
 
     /// What `send_offsets_to_transaction` needs.

@@ -41,7 +41,7 @@ use crate::partitioner::TopicPartitioners;
 use crate::producer::config::ProducerConfig;
 use crate::producer::sender::{PartitionMsg, PartitionSender, TxnBinding};
 use crate::producer::{prepare, DeliveryFuture, ProducerRecord};
-use crate::types::ProducerIdAndEpoch;
+use crate::types::{GroupMetadata, ProducerIdAndEpoch};
 
 /// Records a partition task may have queued in its channel before `send` waits.
 const CHANNEL_CAPACITY: usize = 1024;
@@ -227,6 +227,40 @@ impl TransactionalProducer {
             .await
             .map_err(|_| ClientError::Closed)?;
         Ok(DeliveryFuture::new(rx))
+    }
+
+    /// Stores a consumer group member's offsets (the next offset to read, per partition)
+    /// inside the open transaction (KIP-447): they become the group's committed offsets
+    /// with the transaction's commit and vanish with its abort, so the records a
+    /// consume-transform-produce loop wrote and the input it consumed are decided
+    /// together. `group` comes from the consumer
+    /// ([`GroupConsumer::group_metadata`](crate::GroupConsumer::group_metadata)): the
+    /// coordinator refuses the offsets (STALE_MEMBER_EPOCH) of a member whose epoch moved
+    /// on, a zombie whose partitions may be someone else's now, and the transaction
+    /// must then abort.
+    pub async fn send_offsets_to_transaction(
+        &self,
+        offsets: &[((String, i32), i64)],
+        group: &GroupMetadata,
+    ) -> Result<(), ClientError> {
+        let _control = self.inner.control.lock().await;
+        let (_, producer) = self.check_send(None)?;
+        let deadline = self.deadline();
+        let tid = &self.inner.transactional_id;
+        let coordinator = &self.inner.coordinator;
+        let stored = async {
+            coordinator
+                .add_offsets(tid, producer, &group.group_id, deadline)
+                .await?;
+            coordinator
+                .txn_offset_commit(tid, producer, group, offsets, deadline)
+                .await
+        }
+        .await;
+        match stored {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.shared()?.machine.fail(e)),
+        }
     }
 
     /// Commits the open transaction: waits until every record sent in it is
