@@ -199,6 +199,11 @@ impl Consumer {
         self.set_position(topic, partition, Position::At(offset))
     }
 
+    /// The next fetch of this partition starts where `ConsumerConfig::start` says.
+    pub fn reset(&mut self, topic: &str, partition: i32) -> Result<(), ClientError> {
+        self.set_position(topic, partition, Position::Reset(self.config.start))
+    }
+
     /// The next fetch of this partition starts at its log start offset.
     pub fn seek_to_beginning(&mut self, topic: &str, partition: i32) -> Result<(), ClientError> {
         self.set_position(topic, partition, Position::Reset(OffsetSpec::Earliest))

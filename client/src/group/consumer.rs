@@ -207,6 +207,21 @@ impl GroupConsumer {
         Ok(())
     }
 
+    /// Rewinds every owned partition to the group's committed offset (or to
+    /// `ConsumerConfig::start` when it has none): after an aborted transaction, the
+    /// records it consumed are read again.
+    pub async fn seek_to_committed(&mut self) -> Result<(), ClientError> {
+        let owned = self.membership.owned().clone();
+        for ((topic, partition), offset) in self.committed(&owned).await? {
+            if offset >= 0 {
+                self.consumer.seek(&topic, partition, offset)?;
+            } else {
+                self.consumer.reset(&topic, partition)?;
+            }
+        }
+        Ok(())
+    }
+
     /// The group's committed offsets of `partitions` (-1: none), waiting out offsets an
     /// open transaction holds.
     async fn committed(
