@@ -1,11 +1,16 @@
 //! `idem consume TOPIC`: prints one record value per line until `--max-messages` are
-//! printed or nothing new arrived for `--timeout-ms`.
+//! printed or nothing new arrived for `--timeout-ms`. With `--group G` the consumer is a
+//! member of group G: the group assigns the partitions, reading starts at the group's
+//! committed offsets, and the positions are committed after each batch printed (and
+//! the member leaves the group when it stops).
 
 use std::io::Write;
 use std::time::Duration;
 
 use anyhow::Context;
-use idem_client::{Admin, Consumer, ConsumerConfig, Isolation};
+use idem_client::{
+    Admin, Consumer, ConsumerConfig, GroupConfig, GroupConsumer, Isolation, OffsetSpec,
+};
 
 #[derive(Debug, clap::Args)]
 pub struct ConsumeArgs {
@@ -23,11 +28,17 @@ pub struct ConsumeArgs {
     #[arg(long, default_value_t = 10_000)]
     timeout_ms: u64,
     /// Read only this partition (default: all).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "group")]
     partition: Option<i32>,
+    /// Read as a member of this consumer group, committing as it goes.
+    #[arg(long)]
+    group: Option<String>,
 }
 
 pub async fn run(bootstrap: &str, args: ConsumeArgs) -> anyhow::Result<()> {
+    if let Some(group) = args.group.clone() {
+        return run_in_group(bootstrap, &group, args).await;
+    }
     let admin = Admin::connect(bootstrap)
         .await
         .with_context(|| format!("connecting to {bootstrap}"))?;
@@ -79,5 +90,52 @@ pub async fn run(bootstrap: &str, args: ConsumeArgs) -> anyhow::Result<()> {
         }
         stdout.flush()?;
     }
+    Ok(())
+}
+
+/// `--group`: the group assigns, the positions are committed after each batch.
+async fn run_in_group(bootstrap: &str, group: &str, args: ConsumeArgs) -> anyhow::Result<()> {
+    let mut config = GroupConfig::new(group);
+    config.consumer.isolation = args.isolation;
+    config.consumer.start = if args.from_beginning {
+        OffsetSpec::Earliest
+    } else {
+        OffsetSpec::Latest
+    };
+    let mut consumer = GroupConsumer::subscribe(bootstrap, config, &[args.topic.as_str()])
+        .await
+        .with_context(|| format!("joining group {group:?}"))?;
+    let idle = Duration::from_millis(args.timeout_ms);
+    let mut printed = 0usize;
+    let mut quiet_since = tokio::time::Instant::now();
+    let mut stdout = std::io::stdout().lock();
+    while args.max_messages.is_none_or(|max| printed < max) && quiet_since.elapsed() < idle {
+        let polled = consumer
+            .poll(idle.saturating_sub(quiet_since.elapsed()))
+            .await?;
+        if polled.records.is_empty() {
+            continue;
+        }
+        quiet_since = tokio::time::Instant::now();
+        let mut last: std::collections::BTreeMap<(String, i32), i64> = Default::default();
+        for record in polled.records {
+            if args.max_messages.is_some_and(|max| printed >= max) {
+                break;
+            }
+            stdout.write_all(record.value.as_deref().unwrap_or_default())?;
+            stdout.write_all(b"\n")?;
+            last.insert((record.topic, record.partition), record.offset + 1);
+            printed += 1;
+        }
+        stdout.flush()?;
+        // What was printed, not what was fetched: records past --max-messages stay
+        // for the group's next reader.
+        let offsets: Vec<((String, i32), i64)> = last.into_iter().collect();
+        consumer
+            .commit_offsets(&offsets)
+            .await
+            .with_context(|| format!("committing the offsets of group {group:?}"))?;
+    }
+    consumer.close().await.context("leaving the group")?;
     Ok(())
 }

@@ -8,6 +8,7 @@
 mod bench;
 mod consume;
 mod dev;
+mod group;
 mod produce;
 mod produce_txn;
 mod record_line;
@@ -51,6 +52,9 @@ enum Command {
     /// List, describe and abort transactions; find hanging ones.
     #[command(subcommand)]
     Txn(txn::TxnCommand),
+    /// List and describe consumer groups; reset or delete empty ones.
+    #[command(subcommand)]
+    Group(group::GroupCommand),
     /// Measure throughput and latency of each delivery mode (verified by reading back).
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -76,6 +80,7 @@ async fn main() -> std::process::ExitCode {
         Command::Produce(args) => produce::run(&cli.bootstrap, args).await,
         Command::Consume(args) => consume::run(&cli.bootstrap, args).await,
         Command::Txn(command) => txn::run(&cli.bootstrap, command).await,
+        Command::Group(command) => group::run(&cli.bootstrap, command).await,
         Command::Bench(command) => bench::run(&cli.bootstrap, command).await,
     };
     match result {

@@ -11,6 +11,7 @@
 pub mod configs;
 pub mod create_partitions;
 pub mod delete_records;
+pub mod groups;
 pub mod reassignments;
 pub mod topic_deletion;
 pub mod transactions;

@@ -151,6 +151,22 @@ coordinator_answer!(
     AbortTransactionResponse
 );
 
+/// Answers whose errors are per group: the call itself succeeded.
+macro_rules! per_group_answer {
+    ($($t:ty),*) => {$(
+        impl CoordinatorAnswer for $t {
+            fn error(&self) -> Option<ClientError> {
+                None
+            }
+        }
+    )*};
+}
+
+per_group_answer!(
+    idem_proto::v1::DescribeGroupsResponse,
+    idem_proto::v1::DeleteGroupsResponse
+);
+
 /// How a retried call ended: its result, and how many earlier attempts got no answer
 /// (any of them may have been acted on).
 #[derive(Debug)]
@@ -252,6 +268,11 @@ impl CoordinatorLink {
     /// A `TxnCoordinator` client for the coordinator at `address`.
     pub(crate) fn client(&self, address: &str) -> Result<CoordinatorClient, ClientError> {
         self.channel(address).map(CoordinatorClient::over)
+    }
+
+    /// A `GroupCoordinator` client for the coordinator at `address`.
+    pub(crate) fn group_client(&self, address: &str) -> Result<GroupClient, ClientError> {
+        self.channel(address).map(GroupClient::over)
     }
 
     /// Runs `rpc` against the transaction coordinator of `transactional_id`; see

@@ -65,6 +65,7 @@ pub mod transactional;
 pub mod types;
 
 pub use admin::configs::{AlterConfigOp, TopicConfigEntry};
+pub use admin::groups::{GroupDescription, GroupListing, GroupMember, PartitionLag};
 pub use admin::reassignments::PartitionReassignment;
 pub use admin::transactions::{
     HangingReason, HangingTransaction, OpenTransaction, PendingEnd, TopicPartition,

@@ -324,7 +324,7 @@ impl Admin {
         CoordinatorLink::new(self.connection().clone())
     }
 
-    fn admin_deadline(&self) -> Instant {
+    pub(super) fn admin_deadline(&self) -> Instant {
         Instant::now() + self.connection().request_timeout()
     }
 
