@@ -95,7 +95,7 @@ impl Coordinators {
     ) -> Result<FoundCoordinator, BrokerError> {
         if transactional_id.is_empty() {
             return Err(BrokerError::InvalidRequest(
-                "FindCoordinator needs a transactional id".into(),
+                "FindCoordinator needs a transactional id or a group id".into(),
             ));
         }
         match self {

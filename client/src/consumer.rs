@@ -419,6 +419,7 @@ impl Consumer {
             isolation_level: self.config.isolation.to_proto() as i32,
             topics,
             replica_id: None,
+            include_control_batches: false,
         }
     }
 

@@ -77,6 +77,12 @@ pub struct CoordinatorConfig {
     )]
     pub transactional_id_expiration_ms: i64,
 
+    /// A consumer group member that sends no heartbeat for this long is removed from
+    /// its group (and a static member that left for a restart, -2, once this long
+    /// passed without it coming back); its partitions go to the others.
+    #[arg(long, env = "IDEM_GROUP_SESSION_TIMEOUT_MS", default_value_t = 45_000)]
+    pub group_session_timeout_ms: u64,
+
     /// Lease the next producer-id block in the background once 90% of the current one
     /// is handed out.
     #[arg(long, env = "IDEM_PID_PREFETCH", default_value_t = true, action = clap::ArgAction::Set)]
@@ -106,6 +112,7 @@ impl CoordinatorConfig {
             max_transaction_timeout_ms: 900_000,
             txn_check_interval_ms: 1000,
             transactional_id_expiration_ms: 604_800_000,
+            group_session_timeout_ms: 45_000,
             pid_prefetch: true,
         }
     }
@@ -142,6 +149,11 @@ impl CoordinatorConfig {
         ConfigError::unless(
             self.transactional_id_expiration_ms >= 1,
             "--transactional-id-expiration-ms",
+            "must be at least 1",
+        )?;
+        ConfigError::unless(
+            self.group_session_timeout_ms >= 1,
+            "--group-session-timeout-ms",
             "must be at least 1",
         )?;
         ConfigError::unless(
@@ -191,6 +203,7 @@ mod tests {
         assert_eq!(c.max_transaction_timeout_ms, 900_000);
         assert_eq!(c.txn_check_interval_ms, 1000);
         assert_eq!(c.etcd_prefix, "/idem");
+        assert_eq!(c.group_session_timeout_ms, 45_000);
         assert!(c.pid_prefetch);
         assert_eq!(c.mode().expect("solo"), Mode::Solo(PathBuf::from("d")));
     }
@@ -296,6 +309,13 @@ mod tests {
                 "--transactional-id-expiration-ms",
                 CoordinatorConfig {
                     transactional_id_expiration_ms: 0,
+                    ..solo()
+                },
+            ),
+            (
+                "--group-session-timeout-ms",
+                CoordinatorConfig {
+                    group_session_timeout_ms: 0,
                     ..solo()
                 },
             ),

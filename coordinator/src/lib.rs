@@ -13,6 +13,8 @@
 //! - [`ownership`]: which log partitions this coordinator owns (etcd or solo).
 //! - [`topic_catalog`]: whether a topic exists, asked of the catalog (etcd or solo).
 //! - [`core`]: the shell that carries the decider's effects out.
+//! - [`group`]: the group coordinator (consumer groups in `__consumer_offsets`, the
+//!   same slices as the transaction log), and [`group_service`] its gRPC service.
 //! - [`service`], [`server`], [`config`]: the gRPC service and the process.
 
 pub mod clock;
@@ -20,6 +22,7 @@ pub mod config;
 pub mod core;
 pub mod error;
 pub mod group;
+pub mod group_service;
 pub mod log;
 pub mod ownership;
 pub mod producer_ids;

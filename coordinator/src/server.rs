@@ -13,6 +13,7 @@ use std::time::Duration;
 use backon::Retryable;
 use idem_client::Connection;
 use idem_pidstore::{EtcdPidStore, PidBlockStore, ProducerIdManager};
+use idem_proto::v1::group_coordinator_server::GroupCoordinatorServer;
 use idem_proto::v1::txn_coordinator_server::TxnCoordinatorServer;
 use idem_runtime::grpc_server::{GrpcListener, GrpcSettings};
 use idem_runtime::health::Health;
@@ -25,10 +26,12 @@ use tonic::service::Routes;
 use crate::config::{CoordinatorConfig, Mode};
 use crate::core::{Coordinator, CoreSettings};
 use crate::error::CoordinatorError;
+use crate::group::serve::{GroupSettings, Groups};
+use crate::group_service::GroupCoordinatorService;
 use crate::log::topic::ensure_topic;
 use crate::ownership::etcd::{EtcdOwnership, EtcdOwnershipConfig};
 use crate::ownership::solo::SoloOwnership;
-use crate::ownership::Ownership;
+use crate::ownership::{Claim, Ownership};
 use crate::producer_ids::{BrokerProducerIds, SharedProducerIds};
 use crate::retry;
 use crate::service::TxnCoordinatorService;
@@ -47,6 +50,7 @@ pub struct BoundCoordinator {
     config: CoordinatorConfig,
     listener: GrpcListener,
     core: Arc<Coordinator>,
+    groups: Arc<Groups>,
     ownership: Arc<dyn Ownership>,
     health: Health,
     shutdown: CancellationToken,
@@ -121,15 +125,24 @@ impl BoundCoordinator {
                 max_transaction_timeout_ms: config.max_transaction_timeout_ms,
                 transactional_id_expiration_ms: config.transactional_id_expiration_ms,
             },
-            conn,
+            conn.clone(),
             catalog,
             pids,
+            ownership.clone(),
+        );
+        let groups = Groups::new(
+            GroupSettings {
+                coordinator_id: config.coordinator_id,
+                session_timeout: Duration::from_millis(config.group_session_timeout_ms),
+            },
+            conn,
             ownership.clone(),
         );
         Ok(BoundCoordinator {
             config,
             listener,
             core,
+            groups,
             ownership,
             health: Health::new(),
             shutdown,
@@ -152,6 +165,7 @@ impl BoundCoordinator {
             config,
             listener,
             core,
+            groups,
             ownership,
             health,
             shutdown,
@@ -159,8 +173,11 @@ impl BoundCoordinator {
         let local_addr = listener.local_addr();
         let service = TxnCoordinatorServer::new(TxnCoordinatorService::new(core.clone()))
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        let group_service =
+            GroupCoordinatorServer::new(GroupCoordinatorService::new(groups.clone()))
+                .max_encoding_message_size(MAX_MESSAGE_BYTES);
         let server = listener.serve(
-            Routes::new(service),
+            Routes::new(service).add_service(group_service),
             TxnCoordinatorServer::<TxnCoordinatorService>::NAME,
             &health,
             GrpcSettings::default(),
@@ -169,7 +186,19 @@ impl BoundCoordinator {
         let duties = Duties::under(&shutdown);
         duties.spawn(
             "follow ownership",
-            follow_ownership(core.clone(), ownership.clone(), config.txn_log_partitions),
+            follow_ownership(
+                core.clone(),
+                groups.clone(),
+                ownership.clone(),
+                config.txn_log_partitions,
+            ),
+        );
+        duties.spawn(
+            "expire group sessions",
+            expire_group_sessions(
+                groups.clone(),
+                Duration::from_millis(config.group_session_timeout_ms),
+            ),
         );
         duties.spawn(
             "time transactions out",
@@ -180,10 +209,14 @@ impl BoundCoordinator {
         );
         duties.spawn(
             "report health",
-            report_health(core.clone(), ownership, health),
+            report_health(core.clone(), groups.clone(), ownership, health),
         );
         tracing::info!(coordinator_id = config.coordinator_id, address = %local_addr, bootstrap = %config.bootstrap, "coordinator serving");
-        let served = serve_then_stop(server, &duties, async {}, core.leave()).await;
+        let leave = async {
+            groups.leave();
+            core.leave().await;
+        };
+        let served = serve_then_stop(server, &duties, async {}, leave).await;
         tracing::info!(
             coordinator_id = config.coordinator_id,
             "coordinator stopped"
@@ -192,20 +225,31 @@ impl BoundCoordinator {
     }
 }
 
-/// SERVING while every slice this coordinator claimed is loaded (and it claimed one)
-/// and it holds its lease.
-async fn report_health(core: Arc<Coordinator>, ownership: Arc<dyn Ownership>, health: Health) {
+/// SERVING while every slice this coordinator claimed is loaded (and it claimed one),
+/// its groups included, and it holds its lease.
+async fn report_health(
+    core: Arc<Coordinator>,
+    groups: Arc<Groups>,
+    ownership: Arc<dyn Ownership>,
+    health: Health,
+) {
     let mut tick = tokio::time::interval(HEALTH_CHECK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        health.set_loaded(core.serves_every_claimed_slice());
+        health.set_loaded(core.serves_every_claimed_slice() && groups.serves_every_claimed_slice());
         health.set_lease_held(ownership.holds_lease());
     }
 }
 
-/// Creates (or finds) the transaction log, then hands every claim to the core.
-async fn follow_ownership(core: Arc<Coordinator>, ownership: Arc<dyn Ownership>, partitions: i32) {
+/// Creates (or finds) the transaction log and `__consumer_offsets`, then hands every
+/// claim to the core and, when both topics have one partition count, to the groups.
+async fn follow_ownership(
+    core: Arc<Coordinator>,
+    groups: Arc<Groups>,
+    ownership: Arc<dyn Ownership>,
+    partitions: i32,
+) {
     let set_up = (|| {
         ensure_topic(
             core.connection(),
@@ -244,8 +288,9 @@ async fn follow_ownership(core: Arc<Coordinator>, ownership: Arc<dyn Ownership>,
         tracing::warn!(error = %e, "cannot set up {OFFSETS_TOPIC} yet; retrying");
     })
     .await;
+    let serve_groups = matches!(offsets, Ok(n) if n == partitions);
     match offsets {
-        Ok(n) if n == partitions => {}
+        Ok(n) if n == partitions => groups.set_partition_count(partitions),
         Ok(n) => tracing::error!(
             partitions,
             offsets_partitions = n,
@@ -253,9 +298,12 @@ async fn follow_ownership(core: Arc<Coordinator>, ownership: Arc<dyn Ownership>,
         ),
         Err(e) => tracing::error!(error = %e, "gave up setting up {OFFSETS_TOPIC}"),
     }
-    let (claims_tx, mut claims) = mpsc::unbounded_channel();
+    let (claims_tx, mut claims) = mpsc::unbounded_channel::<Claim>();
     let take_claims = async {
         while let Some(claim) = claims.recv().await {
+            if serve_groups {
+                groups.on_claim(claim.clone());
+            }
             core.on_claim(claim);
         }
     };
@@ -269,5 +317,17 @@ async fn time_out_transactions(core: Arc<Coordinator>, every: Duration) {
     loop {
         tick.tick().await;
         core.tick();
+    }
+}
+
+/// Removes group members whose session ended; checked four times per session timeout
+/// (at most every second), so a member goes at most a quarter late.
+async fn expire_group_sessions(groups: Arc<Groups>, session_timeout: Duration) {
+    let every = (session_timeout / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        groups.expire_sessions().await;
     }
 }

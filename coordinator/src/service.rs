@@ -127,7 +127,13 @@ impl TxnCoordinator for TxnCoordinatorService {
         &self,
         request: Request<FindCoordinatorRequest>,
     ) -> Result<Response<FindCoordinatorResponse>, Status> {
-        let id = request.into_inner().transactional_id;
+        let request = request.into_inner();
+        // A group lives in the slice its id hashes to, like a transactional id.
+        let id = if request.transactional_id.is_empty() {
+            request.group_id
+        } else {
+            request.transactional_id
+        };
         let answer = match self.core.find_coordinator(&id) {
             Ok((partition, owner)) => FindCoordinatorResponse {
                 error_code: ErrorCode::None as i32,

@@ -30,3 +30,4 @@ pub use cluster::Cluster;
 pub use proxy::FaultyProxy;
 pub use server_process::{BrokerProcess, CoordinatorProcess, ServerProcess};
 pub mod etcd;
+pub mod groups;

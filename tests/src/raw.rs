@@ -229,6 +229,7 @@ pub async fn fetch(
                 }],
             }],
             replica_id: None,
+            include_control_batches: false,
         })
         .await
         .expect("Fetch")

@@ -1,6 +1,7 @@
 //! Consumer fetch (no `replica_id`): read_uncommitted reads up to the high watermark,
-//! read_committed up to the last stable offset; control batches are never returned and
-//! read_committed drops every batch of an aborted transaction. `next_fetch_offset` is
+//! read_committed up to the last stable offset; control batches are returned only to a
+//! reader that asks for them (the group coordinator reading `__consumer_offsets`'s
+//! markers), and read_committed drops every batch of an aborted transaction. `next_fetch_offset` is
 //! past every batch examined, so a run of filtered batches never stalls a consumer.
 //!
 //! The partition lock is held only to copy raw batches and the aborted ranges that
@@ -30,12 +31,24 @@ pub struct ConsumerRead {
 
 impl Partition {
     /// Batches from the one containing `offset`, within `limit`, never past what
-    /// `isolation` may see.
+    /// `isolation` may see; no control batch.
     pub fn read_for_consumer(
         &self,
         offset: i64,
         limit: ReadLimit,
         isolation: IsolationLevel,
+    ) -> Result<ConsumerRead, BrokerError> {
+        self.read_visible(offset, limit, isolation, false)
+    }
+
+    /// [`Partition::read_for_consumer`], with the control batches too when
+    /// `with_control` (FetchRequest.include_control_batches).
+    pub fn read_visible(
+        &self,
+        offset: i64,
+        limit: ReadLimit,
+        isolation: IsolationLevel,
+        with_control: bool,
     ) -> Result<ConsumerRead, BrokerError> {
         let committed = isolation == IsolationLevel::ReadCommitted;
         let mut records = Vec::new();
@@ -61,7 +74,8 @@ impl Partition {
                 };
                 (raw, aborted)
             };
-            let Some(examined_to) = keep_visible(&raw, &aborted, &mut records)? else {
+            let Some(examined_to) = keep_visible(&raw, &aborted, with_control, &mut records)?
+            else {
                 break;
             };
             next = examined_to;
@@ -77,12 +91,13 @@ impl Partition {
     }
 }
 
-/// Appends to `out` every batch of `raw` a consumer may see: no control batch, and no
-/// transactional batch covered by one of `aborted`. Returns the offset after the last
-/// batch examined, `None` when `raw` holds none.
+/// Appends to `out` every batch of `raw` a consumer may see: no control batch (unless
+/// `with_control`), and no transactional batch covered by one of `aborted`. Returns the
+/// offset after the last batch examined, `None` when `raw` holds none.
 fn keep_visible(
     raw: &[u8],
     aborted: &[AbortedTxn],
+    with_control: bool,
     out: &mut Vec<u8>,
 ) -> Result<Option<i64>, BrokerError> {
     let mut examined_to = None;
@@ -90,6 +105,9 @@ fn keep_visible(
         let (header, bytes) = item?;
         examined_to = Some(header.next_offset());
         if header.is_control() {
+            if with_control {
+                out.extend_from_slice(bytes);
+            }
             continue;
         }
         let aborted = header.is_transactional()
@@ -182,7 +200,10 @@ mod tests {
     #[test]
     fn given_nothing_read_then_nothing_examined() {
         let mut out = Vec::new();
-        assert_eq!(keep_visible(&[], &[], &mut out).expect("filter"), None);
+        assert_eq!(
+            keep_visible(&[], &[], false, &mut out).expect("filter"),
+            None
+        );
         assert!(out.is_empty());
     }
 
@@ -195,8 +216,27 @@ mod tests {
         ]
         .concat();
         let mut out = Vec::new();
-        assert_eq!(keep_visible(&raw, &[], &mut out).expect("filter"), Some(4));
+        assert_eq!(
+            keep_visible(&raw, &[], false, &mut out).expect("filter"),
+            Some(4)
+        );
         assert_eq!(bases(&out), vec![1]);
+    }
+
+    #[test]
+    fn given_control_batches_asked_for_then_they_are_returned_in_log_order() {
+        let raw = [
+            marker(1, ControlType::Begin, 0),
+            data(1, true, 1),
+            marker(1, ControlType::Commit, 3),
+        ]
+        .concat();
+        let mut out = Vec::new();
+        assert_eq!(
+            keep_visible(&raw, &[], true, &mut out).expect("filter"),
+            Some(4)
+        );
+        assert_eq!(bases(&out), vec![0, 1, 3]);
     }
 
     #[test]
@@ -218,7 +258,7 @@ mod tests {
         }];
         let mut out = Vec::new();
         assert_eq!(
-            keep_visible(&raw, &aborted, &mut out).expect("filter"),
+            keep_visible(&raw, &aborted, false, &mut out).expect("filter"),
             Some(12)
         );
         assert_eq!(bases(&out), vec![3, 5, 10]);
@@ -239,7 +279,7 @@ mod tests {
         }];
         let mut out = Vec::new();
         assert_eq!(
-            keep_visible(&raw, &aborted, &mut out).expect("filter"),
+            keep_visible(&raw, &aborted, false, &mut out).expect("filter"),
             Some(4)
         );
         assert!(out.is_empty());

@@ -418,6 +418,7 @@ fn request_for<'a>(
         isolation_level: IsolationLevel::ReadUncommitted as i32,
         topics,
         replica_id: Some(me),
+        include_control_batches: false,
     }
 }
 

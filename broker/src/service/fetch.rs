@@ -86,8 +86,12 @@ impl BrokerService {
                                 ))
                             })?;
                             p.check_epoch(wanted.current_leader_epoch)?;
-                            let read =
-                                p.read_for_consumer(wanted.fetch_offset, limit, isolation)?;
+                            let read = p.read_visible(
+                                wanted.fetch_offset,
+                                limit,
+                                isolation,
+                                request.include_control_batches,
+                            )?;
                             Ok(Served {
                                 records: read.records,
                                 next_fetch_offset: read.next_fetch_offset,

@@ -552,6 +552,7 @@ fn fetch_request(max_bytes: i32, partition_max_bytes: i32) -> FetchRequest {
             }],
         }],
         replica_id: None,
+        include_control_batches: false,
     }
 }
 

@@ -1,5 +1,5 @@
 //! The transaction RPCs a broker serves: FindCoordinator (which coordinator owns a
-//! transactional id), WriteTxnMarkers (the coordinator's COMMIT/ABORT control batches,
+//! transactional id or a consumer group), WriteTxnMarkers (the coordinator's COMMIT/ABORT control batches,
 //! each partition on its own) and ListOpenTransactions (what holds each LSO back).
 
 use std::time::Duration;
@@ -24,9 +24,13 @@ impl BrokerService {
         request: FindCoordinatorRequest,
     ) -> FindCoordinatorResponse {
         let partitions = self.topics.partition_count(TXN_LOG_TOPIC);
-        let found = self
-            .coordinators()
-            .find(&request.transactional_id, partitions);
+        // A group lives in the slice its id hashes to, like a transactional id.
+        let id = if request.transactional_id.is_empty() {
+            &request.group_id
+        } else {
+            &request.transactional_id
+        };
+        let found = self.coordinators().find(id, partitions);
         match found {
             Ok(found) => FindCoordinatorResponse {
                 error_code: ErrorCode::None as i32,
@@ -39,6 +43,7 @@ impl BrokerService {
             Err(e) => {
                 tracing::debug!(
                     transactional_id = %request.transactional_id,
+                    group_id = %request.group_id,
                     code = e.code().as_str_name(),
                     error = %e,
                     "FindCoordinator refused"

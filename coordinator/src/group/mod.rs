@@ -1,18 +1,28 @@
-//! The group coordinator's pure rules (issue 26, KIP-848 style): which member gets which
-//! partitions, and how a member moves to its share without two members ever owning one
-//! partition. The shell that persists groups in `__consumer_offsets` and answers
-//! heartbeats builds on these.
+//! The group coordinator (issue 26, KIP-848 style): pure rules for which member gets
+//! which partitions, and how a member moves to its share without two members ever
+//! owning one partition; and the shell that keeps groups in `__consumer_offsets` and
+//! answers their requests.
 //!
 //! - [`assignor`]: the group's target assignment (uniform, sticky).
 //! - [`reconcile`]: one member's steps from its current assignment to its target.
 //! - [`membership`]: a heartbeat, a leave or a removal turns one group into the next.
 //! - [`offsets`]: which commits a group accepts, and offsets pending in transactions.
 //! - [`records`]: the records of `__consumer_offsets`.
+//! - [`slice`]: one `__consumer_offsets` partition's state, and its replay from the log.
+//! - [`load`]: reading a claimed partition back (the load, and the tail's reads).
+//! - [`sessions`]: members' session deadlines.
+//! - [`txn_offsets`]: TxnOffsetCommit's transactional batch and its sequence rule.
+//! - [`serve`]: the shell: slices per claim, requests, session expiry.
 //!
 //! The design, and what is still to build: docs/groups.md.
 
 pub mod assignor;
+pub mod load;
 pub mod membership;
 pub mod offsets;
 pub mod reconcile;
 pub mod records;
+pub mod serve;
+pub mod sessions;
+pub mod slice;
+pub mod txn_offsets;

@@ -308,6 +308,7 @@ async fn fetch_once(
             }],
         }],
         replica_id: None,
+        include_control_batches: false,
     };
     let (_, mut client) = conn
         .leader_client(TXN_LOG_TOPIC, partition)

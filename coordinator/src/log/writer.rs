@@ -1,4 +1,5 @@
-//! The one writer of a transaction log partition this coordinator owns: an idempotent
+//! The one writer of a partition of an internal topic this coordinator owns
+//! (`__transaction_state`, or `__consumer_offsets` of the same slice): an idempotent
 //! producer with `producer_id = writer_producer_id` and `producer_epoch =
 //! coordinator_epoch`, its own sequence numbers, acks=all, one batch in flight.
 //!
@@ -40,9 +41,12 @@ pub struct WriterIdentity {
     pub producer_epoch: i16,
 }
 
+/// A record's key and value (no value: a tombstone), as it goes into a batch.
+pub type EncodedRecord = (bytes::Bytes, Option<bytes::Bytes>);
+
 /// Records that go out in one batch, in order; `done` gets the first one's offset.
 struct Append {
-    records: Vec<LogRecord>,
+    records: Vec<EncodedRecord>,
     done: oneshot::Sender<Result<i64, CoordinatorError>>,
 }
 
@@ -55,11 +59,22 @@ pub struct TxnLogWriter {
 }
 
 impl TxnLogWriter {
-    /// Starts the writer; it begins at sequence 0 (the fence record must be its first
-    /// append) and stops when every handle is dropped.
+    /// Starts the writer of `__transaction_state`; it begins at sequence 0 (the fence
+    /// record must be its first append) and stops when every handle is dropped.
     pub fn start(conn: Connection, identity: WriterIdentity, token: OwnershipToken) -> Self {
+        Self::start_for(TXN_LOG_TOPIC, conn, identity, token)
+    }
+
+    /// [`TxnLogWriter::start`] for another internal topic partitioned like the
+    /// transaction log (`__consumer_offsets`), written under the same claim.
+    pub fn start_for(
+        topic: &'static str,
+        conn: Connection,
+        identity: WriterIdentity,
+        token: OwnershipToken,
+    ) -> Self {
         let (queue, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(conn, identity, token, rx));
+        tokio::spawn(run(topic, conn, identity, token, rx));
         TxnLogWriter {
             partition: identity.partition,
             producer_id: identity.producer_id,
@@ -80,6 +95,15 @@ impl TxnLogWriter {
     /// Appends `records` in one batch (acks=all), so they land all together or not at
     /// all, and returns the first one's offset.
     pub async fn append_all(&self, records: Vec<LogRecord>) -> Result<i64, CoordinatorError> {
+        self.append_encoded(records.iter().map(LogRecord::encode).collect())
+            .await
+    }
+
+    /// [`TxnLogWriter::append_all`] for records already encoded (another topic's).
+    pub async fn append_encoded(
+        &self,
+        records: Vec<EncodedRecord>,
+    ) -> Result<i64, CoordinatorError> {
         debug_assert!(!records.is_empty(), "an append carries at least one record");
         let (done, answer) = oneshot::channel();
         self.queue
@@ -92,6 +116,7 @@ impl TxnLogWriter {
 }
 
 async fn run(
+    topic: &'static str,
     conn: Connection,
     identity: WriterIdentity,
     token: OwnershipToken,
@@ -124,14 +149,11 @@ async fn run(
         let records: Vec<Record> = appends
             .iter()
             .flat_map(|a| &a.records)
-            .map(|record| {
-                let (key, value) = record.encode();
-                Record {
-                    key: Some(key),
-                    value,
-                    headers: Vec::new(),
-                    timestamp_ms: now,
-                }
+            .map(|(key, value)| Record {
+                key: Some(key.clone()),
+                value: value.clone(),
+                headers: Vec::new(),
+                timestamp_ms: now,
             })
             .collect();
         let bytes = batch::encode(
@@ -143,7 +165,7 @@ async fn run(
             0,
             &records,
         );
-        match send_until_answered(&conn, identity, &token, bytes).await {
+        match send_until_answered(topic, &conn, identity, &token, bytes).await {
             Ok(base_offset) => {
                 next_sequence = batch::sequence_add(next_sequence, records.len() as i32);
                 let mut offset = base_offset;
@@ -218,6 +240,7 @@ pub fn classify_produce(code: ErrorCode) -> ProduceOutcome {
 }
 
 async fn send_until_answered(
+    topic: &'static str,
     conn: &Connection,
     identity: WriterIdentity,
     token: &OwnershipToken,
@@ -228,7 +251,7 @@ async fn send_until_answered(
         acks: -1,
         timeout_ms: PRODUCE_TIMEOUT_MS,
         topics: vec![TopicProduceData {
-            name: TXN_LOG_TOPIC.to_string(),
+            name: topic.to_string(),
             partitions: vec![PartitionProduceData {
                 partition,
                 records: bytes,
@@ -246,7 +269,7 @@ async fn send_until_answered(
             )));
         }
         let answer = async {
-            let (_, mut client) = conn.leader_client(TXN_LOG_TOPIC, partition).await?;
+            let (_, mut client) = conn.leader_client(topic, partition).await?;
             conn.call(client.produce(request.clone())).await
         }
         .await;
@@ -284,7 +307,7 @@ async fn send_until_answered(
                 format!("{code:?}: {message}"),
             ))),
             ProduceOutcome::Refused => Err(Failed::Stop(CoordinatorError::Refused {
-                what: format!("append to {TXN_LOG_TOPIC}/{partition}"),
+                what: format!("append to {topic}/{partition}"),
                 code,
                 message,
             })),

@@ -49,6 +49,7 @@ async fn fetch_naming_epoch(client: &mut RawClient, leader_epoch: i32) -> ErrorC
                 }],
             }],
             replica_id: None,
+            include_control_batches: false,
         })
         .await
         .expect("Fetch")

@@ -13,6 +13,7 @@ mod compaction;
 mod delivery;
 mod etcd_faults;
 mod failover;
+mod groups;
 mod grpc_tooling;
 mod health;
 mod idempotence;

@@ -238,6 +238,7 @@ fn fetch_all(
                 .collect(),
         }],
         replica_id: None,
+        include_control_batches: false,
     }
 }
 

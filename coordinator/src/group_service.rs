@@ -1,0 +1,405 @@
+//! The gRPC service `idem.v1.GroupCoordinator`: a thin translation between the wire and
+//! the group shell ([`crate::group::serve::Groups`]). Refusals and decider errors
+//! travel as `ErrorCode`s in the answer; gRPC status codes are left to transport
+//! failures.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use idem_proto::v1::group_coordinator_server::GroupCoordinator;
+use idem_proto::v1::{
+    ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, DeleteGroupResult,
+    DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse,
+    GroupDescription, GroupListing, GroupMemberDescription, GroupTopicPartitions,
+    ListGroupsRequest, ListGroupsResponse, OffsetCommitPartitionResult, OffsetCommitRequest,
+    OffsetCommitResponse, OffsetCommitTopic, OffsetCommitTopicResult, OffsetFetchPartition,
+    OffsetFetchRequest, OffsetFetchResponse, OffsetFetchTopic, OwnedPartitions,
+    TxnOffsetCommitRequest, TxnOffsetCommitResponse,
+};
+use idem_proto::ErrorCode;
+use tonic::{Request, Response, Status};
+
+use crate::core::Refusal;
+use crate::group::membership::{Group, Heartbeat, LEAVE_EPOCH};
+use crate::group::offsets::Committer;
+use crate::group::reconcile::MemberState;
+use crate::group::serve::{FetchedOffset, Groups, OffsetToCommit, PartitionResult};
+use crate::group::txn_offsets::TxnProducer;
+use crate::txn::decide::TopicPartition;
+
+pub struct GroupCoordinatorService {
+    groups: Arc<Groups>,
+}
+
+impl GroupCoordinatorService {
+    pub fn new(groups: Arc<Groups>) -> Self {
+        GroupCoordinatorService { groups }
+    }
+}
+
+fn partitions_of(topics: &[GroupTopicPartitions]) -> BTreeSet<TopicPartition> {
+    topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions.iter().map(|p| TopicPartition {
+                topic: t.topic.clone(),
+                partition: *p,
+            })
+        })
+        .collect()
+}
+
+fn grouped<'a>(
+    partitions: impl IntoIterator<Item = &'a TopicPartition>,
+) -> Vec<GroupTopicPartitions> {
+    let mut by_topic: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
+    for tp in partitions {
+        by_topic.entry(&tp.topic).or_default().push(tp.partition);
+    }
+    by_topic
+        .into_iter()
+        .map(|(topic, partitions)| GroupTopicPartitions {
+            topic: topic.to_string(),
+            partitions,
+        })
+        .collect()
+}
+
+fn offsets_to_commit(topics: &[OffsetCommitTopic]) -> Vec<OffsetToCommit> {
+    topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions.iter().map(|p| OffsetToCommit {
+                tp: TopicPartition {
+                    topic: t.name.clone(),
+                    partition: p.partition,
+                },
+                offset: p.offset,
+                leader_epoch: p.leader_epoch,
+                metadata: p.metadata.clone(),
+            })
+        })
+        .collect()
+}
+
+/// Empty member id with epoch -1: a commit without a member.
+fn committer(member_id: &str, member_epoch: i32) -> Committer {
+    if member_id.is_empty() && member_epoch == LEAVE_EPOCH {
+        Committer::Nobody
+    } else {
+        Committer::Member {
+            member_id: member_id.to_string(),
+            member_epoch,
+        }
+    }
+}
+
+fn commit_results(results: Vec<PartitionResult>) -> Vec<OffsetCommitTopicResult> {
+    let mut by_topic: BTreeMap<String, Vec<OffsetCommitPartitionResult>> = BTreeMap::new();
+    for (tp, result) in results {
+        let (code, message) = match result {
+            Ok(()) => (ErrorCode::None, String::new()),
+            Err(r) => (r.code, r.message),
+        };
+        by_topic
+            .entry(tp.topic)
+            .or_default()
+            .push(OffsetCommitPartitionResult {
+                partition: tp.partition,
+                error_code: code as i32,
+                error_message: message,
+            });
+    }
+    by_topic
+        .into_iter()
+        .map(|(name, mut partitions)| {
+            partitions.sort_by_key(|p| p.partition);
+            OffsetCommitTopicResult { name, partitions }
+        })
+        .collect()
+}
+
+fn fetch_results(results: Vec<FetchedOffset>) -> Vec<OffsetFetchTopic> {
+    let mut by_topic: BTreeMap<String, Vec<OffsetFetchPartition>> = BTreeMap::new();
+    for (tp, result) in results {
+        let partition = match result {
+            Ok(found) => OffsetFetchPartition {
+                partition: tp.partition,
+                offset: found.as_ref().map_or(-1, |o| o.offset),
+                leader_epoch: found.as_ref().and_then(|o| o.leader_epoch),
+                metadata: found.map(|o| o.metadata).unwrap_or_default(),
+                error_code: ErrorCode::None as i32,
+                error_message: String::new(),
+            },
+            Err(r) => OffsetFetchPartition {
+                partition: tp.partition,
+                offset: -1,
+                leader_epoch: None,
+                metadata: String::new(),
+                error_code: r.code as i32,
+                error_message: r.message,
+            },
+        };
+        by_topic.entry(tp.topic).or_default().push(partition);
+    }
+    by_topic
+        .into_iter()
+        .map(|(name, partitions)| OffsetFetchTopic { name, partitions })
+        .collect()
+}
+
+fn member_state(state: MemberState) -> &'static str {
+    match state {
+        MemberState::Stable => "Stable",
+        MemberState::UnrevokedPartitions => "UnrevokedPartitions",
+        MemberState::UnreleasedPartitions => "UnreleasedPartitions",
+    }
+}
+
+/// Empty (no members), Reconciling (some member is not at the target yet), Stable.
+fn group_state(group: &Group) -> &'static str {
+    if group.members.is_empty() {
+        return "Empty";
+    }
+    let settled = group.members.values().all(|m| {
+        m.assignment.member_epoch == group.target_epoch && m.assignment.state == MemberState::Stable
+    });
+    if settled {
+        "Stable"
+    } else {
+        "Reconciling"
+    }
+}
+
+fn describe(group_id: &str, group: &Group, coordinator_id: i32) -> GroupDescription {
+    let empty = BTreeSet::new();
+    GroupDescription {
+        group_id: group_id.to_string(),
+        error_code: ErrorCode::None as i32,
+        error_message: String::new(),
+        state: group_state(group).to_string(),
+        group_epoch: group.group_epoch,
+        target_epoch: group.target_epoch,
+        members: group
+            .members
+            .iter()
+            .map(|(id, m)| GroupMemberDescription {
+                member_id: id.clone(),
+                instance_id: m.instance_id.clone(),
+                member_epoch: m.assignment.member_epoch,
+                subscribed_topics: m.subscribed.iter().cloned().collect(),
+                assignment: grouped(&m.assignment.assigned),
+                target_assignment: grouped(group.target.get(id).unwrap_or(&empty)),
+                state: member_state(m.assignment.state).to_string(),
+            })
+            .collect(),
+        coordinator_id,
+    }
+}
+
+#[tonic::async_trait]
+impl GroupCoordinator for GroupCoordinatorService {
+    async fn consumer_group_heartbeat(
+        &self,
+        request: Request<ConsumerGroupHeartbeatRequest>,
+    ) -> Result<Response<ConsumerGroupHeartbeatResponse>, Status> {
+        let request = request.into_inner();
+        let heartbeat = Heartbeat {
+            member_id: request.member_id.clone(),
+            member_epoch: request.member_epoch,
+            instance_id: request.instance_id.clone(),
+            rebalance_timeout_ms: request.rebalance_timeout_ms,
+            subscribed: request
+                .subscribed
+                .as_ref()
+                .map(|s| s.topics.iter().cloned().collect()),
+            owned: request.owned.as_ref().map(|o| partitions_of(&o.topics)),
+        };
+        let interval = self.groups.settings().heartbeat_interval_ms();
+        let answer = match self.groups.heartbeat(&request.group_id, heartbeat).await {
+            Ok(answer) => ConsumerGroupHeartbeatResponse {
+                error_code: ErrorCode::None as i32,
+                error_message: String::new(),
+                member_id: request.member_id,
+                member_epoch: answer.member_epoch,
+                heartbeat_interval_ms: interval,
+                assignment: answer.assignment.map(|a| OwnedPartitions {
+                    topics: grouped(&a),
+                }),
+            },
+            Err(Refusal { code, message }) => ConsumerGroupHeartbeatResponse {
+                error_code: code as i32,
+                error_message: message,
+                member_id: request.member_id,
+                member_epoch: request.member_epoch,
+                heartbeat_interval_ms: interval,
+                assignment: None,
+            },
+        };
+        Ok(Response::new(answer))
+    }
+
+    async fn offset_commit(
+        &self,
+        request: Request<OffsetCommitRequest>,
+    ) -> Result<Response<OffsetCommitResponse>, Status> {
+        let request = request.into_inner();
+        let answer = match self
+            .groups
+            .commit(
+                &request.group_id,
+                committer(&request.member_id, request.member_epoch),
+                offsets_to_commit(&request.topics),
+            )
+            .await
+        {
+            Ok(results) => OffsetCommitResponse {
+                error_code: ErrorCode::None as i32,
+                error_message: String::new(),
+                topics: commit_results(results),
+            },
+            Err(r) => OffsetCommitResponse {
+                error_code: r.code as i32,
+                error_message: r.message,
+                topics: Vec::new(),
+            },
+        };
+        Ok(Response::new(answer))
+    }
+
+    async fn offset_fetch(
+        &self,
+        request: Request<OffsetFetchRequest>,
+    ) -> Result<Response<OffsetFetchResponse>, Status> {
+        let request = request.into_inner();
+        let wanted = (!request.topics.is_empty())
+            .then(|| partitions_of(&request.topics).into_iter().collect());
+        let answer =
+            match self
+                .groups
+                .fetch_offsets(&request.group_id, wanted, request.require_stable)
+            {
+                Ok(results) => OffsetFetchResponse {
+                    error_code: ErrorCode::None as i32,
+                    error_message: String::new(),
+                    topics: fetch_results(results),
+                },
+                Err(r) => OffsetFetchResponse {
+                    error_code: r.code as i32,
+                    error_message: r.message,
+                    topics: Vec::new(),
+                },
+            };
+        Ok(Response::new(answer))
+    }
+
+    async fn txn_offset_commit(
+        &self,
+        request: Request<TxnOffsetCommitRequest>,
+    ) -> Result<Response<TxnOffsetCommitResponse>, Status> {
+        let request = request.into_inner();
+        let outcome = match i16::try_from(request.producer_epoch)
+            .ok()
+            .filter(|e| *e >= 0)
+        {
+            None => Err(Refusal::new(
+                ErrorCode::InvalidRequest,
+                format!("producer epoch {} out of range", request.producer_epoch),
+            )),
+            Some(_) if request.producer_id < 0 => Err(Refusal::new(
+                ErrorCode::InvalidRequest,
+                "TxnOffsetCommit needs the producer's id",
+            )),
+            Some(producer_epoch) => {
+                self.groups
+                    .txn_commit(
+                        &request.group_id,
+                        TxnProducer {
+                            producer_id: request.producer_id,
+                            producer_epoch,
+                        },
+                        committer(&request.member_id, request.member_epoch),
+                        offsets_to_commit(&request.topics),
+                    )
+                    .await
+            }
+        };
+        let answer = match outcome {
+            Ok(results) => TxnOffsetCommitResponse {
+                error_code: ErrorCode::None as i32,
+                error_message: String::new(),
+                topics: commit_results(results),
+            },
+            Err(r) => TxnOffsetCommitResponse {
+                error_code: r.code as i32,
+                error_message: r.message,
+                topics: Vec::new(),
+            },
+        };
+        Ok(Response::new(answer))
+    }
+
+    async fn describe_groups(
+        &self,
+        request: Request<DescribeGroupsRequest>,
+    ) -> Result<Response<DescribeGroupsResponse>, Status> {
+        let coordinator_id = self.groups.settings().coordinator_id;
+        let groups = request
+            .into_inner()
+            .group_ids
+            .into_iter()
+            .map(|id| match self.groups.describe(&id) {
+                Ok(group) => describe(&id, &group, coordinator_id),
+                Err(r) => GroupDescription {
+                    group_id: id,
+                    error_code: r.code as i32,
+                    error_message: r.message,
+                    coordinator_id,
+                    ..GroupDescription::default()
+                },
+            })
+            .collect();
+        Ok(Response::new(DescribeGroupsResponse { groups }))
+    }
+
+    async fn list_groups(
+        &self,
+        request: Request<ListGroupsRequest>,
+    ) -> Result<Response<ListGroupsResponse>, Status> {
+        let states = request.into_inner().states;
+        let groups = self
+            .groups
+            .list()
+            .into_iter()
+            .map(|(group_id, group)| GroupListing {
+                group_id,
+                state: group_state(&group).to_string(),
+            })
+            .filter(|g| states.is_empty() || states.contains(&g.state))
+            .collect();
+        Ok(Response::new(ListGroupsResponse {
+            error_code: ErrorCode::None as i32,
+            error_message: String::new(),
+            groups,
+        }))
+    }
+
+    async fn delete_groups(
+        &self,
+        request: Request<DeleteGroupsRequest>,
+    ) -> Result<Response<DeleteGroupsResponse>, Status> {
+        let mut results = Vec::new();
+        for group_id in request.into_inner().group_ids {
+            let (code, message) = match self.groups.delete(&group_id).await {
+                Ok(()) => (ErrorCode::None, String::new()),
+                Err(r) => (r.code, r.message),
+            };
+            results.push(DeleteGroupResult {
+                group_id,
+                error_code: code as i32,
+                error_message: message,
+            });
+        }
+        Ok(Response::new(DeleteGroupsResponse { results }))
+    }
+}

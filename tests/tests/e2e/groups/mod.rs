@@ -1,0 +1,10 @@
+//! Consumer groups (issue 26): members share a topic's partitions without two ever
+//! owning one, committed offsets are kept and refused by the rules, and both survive
+//! the coordinator that owns the group — each proved against real brokers,
+//! coordinators and etcd.
+
+mod membership;
+mod offsets;
+mod offsets_in_txn;
+mod session_expiry;
+mod takeover;

@@ -1,0 +1,213 @@
+//! KIP-447: offsets committed inside a transaction (AddOffsetsToTxn, TxnOffsetCommit)
+//! are pending while it is open (OffsetFetch with require_stable answers
+//! UNSTABLE_OFFSET_COMMIT), become the group's committed offsets with its COMMIT and
+//! vanish with its ABORT — also when the group's coordinator is killed mid-transaction
+//! and its successor rebuilds the pending offsets from the log; a zombie member's
+//! TxnOffsetCommit is refused.
+
+use idem_client::ProducerRecord;
+use idem_proto::ErrorCode;
+use idem_tests::groups::{add_offsets_to_txn, balanced, drive_until, GroupClient, Member};
+use idem_tests::txn;
+use idem_tests::wait::{seen_if, wait_until, PATIENCE};
+use idem_tests::Cluster;
+
+const IN: &str = "in";
+const OUT: &str = "out";
+const GROUP: &str = "processors";
+
+/// The partitions whose OffsetFetch(require_stable) answers UNSTABLE_OFFSET_COMMIT.
+async fn unstable(client: &GroupClient) -> Vec<i32> {
+    let answer = client.fetch(IN, 2, true).await;
+    answer
+        .topics
+        .iter()
+        .flat_map(|t| &t.partitions)
+        .filter(|p| p.error_code() == ErrorCode::UnstableOffsetCommit)
+        .map(|p| p.partition)
+        .collect()
+}
+
+async fn settles_at(client: &GroupClient, expected: [i64; 2]) {
+    wait_until(
+        PATIENCE,
+        "the transaction's outcome reaches the group",
+        || async {
+            let pending = unstable(client).await;
+            let committed = client.committed(IN, 2).await;
+            let done = pending.is_empty() && committed == expected;
+            seen_if((pending, committed), done)
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_offsets_in_a_transaction_then_they_count_once_it_commits_and_vanish_if_it_aborts() {
+    let cluster = Cluster::start_with_coordinators(3, 1, &[], &[]).await;
+    cluster.create_topic(IN, 2, 3).await;
+    cluster.create_topic(OUT, 1, 3).await;
+    let bootstrap = cluster.bootstrap();
+    let client = GroupClient::new(&bootstrap, GROUP);
+    let mut members = vec![Member::new("a", &[IN])];
+    drive_until(&client, &mut members, 10, |m| balanced(m, 2, 2)).await;
+    let a = members[0].clone();
+    let producer = txn::producer(&bootstrap, "pipe").await;
+
+    let mut expected = [-1, -1];
+    for (round, commit) in [(1i64, true), (2, false), (3, true)] {
+        producer.begin().expect("begin");
+        producer
+            .send(ProducerRecord::new(OUT, "x").partition(0))
+            .await
+            .expect("send")
+            .await
+            .expect("acked");
+        let id = producer.producer_id().expect("initialized");
+        let added =
+            add_offsets_to_txn(&bootstrap, "pipe", id.producer_id, id.producer_epoch, GROUP).await;
+        assert_eq!(
+            added.error_code(),
+            ErrorCode::None,
+            "{}",
+            added.error_message
+        );
+        // Two TxnOffsetCommits in one transaction: consecutive sequences.
+        for p in 0..2 {
+            let staged = client
+                .txn_commit(
+                    "pipe",
+                    (id.producer_id, id.producer_epoch),
+                    (&a.member_id, a.epoch),
+                    &[(IN, p, round * 10 + i64::from(p))],
+                )
+                .await;
+            assert_eq!(
+                staged.error_code(),
+                ErrorCode::None,
+                "{}",
+                staged.error_message
+            );
+            let codes: Vec<ErrorCode> = staged
+                .topics
+                .iter()
+                .flat_map(|t| &t.partitions)
+                .map(|p| p.error_code())
+                .collect();
+            assert_eq!(codes, [ErrorCode::None]);
+        }
+        assert_eq!(
+            unstable(&client).await,
+            [0, 1],
+            "pending while the transaction is open"
+        );
+        assert_eq!(client.committed(IN, 2).await, expected, "not committed yet");
+        if commit {
+            producer.commit().await.expect("commit");
+            expected = [round * 10, round * 10 + 1];
+        } else {
+            producer.abort().await.expect("abort");
+        }
+        settles_at(&client, expected).await;
+    }
+
+    // A zombie member epoch is refused, and nothing is staged.
+    producer.begin().expect("begin");
+    producer
+        .send(ProducerRecord::new(OUT, "y").partition(0))
+        .await
+        .expect("send")
+        .await
+        .expect("acked");
+    let id = producer.producer_id().expect("initialized");
+    let added =
+        add_offsets_to_txn(&bootstrap, "pipe", id.producer_id, id.producer_epoch, GROUP).await;
+    assert_eq!(
+        added.error_code(),
+        ErrorCode::None,
+        "{}",
+        added.error_message
+    );
+    let zombie = client
+        .txn_commit(
+            "pipe",
+            (id.producer_id, id.producer_epoch),
+            (&a.member_id, a.epoch - 1),
+            &[(IN, 0, 999)],
+        )
+        .await;
+    let codes: Vec<ErrorCode> = zombie
+        .topics
+        .iter()
+        .flat_map(|t| &t.partitions)
+        .map(|p| p.error_code())
+        .collect();
+    assert_eq!(codes, [ErrorCode::StaleMemberEpoch], "{zombie:?}");
+    assert_eq!(unstable(&client).await, Vec::<i32>::new());
+    producer.commit().await.expect("commit");
+    settles_at(&client, expected).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_the_groups_coordinator_killed_mid_transaction_then_the_successor_rebuilds_the_pending_offsets_and_applies_the_commit(
+) {
+    let mut cluster = Cluster::start_with_coordinators(3, 2, &[], &[]).await;
+    cluster.create_topic(IN, 2, 3).await;
+    cluster.create_topic(OUT, 1, 3).await;
+    let bootstrap = cluster.bootstrap();
+    let client = GroupClient::new(&bootstrap, GROUP);
+    let mut members = vec![Member::new("a", &[IN])];
+    drive_until(&client, &mut members, 10, |m| balanced(m, 2, 2)).await;
+    let a = members[0].clone();
+    let producer = txn::producer(&bootstrap, "pipe").await;
+
+    producer.begin().expect("begin");
+    producer
+        .send(ProducerRecord::new(OUT, "x").partition(0))
+        .await
+        .expect("send")
+        .await
+        .expect("acked");
+    let id = producer.producer_id().expect("initialized");
+    let added =
+        add_offsets_to_txn(&bootstrap, "pipe", id.producer_id, id.producer_epoch, GROUP).await;
+    assert_eq!(
+        added.error_code(),
+        ErrorCode::None,
+        "{}",
+        added.error_message
+    );
+    let staged = client
+        .txn_commit(
+            "pipe",
+            (id.producer_id, id.producer_epoch),
+            (&a.member_id, a.epoch),
+            &[(IN, 0, 5), (IN, 1, 6)],
+        )
+        .await;
+    assert_eq!(
+        staged.error_code(),
+        ErrorCode::None,
+        "{}",
+        staged.error_message
+    );
+    assert_eq!(unstable(&client).await, [0, 1]);
+
+    let (owner, _) = client.find().await.expect("an owner");
+    cluster.kill_coordinator(owner);
+    let _moved = wait_until(PATIENCE, "another coordinator owns the group", || async {
+        let found = client.find().await;
+        let moved = matches!(&found, Ok((id, _)) if *id != owner);
+        seen_if(found, moved)
+    })
+    .await;
+    assert_eq!(
+        unstable(&client).await,
+        [0, 1],
+        "the successor rebuilt the pending offsets"
+    );
+    assert_eq!(client.committed(IN, 2).await, [-1, -1]);
+
+    producer.commit().await.expect("commit");
+    settles_at(&client, [5, 6]).await;
+}
