@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 scripts/install-deps.sh protoc etcd cc script netns
 # No two files may import each other (see the script); cheap, so it runs first.
 scripts/import-cycles.sh
-cargo build --workspace --bins
+cargo build --workspace --bins --examples
 # The coordinator crate cannot depend on the broker crate; its solo smoke test runs the
 # broker binary built above.
 export IDEM_BROKER_BIN="$(realpath "${CARGO_TARGET_DIR:-target}")/debug/idem-broker"

@@ -21,6 +21,7 @@ mod idempotence;
 mod internal_topics;
 mod membership;
 mod network_partitions;
+mod pipeline;
 mod producer_ids;
 mod reassignment;
 mod replication;
