@@ -208,3 +208,91 @@ async fn given_members_joining_and_leaving_when_they_read_a_topic_then_each_reco
         Some(idem_client::ErrorCode::GroupIdNotFound)
     );
 }
+
+/// Rebalance safety: 20 joins and leaves, overlapping (each change comes before the
+/// group settled from the last). After every answer any member gets, the partitions
+/// the live members own (each by its own account) are disjoint; at the end the
+/// members left own every partition once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_twenty_joins_and_leaves_then_no_partition_is_ever_owned_by_two_live_members() {
+    let cluster =
+        Cluster::start_with_coordinators(3, 1, &[], &["--group-session-timeout-ms", "3000"]).await;
+    cluster.create_topic(TOPIC, PARTITIONS, 3).await;
+    let bootstrap = cluster.bootstrap();
+    let mut live: Vec<(usize, GroupConsumer)> = Vec::new();
+    let mut next_id = 0;
+    let mut checks = 0;
+    let mut owners = BTreeSet::new();
+    let deadline = Instant::now() + 4 * PATIENCE;
+    // Joins and leaves alternate in a fixed pattern: two joins, one leave, so the group
+    // grows to 5 and shrinks again; the oldest member leaves first.
+    for change in 0..20 {
+        let join = live.len() < 2 || (change % 3 != 2 && live.len() < 5);
+        if join {
+            live.push((next_id, member(&bootstrap).await));
+            next_id += 1;
+        } else {
+            let (_, leaving) = live.remove(0);
+            leaving.close().await.expect("leaves");
+        }
+        // Two rounds of polls: the next change lands mid-rebalance.
+        for _ in 0..2 {
+            for i in 0..live.len() {
+                live[i]
+                    .1
+                    .poll(Duration::from_millis(20))
+                    .await
+                    .expect("poll");
+                assert_disjoint(&live, &mut owners);
+                checks += 1;
+            }
+        }
+    }
+    // Settle: every partition owned once by the members left.
+    loop {
+        for i in 0..live.len() {
+            live[i]
+                .1
+                .poll(Duration::from_millis(20))
+                .await
+                .expect("poll");
+            assert_disjoint(&live, &mut owners);
+            checks += 1;
+        }
+        let owned: usize = live.iter().map(|(_, m)| m.assignment().len()).sum();
+        if owned == PARTITIONS as usize || Instant::now() > deadline {
+            break;
+        }
+    }
+    let owned: BTreeSet<(String, i32)> = live
+        .iter()
+        .flat_map(|(_, m)| m.assignment().clone())
+        .collect();
+    assert_eq!(
+        owned.len(),
+        PARTITIONS as usize,
+        "every partition owned at the end"
+    );
+    assert!(checks > 100, "{checks} checks");
+    // Partitions really moved: each had several owners over the run.
+    for p in 0..PARTITIONS {
+        let had = owners.iter().filter(|((_, q), _)| *q == p).count();
+        assert!(
+            had >= 2,
+            "partition {p} had {had} owner(s) only: {owners:?}"
+        );
+    }
+}
+
+/// Asserts no partition has two live owners; notes who owned what.
+fn assert_disjoint(live: &[(usize, GroupConsumer)], owners: &mut BTreeSet<((String, i32), usize)>) {
+    let mut seen: BTreeMap<(String, i32), usize> = BTreeMap::new();
+    for (id, m) in live {
+        owners.extend(m.assignment().iter().map(|p| (p.clone(), *id)));
+        for p in m.assignment() {
+            if let Some(other) = seen.insert(p.clone(), *id) {
+                panic!("{p:?} owned by member {other} and member {id}");
+            }
+        }
+    }
+}
