@@ -12,6 +12,7 @@ mod load;
 mod memory;
 mod modes;
 mod payload;
+mod pipeline;
 mod produce;
 mod progress;
 mod report;
@@ -29,6 +30,9 @@ pub enum BenchCommand {
     E2e(e2e::E2eArgs),
     /// One table from several `produce --json` outputs, taken as rounds of one run.
     Report(combine::ReportArgs),
+    /// A consume-transform-produce stage (exactly once) beside transactional produce:
+    /// throughput, ratio and end-to-end latency, verified by reading the output back.
+    Pipeline(pipeline::PipelineArgs),
 }
 
 pub async fn run(bootstrap: &str, command: BenchCommand) -> anyhow::Result<()> {
@@ -36,5 +40,6 @@ pub async fn run(bootstrap: &str, command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Produce(args) => produce::run(bootstrap, args).await,
         BenchCommand::E2e(args) => e2e::run(bootstrap, args).await,
         BenchCommand::Report(args) => combine::run(args),
+        BenchCommand::Pipeline(args) => pipeline::run(bootstrap, args).await,
     }
 }
