@@ -37,6 +37,24 @@ async fn given_members_joining_and_leaving_then_partitions_are_shared_evenly_and
         .collect();
     assert_eq!(ids, ["a", "c"]);
 
+    // A heartbeat at an epoch the member is not at (a zombie's older than the one
+    // before, which a lost answer excuses; or a future one) is FENCED_MEMBER_EPOCH and
+    // changes nothing.
+    let before = client.describe().await;
+    assert!(members[0].epoch > 2, "{members:?}");
+    for stale in [members[0].epoch - 2, members[0].epoch + 1] {
+        let mut zombie = members[0].clone();
+        zombie.epoch = stale;
+        let fenced = zombie.heartbeat(&client).await;
+        assert_eq!(
+            fenced.error_code(),
+            ErrorCode::FencedMemberEpoch,
+            "epoch {stale}: {}",
+            fenced.error_message
+        );
+    }
+    assert_eq!(client.describe().await, before, "nothing changed");
+
     // A heartbeat of a member that left is refused: it must join again.
     gone.epoch = members[0].epoch;
     let refused = gone.heartbeat(&client).await;
