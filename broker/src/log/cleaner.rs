@@ -104,12 +104,25 @@ impl PartitionLog {
         if count == 0 {
             return Ok(report);
         }
-        // Cleaning again what was cleaned changes nothing, unless a tombstone came due.
+        // Cleaning again what was cleaned changes nothing, unless a tombstone came due
+        // or segments cleaned apart (too large then) now fit together.
         let through = self.segments[count - 1].next_offset();
+        let max_bytes = self.config.effective_segment_bytes();
         if let Some((cleaned_through, at_ms)) = self.last_clean {
             let due = i128::from(rules.now_ms) - i128::from(at_ms)
                 >= i128::from(rules.delete_retention_ms);
-            if through <= cleaned_through && !due {
+            let shapes: Vec<(i64, SegmentShape)> = self.segments[..count]
+                .iter()
+                .map(|s| {
+                    let shape = SegmentShape {
+                        size: s.size(),
+                        next_offset: s.next_offset(),
+                    };
+                    (s.base_offset(), shape)
+                })
+                .collect();
+            let mergeable = cleaning_group::would_merge(&shapes, max_bytes);
+            if through <= cleaned_through && !due && !mergeable {
                 report.segments = 0;
                 return Ok(report);
             }
@@ -148,7 +161,6 @@ impl PartitionLog {
             keys: &keys,
             is_aborted: &is_aborted,
         };
-        let max_bytes = self.config.effective_segment_bytes();
         // Segments `[group.first, i)` are being cleaned into one output; merging them
         // shortens `self.segments`, so `i` and `end` move back by the segments that went.
         let mut group: Option<GroupWriter> = None;

@@ -222,3 +222,33 @@ fn given_a_crash_between_any_two_file_operations_of_a_merge_then_the_log_reopens
     // A rename, a sync, 20 index and 19 log removals, a sync, a rename and a sync.
     assert_eq!(crashed_at, 44);
 }
+
+#[test]
+fn given_segments_too_large_to_merge_before_cleaning_then_the_next_pass_merges_them_unprompted() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut log, _) = PartitionLog::open(dir.path(), config()).expect("open");
+    // One batch of about 990 bytes per segment, all updates of one key.
+    for offset in 0..5 {
+        let value = format!("{offset:04}{}", "v".repeat(900));
+        log.append(&update("k", &value), 0).expect("append");
+        log.roll_now().expect("roll");
+    }
+    log.append(&update("k", "active"), 0).expect("append");
+    let rules = CleaningRules {
+        clean_below: log.active_segment_base(),
+        now_ms: 2_000,
+        delete_retention_ms: u64::MAX,
+    };
+    let first = log.clean(rules, 0, |_, _| false, |_| None).expect("clean");
+    assert_eq!((first.rewritten, first.merged_away), (4, 0), "{first:?}");
+    // Nothing new was sealed and no horizon came due, but the emptied segments now fit
+    // together: the next pass runs and merges them (into one filler); the segment of the
+    // live record still does not fit beside it.
+    let second = log.clean(rules, 0, |_, _| false, |_| None).expect("clean");
+    assert_eq!(second.merged_away, 3, "{second:?}");
+    assert_eq!(log.sealed_segments(), vec![(0, 4), (4, 5)]);
+    dense_batches(&log);
+    assert_every_offset_readable(&log);
+    let third = log.clean(rules, 0, |_, _| false, |_| None).expect("clean");
+    assert_eq!(third.segments, 0, "nothing left to do: skipped {third:?}");
+}

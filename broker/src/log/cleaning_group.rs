@@ -39,10 +39,45 @@ pub(crate) fn joins(output: GroupOutput, next: SegmentShape, max_bytes: u64) -> 
     fits_bytes && fits_index
 }
 
+/// Whether cleaning `segments` (consecutive, as they are now) would merge any: grouped
+/// by [`joins`] with each counted at its present size, some group has two. A pass writes
+/// at most that much, so its groups reach at least as far: when this says yes, a pass
+/// merges something, and repeating passes ends.
+pub(crate) fn would_merge(segments: &[(i64, SegmentShape)], max_bytes: u64) -> bool {
+    let mut current: Option<GroupOutput> = None;
+    for &(base_offset, shape) in segments {
+        match current.as_mut() {
+            Some(output) if joins(*output, shape, max_bytes) => return true,
+            _ => {
+                current = Some(GroupOutput {
+                    base_offset,
+                    bytes: shape.size,
+                    pending_filler: false,
+                });
+            }
+        }
+    }
+    false
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn cleaned_segments_that_fit_together_would_merge() {
+        let shape = |size, next_offset| SegmentShape { size, next_offset };
+        let small = [(0, shape(300, 10)), (10, shape(300, 20))];
+        assert!(would_merge(&small, 1000));
+        let full = [
+            (0, shape(800, 10)),
+            (10, shape(300, 20)),
+            (20, shape(800, 30)),
+        ];
+        assert!(!would_merge(&full, 1000));
+        assert!(!would_merge(&small[..1], 1000));
+    }
 
     fn output(base_offset: i64, bytes: u64) -> GroupOutput {
         GroupOutput {
