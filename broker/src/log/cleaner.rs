@@ -34,11 +34,8 @@ use super::compaction::{CleaningRules, KeyMap};
 use super::error::{IoContext, LogError};
 use super::file_ops;
 use super::segment::Segment;
-use super::segment_swap::{self, FileOp};
+use super::segment_swap::{self, FileOp, SegmentFile};
 use super::PartitionLog;
-
-/// Suffix of a segment being cleaned.
-pub(crate) const CLEANED_SUFFIX: &str = ".log.cleaned";
 
 /// What one cleaning pass did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -208,21 +205,18 @@ impl PartitionLog {
         group: GroupWriter,
         report: &mut CleanReport,
     ) -> Result<usize, LogError> {
-        let members = group.bases.len();
-        let (first, base, end, changes) = (group.first, group.bases[0], group.end, group.changes);
+        let (first, end, changes) = (group.first, group.end, group.changes);
+        let bases = group.bases.clone();
+        let (Some(&base), members) = (bases.first(), bases.len()) else {
+            return Ok(0);
+        };
         let Some(file) = group.finish()? else {
             return Ok(0);
         };
         file.sync_all()
             .at("fsyncing", &cleaned_path(&self.dir, base))?;
         drop(file);
-        for op in segment_swap::merge_plan(
-            &self.segments[first..first + members]
-                .iter()
-                .map(Segment::base_offset)
-                .collect::<Vec<_>>(),
-            end,
-        ) {
+        for op in segment_swap::merge_plan(&bases, end) {
             self.perform(op)?;
         }
         let merged =
@@ -500,8 +494,8 @@ impl FillerRun {
 }
 
 /// `{base}.log.cleaned` in `dir`.
-pub(crate) fn cleaned_path(dir: &Path, base_offset: i64) -> std::path::PathBuf {
-    dir.join(format!("{base_offset:020}{CLEANED_SUFFIX}"))
+fn cleaned_path(dir: &Path, base_offset: i64) -> PathBuf {
+    SegmentFile::Cleaned(base_offset).path(dir)
 }
 
 /// Visits every batch of a sealed segment in order, CRC-verified.

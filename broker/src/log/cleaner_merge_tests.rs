@@ -83,7 +83,7 @@ fn latest(log: &PartitionLog) -> BTreeMap<String, String> {
     let mut latest = BTreeMap::new();
     for b in Batches::new(&all) {
         let (_, bytes) = b.expect("valid batch");
-        for record in batch::records(&bytes).expect("records decode") {
+        for record in batch::records(bytes).expect("records decode") {
             let text = |b: &Option<Bytes>| {
                 String::from_utf8_lossy(b.as_deref().unwrap_or(&[])).into_owned()
             };

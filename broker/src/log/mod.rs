@@ -1896,7 +1896,7 @@ mod tests {
         let (mut log, _) = open(dir.path(), small_segments());
         append_all(&mut log, &[5; 6], 60);
         drop(log);
-        let leftover = cleaner::cleaned_path(dir.path(), 0);
+        let leftover = segment_swap::SegmentFile::Cleaned(0).path(dir.path());
         fs::write(&leftover, b"half a cleaning").expect("write");
         let (log, report) = open(dir.path(), small_segments());
         assert!(!leftover.exists());

@@ -12,9 +12,10 @@
 
 use std::path::{Path, PathBuf};
 
-use super::cleaner::CLEANED_SUFFIX;
 use super::segment::{self, INDEX_SUFFIX, LOG_SUFFIX};
 
+/// Suffix of a group of segments being cleaned into one.
+const CLEANED_SUFFIX: &str = ".log.cleaned";
 const SWAP_SUFFIX: &str = ".swap";
 
 /// A file of a partition directory that a swap creates, renames or removes.
