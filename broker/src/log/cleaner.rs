@@ -1,15 +1,17 @@
 //! The log cleaner's I/O: compacts the sealed segments of a log by the rules of
 //! [`compaction`](super::compaction) (which records stay) and
 //! [`batch_removal`](super::batch_removal) (which batches go). Two passes over the
-//! cleanable segments (a key map and each producer's last batch, then a rewrite), one
-//! segment at a time written aside as `{base}.log.cleaned`, fsynced, and renamed over the
-//! segment (its index deleted first and rebuilt after), so a crash at any point leaves
-//! either the old segment or the cleaned one, both complete; a leftover `.cleaned` file
-//! is deleted when the log opens.
+//! cleanable segments (a key map and each producer's last batch, then a rewrite). The
+//! rewrite cleans consecutive segments into one output while it stays within
+//! `segment.bytes` ([`cleaning_group`](super::cleaning_group)), written aside as
+//! `{first base}.log.cleaned`, fsynced, and swapped in for the group by the crash-safe
+//! protocol of [`segment_swap`](super::segment_swap): a crash at any point leaves either
+//! the old segments or the merged one, which `open` finishes or undoes. So a compacted
+//! log is bounded by its live keys, not by how many segments its history filled.
 //!
 //! Offsets never change: a removed batch (an emptied data batch that is not its
 //! producer's last, a marker whose transaction is gone and whose delete horizon passed)
-//! becomes a filler, and adjacent fillers of one leader epoch within a segment merge into
+//! becomes a filler, and adjacent fillers of one leader epoch within an output merge into
 //! one 61-byte header, so the log stays dense at batch level, the leader-epoch history
 //! read from headers is unchanged, and a run of finished transactions costs one header.
 //!
@@ -20,29 +22,31 @@
 
 use std::fs::{self, File};
 use std::io::{BufWriter, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use idem_proto::batch::{self, BatchHeader};
 use idem_proto::control;
 use idem_proto::v1::ControlType;
 
 use super::batch_removal::{BatchFacts, BatchFate, BatchKind, BatchRemoval, LastBatches};
-use super::checkpoint;
+use super::cleaning_group::{self, GroupOutput, SegmentShape};
 use super::compaction::{CleaningRules, KeyMap};
 use super::error::{IoContext, LogError};
-use super::segment::{self, Segment};
+use super::file_ops;
+use super::segment::Segment;
+use super::segment_swap::{self, FileOp, SegmentFile};
 use super::PartitionLog;
-
-/// Suffix of a segment being cleaned.
-pub(crate) const CLEANED_SUFFIX: &str = ".log.cleaned";
 
 /// What one cleaning pass did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct CleanReport {
     /// Sealed segments examined (all of them below the bound).
     pub segments: usize,
-    /// Segments rewritten (the others lost nothing).
+    /// Segments rewritten (the others lost nothing), merged ones included.
     pub rewritten: usize,
+    /// Segments whose files went: their batches now live in the segment before them,
+    /// cleaned into one while it stays within `segment.bytes`.
+    pub merged_away: usize,
     /// Distinct keys in the key map.
     pub keys: usize,
     /// Producers whose last batch is among the cleaned segments (kept whatever it holds).
@@ -97,12 +101,25 @@ impl PartitionLog {
         if count == 0 {
             return Ok(report);
         }
-        // Cleaning again what was cleaned changes nothing, unless a tombstone came due.
+        // Cleaning again what was cleaned changes nothing, unless a tombstone came due
+        // or segments cleaned apart (too large then) now fit together.
         let through = self.segments[count - 1].next_offset();
+        let max_bytes = self.config.effective_segment_bytes();
         if let Some((cleaned_through, at_ms)) = self.last_clean {
             let due = i128::from(rules.now_ms) - i128::from(at_ms)
                 >= i128::from(rules.delete_retention_ms);
-            if through <= cleaned_through && !due {
+            let shapes: Vec<(i64, SegmentShape)> = self.segments[..count]
+                .iter()
+                .map(|s| {
+                    let shape = SegmentShape {
+                        size: s.size(),
+                        next_offset: s.next_offset(),
+                    };
+                    (s.base_offset(), shape)
+                })
+                .collect();
+            let mergeable = cleaning_group::would_merge(&shapes, max_bytes);
+            if through <= cleaned_through && !due && !mergeable {
                 report.segments = 0;
                 return Ok(report);
             }
@@ -136,46 +153,162 @@ impl PartitionLog {
         report.keys = keys.len();
         report.producers = last_batches.len();
         let mut removal = BatchRemoval::new(rules.now_ms, rules.delete_retention_ms, &last_batches);
-        for i in 0..count {
-            let before = self.segments[i].size();
-            let cleaning = SegmentCleaning {
-                rules: &rules,
-                keys: &keys,
-                is_aborted: &is_aborted,
+        let cleaning = SegmentCleaning {
+            rules: &rules,
+            keys: &keys,
+            is_aborted: &is_aborted,
+        };
+        // Segments `[group.first, i)` are being cleaned into one output; merging them
+        // shortens `self.segments`, so `i` and `end` move back by the segments that went.
+        let mut group: Option<GroupWriter> = None;
+        let (mut i, mut end) = (0, count);
+        while i < end {
+            let segment = &self.segments[i];
+            let shape = SegmentShape {
+                size: segment.size(),
+                next_offset: segment.next_offset(),
             };
-            if let Some(changes) = self.rewrite_segment(i, &cleaning, &mut removal)? {
-                report.rewritten += 1;
-                report.records_removed += changes.records_removed;
-                report.batches_removed += changes.batches_removed;
-                report.markers_removed += changes.markers_removed;
-                report.horizons_set += changes.horizons_set;
+            if let Some(open) = group.take() {
+                if cleaning_group::joins(open.output(), shape, max_bytes) {
+                    group = Some(open);
+                } else {
+                    let merged_away = self.finish_group(open, &mut report)?;
+                    i -= merged_away;
+                    end -= merged_away;
+                }
             }
-            report.bytes_before += before;
-            report.bytes_after += self.segments[i].size();
+            let segment = &self.segments[i];
+            let writer = match group.as_mut() {
+                Some(writer) => writer,
+                None => group.insert(GroupWriter::start(&self.dir, i, segment.base_offset())?),
+            };
+            report.bytes_before += shape.size;
+            writer.clean_segment(segment, &cleaning, &mut removal)?;
+            i += 1;
         }
+        if let Some(open) = group.take() {
+            let merged_away = self.finish_group(open, &mut report)?;
+            end -= merged_away;
+        }
+        report.bytes_after = self.segments[..end].iter().map(Segment::size).sum();
         if report.rewritten > 0 {
             tracing::info!(dir = %self.dir.display(), ?report, "compacted sealed segments");
         }
         Ok(report)
     }
 
-    /// Rewrites segment `i` as the rules say (records, then whole batches); returns what
-    /// changed, or `None` when nothing did (the segment is left as it was).
-    fn rewrite_segment(
+    /// Puts the group's output in place of its segments (see
+    /// [`segment_swap`](super::segment_swap)) and returns how many segments went; a
+    /// group of one segment that lost nothing is left as it was.
+    fn finish_group(
         &mut self,
-        i: usize,
+        group: GroupWriter,
+        report: &mut CleanReport,
+    ) -> Result<usize, LogError> {
+        let (first, end, changes) = (group.first, group.end, group.changes);
+        let bases = group.bases.clone();
+        let (Some(&base), members) = (bases.first(), bases.len()) else {
+            return Ok(0);
+        };
+        let Some(file) = group.finish()? else {
+            return Ok(0);
+        };
+        file.sync_all()
+            .at("fsyncing", &cleaned_path(&self.dir, base))?;
+        drop(file);
+        for op in segment_swap::merge_plan(&bases, end) {
+            self.perform(op)?;
+        }
+        let merged =
+            Segment::open_rewritten(&self.dir, base, end, self.config.index_interval_bytes)?;
+        // The old segments' files are gone; their open handles close here.
+        self.segments.splice(first..first + members, [merged]);
+        report.rewritten += members;
+        report.merged_away += members - 1;
+        report.records_removed += changes.records_removed;
+        report.batches_removed += changes.batches_removed;
+        report.markers_removed += changes.markers_removed;
+        report.horizons_set += changes.horizons_set;
+        Ok(members - 1)
+    }
+
+    /// One step of a segment swap; tests stop here to act out a crash.
+    fn perform(&mut self, op: FileOp) -> Result<(), LogError> {
+        #[cfg(test)]
+        if let Some(left) = self.crash_after_file_ops.as_mut() {
+            if *left == 0 {
+                return Err(LogError::Io(std::io::Error::other("simulated crash")));
+            }
+            *left -= 1;
+        }
+        file_ops::perform(&self.dir, op)
+    }
+}
+
+/// The cleaned output of a group of consecutive segments, written aside as
+/// `{first base}.log.cleaned`.
+struct GroupWriter {
+    /// Index of the group's first segment in the log's segments.
+    first: usize,
+    bases: Vec<i64>,
+    /// Next offset of the group's last segment.
+    end: i64,
+    aside: PathBuf,
+    out: BufWriter<File>,
+    bytes: u64,
+    /// Removed batches not yet written: a run may go on in the next segment.
+    run: Option<FillerRun>,
+    changes: SegmentChanges,
+}
+
+impl GroupWriter {
+    fn start(dir: &Path, first: usize, base_offset: i64) -> Result<GroupWriter, LogError> {
+        let aside = cleaned_path(dir, base_offset);
+        let file = File::create(&aside).at("creating", &aside)?;
+        Ok(GroupWriter {
+            first,
+            bases: Vec::new(),
+            end: base_offset,
+            aside,
+            out: BufWriter::new(file),
+            bytes: 0,
+            run: None,
+            changes: SegmentChanges::default(),
+        })
+    }
+
+    fn output(&self) -> GroupOutput {
+        GroupOutput {
+            base_offset: self.bases.first().copied().unwrap_or(self.end),
+            bytes: self.bytes,
+            pending_filler: self.run.is_some(),
+        }
+    }
+
+    fn write(&mut self, bytes: &[u8]) -> Result<(), LogError> {
+        self.out.write_all(bytes).at("writing", &self.aside)?;
+        self.bytes += bytes.len() as u64;
+        Ok(())
+    }
+
+    fn write_run(&mut self) -> Result<(), LogError> {
+        if let Some(done) = self.run.take() {
+            let filler = done.to_batch(&mut self.changes);
+            self.write(&filler)?;
+        }
+        Ok(())
+    }
+
+    /// Appends what the rules keep of `segment` (records, then whole batches).
+    fn clean_segment(
+        &mut self,
+        segment: &Segment,
         cleaning: &SegmentCleaning<'_, impl Fn(&BatchHeader) -> bool>,
         removal: &mut BatchRemoval<'_>,
-    ) -> Result<Option<SegmentChanges>, LogError> {
-        let base = self.segments[i].base_offset();
-        let next = self.segments[i].next_offset();
-        let aside = cleaned_path(&self.dir, base);
-        let file = File::create(&aside).at("creating", &aside)?;
-        let mut out = BufWriter::new(file);
-        let mut changes = SegmentChanges::default();
-        let mut run: Option<FillerRun> = None;
-        let mut write = |bytes: &[u8]| out.write_all(bytes).at("writing", &aside);
-        for_each_batch(&self.segments[i], |header, bytes| {
+    ) -> Result<(), LogError> {
+        self.bases.push(segment.base_offset());
+        self.end = segment.next_offset();
+        for_each_batch(segment, |header, bytes| {
             let (kind, kept) = cleaning.kind_and_records(header, bytes)?;
             let facts = BatchFacts {
                 base_offset: header.base_offset,
@@ -185,75 +318,62 @@ impl PartitionLog {
             match removal.decide(&facts) {
                 BatchFate::Filler => {
                     match kind {
-                        BatchKind::End { .. } => changes.markers_removed += 1,
-                        _ if !header.is_filler() => changes.batches_removed += 1,
+                        BatchKind::End { .. } => self.changes.markers_removed += 1,
+                        _ if !header.is_filler() => self.changes.batches_removed += 1,
                         _ => {}
                     }
                     if !header.is_control() {
-                        changes.records_removed += u64::try_from(header.record_count).unwrap_or(0);
+                        self.changes.records_removed +=
+                            u64::try_from(header.record_count).unwrap_or(0);
                     }
-                    match run.as_mut() {
+                    match self.run.as_mut() {
                         Some(current) if current.joins(header) => current.extend(header),
                         _ => {
-                            if let Some(done) = run.replace(FillerRun::start(header)) {
-                                write(&done.to_batch(&mut changes))?;
-                            }
+                            self.write_run()?;
+                            self.run = Some(FillerRun::start(header));
                         }
                     }
                     Ok(())
                 }
                 fate => {
-                    if let Some(done) = run.take() {
-                        write(&done.to_batch(&mut changes))?;
-                    }
+                    self.write_run()?;
                     match (fate, kept) {
                         (BatchFate::SetHorizon(horizon), _) => {
                             let mut marker = bytes.to_vec();
                             batch::set_delete_horizon(&mut marker, horizon)
                                 .map_err(|e| corrupt(header, e))?;
-                            changes.horizons_set += 1;
-                            write(&marker)
+                            self.changes.horizons_set += 1;
+                            self.write(&marker)
                         }
                         (_, Some(rewritten)) => {
                             let left =
                                 batch::decode_header(&rewritten).map_or(0, |h| h.record_count);
-                            changes.records_removed +=
+                            self.changes.records_removed +=
                                 u64::try_from(header.record_count - left).unwrap_or(0);
-                            write(&rewritten)
+                            self.write(&rewritten)
                         }
-                        (_, None) => write(bytes),
+                        (_, None) => self.write(bytes),
                     }
                 }
             }
-        })?;
-        if let Some(done) = run.take() {
-            write(&done.to_batch(&mut changes))?;
-        }
-        if !changes.any() {
-            drop(out);
-            fs::remove_file(&aside).at("removing", &aside)?;
+        })
+    }
+
+    /// The written output file, or `None` when writing it changed nothing (one segment
+    /// that lost nothing: the aside file is removed).
+    fn finish(mut self) -> Result<Option<File>, LogError> {
+        self.write_run()?;
+        if self.bases.len() == 1 && !self.changes.any() {
+            drop(self.out);
+            fs::remove_file(&self.aside).at("removing", &self.aside)?;
             return Ok(None);
         }
-        let file = out
+        let file = self
+            .out
             .into_inner()
             .map_err(|e| e.into_error())
-            .at("writing", &aside)?;
-        file.sync_all().at("fsyncing", &aside)?;
-        drop(file);
-        // The old index points into the old file: it goes before the swap, and a crash
-        // in between leaves a segment whose index is rebuilt when it opens.
-        let index = segment::index_path(&self.dir, base);
-        if let Err(e) = fs::remove_file(&index) {
-            if e.kind() != std::io::ErrorKind::NotFound {
-                return Err(e).at("removing", &index);
-            }
-        }
-        let target = segment::log_path(&self.dir, base);
-        fs::rename(&aside, &target).at("renaming into place", &target)?;
-        checkpoint::sync_dir(&self.dir)?;
-        self.segments[i] =
-            Segment::open_rewritten(&self.dir, base, next, self.config.index_interval_bytes)?;
-        Ok(Some(changes))
+            .at("writing", &self.aside)?;
+        Ok(Some(file))
     }
 }
 
@@ -374,8 +494,8 @@ impl FillerRun {
 }
 
 /// `{base}.log.cleaned` in `dir`.
-pub(crate) fn cleaned_path(dir: &Path, base_offset: i64) -> std::path::PathBuf {
-    dir.join(format!("{base_offset:020}{CLEANED_SUFFIX}"))
+fn cleaned_path(dir: &Path, base_offset: i64) -> PathBuf {
+    SegmentFile::Cleaned(base_offset).path(dir)
 }
 
 /// Visits every batch of a sealed segment in order, CRC-verified.

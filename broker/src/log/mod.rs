@@ -8,12 +8,17 @@
 pub mod batch_removal;
 mod checkpoint;
 mod cleaner;
+#[cfg(test)]
+mod cleaner_merge_tests;
+mod cleaning_group;
 pub mod compaction;
 mod config;
 mod error;
+mod file_ops;
 mod index;
 pub mod retention;
 mod segment;
+mod segment_swap;
 mod sync;
 
 use std::fs;
@@ -96,6 +101,9 @@ pub struct PartitionLog {
     last_clean: Option<(i64, i64)>,
     last_flush: Instant,
     sync: Arc<SyncShared>,
+    /// Tests: how many more segment-swap file ops may run before a simulated crash.
+    #[cfg(test)]
+    crash_after_file_ops: Option<usize>,
 }
 
 impl PartitionLog {
@@ -214,6 +222,8 @@ impl PartitionLog {
             last_clean: None,
             last_flush: Instant::now(),
             sync: SyncShared::new(active, log_end_offset, log_end_offset),
+            #[cfg(test)]
+            crash_after_file_ops: None,
         };
         Ok((log, report))
     }
@@ -778,39 +788,32 @@ impl PartitionLog {
     }
 }
 
-/// Base offsets of the segments in `dir`, ascending. Removes leftovers: a temporary
-/// recovery-point file and index files without a log.
+/// Base offsets of the segments in `dir`, ascending. Removes leftovers (a temporary
+/// checkpoint file, an index without a log) and finishes or undoes a segment swap the
+/// cleaner died in (see [`segment_swap::resolve`]).
 fn list_segments(dir: &Path) -> Result<Vec<i64>, LogError> {
-    let mut logs = Vec::new();
-    let mut indexes = Vec::new();
+    let mut files = Vec::new();
     for entry in fs::read_dir(dir).at("listing", dir)? {
         let entry = entry.at("listing", dir)?;
         let name = entry.file_name();
         let Some(name) = name.to_str() else {
             continue;
         };
-        if let Some(base) = segment::parse_base_offset(name, segment::LOG_SUFFIX) {
-            logs.push(base);
-        } else if let Some(base) = segment::parse_base_offset(name, segment::INDEX_SUFFIX) {
-            indexes.push(base);
-        } else if RECOVERY_POINT.is_temp_file(name)
-            || LOG_START.is_temp_file(name)
-            || name.ends_with(cleaner::CLEANED_SUFFIX)
-        {
-            // A cleaning the broker died in: the segment it was for is intact.
+        if let Some(file) = segment_swap::SegmentFile::parse(name) {
+            files.push(file);
+        } else if RECOVERY_POINT.is_temp_file(name) || LOG_START.is_temp_file(name) {
             let path = entry.path();
             fs::remove_file(&path).at("removing", &path)?;
         }
     }
-    logs.sort_unstable();
-    for base in indexes {
-        if logs.binary_search(&base).is_err() {
-            let path = segment::index_path(dir, base);
-            tracing::warn!(index = %path.display(), "removing index without a segment");
-            fs::remove_file(&path).at("removing", &path)?;
-        }
+    let (ops, bases) = segment_swap::resolve(&files);
+    if !ops.is_empty() {
+        tracing::warn!(dir = %dir.display(), ?ops, "finishing or undoing an interrupted segment swap");
     }
-    Ok(logs)
+    for op in ops {
+        file_ops::perform(dir, op)?;
+    }
+    Ok(bases)
 }
 
 #[cfg(test)]
@@ -1817,11 +1820,18 @@ mod tests {
         assert!(report.rewritten > 0 && report.keys == 4, "{report:?}");
         assert!(report.bytes_after < report.bytes_before, "{report:?}");
         assert_eq!(log.log_end_offset(), end);
+        // The cleaned segments merge: the same offsets, from the same start, in fewer.
+        let sealed_after = log.sealed_segments();
         assert_eq!(
-            log.sealed_segments(),
-            sealed_before,
-            "segment boundaries stay"
+            sealed_after.first().map(|s| s.0),
+            sealed_before.first().map(|s| s.0)
         );
+        assert_eq!(
+            sealed_after.last().map(|s| s.1),
+            sealed_before.last().map(|s| s.1)
+        );
+        assert!(sealed_after.len() < sealed_before.len(), "{sealed_after:?}");
+        assert_eq!(report.merged_away, sealed_before.len() - sealed_after.len());
         let after = keyed_records(&log);
         let latest = |records: &[(i64, String, Option<String>)], key: &str| {
             records.iter().rev().find(|r| r.1 == key).cloned()
@@ -1886,7 +1896,7 @@ mod tests {
         let (mut log, _) = open(dir.path(), small_segments());
         append_all(&mut log, &[5; 6], 60);
         drop(log);
-        let leftover = cleaner::cleaned_path(dir.path(), 0);
+        let leftover = segment_swap::SegmentFile::Cleaned(0).path(dir.path());
         fs::write(&leftover, b"half a cleaning").expect("write");
         let (log, report) = open(dir.path(), small_segments());
         assert!(!leftover.exists());

@@ -15,9 +15,9 @@ use crate::log::retention::{self, RetentionLimits};
 use crate::log::CleanReport;
 use crate::producer_state::{self, ProducerStateTable, SnapshotBounds};
 use crate::replication::epoch_history::EpochHistory;
-use crate::txn_index::{segment_file, TxnIndex};
+use crate::txn_index::{segment_file, SegmentTxns, TxnIndex};
 
-use super::{now_ms, producer_state_at, Partition, PartitionInner};
+use super::{now_ms, producer_state_at, txn_recovery, Partition, PartitionInner};
 
 impl Partition {
     /// Applies the topic's retention at `now_ms`: rolls the active segment once it is
@@ -92,12 +92,53 @@ impl Partition {
                     .map_or(i64::MIN, |batch| batch.first_offset)
             })
         };
-        Ok(log.clean(
+        let sealed_before = log.sealed_segments();
+        let report = log.clean(
             rules,
             settings.min_compaction_lag_ms,
             |producer_id, offset| txns.is_aborted(producer_id, offset),
             last_data_batch,
-        )?)
+        )?;
+        if report.merged_away > 0 {
+            self.merge_txn_files(&sealed_before, &log.sealed_segments());
+        }
+        Ok(report)
+    }
+
+    /// The cleaner merged segments: each merged one gets the transaction index file of
+    /// its parts (so the next open still reads files instead of walking it), and the
+    /// parts' files go. A crash in between costs a walk (a file whose next offset does
+    /// not match its segment is not used) and leaves small files no segment names.
+    fn merge_txn_files(&self, before: &[(i64, i64)], after: &[(i64, i64)]) {
+        for &(base, next) in after {
+            let parts: Vec<i64> = before
+                .iter()
+                .filter(|(b, _)| (base..next).contains(b))
+                .map(|(b, _)| *b)
+                .collect();
+            if parts.len() < 2 {
+                continue;
+            }
+            let files: Option<Vec<SegmentTxns>> = parts
+                .iter()
+                .map(|&b| segment_file::read(&self.dir, b).ok().flatten())
+                .collect();
+            match files.as_deref().and_then(segment_file::merged) {
+                Some(merged) if merged.next_offset == next => {
+                    txn_recovery::write_file(&self.dir, &merged);
+                }
+                _ => {
+                    if let Err(e) = segment_file::remove(&self.dir, base) {
+                        tracing::warn!(topic = %self.topic, partition = self.index, base, error = %e, "could not delete a transaction index file");
+                    }
+                }
+            }
+            for &b in &parts[1..] {
+                if let Err(e) = segment_file::remove(&self.dir, b) {
+                    tracing::warn!(topic = %self.topic, partition = self.index, base = b, error = %e, "could not delete a transaction index file");
+                }
+            }
+        }
     }
 
     /// Follower: the leader's log start moved to `leader_log_start`; this replica starts

@@ -1147,3 +1147,70 @@ async fn given_compacted_transactions_when_cleaned_past_the_horizon_then_markers
 fn code_of(r: Result<i64, BrokerError>) -> ErrorCode {
     r.expect_err("refused").code()
 }
+
+#[tokio::test]
+async fn given_cleaned_segments_merged_then_each_has_its_transaction_index_file_and_a_reopen_agrees(
+) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = open("ledger", dir.path());
+    configure(
+        &p,
+        &[
+            ("cleanup.policy", "compact"),
+            ("delete.retention.ms", "100"),
+        ],
+    );
+    let model = transactions(&p, 0, 120).await;
+    p.lock().log.roll_now().expect("roll");
+    // A reopen writes the file of the segment sealed by hand above.
+    drop(p);
+    let p = open("ledger", dir.path());
+    configure(
+        &p,
+        &[
+            ("cleanup.policy", "compact"),
+            ("delete.retention.ms", "100"),
+        ],
+    );
+    // The first pass sets the markers' horizons; segments still full of markers do
+    // not fit together in segment.bytes, so they stay apart.
+    let now = now_ms() + 1_000;
+    p.compact(now).expect("clean");
+    let sealed_before = p.lock().log.sealed_segments();
+    assert!(sealed_before.len() >= 5, "{sealed_before:?}");
+
+    // Past the horizon the markers go, and the emptied segments merge.
+    let report = p.compact(now + 100).expect("clean");
+
+    let sealed = p.lock().log.sealed_segments();
+    assert!(
+        report.merged_away > 0 && sealed.len() < sealed_before.len(),
+        "{report:?}"
+    );
+    // Every sealed segment's file describes it, and the merged-away ones' files went.
+    for &(base, next) in &sealed {
+        let file = segment_file::read(dir.path(), base)
+            .expect("readable")
+            .expect("a file for each sealed segment");
+        assert_eq!(file.next_offset, next, "the file of segment {base}");
+    }
+    for (base, _) in sealed_before
+        .iter()
+        .filter(|s| !sealed.iter().any(|t| t.0 == s.0))
+    {
+        assert_eq!(
+            segment_file::read(dir.path(), *base).expect("readable"),
+            None
+        );
+    }
+    let (committed, _) = committed_records(&p);
+    assert_eq!(latest(&committed), model);
+    let offsets = p.offsets();
+
+    // Reopened from the files (no walk needed), the partition serves the same.
+    drop(p);
+    let p = open("ledger", dir.path());
+    assert_eq!(p.offsets().last_stable_offset, offsets.last_stable_offset);
+    assert!(p.open_transactions().is_empty());
+    assert_eq!(committed_records(&p).0, committed);
+}

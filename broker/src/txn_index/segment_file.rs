@@ -150,6 +150,28 @@ impl Reader<'_> {
     }
 }
 
+/// The file of a segment the cleaner merged from consecutive segments `parts`: their
+/// aborted transactions in order, and what is open at the end of the last. `None` when
+/// the parts are not consecutive (one was missing): the merged segment is walked then.
+pub fn merged(parts: &[SegmentTxns]) -> Option<SegmentTxns> {
+    let (first, last) = (parts.first()?, parts.last()?);
+    if parts
+        .windows(2)
+        .any(|w| w[0].next_offset != w[1].base_offset)
+    {
+        return None;
+    }
+    Some(SegmentTxns {
+        base_offset: first.base_offset,
+        next_offset: last.next_offset,
+        aborted: parts
+            .iter()
+            .flat_map(|p| p.aborted.iter().copied())
+            .collect(),
+        open: last.open.clone(),
+    })
+}
+
 /// Writes the file of a sealed segment: temp file, fsync, rename. The directory is not
 /// fsynced: a file lost in a crash is rebuilt by walking its segment.
 pub fn write(dir: &Path, segment: &SegmentTxns) -> io::Result<()> {
@@ -227,6 +249,34 @@ pub fn delete_from(dir: &Path, from: i64) -> io::Result<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn consecutive_files_merge_into_one_and_a_gap_gives_none() {
+        let aborted = |p| AbortedTxn {
+            producer_id: p,
+            first_offset: 0,
+            last_offset: 1,
+        };
+        let part = |base, next, a: Vec<AbortedTxn>, open: Vec<(i64, i64)>| SegmentTxns {
+            base_offset: base,
+            next_offset: next,
+            aborted: a,
+            open,
+        };
+        let parts = [
+            part(0, 10, vec![aborted(1)], vec![(2, 5)]),
+            part(10, 20, vec![aborted(3)], vec![(4, 15)]),
+        ];
+        assert_eq!(
+            merged(&parts),
+            Some(part(0, 20, vec![aborted(1), aborted(3)], vec![(4, 15)]))
+        );
+        assert_eq!(
+            merged(&[parts[0].clone(), part(11, 20, vec![], vec![])]),
+            None
+        );
+        assert_eq!(merged(&[]), None);
+    }
 
     fn sample() -> SegmentTxns {
         SegmentTxns {

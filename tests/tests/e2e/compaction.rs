@@ -346,6 +346,26 @@ async fn given_many_transactions_of_few_ids_then_the_transaction_log_compacts_an
     );
     assert!((kept as i64) * 4 < written, "{kept} of {written} kept");
     eprintln!("transaction log: {kept} records kept of {written} written");
+    // The cleaned state of 4 ids (a few hundred bytes per partition) fits one
+    // segment.bytes (8 KiB), so the cleaner merges each partition's sealed segments
+    // into one on every replica, however many the history filled.
+    let data_dirs: Vec<_> = cluster
+        .ids()
+        .into_iter()
+        .map(|id| cluster.broker(id).data_dir().to_path_buf())
+        .collect();
+    let (sealed, _) = wait_until(PATIENCE, "each transaction log partition merged", || {
+        let sealed: Vec<(String, u64)> = data_dirs
+            .iter()
+            .flat_map(|dir| sealed_per_partition(dir, TXN_LOG_TOPIC))
+            .collect();
+        async move {
+            let merged = !sealed.is_empty() && sealed.iter().all(|(_, n)| *n <= 1);
+            seen_if(sealed, merged)
+        }
+    })
+    .await;
+    eprintln!("transaction log: sealed segments per replica after cleaning: {sealed:?}");
     // Every coordinator is killed in turn: the survivor loads the compacted slices and
     // every id goes on (a new epoch, one more committed transaction).
     for victim in cluster.coordinator_ids() {
@@ -460,6 +480,32 @@ fn sealed_segments(data_dir: &Path, topic: &str) -> (u64, u64) {
     sizes.sort();
     sizes.pop();
     (sizes.len() as u64, sizes.iter().map(|(_, len)| len).sum())
+}
+
+/// `(partition dir, sealed .log files)` of every partition of `topic` in `data_dir`.
+fn sealed_per_partition(data_dir: &Path, topic: &str) -> Vec<(String, u64)> {
+    let prefix = format!("{topic}-");
+    let Ok(entries) = std::fs::read_dir(data_dir) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .map(|e| {
+            let logs = std::fs::read_dir(e.path())
+                .map(|files| {
+                    files
+                        .filter_map(Result::ok)
+                        .filter(|f| f.file_name().to_string_lossy().ends_with(".log"))
+                        .count() as u64
+                })
+                .unwrap_or(0);
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                logs.saturating_sub(1),
+            )
+        })
+        .collect()
 }
 
 /// Deletes the producer-state snapshots and transaction index files of partition 0 of
@@ -679,18 +725,31 @@ async fn given_hundreds_of_transactions_on_few_keys_when_cleaned_then_the_log_is
     let live = (KEYS as u64 + 1) * (DATA_BATCH + MARKER) + 2 * MARKER;
     let kept_batches = (KEYS as u64 + 1) * 2 + 2;
     let bound = |segments: u64| live + FILLER * (kept_batches + 1 + segments);
+    // That is under 3 KB, well within one segment.bytes (16 KiB): the cleaner merges
+    // consecutive cleaned segments while they fit one, so one sealed segment stays,
+    // however many the history filled.
+    const MERGED_SEGMENTS: u64 = 1;
     let ((segments, cleaned), _) = wait_until(
         PATIENCE,
-        "the sealed segments cleaned to their keys",
+        "the sealed segments cleaned to their keys and merged",
         || {
             let (segments, bytes) = sealed_segments(&data_dir, TOPIC);
-            async move { seen_if((segments, bytes), bytes <= bound(segments)) }
+            async move {
+                seen_if(
+                    (segments, bytes),
+                    bytes <= bound(segments) && segments <= MERGED_SEGMENTS,
+                )
+            }
         },
     )
     .await;
+    assert!(
+        written_segments > 4 * MERGED_SEGMENTS,
+        "{written_segments} segments written"
+    );
     eprintln!(
         "{} transactions: {written} bytes in {written_segments} sealed segments before cleaning, \
-         {cleaned} after (bound {})",
+         {cleaned} in {segments} after (bound {})",
         TXNS + RAW_TXNS as usize,
         bound(segments)
     );
