@@ -3,6 +3,7 @@
 //! the coordinator that owns the group — each proved against real brokers,
 //! coordinators and etcd.
 
+mod lost_answers;
 mod membership;
 mod offsets;
 mod offsets_in_txn;
