@@ -17,6 +17,7 @@
 //!   same slices as the transaction log), and [`group_service`] its gRPC service.
 //! - [`service`], [`server`], [`config`]: the gRPC service and the process.
 
+mod claim_slots;
 pub mod clock;
 pub mod config;
 pub mod core;

@@ -32,6 +32,7 @@ use idem_proto::txn::{txn_log_partition, TXN_LOG_TOPIC};
 use idem_proto::v1::ControlType;
 use idem_proto::ErrorCode;
 
+use crate::claim_slots::{give_back, remove_claim, ClaimSlot};
 use crate::clock::now_ms;
 use crate::error::CoordinatorError;
 use crate::log::loader;
@@ -74,7 +75,7 @@ enum Slot {
     Ready(Arc<LogPartition>),
 }
 
-impl Slot {
+impl ClaimSlot for Slot {
     fn coordinator_epoch(&self) -> i32 {
         match self {
             Slot::Loading {
@@ -161,27 +162,19 @@ impl Coordinator {
     }
 
     fn remove_slot(&self, partition: i32, coordinator_epoch: i32) {
-        if let Ok(mut slots) = self.slots.write() {
-            if slots
-                .get(&partition)
-                .is_some_and(|s| s.coordinator_epoch() == coordinator_epoch)
-            {
-                slots.remove(&partition);
-                tracing::warn!(
-                    partition,
-                    coordinator_epoch,
-                    "stopped serving a transaction log partition"
-                );
-            }
+        if remove_claim(&self.slots, partition, coordinator_epoch) {
+            tracing::warn!(
+                partition,
+                coordinator_epoch,
+                "stopped serving a transaction log partition"
+            );
         }
     }
 
     /// Stops serving a claim a broker fenced (or that failed) and gives it back.
     fn lose(&self, partition: i32, coordinator_epoch: i32, token: &OwnershipToken) {
-        token.lose();
         self.remove_slot(partition, coordinator_epoch);
-        let ownership = self.ownership.clone();
-        tokio::spawn(async move { ownership.release(partition, coordinator_epoch).await });
+        give_back(&self.ownership, partition, coordinator_epoch, token);
     }
 
     async fn load(self: Arc<Self>, claim: Claim) {

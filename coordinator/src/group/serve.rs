@@ -29,6 +29,7 @@ use super::records::GroupRecord;
 use super::sessions::{MemberKey, Sessions};
 use super::slice::{replay, Replay, SliceState};
 use super::txn_offsets::{self, TxnProducer};
+use crate::claim_slots::{give_back, remove_claim, ClaimSlot};
 use crate::clock::now_ms;
 use crate::core::Refusal;
 use crate::error::CoordinatorError;
@@ -138,7 +139,7 @@ enum Slot {
     Ready(Arc<GroupSlice>),
 }
 
-impl Slot {
+impl ClaimSlot for Slot {
     fn coordinator_epoch(&self) -> i32 {
         match self {
             Slot::Loading { coordinator_epoch } => *coordinator_epoch,
@@ -212,28 +213,20 @@ impl Groups {
     }
 
     fn remove_slot(&self, partition: i32, coordinator_epoch: i32) {
-        if let Ok(mut slots) = self.slots.write() {
-            if slots
-                .get(&partition)
-                .is_some_and(|s| s.coordinator_epoch() == coordinator_epoch)
-            {
-                slots.remove(&partition);
-                tracing::warn!(
-                    partition,
-                    coordinator_epoch,
-                    "stopped serving the groups of a {OFFSETS_TOPIC} partition"
-                );
-            }
+        if remove_claim(&self.slots, partition, coordinator_epoch) {
+            tracing::warn!(
+                partition,
+                coordinator_epoch,
+                "stopped serving the groups of a {OFFSETS_TOPIC} partition"
+            );
         }
     }
 
     /// Stops serving a claim a broker fenced and gives it back (the transaction core
     /// sees the same token lost).
     fn lose(&self, partition: i32, coordinator_epoch: i32, token: &OwnershipToken) {
-        token.lose();
         self.remove_slot(partition, coordinator_epoch);
-        let ownership = self.ownership.clone();
-        tokio::spawn(async move { ownership.release(partition, coordinator_epoch).await });
+        give_back(&self.ownership, partition, coordinator_epoch, token);
     }
 
     async fn load(self: Arc<Self>, claim: Claim) {

@@ -16,7 +16,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use idem_client::{ClientError, Connection};
+use idem_client::Connection;
 use idem_proto::batch::{self, ProducerInfo, Record, ATTR_TRANSACTIONAL};
 use idem_proto::txn::OFFSETS_TOPIC;
 use idem_proto::v1::{PartitionProduceData, ProduceRequest, TopicProduceData};
@@ -25,6 +25,7 @@ use idem_proto::ErrorCode;
 use super::records::GroupRecord;
 use crate::clock::now_ms;
 use crate::error::CoordinatorError;
+use crate::log::writer::produce_once;
 use crate::ownership::token::OwnershipToken;
 use crate::retry::{self, Failed};
 
@@ -117,36 +118,8 @@ pub async fn append(
                 "claim lost while appending transactional offsets",
             )));
         }
-        let answer = async {
-            let (_, mut client) = conn.leader_client(OFFSETS_TOPIC, partition).await?;
-            conn.call(client.produce(request.clone())).await
-        }
-        .await;
-        let (code, message, base_offset) = match answer {
-            Ok(response) => match response
-                .topics
-                .into_iter()
-                .flat_map(|t| t.partitions)
-                .find(|p| p.partition == partition)
-            {
-                Some(p) => (
-                    ErrorCode::try_from(p.error_code).unwrap_or(ErrorCode::UnknownServerError),
-                    p.error_message,
-                    p.base_offset,
-                ),
-                None => (
-                    ErrorCode::UnknownServerError,
-                    "answer lacks the partition".into(),
-                    -1,
-                ),
-            },
-            // No answer: the batch may or may not be in; the same bytes go again.
-            Err(e @ (ClientError::Transport(_) | ClientError::Broker { .. }))
-            | Err(e @ ClientError::UnknownTopic { .. }) => {
-                (ErrorCode::RequestTimedOut, e.to_string(), -1)
-            }
-            Err(e) => (ErrorCode::UnknownServerError, e.to_string(), -1),
-        };
+        let (code, message, base_offset) =
+            produce_once(conn, OFFSETS_TOPIC, partition, &request).await;
         match classify(code) {
             TxnBatchOutcome::Written => Ok(base_offset),
             TxnBatchOutcome::CoordinatorFenced => Err(Failed::Stop(

@@ -268,38 +268,7 @@ async fn send_until_answered(
                 "claim lost while appending",
             )));
         }
-        let answer = async {
-            let (_, mut client) = conn.leader_client(topic, partition).await?;
-            conn.call(client.produce(request.clone())).await
-        }
-        .await;
-        let (code, message, base_offset) = match answer {
-            Ok(response) => {
-                match response
-                    .topics
-                    .into_iter()
-                    .flat_map(|t| t.partitions)
-                    .find(|p| p.partition == partition)
-                {
-                    Some(p) => (
-                        ErrorCode::try_from(p.error_code).unwrap_or(ErrorCode::UnknownServerError),
-                        p.error_message,
-                        p.base_offset,
-                    ),
-                    None => (
-                        ErrorCode::UnknownServerError,
-                        "answer lacks the partition".into(),
-                        -1,
-                    ),
-                }
-            }
-            // No answer, or no leader known: the batch may or may not be in; resend.
-            Err(e @ (ClientError::Transport(_) | ClientError::Broker { .. }))
-            | Err(e @ ClientError::UnknownTopic { .. }) => {
-                (ErrorCode::RequestTimedOut, e.to_string(), -1)
-            }
-            Err(e) => (ErrorCode::UnknownServerError, e.to_string(), -1),
-        };
+        let (code, message, base_offset) = produce_once(&conn, topic, partition, &request).await;
         match classify_produce(code) {
             ProduceOutcome::Written => Ok(base_offset),
             ProduceOutcome::Fenced => Err(Failed::Stop(CoordinatorError::ownership_lost(
@@ -319,6 +288,48 @@ async fn send_until_answered(
         conn.request_refresh();
     })
     .await
+}
+
+/// One Produce of `request` to `topic`-`partition`'s leader: the partition's code,
+/// message and base offset. No answer, or no leader known, reads as REQUEST_TIMED_OUT:
+/// the batch may or may not be in, and the caller resends the same bytes.
+pub(crate) async fn produce_once(
+    conn: &Connection,
+    topic: &str,
+    partition: i32,
+    request: &ProduceRequest,
+) -> (ErrorCode, String, i64) {
+    let answer = async {
+        let (_, mut client) = conn.leader_client(topic, partition).await?;
+        conn.call(client.produce(request.clone())).await
+    }
+    .await;
+    match answer {
+        Ok(response) => {
+            match response
+                .topics
+                .into_iter()
+                .flat_map(|t| t.partitions)
+                .find(|p| p.partition == partition)
+            {
+                Some(p) => (
+                    ErrorCode::try_from(p.error_code).unwrap_or(ErrorCode::UnknownServerError),
+                    p.error_message,
+                    p.base_offset,
+                ),
+                None => (
+                    ErrorCode::UnknownServerError,
+                    "answer lacks the partition".into(),
+                    -1,
+                ),
+            }
+        }
+        Err(e @ (ClientError::Transport(_) | ClientError::Broker { .. }))
+        | Err(e @ ClientError::UnknownTopic { .. }) => {
+            (ErrorCode::RequestTimedOut, e.to_string(), -1)
+        }
+        Err(e) => (ErrorCode::UnknownServerError, e.to_string(), -1),
+    }
 }
 
 #[cfg(test)]
