@@ -268,7 +268,7 @@ async fn send_until_answered(
                 "claim lost while appending",
             )));
         }
-        let (code, message, base_offset) = produce_once(&conn, topic, partition, &request).await;
+        let (code, message, base_offset) = produce_once(conn, topic, partition, &request).await;
         match classify_produce(code) {
             ProduceOutcome::Written => Ok(base_offset),
             ProduceOutcome::Fenced => Err(Failed::Stop(CoordinatorError::ownership_lost(
