@@ -1,8 +1,10 @@
 //! Session deadlines of the members of one slice's groups: a member that sends no
 //! heartbeat within the session timeout is removed, as is a static member that left
-//! for a restart (-2) and did not come back within it. Pure (the caller passes the
-//! time); deadlines are not persisted, so a coordinator that loads a slice gives every
-//! member a fresh session (Kafka does the same).
+//! for a restart (-2) and did not come back within it, and a member that keeps
+//! partitions pending revocation longer than its rebalance timeout (it heartbeats but
+//! never releases them, so the members waiting for them would wait forever). Pure (the
+//! caller passes the time); deadlines are not persisted, so a coordinator that loads a
+//! slice gives every member a fresh session and revocation time (Kafka does the same).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -10,6 +12,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::membership::Group;
+use super::reconcile::MemberState;
 
 /// A member of a group: (group id, member id).
 pub type MemberKey = (String, String);
@@ -18,6 +21,8 @@ pub type MemberKey = (String, String);
 pub struct Sessions {
     timeout: Duration,
     deadlines: BTreeMap<MemberKey, Instant>,
+    /// Members asked to revoke partitions: by when they must have reported them gone.
+    revoke_by: BTreeMap<MemberKey, Instant>,
 }
 
 impl Sessions {
@@ -25,6 +30,7 @@ impl Sessions {
         Sessions {
             timeout,
             deadlines: BTreeMap::new(),
+            revoke_by: BTreeMap::new(),
         }
     }
 
@@ -44,6 +50,25 @@ impl Sessions {
             .unwrap_or_default();
         self.deadlines
             .retain(|(g, m), _| g != group_id || members.contains(m));
+        // The rebalance timeout runs from the answer that first asked for a revocation
+        // until the member reports it done (its state moves on).
+        let revoking: BTreeMap<&String, i32> = group
+            .map(|g| {
+                g.members
+                    .iter()
+                    .filter(|(_, m)| m.assignment.state == MemberState::UnrevokedPartitions)
+                    .map(|(id, m)| (id, m.rebalance_timeout_ms))
+                    .collect()
+            })
+            .unwrap_or_default();
+        self.revoke_by
+            .retain(|(g, m), _| g != group_id || revoking.contains_key(m));
+        for (member, timeout_ms) in revoking {
+            let timeout = Duration::from_millis(u64::try_from(timeout_ms).unwrap_or(0));
+            self.revoke_by
+                .entry((group_id.to_string(), member.clone()))
+                .or_insert(now + timeout);
+        }
         for member in members {
             self.deadlines
                 .entry((group_id.to_string(), member.clone()))
@@ -59,22 +84,30 @@ impl Sessions {
         }
     }
 
-    /// Members whose session ended by `now`, oldest deadline first.
+    /// Members whose session or revocation time ended by `now`, oldest deadline first.
     pub fn expired(&self, now: Instant) -> Vec<MemberKey> {
-        let mut due: Vec<(&MemberKey, &Instant)> =
-            self.deadlines.iter().filter(|(_, d)| **d <= now).collect();
-        due.sort_by_key(|(_, d)| **d);
+        let mut due: BTreeMap<&MemberKey, Instant> = BTreeMap::new();
+        for (member, deadline) in self.deadlines.iter().chain(self.revoke_by.iter()) {
+            if *deadline <= now {
+                let earliest = due.entry(member).or_insert(*deadline);
+                *earliest = (*earliest).min(*deadline);
+            }
+        }
+        let mut due: Vec<(&MemberKey, Instant)> = due.into_iter().collect();
+        due.sort_by_key(|(_, d)| *d);
         due.into_iter().map(|(k, _)| k.clone()).collect()
     }
 
-    /// Whether `member`'s session ended by `now` (it may have heartbeated since it was
-    /// listed as expired).
+    /// Whether `member`'s session or revocation time ended by `now` (it may have
+    /// heartbeated, or released its partitions, since it was listed as expired).
     pub fn is_expired(&self, member: &MemberKey, now: Instant) -> bool {
-        self.deadlines.get(member).is_some_and(|d| *d <= now)
+        let due = |d: Option<&Instant>| d.is_some_and(|d| *d <= now);
+        due(self.deadlines.get(member)) || due(self.revoke_by.get(member))
     }
 
     pub fn forget(&mut self, member: &MemberKey) {
         self.deadlines.remove(member);
+        self.revoke_by.remove(member);
     }
 }
 
@@ -135,6 +168,35 @@ mod tests {
         assert_eq!(sessions.expired(later), vec![key("g", "a"), key("h", "a")]);
         sessions.sync("g", None, None, start);
         assert_eq!(sessions.expired(later), vec![key("h", "a")]);
+    }
+
+    #[test]
+    fn given_a_member_that_heartbeats_but_never_revokes_then_it_expires_after_its_rebalance_timeout(
+    ) {
+        let start = Instant::now();
+        let mut sessions = Sessions::new(Duration::from_secs(60));
+        let mut g = group(&["a", "b"]);
+        sessions.sync("g", Some(&g), Some("a"), start);
+        // "a" is asked to revoke (rebalance timeout 1 s) and keeps heartbeating.
+        if let Some(a) = g.members.get_mut("a") {
+            a.assignment.state = MemberState::UnrevokedPartitions;
+        }
+        sessions.sync("g", Some(&g), Some("a"), start);
+        let half = start + Duration::from_millis(500);
+        sessions.sync("g", Some(&g), Some("a"), half);
+        assert!(
+            sessions.expired(half).is_empty(),
+            "the clock did not restart"
+        );
+        let late = start + Duration::from_millis(1000);
+        assert_eq!(sessions.expired(late), vec![key("g", "a")]);
+        assert!(sessions.is_expired(&key("g", "a"), late));
+        // Had it released them in time, nothing would be due.
+        if let Some(a) = g.members.get_mut("a") {
+            a.assignment.state = MemberState::Stable;
+        }
+        sessions.sync("g", Some(&g), Some("a"), half);
+        assert!(sessions.expired(late).is_empty());
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use idem_proto::v1::{ConsumerGroupHeartbeatRequest, OwnedPartitions, SubscribedTopics};
 use idem_proto::ErrorCode;
 use idem_tests::groups::{balanced, drive_until, GroupClient, Member};
 use idem_tests::wait::PATIENCE;
@@ -59,4 +60,67 @@ async fn given_a_member_that_stops_heartbeating_then_it_is_removed_and_its_parti
         "{}",
         late.error_message
     );
+}
+
+/// A member that heartbeats but never releases the partitions it was asked to revoke
+/// is removed once its rebalance timeout passes (long before its session would end),
+/// so the member waiting for them gets them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_member_that_never_revokes_then_it_is_removed_after_its_rebalance_timeout() {
+    let cluster =
+        Cluster::start_with_coordinators(3, 1, &[], &["--group-session-timeout-ms", "60000"]).await;
+    cluster.create_topic(TOPIC, 4, 3).await;
+    let client = GroupClient::new(&cluster.bootstrap(), "stubborn");
+    // "s" joins first and owns all 4; its rebalance timeout is 2 s.
+    let join =
+        |member: &str, epoch: i32, owned: Option<OwnedPartitions>| ConsumerGroupHeartbeatRequest {
+            group_id: "stubborn".into(),
+            member_id: member.into(),
+            member_epoch: epoch,
+            instance_id: None,
+            rebalance_timeout_ms: 2000,
+            subscribed: (epoch == 0).then(|| SubscribedTopics {
+                topics: vec![TOPIC.into()],
+            }),
+            owned,
+        };
+    let first = client.heartbeat(join("s", 0, None)).await;
+    assert_eq!(
+        first.error_code(),
+        ErrorCode::None,
+        "{}",
+        first.error_message
+    );
+    let everything = first.assignment.clone().expect("s owns the topic");
+    let mut b = Member::new("b", &[TOPIC]);
+    b.heartbeat(&client).await;
+
+    // "s" goes on heartbeating, always saying it still owns everything.
+    let asked = Instant::now();
+    let removed = loop {
+        let answer = client
+            .heartbeat(join("s", first.member_epoch, Some(everything.clone())))
+            .await;
+        if answer.error_code() != ErrorCode::None {
+            break answer;
+        }
+        assert!(asked.elapsed() < PATIENCE, "s was never removed");
+        b.heartbeat(&client).await;
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    assert_eq!(
+        removed.error_code(),
+        ErrorCode::UnknownMemberId,
+        "{}",
+        removed.error_message
+    );
+    let waited = asked.elapsed();
+    assert!(
+        waited >= Duration::from_millis(2000) && waited < Duration::from_secs(60),
+        "removed after {waited:?}: by the rebalance timeout, not the session"
+    );
+    drive_until(&client, std::slice::from_mut(&mut b), 20, |m| {
+        m[0].owned.len() == 4
+    })
+    .await;
 }
