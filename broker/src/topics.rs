@@ -882,14 +882,18 @@ mod tests {
     use crate::topic_config::{self, TopicDefaults};
     use idem_proto::ErrorCode;
 
-    fn single_node(dir: &Path) -> TopicRegistry {
-        let settings = PartitionSettings {
+    /// Partition settings of the registry tests here and in `growth`, `deletion`.
+    pub(super) fn settings() -> PartitionSettings {
+        PartitionSettings {
             log: LogConfig::default(),
             max_batch_bytes: 1 << 20,
             producer_id_expiration_ms: 60_000,
             topic_defaults: TopicDefaults::new(LogConfig::DEFAULT_SEGMENT_BYTES, 1 << 20),
-        };
-        TopicRegistry::open(dir, 0, settings, 100).expect("registry")
+        }
+    }
+
+    fn single_node(dir: &Path) -> TopicRegistry {
+        TopicRegistry::open(dir, 0, settings(), 100).expect("registry")
     }
 
     fn value(registry: &TopicRegistry, topic: &str, key: &str) -> (String, bool) {

@@ -240,22 +240,12 @@ impl TopicRegistry {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::log::LogConfig;
-    use crate::topic_config::{TopicConfig, TopicDefaults};
+    use crate::topic_config::TopicConfig;
     use crate::topic_id::TOPIC_ID_FILE;
     use idem_proto::ErrorCode;
 
-    fn settings() -> PartitionSettings {
-        PartitionSettings {
-            log: LogConfig::default(),
-            max_batch_bytes: 1 << 20,
-            producer_id_expiration_ms: 60_000,
-            topic_defaults: TopicDefaults::new(LogConfig::DEFAULT_SEGMENT_BYTES, 1 << 20),
-        }
-    }
-
     fn single_node(dir: &Path) -> TopicRegistry {
-        TopicRegistry::open(dir, 0, settings(), 100).expect("registry")
+        TopicRegistry::open(dir, 0, super::super::tests::settings(), 100).expect("registry")
     }
 
     fn batch(producer_id: i64) -> Vec<u8> {

@@ -171,19 +171,11 @@ impl TopicRegistry {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::log::LogConfig;
-    use crate::partition::PartitionSettings;
-    use crate::topic_config::{TopicConfig, TopicDefaults};
+    use crate::topic_config::TopicConfig;
     use idem_proto::ErrorCode;
 
     fn single_node(dir: &std::path::Path) -> TopicRegistry {
-        let settings = PartitionSettings {
-            log: LogConfig::default(),
-            max_batch_bytes: 1 << 20,
-            producer_id_expiration_ms: 60_000,
-            topic_defaults: TopicDefaults::new(LogConfig::DEFAULT_SEGMENT_BYTES, 1 << 20),
-        };
-        TopicRegistry::open(dir, 0, settings, 8).expect("registry")
+        TopicRegistry::open(dir, 0, super::super::tests::settings(), 8).expect("registry")
     }
 
     #[tokio::test]
