@@ -5,10 +5,17 @@
 //! failure.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::{Arc, RwLock};
 
+use backon::Retryable;
+use idem_client::Connection;
+
+use crate::error::CoordinatorError;
+use crate::log::writer::{TxnLogWriter, WriterIdentity};
 use crate::ownership::token::OwnershipToken;
-use crate::ownership::Ownership;
+use crate::ownership::{Claim, Ownership};
+use crate::retry::{self, UntilLost};
 
 /// A slot knows the claim it serves.
 pub(crate) trait ClaimSlot {
@@ -46,6 +53,60 @@ pub(crate) fn give_back(
     token.lose();
     let ownership = ownership.clone();
     tokio::spawn(async move { ownership.release(partition, coordinator_epoch).await });
+}
+
+/// The one writer of `topic`-`claim.partition` under `claim`: producer id the claim's
+/// writer id, producer epoch its coordinator epoch; `None` (logged) when that epoch no
+/// longer fits a producer epoch.
+pub(crate) fn claim_writer(
+    conn: &Connection,
+    topic: &'static str,
+    claim: &Claim,
+) -> Option<TxnLogWriter> {
+    let Ok(producer_epoch) = i16::try_from(claim.coordinator_epoch) else {
+        tracing::error!(
+            partition = claim.partition,
+            coordinator_epoch = claim.coordinator_epoch,
+            "coordinator epoch does not fit a producer epoch"
+        );
+        return None;
+    };
+    Some(TxnLogWriter::start_for(
+        topic,
+        conn.clone(),
+        WriterIdentity {
+            partition: claim.partition,
+            producer_id: claim.writer_producer_id,
+            producer_epoch,
+        },
+        claim.token.clone(),
+    ))
+}
+
+/// Runs `load` until it succeeds, the claim is lost, or the log cannot be read
+/// (`CorruptLog`): pausing as `retry::reload` says, and only while the claim holds.
+pub(crate) async fn load_while_owned<T, F, Fut>(
+    claim: &Claim,
+    what: &str,
+    load: F,
+) -> Result<T, CoordinatorError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, CoordinatorError>>,
+{
+    let (partition, coordinator_epoch) = (claim.partition, claim.coordinator_epoch);
+    load.retry(retry::reload())
+        .sleep(UntilLost(claim.token.clone()))
+        .when(|e| {
+            !matches!(
+                e,
+                CoordinatorError::OwnershipLost { .. } | CoordinatorError::CorruptLog { .. }
+            )
+        })
+        .notify(|e, _| {
+            tracing::warn!(partition, coordinator_epoch, error = %e, "loading {what} failed; retrying");
+        })
+        .await
 }
 
 #[cfg(test)]

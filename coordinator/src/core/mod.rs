@@ -25,22 +25,19 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use backon::Retryable;
 use futures::future::join_all;
 use idem_client::{ClientError, Connection};
 use idem_proto::txn::{txn_log_partition, TXN_LOG_TOPIC};
 use idem_proto::v1::ControlType;
 use idem_proto::ErrorCode;
 
-use crate::claim_slots::{give_back, remove_claim, ClaimSlot};
+use crate::claim_slots::{claim_writer, give_back, load_while_owned, remove_claim, ClaimSlot};
 use crate::clock::now_ms;
 use crate::error::CoordinatorError;
 use crate::log::loader;
-use crate::log::writer::{TxnLogWriter, WriterIdentity};
 use crate::ownership::token::OwnershipToken;
 use crate::ownership::{Claim, OwnerInfo, Ownership};
 use crate::producer_ids::SharedProducerIds;
-use crate::retry::{self, UntilLost};
 use crate::txn::decide::{
     decide, is_expired, Context, Decision, Effect, Reply, Request, TopicPartition, TxnError,
     TxnMetadata,
@@ -178,44 +175,26 @@ impl Coordinator {
     }
 
     async fn load(self: Arc<Self>, claim: Claim) {
+        let Some(writer) = claim_writer(&self.conn, TXN_LOG_TOPIC, &claim) else {
+            self.lose(claim.partition, claim.coordinator_epoch, &claim.token);
+            return;
+        };
+        let loaded = load_while_owned(&claim, TXN_LOG_TOPIC, || {
+            loader::load(
+                &self.conn,
+                &writer,
+                claim.partition,
+                claim.coordinator_epoch,
+                &claim.token,
+            )
+        })
+        .await;
         let Claim {
             partition,
             coordinator_epoch,
-            writer_producer_id,
             token,
+            ..
         } = claim;
-        let Ok(producer_epoch) = i16::try_from(coordinator_epoch) else {
-            tracing::error!(
-                partition,
-                coordinator_epoch,
-                "coordinator epoch does not fit a producer epoch"
-            );
-            self.lose(partition, coordinator_epoch, &token);
-            return;
-        };
-        let writer = TxnLogWriter::start(
-            self.conn.clone(),
-            WriterIdentity {
-                partition,
-                producer_id: writer_producer_id,
-                producer_epoch,
-            },
-            token.clone(),
-        );
-        let load = || loader::load(&self.conn, &writer, partition, coordinator_epoch, &token);
-        let loaded = load
-            .retry(retry::reload())
-            .sleep(UntilLost(token.clone()))
-            .when(|e| {
-                !matches!(
-                    e,
-                    CoordinatorError::OwnershipLost { .. } | CoordinatorError::CorruptLog { .. }
-                )
-            })
-            .notify(|e, _| {
-                tracing::warn!(partition, coordinator_epoch, error = %e, "loading failed; retrying");
-            })
-            .await;
         let txns = match loaded {
             Ok(txns) => txns,
             Err(CoordinatorError::OwnershipLost { reason, .. }) => {

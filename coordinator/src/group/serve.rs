@@ -15,7 +15,6 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
-use backon::Retryable;
 use idem_client::{ClientError, Connection};
 use idem_proto::txn::{txn_log_partition, OFFSETS_TOPIC};
 use idem_proto::ErrorCode;
@@ -29,14 +28,14 @@ use super::records::GroupRecord;
 use super::sessions::{MemberKey, Sessions};
 use super::slice::{replay, Replay, SliceState};
 use super::txn_offsets::{self, TxnProducer};
-use crate::claim_slots::{give_back, remove_claim, ClaimSlot};
+use crate::claim_slots::{claim_writer, give_back, load_while_owned, remove_claim, ClaimSlot};
 use crate::clock::now_ms;
 use crate::core::Refusal;
 use crate::error::CoordinatorError;
-use crate::log::writer::{TxnLogWriter, WriterIdentity};
+use crate::log::writer::TxnLogWriter;
 use crate::ownership::token::OwnershipToken;
 use crate::ownership::{Claim, Ownership};
-use crate::retry::{self, UntilLost};
+use crate::retry;
 use crate::txn::decide::TopicPartition;
 
 /// Longest group id (Kafka's limit for names).
@@ -230,44 +229,26 @@ impl Groups {
     }
 
     async fn load(self: Arc<Self>, claim: Claim) {
+        let Some(writer) = claim_writer(&self.conn, OFFSETS_TOPIC, &claim) else {
+            self.remove_slot(claim.partition, claim.coordinator_epoch);
+            return;
+        };
+        let loaded = load_while_owned(&claim, OFFSETS_TOPIC, || {
+            load::load(
+                &self.conn,
+                &writer,
+                claim.partition,
+                claim.coordinator_epoch,
+                &claim.token,
+            )
+        })
+        .await;
         let Claim {
             partition,
             coordinator_epoch,
-            writer_producer_id,
             token,
+            ..
         } = claim;
-        let Ok(producer_epoch) = i16::try_from(coordinator_epoch) else {
-            tracing::error!(
-                partition,
-                coordinator_epoch,
-                "coordinator epoch does not fit a producer epoch"
-            );
-            self.remove_slot(partition, coordinator_epoch);
-            return;
-        };
-        let writer = TxnLogWriter::start_for(
-            OFFSETS_TOPIC,
-            self.conn.clone(),
-            WriterIdentity {
-                partition,
-                producer_id: writer_producer_id,
-                producer_epoch,
-            },
-            token.clone(),
-        );
-        let loaded = (|| load::load(&self.conn, &writer, partition, coordinator_epoch, &token))
-            .retry(retry::reload())
-            .sleep(UntilLost(token.clone()))
-            .when(|e| {
-                !matches!(
-                    e,
-                    CoordinatorError::OwnershipLost { .. } | CoordinatorError::CorruptLog { .. }
-                )
-            })
-            .notify(|e, _| {
-                tracing::warn!(partition, coordinator_epoch, error = %e, "loading {OFFSETS_TOPIC} failed; retrying");
-            })
-            .await;
         let loaded = match loaded {
             Ok(loaded) => loaded,
             Err(CoordinatorError::OwnershipLost { reason, .. }) => {
