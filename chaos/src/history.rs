@@ -22,6 +22,14 @@
 //! - `f` = `final_read`, value [`Read`]: after the faults healed, once per isolation
 //!   level, every record of every partition from the log start to the end (the last
 //!   stable offset for `read_committed`, the high watermark for `read_uncommitted`).
+//! - `f` = `transform`, value [`Transform`]: one consume-transform-produce transaction
+//!   of a consumer group member: the input records it consumed (read_committed), one
+//!   output per input (value [`output_value`], so outputs are not unique across the run:
+//!   an aborted transaction and its retry send the same ones), and the offsets it sent
+//!   to the transaction. `ok` = committed, `fail` = definitely not, `info` = unknown.
+//! - `f` = `final_pipeline`, value [`PipelineRead`]: after the faults healed and the
+//!   members stopped, the group's committed offsets (stable: no transaction holds any)
+//!   and every record of the output topic, read_committed.
 //!
 //! [`read_history`] parses and validates a file (errors name the line);
 //! [`HistoryWriter`] writes one, assigning `index` and `time_ns`.
@@ -68,6 +76,8 @@ pub enum Call {
     Txn(Txn),
     Poll(Read),
     FinalRead(Read),
+    Transform(Transform),
+    FinalPipeline(PipelineRead),
 }
 
 /// One record a producer sends; `offset` is known once the send is acknowledged.
@@ -97,6 +107,62 @@ pub struct Read {
     pub records: Vec<ReadRecord>,
 }
 
+/// One consume-transform-produce transaction: what it consumed, what it sent, and the
+/// offsets it committed with them (the next offset to read, per input partition).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Transform {
+    pub group: String,
+    pub transactional_id: String,
+    pub inputs: Vec<ReadRecord>,
+    /// One per input, in input order; `offset` set on `ok`.
+    pub outputs: Vec<SendRecord>,
+    pub offsets: Vec<GroupOffset>,
+}
+
+/// A consumer group's offset of one partition: the next offset the group reads.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupOffset {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+}
+
+/// The end of a pipeline, read once everything healed: the group's committed offsets
+/// (a partition the group never committed is absent) and its output, read_committed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PipelineRead {
+    pub group: String,
+    #[serde(default)]
+    pub committed: Vec<GroupOffset>,
+    #[serde(default)]
+    pub output: Vec<ReadRecord>,
+}
+
+/// The output a transform writes for `input`: `{topic}/{partition}/{offset}:{value}`,
+/// so a checker knows from an output record alone which input it stands for.
+pub fn output_value(input: &ReadRecord) -> String {
+    format!(
+        "{}/{}/{}:{}",
+        input.topic, input.partition, input.offset, input.value
+    )
+}
+
+/// The input an [`output_value`] names: topic, partition, offset and value; `None` for
+/// anything else.
+pub fn parse_output_value(output: &str) -> Option<ReadRecord> {
+    let (place, value) = output.split_once(':')?;
+    let mut parts = place.rsplitn(3, '/');
+    let offset = parts.next()?.parse().ok()?;
+    let partition = parts.next()?.parse().ok()?;
+    let topic = parts.next()?;
+    Some(ReadRecord {
+        topic: topic.to_string(),
+        partition,
+        offset,
+        value: value.to_string(),
+    })
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Isolation {
@@ -121,15 +187,18 @@ impl Call {
             Call::Txn(_) => "txn",
             Call::Poll(_) => "poll",
             Call::FinalRead(_) => "final_read",
+            Call::Transform(_) => "transform",
+            Call::FinalPipeline(_) => "final_pipeline",
         }
     }
 
-    /// The records this call sends, if it is a send or a transaction.
+    /// The records this call sends, if it is a send or a transaction. A transform's
+    /// outputs are not among them: they are not unique values (see the module doc).
     pub fn sends(&self) -> &[SendRecord] {
         match self {
             Call::Send(record) => std::slice::from_ref(record),
             Call::Txn(txn) => &txn.sends,
-            Call::Poll(_) | Call::FinalRead(_) => &[],
+            Call::Poll(_) | Call::FinalRead(_) | Call::Transform(_) | Call::FinalPipeline(_) => &[],
         }
     }
 }
@@ -347,6 +416,20 @@ mod tests {
             value: value.into(),
             offset,
         })
+    }
+
+    #[test]
+    fn given_an_input_when_its_output_value_is_parsed_then_the_input_comes_back() {
+        let input = ReadRecord {
+            topic: "chaos-a".into(),
+            partition: 2,
+            offset: 417,
+            value: "txn-1-9-0:with/colon".into(),
+        };
+        assert_eq!(parse_output_value(&output_value(&input)), Some(input));
+        for not_an_output in ["", "v17", "a/1:x", "a/b/1:x", "a/1/x:y", "/1/2"] {
+            assert_eq!(parse_output_value(not_an_output), None, "{not_an_output:?}");
+        }
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! A run over time: a history and its nemesis log turned into per-bucket series. Each
-//! completion of a `send`, `txn` or `poll` counts in the bucket of its `time_ns`, by
-//! outcome; its latency (invoke to completion, whatever the outcome: the wait the client
-//! saw) feeds that bucket's p50/p99 for `send` and `txn`. Invocations never completed and
-//! `final_read`s are left out. Pure: no I/O; every series has one entry per bucket.
+//! completion of a `send`, `txn`, `poll` or `transform` counts in the bucket of its
+//! `time_ns`, by outcome; its latency (invoke to completion, whatever the outcome: the
+//! wait the client saw) feeds that bucket's p50/p99 for `send`, `txn` and `transform`.
+//! Invocations never completed, `final_read`s and `final_pipeline`s are left out. Pure: no I/O; every series has one entry per bucket.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -42,12 +42,18 @@ pub enum Operation {
     Send,
     Txn,
     Poll,
+    Transform,
 }
 
 impl Operation {
-    pub const ALL: [Operation; 3] = [Operation::Send, Operation::Txn, Operation::Poll];
+    pub const ALL: [Operation; 4] = [
+        Operation::Send,
+        Operation::Txn,
+        Operation::Poll,
+        Operation::Transform,
+    ];
     /// Those whose latency is drawn.
-    pub const TIMED: [Operation; 2] = [Operation::Send, Operation::Txn];
+    pub const TIMED: [Operation; 3] = [Operation::Send, Operation::Txn, Operation::Transform];
 
     /// The history's `f`.
     pub fn f(self) -> &'static str {
@@ -55,6 +61,7 @@ impl Operation {
             Operation::Send => "send",
             Operation::Txn => "txn",
             Operation::Poll => "poll",
+            Operation::Transform => "transform",
         }
     }
 
@@ -63,7 +70,8 @@ impl Operation {
             Call::Send(_) => Some(Operation::Send),
             Call::Txn(_) => Some(Operation::Txn),
             Call::Poll(_) => Some(Operation::Poll),
-            Call::FinalRead(_) => None,
+            Call::Transform(_) => Some(Operation::Transform),
+            Call::FinalRead(_) | Call::FinalPipeline(_) => None,
         }
     }
 }

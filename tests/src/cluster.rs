@@ -144,11 +144,17 @@ impl Cluster {
     /// `n` brokers and `m` coordinators on one etcd member, each process reaching etcd
     /// through a link of its own that [`Cluster::cut_from_etcd`] cuts.
     pub async fn start_linked(n: i32, m: i32) -> Cluster {
-        Cluster::start_linked_with(n, m, &[]).await
+        Cluster::start_linked_with(n, m, &[], &[]).await
     }
 
-    /// [`Cluster::start_linked`] with `broker_extra` flags for every broker.
-    pub async fn start_linked_with(n: i32, m: i32, broker_extra: &[&str]) -> Cluster {
+    /// [`Cluster::start_linked`] with `broker_extra` flags for every broker and
+    /// `coordinator_extra` for every coordinator.
+    pub async fn start_linked_with(
+        n: i32,
+        m: i32,
+        broker_extra: &[&str],
+        coordinator_extra: &[&str],
+    ) -> Cluster {
         let etcd = EtcdServer::start();
         let upstream = etcd.client_addr();
         let mut links = BTreeMap::new();
@@ -170,13 +176,14 @@ impl Cluster {
             let link = CuttableLink::start_on(address, cluster.broker(*id).addr()).await;
             cluster.inbound.insert(*id, link);
         }
-        cluster.add_coordinators(m, &[]).await;
+        cluster.add_coordinators(m, coordinator_extra).await;
         cluster
     }
 
     /// `brokers` brokers, `coordinators` coordinators and an etcd of `etcd_members`
     /// members, each process on its own host of a new [`Lab`] (bound to the host's
-    /// address and advertising it), brokers with `broker_extra` flags; returns once the
+    /// address and advertising it), brokers with `broker_extra` flags, coordinators with
+    /// `coordinator_extra`; returns once the
     /// coordinators own the whole transaction log. Links between processes are cut
     /// through [`Cluster::lab`] and [`Cluster::host_of`].
     pub async fn start_on_lab(
@@ -184,6 +191,7 @@ impl Cluster {
         coordinators: i32,
         etcd_members: usize,
         broker_extra: &[&str],
+        coordinator_extra: &[&str],
     ) -> Cluster {
         let mut processes: Vec<ProcessId> = (0..etcd_members).map(ProcessId::EtcdMember).collect();
         processes.extend((1..=brokers).map(ProcessId::Broker));
@@ -217,7 +225,9 @@ impl Cluster {
             lab: Some(lab),
             broker_extra: broker_extra.iter().map(|s| s.to_string()).collect(),
         };
-        cluster.add_coordinators(coordinators, &[]).await;
+        cluster
+            .add_coordinators(coordinators, coordinator_extra)
+            .await;
         cluster
     }
 

@@ -36,6 +36,15 @@ async fn run(families: &[Family], seed: u64, duration: Duration) {
     );
     let stats = serde_json::to_value(&outcome.verdict.stats).expect("stats");
     eprintln!("stats: {stats}");
+    // The consume-transform-produce members must have committed through the faults,
+    // or the run says nothing about exactly-once pipelines.
+    let transforms = outcome.verdict.stats.ops.get("transform");
+    let committed = transforms.and_then(|t| t.get("ok")).copied().unwrap_or(0);
+    assert!(
+        committed > 0,
+        "no consume-transform-produce transaction committed: {transforms:?}; {}",
+        outcome.summary
+    );
     // Without rolls the run no longer tests producer snapshots, transaction index
     // sealing or the cleaner under faults: a change of the workload or of the segment
     // settings must not make that silent.

@@ -165,7 +165,8 @@ impl<'h> Model<'h> {
                     records: &read.records,
                 });
             }
-            Call::Poll(_) | Call::FinalRead(_) => {}
+            // The pipeline check reads these from the history itself.
+            Call::Poll(_) | Call::FinalRead(_) | Call::Transform(_) | Call::FinalPipeline(_) => {}
         }
     }
 

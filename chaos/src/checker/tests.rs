@@ -8,11 +8,11 @@ use Isolation::{ReadCommitted as RC, ReadUncommitted as RU};
 
 /// Builds a history event by event; each helper writes an invoke and its completion.
 #[derive(Default)]
-struct History {
-    ops: Vec<Op>,
+pub(super) struct History {
+    pub ops: Vec<Op>,
 }
 
-type Rec<'a> = (&'a str, i32, i64, &'a str);
+pub(super) type Rec<'a> = (&'a str, i32, i64, &'a str);
 
 fn send_record(topic: &str, partition: i32, value: &str, offset: Option<i64>) -> SendRecord {
     SendRecord {
@@ -24,7 +24,7 @@ fn send_record(topic: &str, partition: i32, value: &str, offset: Option<i64>) ->
 }
 
 impl History {
-    fn event(&mut self, process: &str, kind: OpKind, call: Call) -> &mut Self {
+    pub(super) fn event(&mut self, process: &str, kind: OpKind, call: Call) -> &mut Self {
         let index = self.ops.len() as u64;
         self.ops.push(Op {
             index,
@@ -37,11 +37,17 @@ impl History {
     }
 
     /// A send to t/0 that completes `kind` (offset only on ok).
-    fn send(&mut self, process: &str, kind: OpKind, value: &str, offset: i64) -> &mut Self {
+    pub(super) fn send(
+        &mut self,
+        process: &str,
+        kind: OpKind,
+        value: &str,
+        offset: i64,
+    ) -> &mut Self {
         self.send_to(process, kind, "t", 0, value, offset)
     }
 
-    fn send_to(
+    pub(super) fn send_to(
         &mut self,
         process: &str,
         kind: OpKind,
@@ -114,18 +120,18 @@ impl History {
         self.read(process, isolation, records, false)
     }
 
-    fn final_read(&mut self, isolation: Isolation, records: &[Rec]) -> &mut Self {
+    pub(super) fn final_read(&mut self, isolation: Isolation, records: &[Rec]) -> &mut Self {
         let process = format!("final-{}", isolation.as_str());
         self.read(&process, isolation, records, true)
     }
 
-    fn check(&self) -> Verdict {
+    pub(super) fn check(&self) -> Verdict {
         validate(&self.ops).expect("hand-made history is well formed");
         check(&self.ops)
     }
 }
 
-fn only(verdict: &Verdict, kind: &str) {
+pub(super) fn only(verdict: &Verdict, kind: &str) {
     let counts = verdict.anomalies.counts();
     let others: Vec<_> = counts
         .iter()
@@ -139,14 +145,14 @@ fn only(verdict: &Verdict, kind: &str) {
     assert!(!verdict.valid);
 }
 
-fn tp(topic: &str, partition: i32) -> TopicPartition {
+pub(super) fn tp(topic: &str, partition: i32) -> TopicPartition {
     TopicPartition {
         topic: topic.into(),
         partition,
     }
 }
 
-fn observer(process: &str, index: u64, f: &'static str) -> Observer {
+pub(super) fn observer(process: &str, index: u64, f: &'static str) -> Observer {
     Observer {
         process: process.into(),
         index,
@@ -599,6 +605,12 @@ fn given_a_verdict_when_serialized_then_anomaly_kinds_are_named_as_documented() 
             "lost",
             "nonmonotonic_poll",
             "nonmonotonic_send",
+            "pipeline_duplicate",
+            "pipeline_lost",
+            "pipeline_mismatch",
+            "pipeline_missing",
+            "pipeline_order",
+            "pipeline_uncommitted",
             "poll_skip",
             "torn_txn",
             "unexpected",

@@ -316,6 +316,7 @@ fn operation_colour(op: Operation) -> RGBColor {
         Operation::Send => RGBColor(31, 119, 180),
         Operation::Txn => RGBColor(44, 160, 44),
         Operation::Poll => RGBColor(90, 90, 90),
+        Operation::Transform => RGBColor(214, 39, 40),
     }
 }
 

@@ -7,5 +7,6 @@
 pub mod lifecycle;
 pub mod membership;
 pub mod nemesis;
+pub mod pipeline;
 pub mod run;
 pub mod workload;

@@ -1,6 +1,6 @@
 //! The nemesis: seeded, one fault at a time, each logged with when it began and ended.
 //! Families: process kills (a random broker, the leader of a random partition, the
-//! coordinator owning a random transactional id), pauses (SIGSTOP/SIGCONT of a broker or
+//! coordinator owning a random transactional id or the pipeline's group), pauses (SIGSTOP/SIGCONT of a broker or
 //! a coordinator), partitions (a broker or coordinator cut off from etcd, through the
 //! links of [`Cluster::start_linked`]), isolation (the leader of a partition unreachable
 //! by anyone and cut off from etcd), etcd faults (killed and restarted, paused) and, on a
@@ -197,8 +197,13 @@ impl Nemesis {
                 0 => Fault::KillBroker(broker),
                 1 => Fault::KillBroker(self.random_leader(cluster).await?),
                 _ => {
-                    let id = format!("chaos-txn-{}", self.rng.gen_range(0..2));
-                    Fault::KillCoordinator(owner_of(bootstrap, &id).await.unwrap_or(coordinator))
+                    // The owner of a transactional producer's id, or of the
+                    // consume-transform-produce group.
+                    let owned = match self.rng.gen_range(0..3) {
+                        2 => Owned::Group(super::pipeline::GROUP.to_string()),
+                        n => Owned::TransactionalId(format!("chaos-txn-{n}")),
+                    };
+                    Fault::KillCoordinator(owner_of(bootstrap, owned).await.unwrap_or(coordinator))
                 }
             },
             Family::Pause => {
@@ -331,17 +336,26 @@ fn hosts(cluster: &Cluster, processes: &[ProcessId]) -> Vec<usize> {
     processes.iter().map(|p| cluster.host_of(*p)).collect()
 }
 
-/// The coordinator that owns `transactional_id`, as a broker answers.
-async fn owner_of(bootstrap: &str, transactional_id: &str) -> Option<i32> {
+/// What a coordinator owns: a transactional id or a consumer group.
+enum Owned {
+    TransactionalId(String),
+    Group(String),
+}
+
+/// The coordinator that owns `owned`, as a broker answers.
+async fn owner_of(bootstrap: &str, owned: Owned) -> Option<i32> {
     let mut client = raw::connect(bootstrap).await;
-    let answer = client
-        .find_coordinator(FindCoordinatorRequest {
-            transactional_id: transactional_id.into(),
+    let request = match owned {
+        Owned::TransactionalId(id) => FindCoordinatorRequest {
+            transactional_id: id,
             group_id: String::new(),
-        })
-        .await
-        .ok()?
-        .into_inner();
+        },
+        Owned::Group(group_id) => FindCoordinatorRequest {
+            transactional_id: String::new(),
+            group_id,
+        },
+    };
+    let answer = client.find_coordinator(request).await.ok()?.into_inner();
     (answer.error_code() == ErrorCode::None).then_some(answer.coordinator_id)
 }
 

@@ -2,7 +2,8 @@
 //! process on its own host of a lab network with a 3-member etcd), the workload
 //! writing its history, the nemesis of the chosen families for the run's duration; then
 //! every fault healed, the cluster serving again, the workload stopped, a final read of
-//! every partition at both isolation levels, and the checker's verdict. Everything goes
+//! every partition at both isolation levels and of the pipeline's output and committed
+//! offsets, and the checker's verdict. Everything goes
 //! to a report directory: history.jsonl, nemesis.jsonl, verdict.json, summary.txt,
 //! timeline.svg (throughput and latency with the faults shaded) and each server's log.
 //! Segments are small and roll by size and by age, so the log lifecycle (rolls, producer
@@ -17,11 +18,12 @@ use std::time::{Duration, Instant};
 use idem_chaos::history::{Call, OpKind, Read, ReadRecord};
 use idem_chaos::{check, read_history, HistoryWriter, Verdict};
 use idem_client::Isolation;
-use idem_proto::txn::TXN_LOG_TOPIC;
+use idem_proto::txn::{OFFSETS_TOPIC, TXN_LOG_TOPIC};
 use idem_proto::v1::{ConfigEntry, CreatableTopic};
 
 use crate::chaos::lifecycle::{self, BrokerLifecycle};
 use crate::chaos::nemesis::{Family, Nemesis};
+use crate::chaos::pipeline::{self, OUTPUT};
 use crate::chaos::workload::{read_isolation, Clients, Recorder, Workload, PARTITIONS, TOPICS};
 use crate::{txn, Cluster};
 
@@ -101,23 +103,24 @@ impl ChaosRun {
              them separately"
         );
         let flags = &LIFECYCLE_FLAGS;
+        let coordinator_flags = ["--group-session-timeout-ms", pipeline::SESSION_TIMEOUT_MS];
         let mut cluster = if on_lab {
             // Every process on its own host; 3 etcd members so a split can leave one
             // on the minority side.
             let mut lab_flags = flags.to_vec();
             lab_flags.extend(["--replica-lag-time-max-ms", LAB_REPLICA_LAG_MS]);
-            Cluster::start_on_lab(3, 2, 3, &lab_flags).await
+            Cluster::start_on_lab(3, 2, 3, &lab_flags, &coordinator_flags).await
         } else if self.families.iter().any(|f| linked.contains(f)) {
-            Cluster::start_linked_with(3, 2, flags).await
+            Cluster::start_linked_with(3, 2, flags, &coordinator_flags).await
         } else if self.families.contains(&Family::Membership) {
             // A 4th broker, so that every partition has somewhere to move to.
-            Cluster::start_with_coordinators(4, 2, flags, &[]).await
+            Cluster::start_with_coordinators(4, 2, flags, &coordinator_flags).await
         } else if self.families.contains(&Family::EtcdMember) {
-            Cluster::start_with_etcd_members(3, 3, 2, flags, &[]).await
+            Cluster::start_with_etcd_members(3, 3, 2, flags, &coordinator_flags).await
         } else {
-            Cluster::start_with_coordinators(3, 2, flags, &[]).await
+            Cluster::start_with_coordinators(3, 2, flags, &coordinator_flags).await
         };
-        for topic in TOPICS {
+        for topic in TOPICS.into_iter().chain([OUTPUT]) {
             cluster.create(workload_topic(topic)).await;
             for p in 0..PARTITIONS {
                 cluster.leader_of(topic, p).await;
@@ -135,6 +138,7 @@ impl ChaosRun {
             transactional: 2,
             read_committed: 2,
             read_uncommitted: 1,
+            processors: 2,
         };
         let workload = Workload::start(&bootstrap, clients, self.seed, &history);
 
@@ -146,7 +150,7 @@ impl ChaosRun {
         // few quiet seconds before they stop.
         let healed = Instant::now();
         let mut topics: Vec<&str> = TOPICS.to_vec();
-        topics.push(TXN_LOG_TOPIC);
+        topics.extend([OUTPUT, TXN_LOG_TOPIC, OFFSETS_TOPIC]);
         let recovered = match cluster.every_slice_served_within(healed, RECOVERY).await {
             Ok(()) => {
                 cluster
@@ -180,12 +184,13 @@ impl ChaosRun {
         tokio::time::sleep(QUIET).await;
         workload.stop().await;
         let bootstrap = cluster.bootstrap();
-        for topic in TOPICS {
+        for topic in TOPICS.into_iter().chain([OUTPUT]) {
             txn::wait_until_stable(&bootstrap, topic, &(0..PARTITIONS).collect::<Vec<_>>()).await;
         }
         for isolation in [Isolation::ReadCommitted, Isolation::ReadUncommitted] {
             final_read(&bootstrap, isolation, &history).await;
         }
+        pipeline::final_pipeline(&bootstrap, &history).await;
         history.flush();
         save_logs(&cluster);
         let ops = read_history(std::io::BufReader::new(

@@ -1,6 +1,7 @@
 //! The chaos workload: idempotent producers sending unique values one at a time,
 //! transactional producers writing to both topics (some transactions aborted on
-//! purpose), and read_committed and read_uncommitted consumers polling throughout. Every
+//! purpose), read_committed and read_uncommitted consumers polling throughout, and
+//! consume-transform-produce members of a consumer group (`pipeline.rs`). Every
 //! operation goes to the history as an invoke and then `ok` / `fail` / `info`, as the
 //! client saw it: the checker judges only from that.
 
@@ -66,6 +67,8 @@ pub struct Clients {
     pub transactional: usize,
     pub read_committed: usize,
     pub read_uncommitted: usize,
+    /// Members of the consume-transform-produce group.
+    pub processors: usize,
 }
 
 pub struct Workload {
@@ -102,6 +105,14 @@ impl Workload {
                 bootstrap.to_string(),
                 i,
                 isolation,
+                history.clone(),
+                stop.clone(),
+            )));
+        }
+        for i in 0..clients.processors {
+            tasks.push(tokio::spawn(super::pipeline::member(
+                bootstrap.to_string(),
+                i,
                 history.clone(),
                 stop.clone(),
             )));

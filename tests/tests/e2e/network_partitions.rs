@@ -141,7 +141,7 @@ async fn send(
 /// RF 3 (min.insync.replicas 2), one partition, every replica in sync.
 async fn lab_cluster() -> Cluster {
     let cluster =
-        Cluster::start_on_lab(3, 1, 1, &["--replica-lag-time-max-ms", LAG_LIMIT_MS]).await;
+        Cluster::start_on_lab(3, 1, 1, &["--replica-lag-time-max-ms", LAG_LIMIT_MS], &[]).await;
     cluster.create_topic(TOPIC, 1, 3).await;
     cluster
 }
