@@ -5,8 +5,14 @@
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use idem_client::{ConsumerRecord, Isolation};
 
 use crate::binaries::bin_dir;
+use crate::groups::GroupClient;
+use crate::txn::{self, wait_until_stable};
+use crate::wait::{wait_until, Seen};
 
 /// The example binary `name` (`target/<profile>/examples/<name>`).
 pub fn example(name: &str) -> PathBuf {
@@ -93,5 +99,74 @@ impl Processor {
 impl Drop for Processor {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// Waits until `group` has committed at least `at_least` offsets of `input` in all
+/// (partitions `0..partitions`).
+pub async fn wait_committed(
+    group: &GroupClient,
+    input: &str,
+    partitions: i32,
+    at_least: i64,
+    within: Duration,
+    what: &str,
+) {
+    wait_until(within, what, || async {
+        let committed: i64 = group
+            .committed(input, partitions)
+            .await
+            .iter()
+            .map(|o| (*o).max(0))
+            .sum();
+        if committed >= at_least {
+            Seen::Reached(())
+        } else {
+            Seen::Not(format!("{committed} committed"))
+        }
+    })
+    .await;
+}
+
+/// An output record's `source` header (`topic/partition/offset` of its input) and value.
+fn source_and_value(record: &ConsumerRecord) -> (String, String) {
+    let source = record
+        .headers
+        .iter()
+        .find(|(k, _)| k == "source")
+        .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+        .unwrap_or_default();
+    let value = String::from_utf8_lossy(record.value.as_deref().unwrap_or_default()).into_owned();
+    (source, value)
+}
+
+/// Asserts that `output`, read_committed once its markers landed, holds exactly one
+/// `transform` output per input record — `input_value(p, n)` upper-cased, at input
+/// offset `n` of partition `p` — in input order, for every partition `0..partitions`.
+pub async fn assert_each_input_once_in_order(
+    bootstrap: &str,
+    (input, output): (&str, &str),
+    partitions: i32,
+    per_partition: usize,
+    input_value: impl Fn(i32, usize) -> String,
+) {
+    let all: Vec<i32> = (0..partitions).collect();
+    // The last transactions' markers may still be on their way: read once they landed.
+    wait_until_stable(bootstrap, output, &all).await;
+    let records = txn::read(bootstrap, output, &all, Isolation::ReadCommitted).await;
+    let mut got: Vec<Vec<(String, String)>> = vec![Vec::new(); partitions as usize];
+    for record in &records {
+        got[record.partition as usize].push(source_and_value(record));
+    }
+    for (p, got) in (0..partitions).zip(got) {
+        let expected: Vec<(String, String)> = (0..per_partition)
+            .map(|n| (format!("{input}/{p}/{n}"), input_value(p, n).to_uppercase()))
+            .collect();
+        assert_eq!(
+            got.len(),
+            expected.len(),
+            "partition {p}: one output per input"
+        );
+        assert_eq!(got, expected, "partition {p}: each input once, in order");
     }
 }

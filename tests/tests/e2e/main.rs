@@ -32,5 +32,6 @@ mod topic_deletion;
 mod topic_growth;
 mod transactions;
 mod unclean_election;
+mod wide_pipeline;
 mod wide_retention;
 mod wide_topics;

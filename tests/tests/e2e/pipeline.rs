@@ -10,10 +10,9 @@
 
 use std::time::Duration;
 
-use idem_client::{Isolation, Producer, ProducerConfig, ProducerRecord};
+use idem_client::{Producer, ProducerConfig, ProducerRecord};
 use idem_tests::groups::GroupClient;
-use idem_tests::processor::Processor;
-use idem_tests::txn::{self, wait_until_stable};
+use idem_tests::processor::{assert_each_input_once_in_order, wait_committed, Processor};
 use idem_tests::wait::{wait_until, Seen};
 use idem_tests::Cluster;
 
@@ -54,20 +53,7 @@ async fn fill(bootstrap: &str, wave: usize) {
 
 /// Waits until the group has committed at least `at_least` input offsets in all.
 async fn progressed(group: &GroupClient, at_least: i64, what: &str) {
-    wait_until(RUN, what, || async {
-        let committed: i64 = group
-            .committed(INPUT, PARTITIONS)
-            .await
-            .iter()
-            .map(|o| (*o).max(0))
-            .sum();
-        if committed >= at_least {
-            Seen::Reached(())
-        } else {
-            Seen::Not(format!("{committed} committed"))
-        }
-    })
-    .await;
+    wait_committed(group, INPUT, PARTITIONS, at_least, RUN, what).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -142,34 +128,12 @@ async fn given_processors_killed_paused_and_their_coordinator_killed_then_each_i
     let committed = group.committed(INPUT, PARTITIONS).await;
     assert_eq!(committed, vec![PER_PARTITION as i64; PARTITIONS as usize]);
 
-    let partitions: Vec<i32> = (0..PARTITIONS).collect();
-    // The last transactions' markers may still be on their way: read once they landed.
-    wait_until_stable(&bootstrap, OUTPUT, &partitions).await;
-    let output = txn::read(&bootstrap, OUTPUT, &partitions, Isolation::ReadCommitted).await;
-    for p in 0..PARTITIONS {
-        let got: Vec<(String, String)> = output
-            .iter()
-            .filter(|r| r.partition == p)
-            .map(|r| {
-                let source = r
-                    .headers
-                    .iter()
-                    .find(|(k, _)| k == "source")
-                    .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
-                    .unwrap_or_default();
-                let value =
-                    String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned();
-                (source, value)
-            })
-            .collect();
-        let expected: Vec<(String, String)> = (0..PER_PARTITION)
-            .map(|n| (format!("{INPUT}/{p}/{n}"), input_value(p, n).to_uppercase()))
-            .collect();
-        assert_eq!(
-            got.len(),
-            expected.len(),
-            "partition {p}: one output per input"
-        );
-        assert_eq!(got, expected, "partition {p}: each input once, in order");
-    }
+    assert_each_input_once_in_order(
+        &bootstrap,
+        (INPUT, OUTPUT),
+        PARTITIONS,
+        PER_PARTITION,
+        input_value,
+    )
+    .await;
 }
