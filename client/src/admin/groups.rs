@@ -175,26 +175,31 @@ impl Admin {
                 rows.entry(tp.clone()).or_default().1 = Some(member.member_id.clone());
             }
         }
-        let mut lags = Vec::with_capacity(rows.len());
-        for ((topic, partition), (committed, owner)) in rows {
-            let log_end = self
-                .list_offsets(
-                    &topic,
-                    partition,
-                    OffsetSpec::Latest,
-                    Isolation::ReadUncommitted,
-                )
-                .await?;
-            lags.push(PartitionLag {
-                lag: committed.map(|c| (log_end - c).max(0)),
+        // All log ends at once: a group of hundreds of partitions is described in about
+        // one round trip, not one per partition.
+        let log_ends = futures::future::try_join_all(rows.keys().map(|(topic, partition)| {
+            self.list_offsets(
                 topic,
-                partition,
-                committed,
-                log_end,
-                owner,
-            });
-        }
-        Ok(lags)
+                *partition,
+                OffsetSpec::Latest,
+                Isolation::ReadUncommitted,
+            )
+        }))
+        .await?;
+        Ok(rows
+            .into_iter()
+            .zip(log_ends)
+            .map(
+                |(((topic, partition), (committed, owner)), log_end)| PartitionLag {
+                    lag: committed.map(|c| (log_end - c).max(0)),
+                    topic,
+                    partition,
+                    committed,
+                    log_end,
+                    owner,
+                },
+            )
+            .collect())
     }
 
     /// Sets the committed offsets of a group without members (the coordinator refuses a

@@ -2,11 +2,11 @@
 //! three `transform` processes in one group over a 120-partition input, 40 partitions
 //! each, one SIGKILLed mid-stream and restarted as the same instance. Every partition
 //! ends with exactly one output per input in input order and the group's committed
-//! offsets at the input's log end; the group describes all 120 partitions.
+//! offsets at the input's log end; the group's lag lists all 120 partitions at 0.
 
 use std::time::Duration;
 
-use idem_client::{Producer, ProducerConfig, ProducerRecord};
+use idem_client::{Admin, Producer, ProducerConfig, ProducerRecord};
 use idem_tests::groups::GroupClient;
 use idem_tests::processor::{assert_each_input_once_in_order, wait_committed, Processor};
 use idem_tests::wait::{wait_until, Seen};
@@ -121,4 +121,27 @@ async fn given_three_processors_on_120_partitions_and_one_killed_then_each_input
         }
     })
     .await;
+    let admin = Admin::connect(&bootstrap).await.expect("admin");
+    let lags = admin.group_lag(GROUP).await.expect("group lag");
+    assert_eq!(lags.len(), PARTITIONS as usize, "{lags:?}");
+    for (p, lag) in (0..PARTITIONS).zip(&lags) {
+        assert_eq!(
+            (
+                lag.topic.as_str(),
+                lag.partition,
+                lag.committed,
+                lag.log_end,
+                lag.lag
+            ),
+            (
+                INPUT,
+                p,
+                Some(PER_PARTITION as i64),
+                PER_PARTITION as i64,
+                Some(0)
+            ),
+            "{lag:?}"
+        );
+        assert!(lag.owner.is_some(), "{lag:?}");
+    }
 }
