@@ -83,6 +83,25 @@ pub struct CoordinatorConfig {
     #[arg(long, env = "IDEM_GROUP_SESSION_TIMEOUT_MS", default_value_t = 45_000)]
     pub group_session_timeout_ms: u64,
 
+    /// The committed offsets of a consumer group with no members expire this long after
+    /// the group became empty (or after the offset was committed, if later); a group
+    /// left with no offsets is removed (Kafka's `offsets.retention.minutes`, 7 days).
+    #[arg(
+        long,
+        env = "IDEM_GROUP_OFFSETS_RETENTION_MS",
+        default_value_t = 604_800_000
+    )]
+    pub group_offsets_retention_ms: u64,
+
+    /// How often each owned slice's groups are checked for expired offsets (Kafka's
+    /// `offsets.retention.check.interval.ms`).
+    #[arg(
+        long,
+        env = "IDEM_GROUP_OFFSETS_RETENTION_CHECK_INTERVAL_MS",
+        default_value_t = 600_000
+    )]
+    pub group_offsets_retention_check_interval_ms: u64,
+
     /// Lease the next producer-id block in the background once 90% of the current one
     /// is handed out.
     #[arg(long, env = "IDEM_PID_PREFETCH", default_value_t = true, action = clap::ArgAction::Set)]
@@ -113,6 +132,8 @@ impl CoordinatorConfig {
             txn_check_interval_ms: 1000,
             transactional_id_expiration_ms: 604_800_000,
             group_session_timeout_ms: 45_000,
+            group_offsets_retention_ms: 604_800_000,
+            group_offsets_retention_check_interval_ms: 600_000,
             pid_prefetch: true,
         }
     }
@@ -154,6 +175,16 @@ impl CoordinatorConfig {
         ConfigError::unless(
             self.group_session_timeout_ms >= 1,
             "--group-session-timeout-ms",
+            "must be at least 1",
+        )?;
+        ConfigError::unless(
+            self.group_offsets_retention_ms >= 1,
+            "--group-offsets-retention-ms",
+            "must be at least 1",
+        )?;
+        ConfigError::unless(
+            self.group_offsets_retention_check_interval_ms >= 1,
+            "--group-offsets-retention-check-interval-ms",
             "must be at least 1",
         )?;
         ConfigError::unless(
@@ -204,6 +235,8 @@ mod tests {
         assert_eq!(c.txn_check_interval_ms, 1000);
         assert_eq!(c.etcd_prefix, "/idem");
         assert_eq!(c.group_session_timeout_ms, 45_000);
+        assert_eq!(c.group_offsets_retention_ms, 604_800_000);
+        assert_eq!(c.group_offsets_retention_check_interval_ms, 600_000);
         assert!(c.pid_prefetch);
         assert_eq!(c.mode().expect("solo"), Mode::Solo(PathBuf::from("d")));
     }
@@ -316,6 +349,20 @@ mod tests {
                 "--group-session-timeout-ms",
                 CoordinatorConfig {
                     group_session_timeout_ms: 0,
+                    ..solo()
+                },
+            ),
+            (
+                "--group-offsets-retention-ms",
+                CoordinatorConfig {
+                    group_offsets_retention_ms: 0,
+                    ..solo()
+                },
+            ),
+            (
+                "--group-offsets-retention-check-interval-ms",
+                CoordinatorConfig {
+                    group_offsets_retention_check_interval_ms: 0,
                     ..solo()
                 },
             ),

@@ -134,6 +134,7 @@ impl BoundCoordinator {
             GroupSettings {
                 coordinator_id: config.coordinator_id,
                 session_timeout: Duration::from_millis(config.group_session_timeout_ms),
+                offsets_retention: Duration::from_millis(config.group_offsets_retention_ms),
             },
             conn,
             ownership.clone(),
@@ -198,6 +199,13 @@ impl BoundCoordinator {
             expire_group_sessions(
                 groups.clone(),
                 Duration::from_millis(config.group_session_timeout_ms),
+            ),
+        );
+        duties.spawn(
+            "expire group offsets",
+            expire_group_offsets(
+                groups.clone(),
+                Duration::from_millis(config.group_offsets_retention_check_interval_ms),
             ),
         );
         duties.spawn(
@@ -329,5 +337,17 @@ async fn expire_group_sessions(groups: Arc<Groups>, session_timeout: Duration) {
     loop {
         tick.tick().await;
         groups.expire_sessions().await;
+    }
+}
+
+/// Tombstones the expired offsets of empty groups, and groups left with nothing, every
+/// `every` (`--group-offsets-retention-check-interval-ms`): an offset goes at most one
+/// interval after its retention.
+async fn expire_group_offsets(groups: Arc<Groups>, every: Duration) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        groups.expire_offsets().await;
     }
 }

@@ -391,6 +391,11 @@ impl Cluster {
         self.coordinators[index(id)].restart();
     }
 
+    /// Kills coordinator `id` and starts it again with `flag` set to `value`.
+    pub fn restart_coordinator_with(&mut self, id: i32, flag: &str, value: &str) {
+        self.coordinators[index(id)].restart_with(flag, value);
+    }
+
     pub fn pause_coordinator(&self, id: i32) {
         self.coordinators[index(id)].pause();
     }

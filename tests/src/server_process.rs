@@ -220,6 +220,18 @@ impl ServerProcess {
         self.child = Some(child);
     }
 
+    /// [`ServerProcess::restart`] with `flag` set to `value` from now on (replacing the
+    /// value it was started with, if any): an operator restarting with another setting.
+    pub fn restart_with(&mut self, flag: &str, value: &str) {
+        match self.extra_args.iter().position(|a| a == flag) {
+            Some(at) if at + 1 < self.extra_args.len() => self.extra_args[at + 1] = value.into(),
+            _ => self
+                .extra_args
+                .extend([flag.to_string(), value.to_string()]),
+        }
+        self.restart();
+    }
+
     pub fn is_running(&self) -> bool {
         self.child.is_some()
     }

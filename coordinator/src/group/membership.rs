@@ -50,6 +50,11 @@ pub struct Group {
     pub target: Assignment,
     /// The partition count of each subscribed topic when the target was computed.
     pub partition_counts: BTreeMap<String, i32>,
+    /// When the group last lost its last member (wall clock, ms): its offsets' retention
+    /// runs from here (Kafka's `currentStateTimestamp`). `None` while it has members, and
+    /// for a group that never had any. The deciders carry it; the shell sets it
+    /// ([`expiry::note_emptiness`](super::expiry::note_emptiness)).
+    pub empty_since_ms: Option<i64>,
 }
 
 /// A ConsumerGroupHeartbeat as the decider needs it.

@@ -7,16 +7,18 @@
 //! - [`reconcile`]: one member's steps from its current assignment to its target.
 //! - [`membership`]: a heartbeat, a leave or a removal turns one group into the next.
 //! - [`offsets`]: which commits a group accepts, and offsets pending in transactions.
+//! - [`expiry`]: which offsets of an empty group have expired, and when a group goes.
 //! - [`records`]: the records of `__consumer_offsets`.
 //! - [`slice`]: one `__consumer_offsets` partition's state, and its replay from the log.
 //! - [`load`]: reading a claimed partition back (the load, and the tail's reads).
 //! - [`sessions`]: members' session deadlines.
 //! - [`txn_offsets`]: TxnOffsetCommit's transactional batch and its sequence rule.
-//! - [`serve`]: the shell: slices per claim, requests, session expiry.
+//! - [`serve`]: the shell: slices per claim, requests, session and offset expiry.
 //!
 //! The design, and what is still to build: docs/groups.md.
 
 pub mod assignor;
+pub mod expiry;
 pub mod load;
 pub mod membership;
 pub mod offsets;

@@ -187,7 +187,7 @@ impl GroupOffsets {
         tp: &TopicPartition,
         require_stable: bool,
     ) -> Result<Option<&OffsetAndMetadata>, Unstable> {
-        if require_stable && self.pending.values().any(|p| p.contains_key(tp)) {
+        if require_stable && self.is_pending(tp) {
             return Err(Unstable);
         }
         Ok(self.committed.get(tp))
@@ -201,6 +201,11 @@ impl GroupOffsets {
     /// Whether any transaction holds offsets of this group.
     pub fn has_pending(&self) -> bool {
         !self.pending.is_empty()
+    }
+
+    /// Whether an open transaction holds an offset of `tp`.
+    pub fn is_pending(&self, tp: &TopicPartition) -> bool {
+        self.pending.values().any(|p| p.contains_key(tp))
     }
 
     /// Forgets `tp` (its offset expired, its topic was deleted, or the group was).

@@ -60,6 +60,10 @@ struct GroupValue {
     target_epoch: i32,
     partition_counts: BTreeMap<String, i32>,
     members: Vec<MemberValue>,
+    /// Absent from records written before offset expiry existed; such a group with no
+    /// members counts as empty since the load that reads it (`expiry::empty_since_load`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    empty_since_ms: Option<i64>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -243,6 +247,7 @@ fn group_value(group: &Group) -> GroupValue {
         group_epoch: group.group_epoch,
         target_epoch: group.target_epoch,
         partition_counts: group.partition_counts.clone(),
+        empty_since_ms: group.empty_since_ms,
         members: group
             .members
             .iter()
@@ -268,6 +273,7 @@ fn group_from(value: GroupValue) -> Result<Group, RecordError> {
         group_epoch: value.group_epoch,
         target_epoch: value.target_epoch,
         partition_counts: value.partition_counts,
+        empty_since_ms: value.empty_since_ms,
         ..Group::default()
     };
     for m in value.members {
@@ -352,20 +358,24 @@ mod tests {
             0i32..1000,
             proptest::collection::btree_map("[a-c]{1,3}", 0i32..64, 0..4),
             proptest::collection::btree_map("[a-z0-9-]{1,36}", any_member(), 0..4),
+            proptest::option::of(0i64..i64::MAX),
         )
-            .prop_map(|(group_epoch, target_epoch, partition_counts, members)| {
-                let mut g = Group {
-                    group_epoch,
-                    target_epoch,
-                    partition_counts,
-                    ..Group::default()
-                };
-                for (id, (member, target)) in members {
-                    g.target.insert(id.clone(), target);
-                    g.members.insert(id, member);
-                }
-                g
-            })
+            .prop_map(
+                |(group_epoch, target_epoch, partition_counts, members, empty_since_ms)| {
+                    let mut g = Group {
+                        group_epoch,
+                        target_epoch,
+                        partition_counts,
+                        empty_since_ms,
+                        ..Group::default()
+                    };
+                    for (id, (member, target)) in members {
+                        g.target.insert(id.clone(), target);
+                        g.members.insert(id, member);
+                    }
+                    g
+                },
+            )
     }
 
     fn round_trip(record: &GroupRecord, record_offset: i64) -> GroupRecord {
@@ -410,6 +420,24 @@ mod tests {
             coordinator_epoch: 4,
         };
         assert_eq!(round_trip(&fence, 0), fence);
+    }
+
+    #[test]
+    fn given_a_group_record_written_before_expiry_then_it_reads_back_with_no_empty_since() {
+        let old = br#"{"group_epoch":3,"target_epoch":3,"partition_counts":{"t":2},"members":[]}"#;
+        let read = GroupRecord::decode(Some(&group_key("g")), Some(old), 0).expect("decodes");
+        let GroupRecord::Group { group, .. } = read else {
+            panic!("a group record: {read:?}");
+        };
+        assert_eq!((group.group_epoch, group.empty_since_ms), (3, None));
+        // And a group with members writes no field for it, as before.
+        let (_, value) = GroupRecord::Group {
+            group_id: "g".into(),
+            group: Group::default(),
+        }
+        .encode();
+        let value = String::from_utf8(value.expect("a value").to_vec()).expect("utf-8");
+        assert!(!value.contains("empty_since_ms"), "{value}");
     }
 
     #[test]

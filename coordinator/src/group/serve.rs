@@ -6,9 +6,12 @@
 //! with the pure rules, appends what changed (acks=all) and only then applies it and
 //! answers.
 //!
-//! Invariants: nothing is answered before it is persisted; a heartbeat that changes
-//! nothing writes nothing; a claim whose writes a broker fenced, or that the ownership
-//! backend lost, stops serving its groups at once.
+//! Each check interval, the offsets of empty groups whose retention passed are
+//! tombstoned, and so are groups left with nothing ([`expiry`]).
+//!
+//! Invariants: nothing is answered before it is persisted, nor forgotten before its
+//! tombstone is; a heartbeat that changes nothing writes nothing; a claim whose writes a
+//! broker fenced, or that the ownership backend lost, stops serving its groups at once.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -21,6 +24,7 @@ use idem_proto::ErrorCode;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::expiry::{self, Expired};
 use super::load::{self, ReadFailure};
 use super::membership::{self, Answer, Group, Heartbeat, HeartbeatError};
 use super::offsets::{check_commit, CommitRefusal, Committer, OffsetAndMetadata};
@@ -51,6 +55,8 @@ const TAIL_CATCH_UP: Duration = Duration::from_secs(5);
 pub struct GroupSettings {
     pub coordinator_id: i32,
     pub session_timeout: Duration,
+    /// How long the offsets of a group with no members are kept.
+    pub offsets_retention: Duration,
 }
 
 impl GroupSettings {
@@ -249,7 +255,7 @@ impl Groups {
             token,
             ..
         } = claim;
-        let loaded = match loaded {
+        let mut loaded = match loaded {
             Ok(loaded) => loaded,
             Err(CoordinatorError::OwnershipLost { reason, .. }) => {
                 tracing::warn!(partition, coordinator_epoch, %reason, "claim lost while loading {OFFSETS_TOPIC}");
@@ -263,6 +269,10 @@ impl Groups {
                 return;
             }
         };
+        let loaded_at_ms = now_ms();
+        for group in loaded.state.groups.values_mut() {
+            expiry::empty_since_load(group, loaded_at_ms);
+        }
         let now = Instant::now();
         let mut sessions = Sessions::new(self.settings.session_timeout);
         // Every member starts a fresh session with the new owner.
@@ -484,6 +494,7 @@ impl Groups {
         let size_of = |t: &str| sizes.get(t).copied().flatten();
         let (next, answer) =
             membership::heartbeat(&group, &request, &size_of).map_err(heartbeat_refusal)?;
+        let next = expiry::note_emptiness(&group, next, now_ms());
         if next != group {
             slice
                 .persist(vec![GroupRecord::Group {
@@ -774,7 +785,11 @@ impl Groups {
             .collect();
         let sizes = self.topic_sizes(topics, &group.partition_counts).await;
         let size_of = |t: &str| sizes.get(t).copied().flatten();
-        let next = membership::remove_member(&group, member_id, &size_of);
+        let next = expiry::note_emptiness(
+            &group,
+            membership::remove_member(&group, member_id, &size_of),
+            now_ms(),
+        );
         tracing::info!(partition = slice.index, %group_id, %member_id, group_epoch = next.group_epoch, "member's session expired; removing it");
         slice
             .persist(vec![GroupRecord::Group {
@@ -788,6 +803,85 @@ impl Groups {
             .sync(group_id, Some(&next), None, Instant::now());
         Ok(())
     }
+
+    /// Tombstones the expired offsets of every empty group of every loaded slice, and
+    /// the groups left with nothing; each group's tombstones are one batch, persisted
+    /// before they are applied. A slice whose claim is lost stops at once.
+    pub async fn expire_offsets(&self) {
+        // Another coordinator may own the slices by now; its broker would fence the
+        // writes anyway, but there is no point trying.
+        if !self.ownership.holds_lease() {
+            return;
+        }
+        let retention_ms =
+            i64::try_from(self.settings.offsets_retention.as_millis()).unwrap_or(i64::MAX);
+        for slice in self.ready_slices() {
+            // A first look without the groups' locks; each is decided again under its lock.
+            let candidates: Vec<String> = {
+                let state = slice.state();
+                let now = now_ms();
+                state
+                    .groups
+                    .keys()
+                    .chain(state.offsets.keys())
+                    .collect::<BTreeSet<_>>()
+                    .into_iter()
+                    .filter(|id| !expired_in(&state, id, retention_ms, now).is_empty())
+                    .cloned()
+                    .collect()
+            };
+            for group_id in candidates {
+                if slice.token.is_lost() {
+                    break;
+                }
+                if let Err(refusal) = self.expire_group(&slice, &group_id, retention_ms).await {
+                    tracing::warn!(partition = slice.index, %group_id, code = ?refusal.code, message = %refusal.message, "expiring a group's offsets failed; the next check tries again");
+                    if refusal.code == ErrorCode::NotCoordinator {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    async fn expire_group(
+        &self,
+        slice: &GroupSlice,
+        group_id: &str,
+        retention_ms: i64,
+    ) -> Result<(), Refusal> {
+        let lock = slice.lock_for(group_id);
+        let _guard = lock.lock().await;
+        // A member may have joined, or an offset been committed, since the first look.
+        let expired = expired_in(&slice.state(), group_id, retention_ms, now_ms());
+        if expired.is_empty() {
+            return Ok(());
+        }
+        slice
+            .persist(expired.records(group_id))
+            .await
+            .map_err(|e| self.refuse(slice, e))?;
+        tracing::info!(
+            partition = slice.index,
+            %group_id,
+            offsets = expired.offsets.len(),
+            group_removed = expired.remove_group,
+            "offsets of an empty group expired"
+        );
+        if expired.remove_group {
+            slice.sessions().sync(group_id, None, None, Instant::now());
+        }
+        Ok(())
+    }
+}
+
+fn expired_in(state: &SliceState, group_id: &str, retention_ms: i64, now_ms: i64) -> Expired {
+    expiry::expired(
+        state.groups.get(group_id),
+        state.offsets.get(group_id),
+        retention_ms,
+        now_ms,
+    )
 }
 
 fn offset_record(group_id: &str, o: &OffsetToCommit) -> GroupRecord {
@@ -877,6 +971,7 @@ mod tests {
             GroupSettings {
                 coordinator_id: 0,
                 session_timeout: Duration::from_millis(ms),
+                offsets_retention: Duration::from_secs(1),
             }
             .heartbeat_interval_ms()
         };
