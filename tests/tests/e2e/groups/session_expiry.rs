@@ -83,6 +83,7 @@ async fn given_a_member_that_never_revokes_then_it_is_removed_after_its_rebalanc
                 topics: vec![TOPIC.into()],
             }),
             owned,
+            server_assignor: None,
         };
     let first = client.heartbeat(join("s", 0, None)).await;
     assert_eq!(
