@@ -10,6 +10,7 @@ use std::time::Duration;
 use idem_client::{
     ClientError, GroupConfig, GroupConsumer, OffsetSpec, Producer, ProducerConfig, ProducerRecord,
 };
+use idem_tests::cli::idem;
 use idem_tests::groups::GroupClient;
 use idem_tests::wait::PATIENCE;
 use idem_tests::Cluster;
@@ -198,4 +199,61 @@ async fn given_auto_commit_when_partitions_are_revoked_or_the_member_closes_then
     // b resumes on each partition exactly where a stopped: nothing is read twice.
     assert_eq!(read_b.first, BTreeMap::from([(moved, 20), (kept, 25)]));
     b.close().await.expect("b closes");
+}
+
+/// `idem consume --group` commits what it printed as it goes (now through the SDK's
+/// commit queue), with the assignor it is told to ask for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_the_cli_consuming_in_a_group_with_range_then_a_second_run_resumes_after_what_the_first_printed(
+) {
+    let cluster = Cluster::start_with_coordinators(3, 1, &[], COORDINATOR_FLAGS).await;
+    cluster.create_topic(TOPIC, 2, 3).await;
+    let bootstrap = cluster.bootstrap();
+    fill(&bootstrap, 2, 5).await;
+    let run = |max: &str, assignor: &str| {
+        let args = [
+            "consume",
+            TOPIC,
+            "--group",
+            "cli",
+            "--assignor",
+            assignor,
+            "--from-beginning",
+            "--max-messages",
+            max,
+            "--timeout-ms",
+            "10000",
+        ];
+        idem(&bootstrap, &args)
+    };
+    let mut printed = Vec::new();
+    for max in ["4", "6"] {
+        let out = run(max, "range");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect();
+        assert_eq!(
+            lines.len(),
+            max.parse::<usize>().expect("a count"),
+            "{lines:?}"
+        );
+        printed.extend(lines);
+    }
+    printed.sort();
+    let mut all: Vec<String> = (0..5)
+        .flat_map(|n| (0..2).map(move |p| format!("p{p}-{n}")))
+        .collect();
+    all.sort();
+    assert_eq!(printed, all, "each record printed once over the two runs");
+
+    let refused = run("1", "sticky");
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("UnsupportedAssignor"), "{stderr}");
 }
