@@ -33,6 +33,11 @@ pub struct ConsumeArgs {
     /// Read as a member of this consumer group, committing as it goes.
     #[arg(long)]
     group: Option<String>,
+    /// With --group: the server-side assignor this member asks the group for
+    /// (uniform or range; default: the group's, uniform unless most members ask for
+    /// another).
+    #[arg(long, requires = "group")]
+    assignor: Option<String>,
 }
 
 pub async fn run(bootstrap: &str, args: ConsumeArgs) -> anyhow::Result<()> {
@@ -96,6 +101,7 @@ pub async fn run(bootstrap: &str, args: ConsumeArgs) -> anyhow::Result<()> {
 /// `--group`: the group assigns, the positions are committed after each batch.
 async fn run_in_group(bootstrap: &str, group: &str, args: ConsumeArgs) -> anyhow::Result<()> {
     let mut config = GroupConfig::new(group);
+    config.assignor = args.assignor.clone();
     config.consumer.isolation = args.isolation;
     config.consumer.start = if args.from_beginning {
         OffsetSpec::Earliest

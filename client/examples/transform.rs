@@ -85,7 +85,7 @@ async fn main() -> Result<(), ClientError> {
                 delivery.await?;
             }
             producer
-                .send_offsets_to_transaction(&offsets, &consumer.group_metadata())
+                .send_offsets_to_transaction(&offsets, &consumer.group_metadata()?)
                 .await?;
             let mut ended = producer.commit().await;
             // An unanswered commit may have happened: ask again, never abort it.

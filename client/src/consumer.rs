@@ -221,6 +221,19 @@ impl Consumer {
         self.resolve(idx).await
     }
 
+    /// The positions known without asking a broker: every assigned partition that was
+    /// read, sought or looked up (one still to be looked up at `ConsumerConfig::start`
+    /// is left out). What a consumer has returned, and so what it may commit.
+    pub fn known_positions(&self) -> Vec<((String, i32), i64)> {
+        self.assignments
+            .iter()
+            .filter_map(|a| match a.position {
+                Position::At(offset) => Some(((a.topic.clone(), a.partition), offset)),
+                Position::Reset(_) => None,
+            })
+            .collect()
+    }
+
     /// Waits up to `timeout` for records of the assigned partitions; returns as soon as
     /// there are some, or empty at the timeout. Leaders that moved or do not answer are
     /// looked up again and fetched from again within the same call; only when no fetch

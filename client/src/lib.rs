@@ -76,6 +76,7 @@ pub use admin::{Admin, NewTopic};
 pub use connection::Connection;
 pub use consumer::{Consumer, ConsumerConfig, ConsumerRecord};
 pub use error::ClientError;
+pub use group::committer::CommitHandle;
 pub use group::consumer::{GroupConfig, GroupConsumer, GroupMetadata, Polled};
 pub use group::member::Event as GroupEvent;
 pub use idem_proto::ErrorCode;

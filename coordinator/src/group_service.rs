@@ -20,7 +20,7 @@ use idem_proto::ErrorCode;
 use tonic::{Request, Response, Status};
 
 use crate::core::Refusal;
-use crate::group::membership::{Group, Heartbeat, LEAVE_EPOCH};
+use crate::group::membership::{self, Group, Heartbeat, LEAVE_EPOCH};
 use crate::group::offsets::Committer;
 use crate::group::reconcile::MemberState;
 use crate::group::serve::{FetchedOffset, Groups, OffsetToCommit, PartitionResult};
@@ -194,6 +194,7 @@ fn describe(group_id: &str, group: &Group, coordinator_id: i32) -> GroupDescript
             })
             .collect(),
         coordinator_id,
+        assignor_name: membership::group_assignor(group).name().to_string(),
     }
 }
 
@@ -216,7 +217,15 @@ impl GroupCoordinator for GroupCoordinatorService {
             owned: request.owned.as_ref().map(|o| partitions_of(&o.topics)),
         };
         let interval = self.groups.settings().heartbeat_interval_ms();
-        let answer = match self.groups.heartbeat(&request.group_id, heartbeat).await {
+        let answer = match self
+            .groups
+            .heartbeat(
+                &request.group_id,
+                heartbeat,
+                request.server_assignor.as_deref(),
+            )
+            .await
+        {
             Ok(answer) => ConsumerGroupHeartbeatResponse {
                 error_code: ErrorCode::None as i32,
                 error_message: String::new(),

@@ -294,6 +294,8 @@ pub struct Member {
     pub epoch: i32,
     pub owned: Owned,
     topics: Vec<String>,
+    /// The server-side assignor it names on every heartbeat (None: names none).
+    pub assignor: Option<String>,
 }
 
 impl Member {
@@ -303,6 +305,7 @@ impl Member {
             epoch: 0,
             owned: Owned::new(),
             topics: topics.iter().map(|t| (*t).to_string()).collect(),
+            assignor: None,
         }
     }
 
@@ -322,6 +325,7 @@ impl Member {
                 owned: Some(OwnedPartitions {
                     topics: partitions_of(&self.owned),
                 }),
+                server_assignor: self.assignor.clone(),
             })
             .await;
         if answer.error_code() == ErrorCode::None {
@@ -344,6 +348,7 @@ impl Member {
                 rebalance_timeout_ms: 30_000,
                 subscribed: None,
                 owned: None,
+                server_assignor: None,
             })
             .await;
         self.owned.clear();

@@ -1,7 +1,8 @@
 //! The SDK's member side (`idem_client::group::member`) against the group coordinator's
 //! rules (`idem_coordinator::group::membership`), both pure, composed the way the wire
 //! composes them: random joins, heartbeats, lost answers, leaves, session expiries and
-//! topic growth. Whatever the interleaving, no partition is ever fetched by two live
+//! topic growth; each member asks for an assignor (none, uniform or range) as the SDK
+//! does on every heartbeat, so the group switches assignors as members come and go. Whatever the interleaving, no partition is ever fetched by two live
 //! members (each owns what its last handled answer gave it, and stops on a revocation
 //! before it reports it), and once every answer arrives each member ends at its share.
 
@@ -39,6 +40,7 @@ fn error_code(e: &membership::HeartbeatError) -> ErrorCode {
         H::FencedMemberEpoch { .. } => ErrorCode::FencedMemberEpoch,
         H::UnreleasedInstanceId { .. } => ErrorCode::UnreleasedInstanceId,
         H::FencedInstanceId { .. } => ErrorCode::FencedInstanceId,
+        H::UnsupportedAssignor { .. } => ErrorCode::UnsupportedAssignor,
         H::InvalidRequest(_) => ErrorCode::InvalidRequest,
     }
 }
@@ -48,7 +50,7 @@ fn error_code(e: &membership::HeartbeatError) -> ErrorCode {
 fn exchange(
     group: &mut Group,
     name: &str,
-    member: &Membership,
+    (member, assignor): &(Membership, Option<&str>),
     partitions: i32,
 ) -> HeartbeatAnswer {
     let next = member.next_heartbeat();
@@ -61,7 +63,7 @@ fn exchange(
         owned: Some(to_coordinator(&next.owned)),
     };
     let sizes = |t: &str| (t == TOPIC).then_some(partitions);
-    match membership::heartbeat(group, &request, &sizes) {
+    match membership::heartbeat_naming_assignor(group, &request, *assignor, &sizes) {
         Ok((g, answer)) => {
             *group = g;
             HeartbeatAnswer {
@@ -80,8 +82,12 @@ fn exchange(
 
 #[derive(Debug, Clone)]
 enum Step {
-    Join(usize),
-    Beat { member: usize, lost: bool },
+    /// Member i joins asking for this assignor.
+    Join(usize, Option<&'static str>),
+    Beat {
+        member: usize,
+        lost: bool,
+    },
     Leave(usize),
     Expire(usize),
     Grow,
@@ -89,7 +95,8 @@ enum Step {
 
 fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
-        2 => (0usize..4).prop_map(Step::Join),
+        2 => (0usize..4, prop_oneof![Just(None), Just(Some("uniform")), Just(Some("range"))])
+            .prop_map(|(i, assignor)| Step::Join(i, assignor)),
         8 => (0usize..4, proptest::bool::weighted(0.2))
             .prop_map(|(member, lost)| Step::Beat { member, lost }),
         1 => (0usize..4).prop_map(Step::Leave),
@@ -110,9 +117,11 @@ fn receive(member: &mut Membership, answer: &HeartbeatAnswer) {
     }
 }
 
-fn check_disjoint(members: &BTreeMap<usize, Membership>) -> Result<(), TestCaseError> {
+fn check_disjoint(
+    members: &BTreeMap<usize, (Membership, Option<&str>)>,
+) -> Result<(), TestCaseError> {
     let mut seen: BTreeMap<(String, i32), usize> = BTreeMap::new();
-    for (i, m) in members {
+    for (i, (m, _)) in members {
         for p in m.owned() {
             if let Some(other) = seen.insert(p.clone(), *i) {
                 prop_assert!(false, "{p:?} fetched by m{other} and m{i}");
@@ -129,16 +138,16 @@ proptest! {
     ) {
         let mut partitions = 6;
         let mut group = Group::default();
-        let mut members: BTreeMap<usize, Membership> = BTreeMap::new();
+        let mut members: BTreeMap<usize, (Membership, Option<&str>)> = BTreeMap::new();
         let name = |i: usize| format!("m{i}");
         let subscription: BTreeSet<String> = [TOPIC.to_string()].into_iter().collect();
         for s in steps {
             match s {
-                Step::Join(i) => {
+                Step::Join(i, assignor) => {
                     if let std::collections::btree_map::Entry::Vacant(slot) = members.entry(i) {
-                        let mut m = Membership::joining(subscription.clone());
+                        let mut m = (Membership::joining(subscription.clone()), assignor);
                         let answer = exchange(&mut group, &name(i), &m, partitions);
-                        receive(&mut m, &answer);
+                        receive(&mut m.0, &answer);
                         slot.insert(m);
                     }
                 }
@@ -146,12 +155,12 @@ proptest! {
                     if let Some(m) = members.get_mut(&member) {
                         let answer = exchange(&mut group, &name(member), m, partitions);
                         if !lost {
-                            receive(m, &answer);
+                            receive(&mut m.0, &answer);
                         }
                     }
                 }
                 Step::Leave(i) => {
-                    if let Some(m) = members.remove(&i) {
+                    if let Some((m, _)) = members.remove(&i) {
                         let leave = Heartbeat {
                             member_id: name(i),
                             member_epoch: LEAVE_EPOCH,
@@ -180,13 +189,13 @@ proptest! {
             for i in ids {
                 if let Some(m) = members.get_mut(&i) {
                     let answer = exchange(&mut group, &name(i), m, partitions);
-                    receive(m, &answer);
+                    receive(&mut m.0, &answer);
                 }
                 check_disjoint(&members)?;
             }
         }
         let mut all = BTreeSet::new();
-        for (i, m) in &members {
+        for (i, (m, _)) in &members {
             prop_assert_eq!(m.epoch(), group.group_epoch, "m{}", i);
             prop_assert_eq!(&to_coordinator(m.owned()), &group.target[&name(*i)]);
             all.extend(m.owned().iter().cloned());

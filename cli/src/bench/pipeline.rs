@@ -409,7 +409,7 @@ async fn transform(
         }
         let offsets: Vec<((String, i32), i64)> = next.into_iter().collect();
         producer
-            .send_offsets_to_transaction(&offsets, &consumer.group_metadata())
+            .send_offsets_to_transaction(&offsets, &consumer.group_metadata()?)
             .await?;
         producer.commit().await?;
         progressed.committed.fetch_add(count, Ordering::Relaxed);

@@ -8,8 +8,14 @@
 //! transaction) for them first. A newly assigned partition starts at the group's
 //! committed offset, read with `require_stable` (an offset an open transaction holds
 //! is waited for), or at `ConsumerConfig::start` when the group has none.
+//!
+//! Commits (`commit`, `commit_offsets`, `commit_async`, auto-commit) go through one
+//! queue ([`committer`](super::committer)) and are sent in the order they were asked
+//! for, each after the previous one is answered: an older commit never overwrites a
+//! newer one, and a `commit` or `close` waits for the asynchronous ones before it.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use backon::Retryable;
@@ -21,6 +27,7 @@ use idem_proto::v1::{
 use idem_proto::ErrorCode;
 use tokio::time::Instant;
 
+use super::committer::{CommitHandle, Committer, Offsets, Stamp};
 use super::member::{Event, HeartbeatAnswer, Membership, Refusal, TopicPartition};
 use crate::consumer::{Consumer, ConsumerConfig, ConsumerRecord};
 use crate::coordinator::{
@@ -41,6 +48,20 @@ pub struct GroupConfig {
     pub instance_id: Option<String>,
     /// How long this member may take to release revoked partitions. Default 60 s.
     pub rebalance_timeout: Duration,
+    /// The server-side assignor this member asks the group for (KIP-848's
+    /// `group.remote.assignor`): `"uniform"` or `"range"`; sent on its heartbeats. The
+    /// group uses the one most members ask for. Default none: the group's (`uniform`
+    /// unless most members ask for another). A name the coordinator does not have makes
+    /// `poll` fail with UNSUPPORTED_ASSIGNOR.
+    pub assignor: Option<String>,
+    /// Commit automatically: from `poll`, every this often, the positions of the
+    /// records already returned (asynchronously); before a revocation is acknowledged,
+    /// the revoked partitions' positions (waiting for the answer); and everything on
+    /// `close`. Default `None`, off: idem's exactly-once pipelines commit their input
+    /// offsets inside the output transaction (`send_offsets_to_transaction`), and an
+    /// automatic commit beside it could commit records whose outputs the transaction
+    /// then aborts. So a consumer with auto-commit on refuses `group_metadata`.
+    pub auto_commit_interval: Option<Duration>,
     /// Reading: isolation, fetch sizes, where a partition without a committed offset
     /// starts (`start`).
     pub consumer: ConsumerConfig,
@@ -53,6 +74,8 @@ impl GroupConfig {
             member_id: format!("{:032x}", rand::random::<u128>()),
             instance_id: None,
             rebalance_timeout: Duration::from_secs(60),
+            assignor: None,
+            auto_commit_interval: None,
             consumer: ConsumerConfig::default(),
         }
     }
@@ -71,12 +94,15 @@ const FIRST_INTERVAL: Duration = Duration::from_secs(1);
 /// A member of a consumer group reading what the group assigns it.
 pub struct GroupConsumer {
     consumer: Consumer,
-    link: CoordinatorLink,
+    link: Arc<CoordinatorLink>,
     key: CoordinatorKey,
     config: GroupConfig,
     membership: Membership,
     next_heartbeat: Instant,
     interval: Duration,
+    committer: Committer,
+    /// When `poll` next commits automatically (auto-commit on).
+    next_auto_commit: Option<Instant>,
 }
 
 impl GroupConsumer {
@@ -95,22 +121,45 @@ impl GroupConsumer {
                 "a group member subscribes to at least one topic".into(),
             ));
         }
+        if config.auto_commit_interval.is_some_and(|i| i.is_zero()) {
+            return Err(ClientError::InvalidConfig(
+                "auto_commit_interval must be positive (None turns auto-commit off)".into(),
+            ));
+        }
         let consumer = Consumer::connect(bootstrap, config.consumer.clone()).await?;
-        let link = CoordinatorLink::new(consumer.connection().clone());
+        let link = Arc::new(CoordinatorLink::new(consumer.connection().clone()));
+        let key = CoordinatorKey::Group(config.group_id.clone());
+        let committer = {
+            let (link, key) = (link.clone(), key.clone());
+            let (group_id, member_id) = (config.group_id.clone(), config.member_id.clone());
+            Committer::spawn(move |offsets: Offsets, member_epoch| {
+                let request = OffsetCommitRequest {
+                    group_id: group_id.clone(),
+                    member_id: member_id.clone(),
+                    member_epoch,
+                    topics: commit_topics(&offsets),
+                };
+                let (link, key) = (link.clone(), key.clone());
+                async move { send_commit(&link, &key, request).await }
+            })
+        };
         Ok(GroupConsumer {
             consumer,
             link,
-            key: CoordinatorKey::Group(config.group_id.clone()),
+            key,
             membership: Membership::joining(topics.iter().map(|t| t.to_string()).collect()),
-            config,
             next_heartbeat: Instant::now(),
             interval: FIRST_INTERVAL,
+            committer,
+            next_auto_commit: config.auto_commit_interval.map(|i| Instant::now() + i),
+            config,
         })
     }
 
     /// Heartbeats if due, then reads up to `timeout`. Events are returned alone: handle
     /// them (a revocation above all) before the next `poll`.
     pub async fn poll(&mut self, timeout: Duration) -> Result<Polled, ClientError> {
+        self.auto_commit_if_due();
         if Instant::now() >= self.next_heartbeat {
             let events = self.heartbeat().await?;
             if !events.is_empty() {
@@ -130,6 +179,21 @@ impl GroupConsumer {
         })
     }
 
+    /// Auto-commit: queues a commit of the returned records' positions once the
+    /// interval has passed. Nobody awaits it; a failure is logged and the next one
+    /// commits the positions again.
+    fn auto_commit_if_due(&mut self) {
+        let (Some(interval), Some(due)) = (self.config.auto_commit_interval, self.next_auto_commit)
+        else {
+            return;
+        };
+        let now = Instant::now();
+        if now >= due {
+            self.next_auto_commit = Some(now + interval);
+            drop(self.commit_async());
+        }
+    }
+
     /// One heartbeat now; the assignment changes it brought (already applied to what
     /// this consumer reads).
     pub async fn heartbeat(&mut self) -> Result<Vec<Event>, ClientError> {
@@ -146,6 +210,7 @@ impl GroupConsumer {
             owned: Some(OwnedPartitions {
                 topics: by_topic(&next.owned),
             }),
+            server_assignor: self.config.assignor.clone(),
         };
         let deadline = Instant::now() + self.link.request_timeout();
         let answer = self
@@ -174,7 +239,12 @@ impl GroupConsumer {
                 None => return Err(e),
             },
         };
-        let events = match self.membership.on_answer(&answer) {
+        let answered = self.membership.on_answer(&answer);
+        self.committer.set_stamp(Stamp {
+            rejoins: self.membership.rejoins(),
+            member_epoch: self.membership.epoch(),
+        });
+        let events = match answered {
             Ok(events) => events,
             Err(Refusal::Retry) => return Ok(Vec::new()),
             Err(Refusal::Rejoin | Refusal::Fatal) => {
@@ -184,8 +254,31 @@ impl GroupConsumer {
                 ))
             }
         };
+        if self.config.auto_commit_interval.is_some() {
+            for event in &events {
+                if let Event::Revoked(revoked) = event {
+                    self.commit_revoked(revoked).await;
+                }
+            }
+        }
         self.follow(&events).await?;
         Ok(events)
+    }
+
+    /// Auto-commit: the revoked partitions' positions, committed before the next
+    /// heartbeat tells the coordinator they are released (the coordinator still takes
+    /// commits for partitions pending revocation). A failure is logged: the partitions
+    /// go to their next owner either way, which then reads from the last commit.
+    async fn commit_revoked(&self, revoked: &BTreeSet<TopicPartition>) {
+        let offsets: Offsets = self
+            .consumer
+            .known_positions()
+            .into_iter()
+            .filter(|(tp, _)| revoked.contains(tp))
+            .collect();
+        if let Err(e) = self.committer.commit(offsets).await {
+            tracing::warn!(group = %self.config.group_id, error = %e, "committing revoked partitions failed");
+        }
     }
 
     /// Reads what the membership owns; new partitions from the committed offsets.
@@ -273,37 +366,50 @@ impl GroupConsumer {
         self.commit_offsets(&offsets).await
     }
 
-    /// Commits `offsets` (the next offset to read, per partition) for this member.
+    /// Commits `offsets` (the next offset to read, per partition) for this member,
+    /// after every commit asked for before.
     pub async fn commit_offsets(
         &self,
         offsets: &[(TopicPartition, i64)],
     ) -> Result<(), ClientError> {
-        let topics = commit_topics(offsets);
-        let request = OffsetCommitRequest {
-            group_id: self.config.group_id.clone(),
-            member_id: self.config.member_id.clone(),
-            member_epoch: self.membership.epoch(),
-            topics,
-        };
-        let deadline = Instant::now() + self.link.request_timeout();
-        let answer: OffsetCommitResponse = self
-            .link
-            .call_on(&self.key, deadline, |mut c: GroupClient| {
-                let request = request.clone();
-                async move { c.offset_commit(request).await }
-            })
-            .await
-            .result?;
-        first_refusal(&answer.topics).map_or(Ok(()), Err)
+        self.committer.commit(offsets.to_vec()).await
     }
 
-    /// What `send_offsets_to_transaction` needs.
-    pub fn group_metadata(&self) -> GroupMetadata {
-        GroupMetadata {
+    /// Commits the positions of the records returned so far (every owned partition
+    /// that was read or sought) without waiting: the commit goes out after every one
+    /// asked for before. Await the handle for its outcome, or drop it.
+    pub fn commit_async(&self) -> CommitHandle {
+        self.committer.commit(self.consumed_positions())
+    }
+
+    /// The positions of the owned partitions the consumer knows without asking.
+    fn consumed_positions(&self) -> Offsets {
+        let owned = self.membership.owned();
+        self.consumer
+            .known_positions()
+            .into_iter()
+            .filter(|(tp, _)| owned.contains(tp))
+            .collect()
+    }
+
+    /// What `send_offsets_to_transaction` needs. Refused (`InvalidConfig`) when
+    /// auto-commit is on: the automatic commits would race the transaction's, and may
+    /// commit records whose outputs it aborts.
+    pub fn group_metadata(&self) -> Result<GroupMetadata, ClientError> {
+        if self.config.auto_commit_interval.is_some() {
+            return Err(ClientError::InvalidConfig(format!(
+                "group {}: auto-commit is on (GroupConfig::auto_commit_interval), so its \
+                 offsets cannot also be sent in a transaction: the automatic commits could \
+                 commit records whose outputs the transaction aborts; turn auto-commit off \
+                 for a consumer that feeds a transaction",
+                self.config.group_id
+            )));
+        }
+        Ok(GroupMetadata {
             group_id: self.config.group_id.clone(),
             member_id: self.config.member_id.clone(),
             member_epoch: self.membership.epoch(),
-        }
+        })
     }
 
     /// The partitions this member owns.
@@ -316,8 +422,15 @@ impl GroupConsumer {
         self.consumer.position(topic, partition).await
     }
 
-    /// Leaves the group (its partitions go to the others at once).
+    /// Leaves the group (its partitions go to the others at once), once every commit
+    /// asked for is answered; with auto-commit, after committing the positions of the
+    /// records returned. A failed final commit is reported after leaving.
     pub async fn close(self) -> Result<(), ClientError> {
+        let committed = match self.config.auto_commit_interval {
+            Some(_) => self.committer.commit(self.consumed_positions()).await,
+            None => Ok(()),
+        };
+        self.committer.flush().await;
         let request = ConsumerGroupHeartbeatRequest {
             group_id: self.config.group_id.clone(),
             member_id: self.config.member_id.clone(),
@@ -326,17 +439,37 @@ impl GroupConsumer {
             rebalance_timeout_ms: millis(self.config.rebalance_timeout),
             subscribed: None,
             owned: None,
+            server_assignor: None,
         };
         let deadline = Instant::now() + self.link.request_timeout();
-        self.link
+        let left = self
+            .link
             .call_on(&self.key, deadline, |mut c: GroupClient| {
                 let request = request.clone();
                 async move { c.consumer_group_heartbeat(request).await }
             })
             .await
             .result
-            .map(|_| ())
+            .map(|_| ());
+        committed.and(left)
     }
+}
+
+/// One OffsetCommit at the group's coordinator; the first refused partition's error.
+async fn send_commit(
+    link: &CoordinatorLink,
+    key: &CoordinatorKey,
+    request: OffsetCommitRequest,
+) -> Result<(), ClientError> {
+    let deadline = Instant::now() + link.request_timeout();
+    let answer: OffsetCommitResponse = link
+        .call_on(key, deadline, |mut c: GroupClient| {
+            let request = request.clone();
+            async move { c.offset_commit(request).await }
+        })
+        .await
+        .result?;
+    first_refusal(&answer.topics).map_or(Ok(()), Err)
 }
 
 fn millis(d: Duration) -> i32 {

@@ -82,6 +82,10 @@ pub struct Membership {
     owned: BTreeSet<TopicPartition>,
     /// The subscription has not reached the coordinator yet.
     subscription_unsent: bool,
+    /// How many times it lost its partitions and joined again: a commit asked for
+    /// before a loss must not be sent after it (its positions may be older than what
+    /// another member committed meanwhile).
+    rejoins: u64,
 }
 
 impl Membership {
@@ -92,11 +96,17 @@ impl Membership {
             epoch: 0,
             owned: BTreeSet::new(),
             subscription_unsent: true,
+            rejoins: 0,
         }
     }
 
     pub fn epoch(&self) -> i32 {
         self.epoch
+    }
+
+    /// How many times this member lost its partitions and joined again.
+    pub fn rejoins(&self) -> u64 {
+        self.rejoins
     }
 
     pub fn owned(&self) -> &BTreeSet<TopicPartition> {
@@ -156,6 +166,7 @@ impl Membership {
     fn rejoin(&mut self) -> Vec<Event> {
         self.epoch = 0;
         self.subscription_unsent = true;
+        self.rejoins += 1;
         let lost = std::mem::take(&mut self.owned);
         if lost.is_empty() {
             Vec::new()
@@ -233,6 +244,7 @@ mod tests {
                 assignment: None,
             };
             assert_eq!(m.on_answer(&fenced), Ok(vec![Event::Lost(tps(&[1, 2]))]));
+            assert_eq!(m.rejoins(), 1);
             let next = m.next_heartbeat();
             assert_eq!(next.member_epoch, 0);
             assert!(next.owned.is_empty());

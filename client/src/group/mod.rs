@@ -3,8 +3,10 @@
 //! owns.
 //!
 //! - [`member`]: the member's state and the events its answers produce (pure).
+//! - [`committer`]: the member's commits, sent one at a time in the order asked for.
 //! - [`consumer`]: [`GroupConsumer`](consumer::GroupConsumer), a consumer the group
 //!   assigns partitions to.
 
+pub mod committer;
 pub mod consumer;
 pub mod member;

@@ -11,11 +11,17 @@
 //! that moved it (then it must own no more than it is assigned now); anything else is
 //! fenced, as is an unknown member id. Epoch 0 joins (again), -1 leaves, -2 leaves for
 //! a while keeping a static member's partitions for its instance id to come back to.
+//!
+//! A heartbeat may name a server-side assignor ([`heartbeat_naming_assignor`]); the
+//! group's target is computed by the one most members name
+//! ([`server_assignor::chosen`]). A name the coordinator does not have is refused
+//! before anything changes.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::assignor::{self, Assignment, AssignmentSpec, MemberId};
+use super::assignor::{Assignment, AssignmentSpec, MemberId};
 use super::reconcile::{self, MemberAssignment, Target};
+use super::server_assignor::{self, ServerAssignor};
 use crate::txn::decide::TopicPartition;
 
 /// Member epoch of a heartbeat that joins, or joins again.
@@ -55,6 +61,9 @@ pub struct Group {
     /// for a group that never had any. The deciders carry it; the shell sets it
     /// ([`expiry::note_emptiness`](super::expiry::note_emptiness)).
     pub empty_since_ms: Option<i64>,
+    /// The server-side assignor each member asked for (a member naming none is absent).
+    /// Persisted with the member, so a takeover chooses the same assignor.
+    pub server_assignors: BTreeMap<MemberId, String>,
 }
 
 /// A ConsumerGroupHeartbeat as the decider needs it.
@@ -100,6 +109,8 @@ pub enum HeartbeatError {
         instance_id: String,
         owner: MemberId,
     },
+    #[error("the coordinator has no server assignor {name:?} (it has \"uniform\" and \"range\")")]
+    UnsupportedAssignor { name: String },
     #[error("{0}")]
     InvalidRequest(String),
 }
@@ -108,10 +119,22 @@ pub enum HeartbeatError {
 /// last learned them.
 pub type TopicSizes<'a> = &'a dyn Fn(&str) -> Option<i32>;
 
-/// Applies one heartbeat.
+/// Applies one heartbeat that names no assignor (the member's request is unchanged).
 pub fn heartbeat(
     group: &Group,
     request: &Heartbeat,
+    sizes: TopicSizes<'_>,
+) -> Result<(Group, Answer), HeartbeatError> {
+    heartbeat_naming_assignor(group, request, None, sizes)
+}
+
+/// Applies one heartbeat. `server_assignor`: `None` leaves the member's request as it
+/// was (none for a joining member), `Some("")` withdraws it, a name asks for that
+/// assignor; a name the coordinator does not have is UNSUPPORTED_ASSIGNOR.
+pub fn heartbeat_naming_assignor(
+    group: &Group,
+    request: &Heartbeat,
+    server_assignor: Option<&str>,
     sizes: TopicSizes<'_>,
 ) -> Result<(Group, Answer), HeartbeatError> {
     if request.member_id.is_empty() {
@@ -119,11 +142,35 @@ pub fn heartbeat(
             "member id is empty: a member names itself (a UUID) before it joins".into(),
         ));
     }
-    match request.member_epoch {
-        LEAVE_EPOCH | STATIC_LEAVE_EPOCH => leave(group, request, sizes),
-        JOIN_EPOCH => join(group, request, sizes),
-        _ => carry_on(group, request, sizes),
+    if let Some(name) = server_assignor.filter(|n| !n.is_empty()) {
+        if ServerAssignor::named(name).is_none() {
+            return Err(HeartbeatError::UnsupportedAssignor {
+                name: name.to_string(),
+            });
+        }
     }
+    let mut next = match request.member_epoch {
+        LEAVE_EPOCH | STATIC_LEAVE_EPOCH => return leave(group, request, sizes),
+        JOIN_EPOCH => join(group, request)?,
+        _ => carry_on(group, request)?,
+    };
+    // The member's assignor request is part of its membership: a change moves the group
+    // epoch (the assignor may change), as a subscription change does.
+    if let Some(name) = server_assignor {
+        let asked = (!name.is_empty()).then(|| name.to_string());
+        if next.server_assignors.get(&request.member_id) != asked.as_ref() {
+            match asked {
+                Some(name) => next
+                    .server_assignors
+                    .insert(request.member_id.clone(), name),
+                None => next.server_assignors.remove(&request.member_id),
+            };
+            if next.group_epoch == group.group_epoch {
+                next.group_epoch += 1;
+            }
+        }
+    }
+    Ok(advance(next, request, sizes))
 }
 
 fn leave(
@@ -153,11 +200,8 @@ fn left(epoch: i32) -> Answer {
     }
 }
 
-fn join(
-    group: &Group,
-    request: &Heartbeat,
-    sizes: TopicSizes<'_>,
-) -> Result<(Group, Answer), HeartbeatError> {
+/// The group with the member joined (again); the caller advances it.
+fn join(group: &Group, request: &Heartbeat) -> Result<Group, HeartbeatError> {
     let Some(subscribed) = request.subscribed.clone().filter(|s| !s.is_empty()) else {
         return Err(HeartbeatError::InvalidRequest(
             "a joining member must subscribe to at least one topic".into(),
@@ -183,6 +227,10 @@ fn join(
             next.members.insert(request.member_id.clone(), back);
             if let Some(target) = next.target.remove(old_id) {
                 next.target.insert(request.member_id.clone(), target);
+            }
+            if let Some(asked) = next.server_assignors.remove(old_id) {
+                next.server_assignors
+                    .insert(request.member_id.clone(), asked);
             }
         }
     }
@@ -210,14 +258,11 @@ fn join(
             next.group_epoch += 1;
         }
     }
-    Ok(advance(next, request, sizes))
+    Ok(next)
 }
 
-fn carry_on(
-    group: &Group,
-    request: &Heartbeat,
-    sizes: TopicSizes<'_>,
-) -> Result<(Group, Answer), HeartbeatError> {
+/// The group after a heartbeat of a member at its epoch; the caller advances it.
+fn carry_on(group: &Group, request: &Heartbeat) -> Result<Group, HeartbeatError> {
     let Some(member) = group.members.get(&request.member_id) else {
         return Err(HeartbeatError::UnknownMemberId {
             member_id: request.member_id.clone(),
@@ -260,7 +305,7 @@ fn carry_on(
             }
         }
     }
-    Ok(advance(next, request, sizes))
+    Ok(next)
 }
 
 /// Moves the group to a target for its epoch (bumping it first if the subscribed
@@ -306,6 +351,7 @@ pub fn remove_member(group: &Group, member_id: &str, sizes: TopicSizes<'_>) -> G
     let mut next = group.clone();
     if next.members.remove(member_id).is_some() {
         next.target.remove(member_id);
+        next.server_assignors.remove(member_id);
         next.group_epoch += 1;
         next = refresh_target(next, sizes);
     }
@@ -321,7 +367,7 @@ pub fn refresh_target(mut group: Group, sizes: TopicSizes<'_>) -> Group {
         group.group_epoch += 1;
     }
     if group.target_epoch != group.group_epoch {
-        group.target = assignor::assign(&AssignmentSpec {
+        group.target = group_assignor(&group).assign(&AssignmentSpec {
             subscriptions: group
                 .members
                 .iter()
@@ -334,6 +380,17 @@ pub fn refresh_target(mut group: Group, sizes: TopicSizes<'_>) -> Group {
     }
     group.partition_counts = counts;
     group
+}
+
+/// The assignor the group's members ask for most (uniform when none asks).
+pub fn group_assignor(group: &Group) -> ServerAssignor {
+    server_assignor::chosen(
+        group
+            .server_assignors
+            .iter()
+            .filter(|(id, _)| group.members.contains_key(*id))
+            .map(|(_, name)| Some(name.as_str())),
+    )
 }
 
 fn subscribed_sizes(group: &Group, sizes: TopicSizes<'_>) -> BTreeMap<String, i32> {

@@ -3,7 +3,9 @@
 //! owning one partition; and the shell that keeps groups in `__consumer_offsets` and
 //! answers their requests.
 //!
-//! - [`assignor`]: the group's target assignment (uniform, sticky).
+//! - [`assignor`]: the group's target assignment (uniform, sticky): the default.
+//! - [`range_assignor`]: the `range` assignor (contiguous ranges, co-partitioned).
+//! - [`server_assignor`]: which assignor a group uses, from its members' requests.
 //! - [`reconcile`]: one member's steps from its current assignment to its target.
 //! - [`membership`]: a heartbeat, a leave or a removal turns one group into the next.
 //! - [`offsets`]: which commits a group accepts, and offsets pending in transactions.
@@ -22,9 +24,11 @@ pub mod expiry;
 pub mod load;
 pub mod membership;
 pub mod offsets;
+pub mod range_assignor;
 pub mod reconcile;
 pub mod records;
 pub mod serve;
+pub mod server_assignor;
 pub mod sessions;
 pub mod slice;
 pub mod txn_offsets;

@@ -81,6 +81,10 @@ struct MemberValue {
     target: Vec<PartitionValue>,
     #[serde(default)]
     left_temporarily: bool,
+    /// The server-side assignor the member asked for; absent in records written before
+    /// members could ask (they asked for none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    server_assignor: Option<String>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -263,6 +267,7 @@ fn group_value(group: &Group) -> GroupValue {
                 pending_revocation: partition_values(&m.assignment.pending_revocation),
                 target: partition_values(group.target.get(id).unwrap_or(&empty)),
                 left_temporarily: m.left_temporarily,
+                server_assignor: group.server_assignors.get(id).cloned(),
             })
             .collect(),
     }
@@ -280,6 +285,9 @@ fn group_from(value: GroupValue) -> Result<Group, RecordError> {
         group
             .target
             .insert(m.member_id.clone(), topic_partitions(m.target));
+        if let Some(asked) = m.server_assignor {
+            group.server_assignors.insert(m.member_id.clone(), asked);
+        }
         group.members.insert(
             m.member_id,
             Member {
@@ -357,7 +365,14 @@ mod tests {
             0i32..1000,
             0i32..1000,
             proptest::collection::btree_map("[a-c]{1,3}", 0i32..64, 0..4),
-            proptest::collection::btree_map("[a-z0-9-]{1,36}", any_member(), 0..4),
+            proptest::collection::btree_map(
+                "[a-z0-9-]{1,36}",
+                (
+                    any_member(),
+                    proptest::option::of("uniform|range|[a-z]{1,8}"),
+                ),
+                0..4,
+            ),
             proptest::option::of(0i64..i64::MAX),
         )
             .prop_map(
@@ -369,8 +384,11 @@ mod tests {
                         empty_since_ms,
                         ..Group::default()
                     };
-                    for (id, (member, target)) in members {
+                    for (id, ((member, target), asked)) in members {
                         g.target.insert(id.clone(), target);
+                        if let Some(asked) = asked {
+                            g.server_assignors.insert(id.clone(), asked);
+                        }
                         g.members.insert(id, member);
                     }
                     g
@@ -420,6 +438,27 @@ mod tests {
             coordinator_epoch: 4,
         };
         assert_eq!(round_trip(&fence, 0), fence);
+    }
+
+    /// A group record written before members could name an assignor reads back with
+    /// none asked for.
+    #[test]
+    fn given_a_member_record_without_an_assignor_then_it_asked_for_none() {
+        let key = br#"{"group":"g"}"#;
+        let value = br#"{"group_epoch":2,"target_epoch":2,"partition_counts":{"t":1},"members":[{"member_id":"a","subscribed":["t"],"rebalance_timeout_ms":1000,"member_epoch":2,"previous_epoch":1,"state":"Stable","assigned":[{"topic":"t","partition":0}],"pending_revocation":[],"target":[{"topic":"t","partition":0}]}]}"#;
+        let Ok(GroupRecord::Group { group, .. }) = GroupRecord::decode(Some(key), Some(value), 0)
+        else {
+            panic!("an old record decodes");
+        };
+        assert!(group.members.contains_key("a"));
+        assert!(group.server_assignors.is_empty());
+        let mut asked = group.clone();
+        asked.server_assignors.insert("a".into(), "range".into());
+        let record = GroupRecord::Group {
+            group_id: "g".into(),
+            group: asked,
+        };
+        assert_eq!(round_trip(&record, 0), record);
     }
 
     #[test]

@@ -478,8 +478,13 @@ impl Groups {
         sizes
     }
 
-    /// ConsumerGroupHeartbeat.
-    pub async fn heartbeat(&self, group_id: &str, request: Heartbeat) -> Result<Answer, Refusal> {
+    /// ConsumerGroupHeartbeat; `server_assignor` as the request names it.
+    pub async fn heartbeat(
+        &self,
+        group_id: &str,
+        request: Heartbeat,
+        server_assignor: Option<&str>,
+    ) -> Result<Answer, Refusal> {
         let slice = self.serving(group_id)?;
         let lock = slice.lock_for(group_id);
         let _guard = lock.lock().await;
@@ -493,7 +498,8 @@ impl Groups {
         let sizes = self.topic_sizes(topics, &group.partition_counts).await;
         let size_of = |t: &str| sizes.get(t).copied().flatten();
         let (next, answer) =
-            membership::heartbeat(&group, &request, &size_of).map_err(heartbeat_refusal)?;
+            membership::heartbeat_naming_assignor(&group, &request, server_assignor, &size_of)
+                .map_err(heartbeat_refusal)?;
         let next = expiry::note_emptiness(&group, next, now_ms());
         if next != group {
             slice
@@ -926,6 +932,7 @@ pub fn heartbeat_refusal(error: HeartbeatError) -> Refusal {
         HeartbeatError::FencedMemberEpoch { .. } => ErrorCode::FencedMemberEpoch,
         HeartbeatError::UnreleasedInstanceId { .. } => ErrorCode::UnreleasedInstanceId,
         HeartbeatError::FencedInstanceId { .. } => ErrorCode::FencedInstanceId,
+        HeartbeatError::UnsupportedAssignor { .. } => ErrorCode::UnsupportedAssignor,
         HeartbeatError::InvalidRequest(_) => ErrorCode::InvalidRequest,
     };
     Refusal::new(code, error.to_string())
@@ -996,6 +1003,12 @@ mod tests {
                 current: 2
             }),
             ErrorCode::FencedMemberEpoch
+        );
+        assert_eq!(
+            code(HeartbeatError::UnsupportedAssignor {
+                name: "sticky".into()
+            }),
+            ErrorCode::UnsupportedAssignor
         );
         let refused = commit_refusal(CommitRefusal::NotOwned {
             member_id: "m".into(),

@@ -204,7 +204,7 @@ async fn run_transform(
             .map(|o| ((o.topic.clone(), o.partition), o.offset))
             .collect();
         producer
-            .send_offsets_to_transaction(&consumed, &consumer.group_metadata())
+            .send_offsets_to_transaction(&consumed, &consumer.group_metadata()?)
             .await?;
         Ok::<_, ClientError>(offsets)
     };

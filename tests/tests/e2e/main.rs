@@ -14,6 +14,7 @@ mod consumer_groups;
 mod delivery;
 mod etcd_faults;
 mod failover;
+mod group_commits;
 mod groups;
 mod grpc_tooling;
 mod health;

@@ -171,13 +171,154 @@ fn given_a_join_without_topics_or_an_empty_member_id_then_it_is_refused() {
     ));
 }
 
+fn two_topics_of_four(topic: &str) -> Option<i32> {
+    ["x", "y"].contains(&topic).then_some(4)
+}
+
+fn join_two_topics(member: &str) -> Heartbeat {
+    Heartbeat {
+        subscribed: Some(topics(&["x", "y"])),
+        ..join_request(member)
+    }
+}
+
+fn numbers(owned: &BTreeSet<TopicPartition>, topic: &str) -> Vec<i32> {
+    owned
+        .iter()
+        .filter(|tp| tp.topic == topic)
+        .map(|tp| tp.partition)
+        .collect()
+}
+
+/// Heartbeats every member (owning what it was last given) until all are at the group
+/// epoch and own their targets; asserts no partition is owned twice on the way.
+fn settle(
+    mut group: Group,
+    owned: &mut BTreeMap<String, (i32, BTreeSet<TopicPartition>)>,
+    assignor: Option<&str>,
+    sizes: TopicSizes<'_>,
+) -> Group {
+    for _ in 0..6 {
+        let ids: Vec<String> = owned.keys().cloned().collect();
+        for id in ids {
+            let (epoch, mine) = owned[&id].clone();
+            let (g, answer) =
+                heartbeat_naming_assignor(&group, &beat(&id, epoch, &mine), assignor, sizes)
+                    .expect("beats");
+            group = g;
+            owned.insert(
+                id.clone(),
+                (answer.member_epoch, answer.assignment.unwrap_or_default()),
+            );
+            let mut seen = BTreeSet::new();
+            for (_, ps) in owned.values() {
+                for p in ps {
+                    assert!(seen.insert(p.clone()), "{p:?} owned twice: {owned:?}");
+                }
+            }
+        }
+    }
+    group
+}
+
+#[test]
+fn given_members_asking_for_range_then_each_gets_the_same_range_of_both_topics() {
+    let mut group = Group::default();
+    let mut owned = BTreeMap::new();
+    for id in ["a", "b"] {
+        let (g, answer) = heartbeat_naming_assignor(
+            &group,
+            &join_two_topics(id),
+            Some("range"),
+            &two_topics_of_four,
+        )
+        .expect("joins");
+        group = g;
+        owned.insert(
+            id.to_string(),
+            (answer.member_epoch, answer.assignment.unwrap_or_default()),
+        );
+    }
+    let group = settle(group, &mut owned, None, &two_topics_of_four);
+    assert_eq!(group_assignor(&group), ServerAssignor::Range);
+    for topic in ["x", "y"] {
+        assert_eq!(numbers(&owned["a"].1, topic), [0, 1]);
+        assert_eq!(numbers(&owned["b"].1, topic), [2, 3]);
+    }
+}
+
+#[test]
+fn given_the_group_switching_to_range_then_it_reaches_the_range_target_revoking_first() {
+    let mut group = Group::default();
+    let mut owned = BTreeMap::new();
+    for id in ["a", "b", "c"] {
+        let (g, answer) =
+            heartbeat(&group, &join_two_topics(id), &two_topics_of_four).expect("joins");
+        group = g;
+        owned.insert(
+            id.to_string(),
+            (answer.member_epoch, answer.assignment.unwrap_or_default()),
+        );
+    }
+    let group = settle(group, &mut owned, None, &two_topics_of_four);
+    assert_eq!(group_assignor(&group), ServerAssignor::Uniform);
+    let before = group.group_epoch;
+    let group = settle(group, &mut owned, Some("range"), &two_topics_of_four);
+    assert!(
+        group.group_epoch > before,
+        "the assignor change moved the epoch"
+    );
+    assert_eq!(group_assignor(&group), ServerAssignor::Range);
+    for topic in ["x", "y"] {
+        assert_eq!(numbers(&owned["a"].1, topic), [0, 1]);
+        assert_eq!(numbers(&owned["b"].1, topic), [2]);
+        assert_eq!(numbers(&owned["c"].1, topic), [3]);
+    }
+    // Withdrawing the request brings the default back.
+    let group = settle(group, &mut owned, Some(""), &two_topics_of_four);
+    assert_eq!(group_assignor(&group), ServerAssignor::Uniform);
+    assert!(group.server_assignors.is_empty());
+}
+
+#[test]
+fn given_an_unknown_assignor_then_it_is_unsupported_and_nothing_changes() {
+    let (g, a) = heartbeat(&Group::default(), &join_request("a"), &six).expect("joins");
+    let owned = a.assignment.expect("assigned");
+    assert_eq!(
+        heartbeat_naming_assignor(&g, &beat("a", 1, &owned), Some("sticky"), &six),
+        Err(HeartbeatError::UnsupportedAssignor {
+            name: "sticky".into()
+        })
+    );
+    assert!(matches!(
+        heartbeat_naming_assignor(&g, &join_request("b"), Some("sticky"), &six),
+        Err(HeartbeatError::UnsupportedAssignor { .. })
+    ));
+}
+
+#[test]
+fn given_a_member_leaving_then_its_assignor_request_goes_with_it() {
+    let (g, _) =
+        heartbeat_naming_assignor(&Group::default(), &join_request("a"), Some("range"), &six)
+            .expect("joins");
+    assert_eq!(group_assignor(&g), ServerAssignor::Range);
+    let g = remove_member(&g, "a", &six);
+    assert!(g.server_assignors.is_empty());
+    assert_eq!(group_assignor(&g), ServerAssignor::Uniform);
+}
+
 /// A simulated group of up to 4 members (clients that own what their last answer
-/// assigned) under random joins, heartbeats, lost answers, leaves, session expiries
-/// and topic growth.
+/// assigned) under random joins, heartbeats (some asking for another assignor, which
+/// switches the group between uniform and range), lost answers, leaves, session
+/// expiries and topic growth.
 #[derive(Debug, Clone)]
 enum Step {
     Join(usize),
-    Beat { member: usize, lost: bool },
+    Beat {
+        member: usize,
+        lost: bool,
+        assignor: Option<&'static str>,
+    },
     Leave(usize),
     Expire(usize),
     Grow,
@@ -186,7 +327,12 @@ enum Step {
 fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
         2 => (0usize..4).prop_map(Step::Join),
-        8 => (0usize..4, proptest::bool::weighted(0.2)).prop_map(|(member, lost)| Step::Beat { member, lost }),
+        8 => (
+            0usize..4,
+            proptest::bool::weighted(0.2),
+            prop_oneof![4 => Just(None), 1 => Just(Some("range")), 1 => Just(Some("uniform")), 1 => Just(Some(""))],
+        )
+            .prop_map(|(member, lost, assignor)| Step::Beat { member, lost, assignor }),
         1 => (0usize..4).prop_map(Step::Leave),
         1 => (0usize..4).prop_map(Step::Expire),
         1 => Just(Step::Grow),
@@ -216,9 +362,9 @@ proptest! {
                         clients.insert(i, Client { epoch: answer.member_epoch, owns: answer.assignment.unwrap_or_default() });
                     }
                 }
-                Step::Beat { member, lost } => {
+                Step::Beat { member, lost, assignor } => {
                     let Some(c) = clients.get(&member) else { continue };
-                    match heartbeat(&group, &beat(&name(member), c.epoch, &c.owns), &sizes) {
+                    match heartbeat_naming_assignor(&group, &beat(&name(member), c.epoch, &c.owns), assignor, &sizes) {
                         Ok((g, answer)) => {
                             group = g;
                             if !lost {

@@ -3,6 +3,7 @@
 //! group is empty), and both survive the coordinator that owns the group — each
 //! proved against real brokers, coordinators and etcd.
 
+mod assignors;
 mod lost_answers;
 mod membership;
 mod offset_expiry;

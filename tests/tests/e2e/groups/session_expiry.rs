@@ -83,6 +83,7 @@ async fn given_a_member_that_never_revokes_then_it_is_removed_after_its_rebalanc
                 topics: vec![TOPIC.into()],
             }),
             owned,
+            server_assignor: None,
         };
     let first = client.heartbeat(join("s", 0, None)).await;
     assert_eq!(
@@ -92,11 +93,13 @@ async fn given_a_member_that_never_revokes_then_it_is_removed_after_its_rebalanc
         first.error_message
     );
     let everything = first.assignment.clone().expect("s owns the topic");
+    // The rebalance timeout runs from b's join at the earliest, so the time the test
+    // measures starts before b's heartbeat is sent (not after it is answered).
+    let asked = Instant::now();
     let mut b = Member::new("b", &[TOPIC]);
     b.heartbeat(&client).await;
 
     // "s" goes on heartbeating, always saying it still owns everything.
-    let asked = Instant::now();
     let removed = loop {
         let answer = client
             .heartbeat(join("s", first.member_epoch, Some(everything.clone())))
