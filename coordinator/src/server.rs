@@ -44,6 +44,11 @@ use crate::topic_catalog::TopicCatalog;
 const HEALTH_CHECK: Duration = Duration::from_millis(50);
 /// Longest one broker RPC may take.
 const BROKER_REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+/// How old the coordinator's view of a topic may grow before a refresh: a subscribed
+/// topic that gains partitions reaches its groups' target assignments within this plus
+/// a heartbeat (the SDK's default, 5 minutes, would leave new partitions unread that
+/// long). One metadata request per this period is the cost.
+const METADATA_MAX_AGE: Duration = Duration::from_secs(5);
 
 /// A coordinator bound to its address, ready to serve.
 pub struct BoundCoordinator {
@@ -74,7 +79,8 @@ impl BoundCoordinator {
             .advertise
             .clone()
             .unwrap_or_else(|| local_addr.to_string());
-        let conn = Connection::connect_lazy(&config.bootstrap, BROKER_REQUEST_TIMEOUT)?;
+        let conn = Connection::connect_lazy(&config.bootstrap, BROKER_REQUEST_TIMEOUT)?
+            .with_metadata_max_age(METADATA_MAX_AGE);
         let pids: SharedProducerIds = match (pid_store, &mode) {
             (Some(store), _) => Arc::new(
                 ProducerIdManager::new(store, config.coordinator_id)

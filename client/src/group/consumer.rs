@@ -88,6 +88,12 @@ pub struct Polled {
     pub events: Vec<Event>,
 }
 
+/// The member epoch a heartbeat carries to leave the group for good.
+const LEAVE_EPOCH: i32 = -1;
+/// The member epoch a static member's heartbeat carries to leave for a while (a
+/// restart): the group keeps its partitions for its instance id.
+const STATIC_LEAVE_EPOCH: i32 = -2;
+
 /// How long before the first heartbeat answer says how often to beat.
 const FIRST_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -431,10 +437,18 @@ impl GroupConsumer {
             None => Ok(()),
         };
         self.committer.flush().await;
+        // A static member leaves for a while (-2): the group keeps its partitions for
+        // the next member with its instance id, without a rebalance (KIP-345/848); any
+        // other member leaves for good (-1) and its partitions move now.
+        let member_epoch = if self.config.instance_id.is_some() {
+            STATIC_LEAVE_EPOCH
+        } else {
+            LEAVE_EPOCH
+        };
         let request = ConsumerGroupHeartbeatRequest {
             group_id: self.config.group_id.clone(),
             member_id: self.config.member_id.clone(),
-            member_epoch: -1,
+            member_epoch,
             instance_id: self.config.instance_id.clone(),
             rebalance_timeout_ms: millis(self.config.rebalance_timeout),
             subscribed: None,

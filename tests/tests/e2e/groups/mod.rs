@@ -10,4 +10,5 @@ mod offset_expiry;
 mod offsets;
 mod offsets_in_txn;
 mod session_expiry;
+mod static_and_growth;
 mod takeover;
