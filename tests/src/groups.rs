@@ -219,6 +219,26 @@ impl GroupClient {
         offsets
     }
 
+    /// Waits until the group's members own `counts` partitions (in the order
+    /// DescribeGroups lists them).
+    pub async fn wait_until_owned(&self, counts: &[usize], within: Duration, what: &str) {
+        wait_until(within, what, || async {
+            let owned: Vec<usize> = self
+                .describe()
+                .await
+                .members
+                .iter()
+                .map(|m| m.assignment.iter().map(|t| t.partitions.len()).sum())
+                .collect();
+            if owned == counts {
+                Seen::Reached(())
+            } else {
+                Seen::Not(format!("owned {owned:?}"))
+            }
+        })
+        .await;
+    }
+
     pub async fn describe(&self) -> GroupDescription {
         let request = DescribeGroupsRequest {
             group_ids: vec![self.group_id.clone()],

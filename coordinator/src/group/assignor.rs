@@ -147,7 +147,7 @@ fn balance(assignment: &mut Assignment, eligible: &BTreeMap<TopicPartition, BTre
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use proptest::prelude::*;
 
@@ -227,14 +227,29 @@ mod tests {
     /// previous assignment that may be anything (even invalid: stale topics, a
     /// partition given twice, members gone).
     fn any_spec() -> impl Strategy<Value = AssignmentSpec> {
+        spec_of(&["x", "y", "z"], 7, 9, 30)
+    }
+
+    /// Up to `members - 1` members subscribing to some of `topics`, each topic of
+    /// `0..max_size` partitions (0: it does not exist), and up to `previous - 1`
+    /// previous owners of any partition, valid or not. The range assignor's tests use
+    /// it too.
+    pub(crate) fn spec_of(
+        topics: &'static [&'static str],
+        members: usize,
+        max_size: i32,
+        previous: usize,
+    ) -> impl Strategy<Value = AssignmentSpec> {
         let member_subs = proptest::collection::vec(
-            proptest::sample::subsequence(vec!["x", "y", "z"], 0..=3),
-            0..7,
+            proptest::sample::subsequence(topics.to_vec(), 0..=topics.len()),
+            0..members,
         );
-        let sizes = proptest::collection::vec(0i32..9, 3);
-        let previous = proptest::collection::vec((0usize..8, 0usize..3, 0i32..10), 0..30);
-        (member_subs, sizes, previous).prop_map(|(subs, sizes, previous)| {
-            let topics = ["x", "y", "z"];
+        let sizes = proptest::collection::vec(0i32..max_size, topics.len());
+        let previous = proptest::collection::vec(
+            (0usize..8, 0usize..topics.len(), 0i32..max_size + 1),
+            0..previous,
+        );
+        (member_subs, sizes, previous).prop_map(move |(subs, sizes, previous)| {
             let mut s = AssignmentSpec::default();
             for (i, ts) in subs.iter().enumerate() {
                 s.subscriptions

@@ -130,33 +130,7 @@ mod tests {
     /// Members 0..7 subscribing to some of 4 topics whose sizes are drawn from a few
     /// values (so equal counts are common), and any previous target.
     fn any_spec() -> impl Strategy<Value = AssignmentSpec> {
-        let topics = ["w", "x", "y", "z"];
-        let member_subs =
-            proptest::collection::vec(proptest::sample::subsequence(topics.to_vec(), 0..=4), 0..8);
-        let sizes = proptest::collection::vec(0i32..7, 4);
-        let previous = proptest::collection::vec((0usize..8, 0usize..4, 0i32..8), 0..20);
-        (member_subs, sizes, previous).prop_map(move |(subs, sizes, previous)| {
-            let mut s = AssignmentSpec::default();
-            for (i, ts) in subs.iter().enumerate() {
-                s.subscriptions
-                    .insert(format!("m{i}"), ts.iter().map(|t| t.to_string()).collect());
-            }
-            for (t, n) in topics.iter().zip(sizes) {
-                if n > 0 {
-                    s.partition_counts.insert(t.to_string(), n);
-                }
-            }
-            for (m, t, p) in previous {
-                s.previous
-                    .entry(format!("m{m}"))
-                    .or_default()
-                    .insert(TopicPartition {
-                        topic: topics[t].to_string(),
-                        partition: p,
-                    });
-            }
-            s
-        })
+        crate::group::assignor::tests::spec_of(&["w", "x", "y", "z"], 8, 7, 20)
     }
 
     proptest! {

@@ -20,7 +20,7 @@ use idem_client::{
 };
 use idem_proto::v1::ErrorCode;
 
-use super::workload::{Recorder, PARTITIONS, TOPICS};
+use super::workload::{read_record, Recorder, PARTITIONS, TOPICS};
 use crate::groups::GroupClient;
 use crate::wait::{wait_until, Seen};
 
@@ -110,16 +110,7 @@ impl Instance<'_> {
             if polled.records.is_empty() {
                 continue;
             }
-            let inputs: Vec<ReadRecord> = polled
-                .records
-                .iter()
-                .map(|r| ReadRecord {
-                    topic: r.topic.clone(),
-                    partition: r.partition,
-                    offset: r.offset,
-                    value: crate::sdk::value(r),
-                })
-                .collect();
+            let inputs: Vec<ReadRecord> = polled.records.iter().map(read_record).collect();
             let mut transform = transform_of(self.transactional_id, inputs);
             history.invoke(process, Call::Transform(transform.clone()));
             let ended = run_transform(producer, consumer, &mut transform, stop).await;
@@ -276,12 +267,7 @@ pub async fn final_pipeline(bootstrap: &str, history: &Recorder) {
     end.output = crate::txn::read(bootstrap, OUTPUT, &partitions, Isolation::ReadCommitted)
         .await
         .iter()
-        .map(|r| ReadRecord {
-            topic: r.topic.clone(),
-            partition: r.partition,
-            offset: r.offset,
-            value: crate::sdk::value(r),
-        })
+        .map(read_record)
         .collect();
     history.complete(process, OpKind::Ok, Call::FinalPipeline(end));
 }

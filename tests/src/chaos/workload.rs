@@ -16,8 +16,8 @@ use idem_chaos::history::{
 };
 use idem_chaos::HistoryWriter;
 use idem_client::{
-    ClientError, Consumer, ConsumerConfig, Delivery, Isolation, OffsetSpec, Producer,
-    ProducerConfig, ProducerRecord, TransactionalProducer,
+    ClientError, Consumer, ConsumerConfig, ConsumerRecord, Delivery, Isolation, OffsetSpec,
+    Producer, ProducerConfig, ProducerRecord, TransactionalProducer,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -133,6 +133,16 @@ pub fn read_isolation(isolation: Isolation) -> ReadIsolation {
     match isolation {
         Isolation::ReadCommitted => ReadIsolation::ReadCommitted,
         Isolation::ReadUncommitted => ReadIsolation::ReadUncommitted,
+    }
+}
+
+/// A record as the history holds what a consumer read.
+pub fn read_record(record: &ConsumerRecord) -> ReadRecord {
+    ReadRecord {
+        topic: record.topic.clone(),
+        partition: record.partition,
+        offset: record.offset,
+        value: crate::sdk::value(record),
     }
 }
 
@@ -316,15 +326,7 @@ async fn consumer(
             history.invoke(&process, Call::Poll(read.clone()));
             match consumer.poll(Duration::from_millis(500)).await {
                 Ok(records) => {
-                    read.records = records
-                        .iter()
-                        .map(|r| ReadRecord {
-                            topic: r.topic.clone(),
-                            partition: r.partition,
-                            offset: r.offset,
-                            value: crate::sdk::value(r),
-                        })
-                        .collect();
+                    read.records = records.iter().map(read_record).collect();
                     history.complete(&process, OpKind::Ok, Call::Poll(read));
                 }
                 Err(_) => {

@@ -82,19 +82,9 @@ async fn given_processors_killed_paused_and_their_coordinator_killed_then_each_i
     // and b, resumed, is fenced (its open transaction cannot commit) and joins again.
     // First the killed instance's session ends and the three live members share the
     // partitions two each, so b surely owns some when it sleeps.
-    wait_until(RUN, "three members own two partitions each", || async {
-        let members = group.describe().await.members;
-        let owned: Vec<usize> = members
-            .iter()
-            .map(|m| m.assignment.iter().map(|t| t.partitions.len()).sum())
-            .collect();
-        if owned == [2, 2, 2] {
-            Seen::Reached(())
-        } else {
-            Seen::Not(format!("owned {owned:?}"))
-        }
-    })
-    .await;
+    group
+        .wait_until_owned(&[2, 2, 2], RUN, "three members own two partitions each")
+        .await;
     fill(&bootstrap, 1).await;
     b.pause();
     wait_until(RUN, "the paused member is removed", || async {

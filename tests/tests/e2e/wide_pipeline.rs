@@ -56,19 +56,9 @@ async fn given_three_processors_on_120_partitions_and_one_killed_then_each_input
     let mut a = Processor::start(&bootstrap, INPUT, OUTPUT, GROUP, "a");
     let _b = Processor::start(&bootstrap, INPUT, OUTPUT, GROUP, "b");
     let _c = Processor::start(&bootstrap, INPUT, OUTPUT, GROUP, "c");
-    wait_until(RUN, "three members own 40 partitions each", || async {
-        let members = group.describe().await.members;
-        let owned: Vec<usize> = members
-            .iter()
-            .map(|m| m.assignment.iter().map(|t| t.partitions.len()).sum())
-            .collect();
-        if owned == [40, 40, 40] {
-            Seen::Reached(())
-        } else {
-            Seen::Not(format!("owned {owned:?}"))
-        }
-    })
-    .await;
+    group
+        .wait_until_owned(&[40, 40, 40], RUN, "three members own 40 partitions each")
+        .await;
 
     // The first half; a processor is SIGKILLed once some of it is committed, and comes
     // back as the same instance (fencing its zombie's open transaction).
