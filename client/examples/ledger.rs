@@ -30,7 +30,8 @@
 //! Crash injection for the fault tests: `LEDGER_CRASH=POINT:K` kills this process
 //! (SIGKILL) in its K-th batch (1-based, counted from its start): `mid-batch` after the
 //! business writes of the batch's middle record, `before-commit` after those of its last
-//! record (all written, nothing committed), `after-commit` once the batch committed.
+//! record (all written, nothing committed), `after-commit` once the batch committed. A
+//! crash record the inbox skips (processed before) is passed, not crashed at.
 
 use std::time::Duration;
 
@@ -130,21 +131,19 @@ async fn run(args: Args, crash: Option<Crash>) -> Result<(), InboxError> {
         let batch: Vec<ConsumerRecord> = pending.drain(..take).collect();
         batch_number += 1;
         let crash_here = crash.filter(|c| c.batch == batch_number).map(|c| c.point);
-        let middle = batch.len() / 2;
-        let last = batch.len() - 1;
-        let mut index = 0usize;
+        // The crash record, by its place in the batch (the closure is handed records
+        // of the batch slice itself).
+        let crash_at = match crash_here {
+            Some(CrashPoint::MidBatch) => batch.get(batch.len() / 2),
+            Some(CrashPoint::BeforeCommit) => batch.last(),
+            _ => None,
+        };
         let outcome = inbox
             .process_batch(&batch, async |tx: &mut InboxTx, record: &ConsumerRecord| {
                 apply(tx, record, args.accounts).await?;
-                let crash_now = match crash_here {
-                    Some(CrashPoint::MidBatch) => index == middle,
-                    Some(CrashPoint::BeforeCommit) => index == last,
-                    _ => false,
-                };
-                if crash_now {
+                if crash_at.is_some_and(|at| std::ptr::eq(at, record)) {
                     die();
                 }
-                index += 1;
                 Ok(())
             })
             .await?;
