@@ -4,6 +4,7 @@
 //! real SQLite files, and the `ledger` example as the consuming process.
 
 mod bad_input;
+mod group;
 mod ledger;
 mod retention;
 mod upstream_duplicates;
