@@ -46,10 +46,13 @@ pub mod url;
 pub use sqlx;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::any::AnyPoolOptions;
-use sqlx::{Any, AnyPool, Row};
+use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
+use sqlx::{Any, AnyConnection, AnyPool, Connection, Row};
 
 pub use self::error::InboxError;
 pub use self::key::{idempotency_key, IDEMPOTENCY_KEY_HEADER};
@@ -131,6 +134,9 @@ pub struct Inbox {
     pool: AnyPool,
     name: String,
     backend: Backend,
+    /// The schema was seen at this SDK's version (checked again, not assumed, until
+    /// then: an operator may migrate by hand while the inbox runs).
+    schema_current: Arc<AtomicBool>,
 }
 
 impl Inbox {
@@ -148,28 +154,53 @@ impl Inbox {
             Backend::Postgres => config.max_connections.max(1),
             Backend::Sqlite => 1,
         };
+        let connect_error = |source| InboxError::Connect {
+            url: url::redact(&config.url),
+            source,
+        };
+        let options = AnyConnectOptions::from_str(&url::connect_url(&config.url, backend))
+            .map_err(connect_error)?;
+        // One connection first, alone: the pool would retry a refused connection until
+        // its timeout and then report only that it timed out; this says why.
+        let probe = tokio::time::timeout(
+            config.connect_timeout,
+            AnyConnection::connect_with(&options),
+        )
+        .await
+        .map_err(|_| {
+            connect_error(sqlx::Error::Io(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no answer within {:?}", config.connect_timeout),
+            )))
+        })?
+        .map_err(connect_error)?;
+        // Closing is a courtesy to the server; the pool opens its own connections.
+        let _ = probe.close().await;
         let pool = AnyPoolOptions::new()
             .max_connections(max_connections)
             .acquire_timeout(config.connect_timeout)
-            .connect(&url::connect_url(&config.url, backend))
+            .connect_with(options)
             .await
-            .map_err(|source| InboxError::Connect {
-                url: url::redact(&config.url),
-                source,
-            })?;
+            .map_err(connect_error)?;
         let inbox = Inbox {
             pool,
             name: config.name,
             backend,
+            schema_current: Arc::new(AtomicBool::new(false)),
         };
         let found = inbox.schema_version().await?;
-        if schema::plan(found) == SchemaPlan::TooNew {
-            return Err(InboxError::SchemaTooNew {
+        match schema::plan(found) {
+            SchemaPlan::TooNew => Err(InboxError::SchemaTooNew {
                 found,
                 supported: schema::LATEST,
-            });
+            }),
+            SchemaPlan::Current => {
+                inbox.schema_current.store(true, Ordering::Relaxed);
+                Ok(inbox)
+            }
+            // Accepted: `migrate()` brings it up to date.
+            SchemaPlan::Migrate(_) => Ok(inbox),
         }
-        Ok(inbox)
     }
 
     /// The script `migrate()` would run on an empty database, for operators who manage
@@ -200,7 +231,10 @@ impl Inbox {
                 found,
                 supported: schema::LATEST,
             }),
-            SchemaPlan::Current => Ok(found),
+            SchemaPlan::Current => {
+                self.schema_current.store(true, Ordering::Relaxed);
+                Ok(found)
+            }
             SchemaPlan::Migrate(pending) => {
                 for m in &pending {
                     for statement in m.statements {
@@ -215,6 +249,7 @@ impl Inbox {
                     .await?;
                 }
                 tx.commit().await?;
+                self.schema_current.store(true, Ordering::Relaxed);
                 Ok(schema::LATEST)
             }
         }
@@ -267,6 +302,7 @@ impl Inbox {
     where
         F: AsyncFnMut(&mut InboxTx, &ConsumerRecord) -> Result<(), InboxError>,
     {
+        self.require_current_schema().await?;
         let mut tx = self.pool.begin().await?;
         let partitions: BTreeSet<TopicPartition> = records
             .iter()
@@ -433,6 +469,29 @@ impl Inbox {
 
     pub fn backend(&self) -> Backend {
         self.backend
+    }
+
+    /// A clear error, rather than a missing table or column, when the schema is not
+    /// this SDK's.
+    async fn require_current_schema(&self) -> Result<(), InboxError> {
+        if self.schema_current.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let found = self.schema_version().await?;
+        match schema::plan(found) {
+            SchemaPlan::Current => {
+                self.schema_current.store(true, Ordering::Relaxed);
+                Ok(())
+            }
+            SchemaPlan::TooNew => Err(InboxError::SchemaTooNew {
+                found,
+                supported: schema::LATEST,
+            }),
+            SchemaPlan::Migrate(_) => Err(InboxError::SchemaOutdated {
+                found,
+                needed: schema::LATEST,
+            }),
+        }
     }
 
     async fn read_positions(

@@ -1,12 +1,14 @@
 //! What the Inbox does with a database it cannot use: one it cannot reach (a clear,
 //! typed error; the ledger consumes nothing), one whose inbox schema a newer SDK wrote
 //! (refused, untouched), one whose schema an older SDK wrote (migrated, its positions
-//! kept).
+//! kept), one not migrated yet (a clear error, not a missing table), and the schema an
+//! operator applies by hand from `Inbox::schema_sql` (used as is).
 
 use std::time::{Duration, Instant};
 
 use idem_client::inbox::schema::{LATEST, MIGRATIONS, VERSION_TABLE};
-use idem_client::inbox::{sqlx, Inbox, InboxConfig, InboxError};
+use idem_client::inbox::{sqlx, Backend, Inbox, InboxConfig, InboxError, InboxTx, Outcome};
+use idem_client::ConsumerRecord;
 
 use super::*;
 
@@ -29,13 +31,17 @@ async fn given_a_database_nobody_serves_when_the_inbox_connects_then_a_connect_e
         .await
         .expect_err("nothing listens");
     assert!(
-        started.elapsed() < Duration::from_secs(10),
-        "fails within its connect timeout, took {:?}",
+        started.elapsed() < Duration::from_secs(2),
+        "a refused connection fails at once, not after the timeout: took {:?}",
         started.elapsed()
     );
     assert!(matches!(error, InboxError::Connect { .. }), "{error:?}");
     let message = error.to_string();
     assert!(message.contains("cannot connect"), "{message}");
+    assert!(
+        message.to_lowercase().contains("refused"),
+        "says why: {message}"
+    );
     assert!(
         !message.contains("hunter2"),
         "the password is not printed: {message}"
@@ -127,4 +133,60 @@ async fn given_a_schema_from_an_older_sdk_when_migrated_then_it_is_current_and_k
     );
     let positions = inbox.all_positions().await.expect("positions");
     assert_eq!(positions.get(&("transfers".to_string(), 3)), Some(&42));
+}
+
+fn a_record() -> ConsumerRecord {
+    ConsumerRecord {
+        topic: TOPIC.into(),
+        partition: 0,
+        offset: 0,
+        key: None,
+        value: None,
+        headers: Vec::new(),
+        timestamp_ms: 0,
+    }
+}
+
+#[tokio::test]
+async fn given_a_database_not_migrated_when_a_record_is_processed_then_the_error_says_migrate() {
+    let db = Database::sqlite();
+    let inbox = Inbox::connect(db.url(), "ledger").await.expect("connects");
+    let error = inbox
+        .process(&a_record(), async |_: &mut InboxTx, _: &ConsumerRecord| {
+            Ok(())
+        })
+        .await
+        .expect_err("no inbox tables");
+    assert!(
+        matches!(error, InboxError::SchemaOutdated { found: 0, needed } if needed == LATEST),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("migrate"), "{error}");
+}
+
+#[tokio::test]
+async fn given_the_printed_schema_applied_by_an_operator_when_the_inbox_connects_then_it_processes_without_migrating(
+) {
+    let db = Database::postgres();
+    let operator = Inbox::connect(db.url(), "ops").await.expect("connects");
+    sqlx::raw_sql(&Inbox::schema_sql(Backend::Postgres))
+        .execute(operator.pool())
+        .await
+        .expect("the printed script runs");
+
+    let inbox = Inbox::connect(db.url(), "ledger").await.expect("connects");
+    assert_eq!(inbox.schema_version().await.expect("version"), LATEST);
+    let first = inbox
+        .process(&a_record(), async |_: &mut InboxTx, _: &ConsumerRecord| {
+            Ok(())
+        })
+        .await
+        .expect("processed");
+    let again = inbox
+        .process(&a_record(), async |_: &mut InboxTx, _: &ConsumerRecord| {
+            Ok(())
+        })
+        .await
+        .expect("processed");
+    assert_eq!((first, again), (Outcome::Applied, Outcome::Behind));
 }
