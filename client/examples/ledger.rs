@@ -131,20 +131,24 @@ async fn run(args: Args, crash: Option<Crash>) -> Result<(), InboxError> {
         let batch: Vec<ConsumerRecord> = pending.drain(..take).collect();
         batch_number += 1;
         let crash_here = crash.filter(|c| c.batch == batch_number).map(|c| c.point);
-        // The crash record, by its place in the batch (the closure is handed records
-        // of the batch slice itself).
+        // The crash record, by its place in the log (the closure runs only for records
+        // the inbox applies, so counting its calls would miss it).
         let crash_at = match crash_here {
             Some(CrashPoint::MidBatch) => batch.get(batch.len() / 2),
             Some(CrashPoint::BeforeCommit) => batch.last(),
             _ => None,
-        };
+        }
+        .map(|r| (r.partition, r.offset));
+        let accounts = args.accounts;
         let outcome = inbox
-            .process_batch(&batch, async |tx: &mut InboxTx, record: &ConsumerRecord| {
-                apply(tx, record, args.accounts).await?;
-                if crash_at.is_some_and(|at| std::ptr::eq(at, record)) {
-                    die();
-                }
-                Ok(())
+            .process_batch(&batch, |tx: &mut InboxTx, record: &ConsumerRecord| {
+                Box::pin(async move {
+                    apply(tx, record, accounts).await?;
+                    if crash_at == Some((record.partition, record.offset)) {
+                        die();
+                    }
+                    Ok(())
+                })
             })
             .await?;
         if crash_here == Some(CrashPoint::AfterCommit) {

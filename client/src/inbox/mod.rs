@@ -24,12 +24,14 @@
 //! inbox.seek_consumer(&mut consumer).await?;
 //! let records = consumer.poll(std::time::Duration::from_secs(1)).await?;
 //! inbox
-//!     .process_batch(&records, async |tx: &mut InboxTx, record: &ConsumerRecord| {
-//!         sqlx::query("INSERT INTO seen (offset_seen) VALUES ($1)")
-//!             .bind(record.offset)
-//!             .execute(&mut **tx)
-//!             .await?;
-//!         Ok(())
+//!     .process_batch(&records, |tx: &mut InboxTx, record: &ConsumerRecord| {
+//!         Box::pin(async move {
+//!             sqlx::query("INSERT INTO seen (offset_seen) VALUES ($1)")
+//!                 .bind(record.offset)
+//!                 .execute(&mut **tx)
+//!                 .await?;
+//!             Ok(())
+//!         })
 //!     })
 //!     .await?;
 //! # Ok(()) }
@@ -67,6 +69,13 @@ use crate::group::member::{Event, TopicPartition};
 
 /// The transaction the caller's business writes run on (`&mut **tx` is an executor).
 pub type InboxTx = sqlx::Transaction<'static, Any>;
+
+/// What the business closure returns: `Box::pin(async move { … })`, a future that may
+/// borrow the transaction and the record. A boxed future rather than an async closure
+/// so that `process_batch` stays `Send` (an `AsyncFnMut` bound makes the compiler
+/// unable to prove it, and a consumer loop could not run in `tokio::spawn`); state the
+/// closure would update is in the returned [`BatchOutcome`] instead.
+pub type Apply<'a> = futures::future::BoxFuture<'a, Result<(), InboxError>>;
 
 /// Inbox settings, each with a documented default.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -281,7 +290,7 @@ impl Inbox {
     /// [`Inbox::process_batch`] of one record.
     pub async fn process<F>(&self, record: &ConsumerRecord, apply: F) -> Result<Outcome, InboxError>
     where
-        F: AsyncFnMut(&mut InboxTx, &ConsumerRecord) -> Result<(), InboxError>,
+        F: for<'a> FnMut(&'a mut InboxTx, &'a ConsumerRecord) -> Apply<'a>,
     {
         let outcome = self
             .process_batch(std::slice::from_ref(record), apply)
@@ -300,7 +309,7 @@ impl Inbox {
         mut apply: F,
     ) -> Result<BatchOutcome, InboxError>
     where
-        F: AsyncFnMut(&mut InboxTx, &ConsumerRecord) -> Result<(), InboxError>,
+        F: for<'a> FnMut(&'a mut InboxTx, &'a ConsumerRecord) -> Apply<'a>,
     {
         self.require_current_schema().await?;
         let mut tx = self.pool.begin().await?;
@@ -528,4 +537,26 @@ fn partition_id(stored: i64) -> Result<i32, InboxError> {
             format!("partition id {stored} out of range").into(),
         ))
     })
+}
+
+/// Compiles only while `process_batch` with a typical business closure is `Send`, so
+/// a consumer loop may run in `tokio::spawn`.
+#[allow(dead_code)]
+fn process_batch_is_send(inbox: Inbox, records: Vec<ConsumerRecord>) {
+    fn spawnable<T: Send>(_: T) {}
+    let table = String::from("seen");
+    spawnable(async move {
+        inbox
+            .process_batch(&records, |tx: &mut InboxTx, record: &ConsumerRecord| {
+                let sql = format!("INSERT INTO {table} (offset_seen) VALUES ($1)");
+                Box::pin(async move {
+                    sqlx::query(&sql)
+                        .bind(record.offset)
+                        .execute(&mut **tx)
+                        .await?;
+                    Ok(())
+                })
+            })
+            .await
+    });
 }

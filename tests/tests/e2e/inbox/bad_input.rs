@@ -152,8 +152,8 @@ async fn given_a_database_not_migrated_when_a_record_is_processed_then_the_error
     let db = Database::sqlite();
     let inbox = Inbox::connect(db.url(), "ledger").await.expect("connects");
     let error = inbox
-        .process(&a_record(), async |_: &mut InboxTx, _: &ConsumerRecord| {
-            Ok(())
+        .process(&a_record(), |_: &mut InboxTx, _: &ConsumerRecord| {
+            Box::pin(async { Ok(()) })
         })
         .await
         .expect_err("no inbox tables");
@@ -177,14 +177,14 @@ async fn given_the_printed_schema_applied_by_an_operator_when_the_inbox_connects
     let inbox = Inbox::connect(db.url(), "ledger").await.expect("connects");
     assert_eq!(inbox.schema_version().await.expect("version"), LATEST);
     let first = inbox
-        .process(&a_record(), async |_: &mut InboxTx, _: &ConsumerRecord| {
-            Ok(())
+        .process(&a_record(), |_: &mut InboxTx, _: &ConsumerRecord| {
+            Box::pin(async { Ok(()) })
         })
         .await
         .expect("processed");
     let again = inbox
-        .process(&a_record(), async |_: &mut InboxTx, _: &ConsumerRecord| {
-            Ok(())
+        .process(&a_record(), |_: &mut InboxTx, _: &ConsumerRecord| {
+            Box::pin(async { Ok(()) })
         })
         .await
         .expect("processed");

@@ -15,13 +15,15 @@ use super::*;
 
 async fn apply_all(inbox: &Inbox, records: &[ConsumerRecord]) -> Vec<Outcome> {
     inbox
-        .process_batch(records, async |tx: &mut InboxTx, r: &ConsumerRecord| {
-            sqlx::query("INSERT INTO effects (partition_id, record_offset) VALUES ($1, $2)")
-                .bind(i64::from(r.partition))
-                .bind(r.offset)
-                .execute(&mut **tx)
-                .await?;
-            Ok(())
+        .process_batch(records, |tx: &mut InboxTx, r: &ConsumerRecord| {
+            Box::pin(async move {
+                sqlx::query("INSERT INTO effects (partition_id, record_offset) VALUES ($1, $2)")
+                    .bind(i64::from(r.partition))
+                    .bind(r.offset)
+                    .execute(&mut **tx)
+                    .await?;
+                Ok(())
+            })
         })
         .await
         .expect("processed")

@@ -27,12 +27,14 @@ fn record(partition: i32, offset: i64, key: &str) -> ConsumerRecord {
 
 async fn apply_all(inbox: &Inbox, records: &[ConsumerRecord]) -> Vec<Outcome> {
     inbox
-        .process_batch(records, async |tx: &mut InboxTx, r: &ConsumerRecord| {
-            sqlx::query("INSERT INTO effects (record_offset) VALUES ($1)")
-                .bind(r.offset)
-                .execute(&mut **tx)
-                .await?;
-            Ok(())
+        .process_batch(records, |tx: &mut InboxTx, r: &ConsumerRecord| {
+            Box::pin(async move {
+                sqlx::query("INSERT INTO effects (record_offset) VALUES ($1)")
+                    .bind(r.offset)
+                    .execute(&mut **tx)
+                    .await?;
+                Ok(())
+            })
         })
         .await
         .expect("processed")

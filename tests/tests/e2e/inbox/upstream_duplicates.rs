@@ -62,14 +62,16 @@ async fn given_the_same_events_from_two_producer_ids_when_processed_then_each_is
             .await
             .expect("poll");
         let batch = inbox
-            .process_batch(&records, async |tx: &mut InboxTx, r: &ConsumerRecord| {
-                let id = String::from_utf8_lossy(r.key.as_deref().unwrap_or_default());
-                sqlx::query("INSERT INTO payments (id, record_offset) VALUES ($1, $2)")
-                    .bind(id.into_owned())
-                    .bind(r.offset)
-                    .execute(&mut **tx)
-                    .await?;
-                Ok(())
+            .process_batch(&records, |tx: &mut InboxTx, r: &ConsumerRecord| {
+                Box::pin(async move {
+                    let id = String::from_utf8_lossy(r.key.as_deref().unwrap_or_default());
+                    sqlx::query("INSERT INTO payments (id, record_offset) VALUES ($1, $2)")
+                        .bind(id.into_owned())
+                        .bind(r.offset)
+                        .execute(&mut **tx)
+                        .await?;
+                    Ok(())
+                })
             })
             .await
             .expect("processed");
