@@ -155,7 +155,8 @@ impl Inbox {
     }
 
     /// Connects, and refuses a database whose inbox schema is newer than this SDK's. An
-    /// unreachable database is [`InboxError::Connect`] (after `connect_timeout`).
+    /// unreachable database is [`InboxError::Connect`]: at once when the connection is
+    /// refused, after `connect_timeout` when nothing answers.
     pub async fn connect_with(config: InboxConfig) -> Result<Inbox, InboxError> {
         let backend = url::backend(&config.url)?;
         sqlx::any::install_default_drivers();
