@@ -7,7 +7,9 @@
 #   script -> bsdutils (util-linux's `script`: a test gives the bench a terminal)
 #   netns  -> iproute2 and nftables (`ip netns`, `nft`: the lab network of the split
 #             tests and chaos family; they run as root)
-# Usage: scripts/install-deps.sh protoc [etcd] [cc] [script] [netns]
+#   postgres -> postgresql (the inbox tests start throwaway PostgreSQL servers from
+#             /usr/lib/postgresql/*/bin; `IDEM_PG_BIN` names another bin dir)
+# Usage: scripts/install-deps.sh protoc [etcd] [cc] [script] [netns] [postgres]
 set -euo pipefail
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
@@ -25,6 +27,10 @@ for need in "$@"; do
     netns)
       command -v ip >/dev/null 2>&1 || missing+=(iproute2)
       command -v nft >/dev/null 2>&1 || missing+=(nftables)
+      ;;
+    postgres)
+      [ -n "${IDEM_PG_BIN:-}" ] || compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null ||
+        missing+=(postgresql)
       ;;
     *) echo "install-deps: unknown dependency $need" >&2; exit 2 ;;
   esac

@@ -24,6 +24,10 @@
 //! # Ok(()) }
 //! ```
 //!
+//! With the cargo feature `inbox`, [`inbox::Inbox`] applies consumed records to
+//! PostgreSQL or SQLite exactly once (docs/inbox.md); without it the SDK pulls no
+//! database driver.
+//!
 //! Errors are [`ClientError`]: [`ClientError::retried`] says whether the SDK already
 //! retried, [`ClientError::possibly_written`] whether a failed record may be in the log,
 //! [`ClientError::txn_class`] what a transactional producer's caller does next.
@@ -55,6 +59,8 @@ pub mod consumer;
 mod coordinator;
 pub mod error;
 pub mod group;
+#[cfg(feature = "inbox")]
+pub mod inbox;
 pub mod metadata;
 mod metadata_view;
 pub mod partitioner;
@@ -85,7 +91,9 @@ pub use metadata::{
     TxnLogOwnerMetadata,
 };
 pub use producer::config::{Delivery, ProducerConfig};
-pub use producer::{DeliveryFuture, Producer, ProducerRecord, RecordMetadata};
+pub use producer::{
+    DeliveryFuture, Producer, ProducerRecord, RecordMetadata, IDEMPOTENCY_KEY_HEADER,
+};
 pub use transactional::config::TransactionalConfig;
 pub use transactional::errors::TxnErrorClass;
 pub use transactional::pipelined::PendingCommit;

@@ -14,6 +14,7 @@ pub mod cli;
 pub mod cluster;
 pub mod link;
 pub mod netns;
+pub mod postgres;
 pub mod processor;
 pub mod proxy;
 pub mod raw;

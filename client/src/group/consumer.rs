@@ -428,6 +428,12 @@ impl GroupConsumer {
         self.consumer.position(topic, partition).await
     }
 
+    /// The next read of an owned partition starts at `offset` (the database Inbox seeks
+    /// newly assigned partitions to the positions its database holds).
+    pub fn seek(&mut self, topic: &str, partition: i32, offset: i64) -> Result<(), ClientError> {
+        self.consumer.seek(topic, partition, offset)
+    }
+
     /// Leaves the group (its partitions go to the others at once), once every commit
     /// asked for is answered; with auto-commit, after committing the positions of the
     /// records returned. A failed final commit is reported after leaving.

@@ -35,6 +35,12 @@ use crate::types::ProducerIdAndEpoch;
 /// task itself stops taking records at `buffer_memory`).
 const CHANNEL_CAPACITY: usize = 1024;
 
+/// The record header that carries a producer-supplied idempotency key (set it with
+/// [`ProducerRecord::idempotency_key`]): the database Inbox (feature `inbox`)
+/// deduplicates by it, so the same business event sent again by an upstream that lost
+/// its producer state (a new producer id, a new offset) is still applied once.
+pub const IDEMPOTENCY_KEY_HEADER: &str = "idem-idempotency-key";
+
 /// A record with everything a caller may set.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProducerRecord {
@@ -77,6 +83,11 @@ impl ProducerRecord {
     pub fn header(mut self, key: impl Into<String>, value: impl Into<Bytes>) -> Self {
         self.headers.push((key.into(), value.into()));
         self
+    }
+    /// The business event's own id, sent as the [`IDEMPOTENCY_KEY_HEADER`] header: a
+    /// consumer's Inbox applies each id once, whoever produced it and however often.
+    pub fn idempotency_key(self, key: impl Into<Bytes>) -> Self {
+        self.header(IDEMPOTENCY_KEY_HEADER, key)
     }
 }
 

@@ -12,7 +12,7 @@ use idem_proto::v1::{
 };
 use idem_proto::ErrorCode;
 
-use crate::chaos::workload::TOPICS;
+use crate::chaos::recorder::TOPICS;
 use crate::wait::{wait_until, Seen};
 use crate::{raw, Cluster};
 

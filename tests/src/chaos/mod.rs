@@ -8,5 +8,6 @@ pub mod lifecycle;
 pub mod membership;
 pub mod nemesis;
 pub mod pipeline;
+pub mod recorder;
 pub mod run;
 pub mod workload;

@@ -27,7 +27,7 @@ use rand::{Rng, SeedableRng};
 use serde_json::json;
 
 use crate::chaos::membership::{self, Placement};
-use crate::chaos::workload::{PARTITIONS, TOPICS};
+use crate::chaos::recorder::{PARTITIONS, TOPICS};
 use crate::cluster::ProcessId;
 use crate::netns::ClientLink;
 use crate::{raw, segments, Cluster};

@@ -20,7 +20,7 @@ use idem_client::{
 };
 use idem_proto::v1::ErrorCode;
 
-use super::workload::{read_record, Recorder, PARTITIONS, TOPICS};
+use super::recorder::{read_record, Recorder, PARTITIONS, TOPICS};
 use crate::groups::GroupClient;
 use crate::wait::{wait_until, Seen};
 

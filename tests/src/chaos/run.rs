@@ -15,7 +15,7 @@ use std::io::BufWriter;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use idem_chaos::history::{Call, OpKind, Read, ReadRecord};
+use idem_chaos::history::{Call, OpKind, Read};
 use idem_chaos::{check, read_history, HistoryWriter, Verdict};
 use idem_client::Isolation;
 use idem_proto::txn::{OFFSETS_TOPIC, TXN_LOG_TOPIC};
@@ -24,7 +24,8 @@ use idem_proto::v1::{ConfigEntry, CreatableTopic};
 use crate::chaos::lifecycle::{self, BrokerLifecycle};
 use crate::chaos::nemesis::{Family, Nemesis};
 use crate::chaos::pipeline::{self, OUTPUT};
-use crate::chaos::workload::{read_isolation, Clients, Recorder, Workload, PARTITIONS, TOPICS};
+use crate::chaos::recorder::{read_isolation, read_record, Recorder, PARTITIONS, TOPICS};
+use crate::chaos::workload::{Clients, Workload};
 use crate::{txn, Cluster};
 
 /// How long the cluster may take to serve again once every fault is healed.
@@ -273,12 +274,7 @@ async fn final_read(bootstrap: &str, isolation: Isolation, history: &Recorder) {
     let partitions: Vec<i32> = (0..PARTITIONS).collect();
     for topic in TOPICS {
         for record in txn::read(bootstrap, topic, &partitions, isolation).await {
-            read.records.push(ReadRecord {
-                topic: record.topic.clone(),
-                partition: record.partition,
-                offset: record.offset,
-                value: crate::sdk::value(&record),
-            });
+            read.records.push(read_record(&record));
         }
     }
     history.complete(&process, OpKind::Ok, Call::FinalRead(read));

@@ -5,60 +5,20 @@
 //! operation goes to the history as an invoke and then `ok` / `fail` / `info`, as the
 //! client saw it: the checker judges only from that.
 
-use std::fs::File;
-use std::io::BufWriter;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use idem_chaos::history::{
-    Call, Isolation as ReadIsolation, OpKind, Read, ReadRecord, SendRecord, Txn,
-};
-use idem_chaos::HistoryWriter;
+use idem_chaos::history::{Call, OpKind, Read, SendRecord, Txn};
 use idem_client::{
-    ClientError, Consumer, ConsumerConfig, ConsumerRecord, Delivery, Isolation, OffsetSpec,
-    Producer, ProducerConfig, ProducerRecord, TransactionalProducer,
+    ClientError, Consumer, ConsumerConfig, Delivery, Isolation, OffsetSpec, Producer,
+    ProducerConfig, ProducerRecord, TransactionalProducer,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::task::JoinHandle;
 
-/// The topics every run writes, each with [`PARTITIONS`] partitions.
-pub const TOPICS: [&str; 2] = ["chaos-a", "chaos-b"];
-pub const PARTITIONS: i32 = 3;
-
-/// The history, shared by every client of a run.
-#[derive(Clone)]
-pub struct Recorder(Arc<Mutex<HistoryWriter<BufWriter<File>>>>);
-
-impl Recorder {
-    pub fn new(writer: HistoryWriter<BufWriter<File>>) -> Recorder {
-        Recorder(Arc::new(Mutex::new(writer)))
-    }
-
-    fn with<T>(
-        &self,
-        f: impl FnOnce(&mut HistoryWriter<BufWriter<File>>) -> std::io::Result<T>,
-    ) -> T {
-        let mut writer = self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        f(&mut writer).expect("write the history")
-    }
-
-    pub fn invoke(&self, process: &str, call: Call) {
-        self.with(|w| w.invoke(process, call));
-    }
-
-    pub fn complete(&self, process: &str, kind: OpKind, call: Call) {
-        self.with(|w| w.complete(process, kind, call));
-    }
-
-    pub fn flush(&self) {
-        self.with(|w| w.flush());
-    }
-}
+use super::recorder::{read_isolation, read_record, Recorder, PARTITIONS, TOPICS};
 
 /// How many clients of each kind a run has.
 #[derive(Debug, Clone, Copy)]
@@ -126,23 +86,6 @@ impl Workload {
         for task in self.tasks {
             task.await.expect("workload client");
         }
-    }
-}
-
-pub fn read_isolation(isolation: Isolation) -> ReadIsolation {
-    match isolation {
-        Isolation::ReadCommitted => ReadIsolation::ReadCommitted,
-        Isolation::ReadUncommitted => ReadIsolation::ReadUncommitted,
-    }
-}
-
-/// A record as the history holds what a consumer read.
-pub fn read_record(record: &ConsumerRecord) -> ReadRecord {
-    ReadRecord {
-        topic: record.topic.clone(),
-        partition: record.partition,
-        offset: record.offset,
-        value: crate::sdk::value(record),
     }
 }
 

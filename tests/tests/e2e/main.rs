@@ -19,6 +19,7 @@ mod groups;
 mod grpc_tooling;
 mod health;
 mod idempotence;
+mod inbox;
 mod internal_topics;
 mod membership;
 mod network_partitions;

@@ -1,0 +1,563 @@
+//! The database Inbox: exactly-once from a topic into PostgreSQL or SQLite. Behind the
+//! cargo feature `inbox` (which brings `sqlx`), so the core SDK pulls no database driver.
+//!
+//! The broker cannot make "write to the database" and "commit the offset" one atomic
+//! step; the database can. [`Inbox::process_batch`] runs, in ONE database transaction:
+//! for each record, insert its idempotency key ([`key`]) into the processed-keys table
+//! (a key already there: skip the record), run the caller's business writes on the same
+//! transaction, then store the next position of each partition; commit. A crash before
+//! the commit leaves nothing; after it, everything. The consumer resumes from the
+//! positions the database holds ([`Inbox::seek_consumer`], [`Inbox::seek_assigned`]),
+//! not from broker offsets (commit those afterwards for lag monitoring only).
+//!
+//! A record without a value (a tombstone) is processed like any other: the business
+//! closure gets the record and decides (its `value` is `None`). Design, schema and
+//! guarantees: docs/inbox.md.
+//!
+//! ```no_run
+//! # async fn example(mut consumer: idem_client::Consumer) -> Result<(), idem_client::inbox::InboxError> {
+//! use idem_client::inbox::{Inbox, InboxTx};
+//! use idem_client::ConsumerRecord;
+//!
+//! let inbox = Inbox::connect("sqlite:///var/lib/app/ledger.db", "ledger").await?;
+//! inbox.migrate().await?;
+//! inbox.seek_consumer(&mut consumer).await?;
+//! let records = consumer.poll(std::time::Duration::from_secs(1)).await?;
+//! inbox
+//!     .process_batch(&records, |tx: &mut InboxTx, record: &ConsumerRecord| {
+//!         Box::pin(async move {
+//!             sqlx::query("INSERT INTO seen (offset_seen) VALUES ($1)")
+//!                 .bind(record.offset)
+//!                 .execute(&mut **tx)
+//!                 .await?;
+//!             Ok(())
+//!         })
+//!     })
+//!     .await?;
+//! # Ok(()) }
+//! ```
+
+pub mod error;
+pub mod key;
+pub mod plan;
+pub mod retention;
+pub mod schema;
+pub mod url;
+
+/// The `sqlx` the Inbox is built with: business writes use it, in the same version.
+pub use sqlx;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
+use sqlx::{Any, AnyConnection, AnyPool, Connection, Row};
+
+pub use self::error::InboxError;
+pub use self::key::{idempotency_key, IDEMPOTENCY_KEY_HEADER};
+use self::plan::Standing;
+pub use self::retention::TopicRetention;
+pub use self::schema::Backend;
+use self::schema::SchemaPlan;
+use crate::clock::now_ms;
+use crate::consumer::{Consumer, ConsumerRecord};
+use crate::group::consumer::GroupConsumer;
+use crate::group::member::{Event, TopicPartition};
+
+/// The transaction the caller's business writes run on (`&mut **tx` is an executor).
+pub type InboxTx = sqlx::Transaction<'static, Any>;
+
+/// What the business closure returns: `Box::pin(async move { … })`, a future that may
+/// borrow the transaction and the record. A boxed future rather than an async closure
+/// so that `process_batch` stays `Send` (an `AsyncFnMut` bound makes the compiler
+/// unable to prove it, and a consumer loop could not run in `tokio::spawn`); state the
+/// closure would update is in the returned [`BatchOutcome`] instead.
+pub type Apply<'a> = futures::future::BoxFuture<'a, Result<(), InboxError>>;
+
+/// Inbox settings, each with a documented default.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InboxConfig {
+    /// `postgres://user:password@host:port/db` or `sqlite://path` (the file is created
+    /// when missing).
+    pub url: String,
+    /// This consumer's name (an application, or a consumer group): positions and
+    /// processed keys are kept per name, so two applications reading the same topic
+    /// into one database each apply every record.
+    pub name: String,
+    /// How long connecting (and later, taking a pooled connection) may take. Default 10 s.
+    pub connect_timeout: Duration,
+    /// Pooled connections. Default 4 for PostgreSQL; SQLite always uses 1 (it has one
+    /// writer at a time; more connections would only wait on each other).
+    pub max_connections: u32,
+}
+
+impl InboxConfig {
+    pub fn new(url: impl Into<String>, name: impl Into<String>) -> InboxConfig {
+        InboxConfig {
+            url: url.into(),
+            name: name.into(),
+            connect_timeout: Duration::from_secs(10),
+            max_connections: 4,
+        }
+    }
+}
+
+/// What became of one record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// New: the business writes ran and were committed with its key and position.
+    Applied,
+    /// Its idempotency key was processed before (an upstream duplicate, a re-read).
+    Duplicate,
+    /// Below the stored position of its partition: processed before.
+    Behind,
+}
+
+/// What became of a batch (one transaction).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BatchOutcome {
+    /// One per record, in order.
+    pub outcomes: Vec<Outcome>,
+    /// The positions stored by the transaction (partitions whose position moved).
+    pub positions: BTreeMap<TopicPartition, i64>,
+}
+
+impl BatchOutcome {
+    pub fn applied(&self) -> usize {
+        self.count(Outcome::Applied)
+    }
+    pub fn skipped(&self) -> usize {
+        self.outcomes.len() - self.applied()
+    }
+    fn count(&self, outcome: Outcome) -> usize {
+        self.outcomes.iter().filter(|o| **o == outcome).count()
+    }
+}
+
+/// Applies consumed records to a database exactly once; see the module doc.
+#[derive(Debug, Clone)]
+pub struct Inbox {
+    pool: AnyPool,
+    name: String,
+    backend: Backend,
+    /// The schema was seen at this SDK's version (checked again, not assumed, until
+    /// then: an operator may migrate by hand while the inbox runs).
+    schema_current: Arc<AtomicBool>,
+}
+
+impl Inbox {
+    /// Connects to the database at `url` as inbox `name`, with default settings.
+    pub async fn connect(url: &str, name: &str) -> Result<Inbox, InboxError> {
+        Inbox::connect_with(InboxConfig::new(url, name)).await
+    }
+
+    /// Connects, and refuses a database whose inbox schema is newer than this SDK's. An
+    /// unreachable database is [`InboxError::Connect`]: at once when the connection is
+    /// refused, after `connect_timeout` when nothing answers.
+    pub async fn connect_with(config: InboxConfig) -> Result<Inbox, InboxError> {
+        let backend = url::backend(&config.url)?;
+        sqlx::any::install_default_drivers();
+        let max_connections = match backend {
+            Backend::Postgres => config.max_connections.max(1),
+            Backend::Sqlite => 1,
+        };
+        let connect_error = |source| InboxError::Connect {
+            url: url::redact(&config.url),
+            source,
+        };
+        let options = AnyConnectOptions::from_str(&url::connect_url(&config.url, backend))
+            .map_err(connect_error)?;
+        // One connection first, alone: the pool would retry a refused connection until
+        // its timeout and then report only that it timed out; this says why.
+        let probe = tokio::time::timeout(
+            config.connect_timeout,
+            AnyConnection::connect_with(&options),
+        )
+        .await
+        .map_err(|_| {
+            connect_error(sqlx::Error::Io(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no answer within {:?}", config.connect_timeout),
+            )))
+        })?
+        .map_err(connect_error)?;
+        // Closing is a courtesy to the server; the pool opens its own connections.
+        let _ = probe.close().await;
+        let pool = AnyPoolOptions::new()
+            .max_connections(max_connections)
+            .acquire_timeout(config.connect_timeout)
+            .connect_with(options)
+            .await
+            .map_err(connect_error)?;
+        let inbox = Inbox {
+            pool,
+            name: config.name,
+            backend,
+            schema_current: Arc::new(AtomicBool::new(false)),
+        };
+        let found = inbox.schema_version().await?;
+        match schema::plan(found) {
+            SchemaPlan::TooNew => Err(InboxError::SchemaTooNew {
+                found,
+                supported: schema::LATEST,
+            }),
+            SchemaPlan::Current => {
+                inbox.schema_current.store(true, Ordering::Relaxed);
+                Ok(inbox)
+            }
+            // Accepted: `migrate()` brings it up to date.
+            SchemaPlan::Migrate(_) => Ok(inbox),
+        }
+    }
+
+    /// The script `migrate()` would run on an empty database, for operators who manage
+    /// schemas themselves.
+    pub fn schema_sql(backend: Backend) -> String {
+        schema::schema_sql(backend)
+    }
+
+    /// Brings the inbox tables to this SDK's version (creating them on an empty
+    /// database) in one transaction; returns the version. A newer schema is refused.
+    pub async fn migrate(&self) -> Result<i64, InboxError> {
+        let mut tx = self.pool.begin().await?;
+        if self.backend == Backend::Postgres {
+            // Two processes migrating at once would race on CREATE TABLE; this lock,
+            // released at commit, makes the second one wait and then find the work done.
+            sqlx::query("SELECT CAST(pg_advisory_xact_lock($1) AS TEXT)")
+                .bind(MIGRATION_LOCK)
+                .execute(&mut *tx)
+                .await?;
+        }
+        sqlx::query(schema::VERSION_TABLE).execute(&mut *tx).await?;
+        let found: i64 =
+            sqlx::query_scalar("SELECT COALESCE(MAX(version), 0) FROM idem_inbox_schema")
+                .fetch_one(&mut *tx)
+                .await?;
+        match schema::plan(found) {
+            SchemaPlan::TooNew => Err(InboxError::SchemaTooNew {
+                found,
+                supported: schema::LATEST,
+            }),
+            SchemaPlan::Current => {
+                self.schema_current.store(true, Ordering::Relaxed);
+                Ok(found)
+            }
+            SchemaPlan::Migrate(pending) => {
+                for m in &pending {
+                    for statement in m.statements {
+                        sqlx::query(statement).execute(&mut *tx).await?;
+                    }
+                    sqlx::query(
+                        "INSERT INTO idem_inbox_schema (version, applied_at_ms) VALUES ($1, $2)",
+                    )
+                    .bind(m.version)
+                    .bind(now_ms())
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                tx.commit().await?;
+                self.schema_current.store(true, Ordering::Relaxed);
+                Ok(schema::LATEST)
+            }
+        }
+    }
+
+    /// The inbox schema version in the database (0: no inbox tables).
+    pub async fn schema_version(&self) -> Result<i64, InboxError> {
+        let exists = match self.backend {
+            Backend::Postgres => {
+                "SELECT COUNT(*) FROM information_schema.tables \
+                 WHERE table_name = 'idem_inbox_schema' AND table_schema = current_schema()"
+            }
+            Backend::Sqlite => {
+                "SELECT COUNT(*) FROM sqlite_master \
+                 WHERE type = 'table' AND name = 'idem_inbox_schema'"
+            }
+        };
+        let tables: i64 = sqlx::query_scalar(exists).fetch_one(&self.pool).await?;
+        if tables == 0 {
+            return Ok(0);
+        }
+        Ok(
+            sqlx::query_scalar("SELECT COALESCE(MAX(version), 0) FROM idem_inbox_schema")
+                .fetch_one(&self.pool)
+                .await?,
+        )
+    }
+
+    /// [`Inbox::process_batch`] of one record.
+    pub async fn process<F>(&self, record: &ConsumerRecord, apply: F) -> Result<Outcome, InboxError>
+    where
+        F: for<'a> FnMut(&'a mut InboxTx, &'a ConsumerRecord) -> Apply<'a>,
+    {
+        let outcome = self
+            .process_batch(std::slice::from_ref(record), apply)
+            .await?;
+        Ok(outcome.outcomes.first().copied().unwrap_or(Outcome::Behind))
+    }
+
+    /// Processes `records` in one database transaction: each record whose key this inbox
+    /// has not processed (and that is not behind its partition's stored position) gets
+    /// `apply` run on the transaction; then the keys and the next positions are stored
+    /// and the transaction commits. An error anywhere (the closure's included) rolls it
+    /// all back: no key, no business write, no position of this batch is stored.
+    pub async fn process_batch<F>(
+        &self,
+        records: &[ConsumerRecord],
+        mut apply: F,
+    ) -> Result<BatchOutcome, InboxError>
+    where
+        F: for<'a> FnMut(&'a mut InboxTx, &'a ConsumerRecord) -> Apply<'a>,
+    {
+        self.require_current_schema().await?;
+        let mut tx = self.pool.begin().await?;
+        let partitions: BTreeSet<TopicPartition> = records
+            .iter()
+            .map(|r| (r.topic.clone(), r.partition))
+            .collect();
+        let stored = self.read_positions(&mut tx, &partitions).await?;
+        let places = || {
+            records
+                .iter()
+                .map(|r| (r.topic.as_str(), r.partition, r.offset))
+        };
+        let standings = plan::standings(places(), &stored);
+        let now = now_ms();
+        let mut outcomes = Vec::with_capacity(records.len());
+        for (record, standing) in records.iter().zip(standings) {
+            if standing == Standing::Behind {
+                outcomes.push(Outcome::Behind);
+                continue;
+            }
+            let inserted = sqlx::query(
+                "INSERT INTO idem_inbox_processed \
+                 (inbox, idempotency_key, topic, partition_id, record_offset, processed_at_ms) \
+                 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (inbox, idempotency_key) DO NOTHING",
+            )
+            .bind(self.name.as_str())
+            .bind(idempotency_key(record))
+            .bind(record.topic.as_str())
+            .bind(i64::from(record.partition))
+            .bind(record.offset)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            if inserted == 0 {
+                outcomes.push(Outcome::Duplicate);
+                continue;
+            }
+            apply(&mut tx, record).await?;
+            outcomes.push(Outcome::Applied);
+        }
+        let positions = plan::positions_to_store(places(), &stored);
+        for ((topic, partition), next_offset) in &positions {
+            // The WHERE keeps a position from moving back even if another owner of the
+            // partition committed further meanwhile.
+            sqlx::query(
+                "INSERT INTO idem_inbox_positions \
+                 (inbox, topic, partition_id, next_offset, updated_at_ms) \
+                 VALUES ($1, $2, $3, $4, $5) \
+                 ON CONFLICT (inbox, topic, partition_id) DO UPDATE \
+                 SET next_offset = excluded.next_offset, updated_at_ms = excluded.updated_at_ms \
+                 WHERE idem_inbox_positions.next_offset < excluded.next_offset",
+            )
+            .bind(self.name.as_str())
+            .bind(topic.as_str())
+            .bind(i64::from(*partition))
+            .bind(*next_offset)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(BatchOutcome {
+            outcomes,
+            positions,
+        })
+    }
+
+    /// The stored next offsets of `partitions` (partitions this inbox never processed
+    /// are absent).
+    pub async fn positions(
+        &self,
+        partitions: &[TopicPartition],
+    ) -> Result<BTreeMap<TopicPartition, i64>, InboxError> {
+        let mut conn = self.pool.acquire().await?;
+        let wanted: BTreeSet<TopicPartition> = partitions.iter().cloned().collect();
+        self.read_positions(&mut conn, &wanted).await
+    }
+
+    /// Every stored position of this inbox.
+    pub async fn all_positions(&self) -> Result<BTreeMap<TopicPartition, i64>, InboxError> {
+        let rows = sqlx::query(
+            "SELECT topic, partition_id, next_offset FROM idem_inbox_positions WHERE inbox = $1",
+        )
+        .bind(self.name.as_str())
+        .fetch_all(&self.pool)
+        .await?;
+        let mut positions = BTreeMap::new();
+        for row in rows {
+            let topic: String = row.try_get(0)?;
+            let partition: i64 = row.try_get(1)?;
+            positions.insert((topic, partition_id(partition)?), row.try_get(2)?);
+        }
+        Ok(positions)
+    }
+
+    /// Seeks every partition assigned to `consumer` to its stored position; returns
+    /// those positions. A partition without one keeps the consumer's own start
+    /// (`ConsumerConfig::start`: use `OffsetSpec::Earliest` so a new inbox reads all).
+    pub async fn seek_consumer(
+        &self,
+        consumer: &mut Consumer,
+    ) -> Result<BTreeMap<TopicPartition, i64>, InboxError> {
+        let positions = self.positions(&consumer.assignment()).await?;
+        for ((topic, partition), offset) in &positions {
+            consumer.seek(topic, *partition, *offset)?;
+        }
+        Ok(positions)
+    }
+
+    /// For a group member: seeks the partitions the `events` of a `poll` newly assigned
+    /// to their stored positions (instead of the group's committed offsets). Call it
+    /// with every poll's events before processing further records.
+    pub async fn seek_assigned(
+        &self,
+        group: &mut GroupConsumer,
+        events: &[Event],
+    ) -> Result<BTreeMap<TopicPartition, i64>, InboxError> {
+        let assigned: Vec<TopicPartition> = events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Assigned(partitions) => Some(partitions.iter().cloned()),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        let positions = self.positions(&assigned).await?;
+        for ((topic, partition), offset) in &positions {
+            group.seek(topic, *partition, *offset)?;
+        }
+        Ok(positions)
+    }
+
+    /// Deletes the processed keys of `topic` older than `keep`; refused when `keep` is
+    /// shorter than the topic's retention (the rule in [`retention`]). Returns how many
+    /// keys went.
+    pub async fn prune(
+        &self,
+        topic: &str,
+        keep: Duration,
+        topic_retention: TopicRetention,
+    ) -> Result<u64, InboxError> {
+        let cutoff = retention::prune_cutoff_ms(now_ms(), keep, topic_retention)?;
+        let deleted = sqlx::query(
+            "DELETE FROM idem_inbox_processed \
+             WHERE inbox = $1 AND topic = $2 AND processed_at_ms < $3",
+        )
+        .bind(self.name.as_str())
+        .bind(topic)
+        .bind(cutoff)
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        Ok(deleted)
+    }
+
+    /// The pool, for the caller's own reads and writes outside the inbox.
+    pub fn pool(&self) -> &AnyPool {
+        &self.pool
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// A clear error, rather than a missing table or column, when the schema is not
+    /// this SDK's.
+    async fn require_current_schema(&self) -> Result<(), InboxError> {
+        if self.schema_current.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let found = self.schema_version().await?;
+        match schema::plan(found) {
+            SchemaPlan::Current => {
+                self.schema_current.store(true, Ordering::Relaxed);
+                Ok(())
+            }
+            SchemaPlan::TooNew => Err(InboxError::SchemaTooNew {
+                found,
+                supported: schema::LATEST,
+            }),
+            SchemaPlan::Migrate(_) => Err(InboxError::SchemaOutdated {
+                found,
+                needed: schema::LATEST,
+            }),
+        }
+    }
+
+    async fn read_positions(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        partitions: &BTreeSet<TopicPartition>,
+    ) -> Result<BTreeMap<TopicPartition, i64>, InboxError> {
+        let mut positions = BTreeMap::new();
+        for (topic, partition) in partitions {
+            let next: Option<i64> = sqlx::query_scalar(
+                "SELECT next_offset FROM idem_inbox_positions \
+                 WHERE inbox = $1 AND topic = $2 AND partition_id = $3",
+            )
+            .bind(self.name.as_str())
+            .bind(topic.as_str())
+            .bind(i64::from(*partition))
+            .fetch_optional(&mut *conn)
+            .await?;
+            if let Some(next) = next {
+                positions.insert((topic.clone(), *partition), next);
+            }
+        }
+        Ok(positions)
+    }
+}
+
+/// The key of the advisory lock PostgreSQL migrations hold (any fixed number; this
+/// one spells "idem").
+const MIGRATION_LOCK: i64 = 0x6964_656d;
+
+fn partition_id(stored: i64) -> Result<i32, InboxError> {
+    i32::try_from(stored).map_err(|_| {
+        InboxError::Database(sqlx::Error::Decode(
+            format!("partition id {stored} out of range").into(),
+        ))
+    })
+}
+
+/// Compiles only while `process_batch` with a typical business closure is `Send`, so
+/// a consumer loop may run in `tokio::spawn`.
+#[allow(dead_code)]
+fn process_batch_is_send(inbox: Inbox, records: Vec<ConsumerRecord>) {
+    fn spawnable<T: Send>(_: T) {}
+    let table = String::from("seen");
+    spawnable(async move {
+        inbox
+            .process_batch(&records, |tx: &mut InboxTx, record: &ConsumerRecord| {
+                let sql = format!("INSERT INTO {table} (offset_seen) VALUES ($1)");
+                Box::pin(async move {
+                    sqlx::query(&sql)
+                        .bind(record.offset)
+                        .execute(&mut **tx)
+                        .await?;
+                    Ok(())
+                })
+            })
+            .await
+    });
+}
