@@ -9,6 +9,7 @@ mod bench;
 mod consume;
 mod dev;
 mod group;
+mod health;
 mod produce;
 mod produce_txn;
 mod record_line;
@@ -55,6 +56,8 @@ enum Command {
     /// List and describe consumer groups; reset or delete empty ones.
     #[command(subcommand)]
     Group(group::GroupCommand),
+    /// Ask a broker or coordinator whether it serves (exit 0 only if SERVING).
+    Health(health::HealthArgs),
     /// Measure throughput and latency of each delivery mode (verified by reading back).
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -82,6 +85,7 @@ async fn main() -> std::process::ExitCode {
         Command::Txn(command) => txn::run(&cli.bootstrap, command).await,
         Command::Group(command) => group::run(&cli.bootstrap, command).await,
         Command::Bench(command) => bench::run(&cli.bootstrap, command).await,
+        Command::Health(args) => health::run(args).await,
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

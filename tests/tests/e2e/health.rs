@@ -5,6 +5,7 @@
 
 use etcd_client::{Client, PutOptions};
 use idem_proto::batch::{self, ProducerInfo};
+use idem_tests::cli::idem;
 use idem_tests::raw;
 use idem_tests::wait::{wait_until, Seen, PATIENCE};
 use idem_tests::{BrokerProcess, Cluster, CoordinatorProcess};
@@ -141,4 +142,77 @@ async fn given_a_coordinator_whose_lease_is_revoked_then_it_is_not_serving_until
     await_status(&address, COORDINATOR, ServingStatus::NotServing).await;
     etcd.lease_revoke(squatter).await.expect("let go");
     await_status(&address, COORDINATOR, ServingStatus::Serving).await;
+}
+
+/// `idem health ADDR`, the containers' health check, exits 0 only for a server that
+/// answers SERVING, and says why otherwise: a coordinator that cannot load its slices
+/// (NOT_SERVING), a broker that is down (unreachable), a service the server does not
+/// have.
+#[tokio::test]
+async fn given_idem_health_then_it_exits_zero_only_for_a_serving_server() {
+    let mut broker = BrokerProcess::start();
+    broker.stop();
+    let coordinator = CoordinatorProcess::coordinator(&[
+        "--data-dir",
+        "{data_dir}",
+        "--bootstrap",
+        broker.bootstrap().as_str(),
+        "--txn-log-partitions",
+        "2",
+    ]);
+    let bootstrap = broker.bootstrap();
+    let health = |args: &[&str]| {
+        let out = idem(&bootstrap, &[&["health"], args].concat());
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).trim().to_string(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    await_status(
+        &coordinator.bootstrap(),
+        COORDINATOR,
+        ServingStatus::NotServing,
+    )
+    .await;
+    let (code, stdout, stderr) = health(&[&coordinator.bootstrap()]);
+    assert_eq!(
+        (code, stdout.as_str()),
+        (Some(1), "NOT_SERVING"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("reports NOT_SERVING for the server"),
+        "{stderr}"
+    );
+    let (code, _, stderr) = health(&[&broker.bootstrap(), "--timeout-ms", "500"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("cannot reach"), "{stderr}");
+
+    broker.restart();
+    await_status(
+        &coordinator.bootstrap(),
+        COORDINATOR,
+        ServingStatus::Serving,
+    )
+    .await;
+    for args in [
+        vec![coordinator.bootstrap()],
+        vec![
+            coordinator.bootstrap(),
+            "--service".into(),
+            COORDINATOR.into(),
+        ],
+    ] {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (code, stdout, stderr) = health(&args);
+        assert_eq!((code, stdout.as_str()), (Some(0), "SERVING"), "{stderr}");
+    }
+    await_status(&broker.bootstrap(), BROKER, ServingStatus::Serving).await;
+    let (code, stdout, stderr) = health(&[&broker.bootstrap(), "--service", BROKER]);
+    assert_eq!((code, stdout.as_str()), (Some(0), "SERVING"), "{stderr}");
+    // A broker has no transaction coordinator service.
+    let (code, _, stderr) = health(&[&broker.bootstrap(), "--service", COORDINATOR]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("did not answer a health check"), "{stderr}");
 }
