@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Builds the two images idem runs from, with no container registry: `idem` (the release
+# binaries idem-broker, idem-coordinator, idem) and `idem-etcd` (etcd from Debian's
+# etcd-server package), each `FROM scratch` plus a root filesystem this script
+# assembles: the binaries, exactly the shared libraries `ldd` names, /etc/passwd and
+# /etc/group with a non-root user, an empty data directory it owns, and /tmp.
+#
+#   deploy/build-images.sh [--tag TAG]     # default tag: the workspace version
+#
+# Prints each image's name and size. Needs docker, cargo, and apt-get for the
+# etcd-server package (downloaded, not installed).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+tag=""
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --tag) [[ $# -ge 2 ]] || { echo "--tag needs a value" >&2; exit 2; }
+           tag="$2"; shift 2 ;;
+    *) echo "unknown option $1; usage: $0 [--tag TAG]" >&2; exit 2 ;;
+  esac
+done
+
+version="$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)"
+[[ -n "$version" ]] || { echo "no workspace version in Cargo.toml" >&2; exit 1; }
+tag="${tag:-$version}"
+commit="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+target="$(realpath "${CARGO_TARGET_DIR:-target}")"
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+
+# Copies each binary into $root/usr/local/bin and every shared library it loads to the
+# same path in $root (symlinks resolved, so the loader's path exists as a file).
+add_binaries() {
+  local root="$1"; shift
+  local bin lib
+  for bin in "$@"; do
+    install -D -m 0755 "$bin" "$root/usr/local/bin/$(basename "$bin")"
+    while read -r lib; do
+      [[ -n "$lib" ]] || continue
+      mkdir -p "$root$(dirname "$lib")"
+      cp -L "$lib" "$root$lib"
+    done < <(ldd "$bin" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}')
+  done
+}
+
+# A non-root user and group and a world-writable /tmp in the root filesystem; its data
+# directory is the empty `home/` beside it, which the Dockerfile copies with
+# `--chown` (COPY makes everything else root's, and a scratch image has no RUN).
+add_user() {
+  local root="$1" name="$2" id="$3" home="$4"
+  mkdir -p "$root/etc" "$root/tmp" "$(dirname "$root")/home"
+  echo "$name:x:$id:$id:$name:$home:/sbin/nologin" > "$root/etc/passwd"
+  echo "$name:x:$id:" > "$root/etc/group"
+  chmod 1777 "$root/tmp"
+}
+
+size_of() { docker image inspect --format '{{.Size}}' "$1" | awk '{printf "%.1f MB", $1 / 1000000}'; }
+
+echo "building the release binaries"
+cargo build --release --bins
+idem_root="$work/idem/rootfs"
+add_binaries "$idem_root" "$target/release/idem-broker" "$target/release/idem-coordinator" "$target/release/idem"
+add_user "$idem_root" idem 10001 /data
+cp deploy/docker/idem.Dockerfile "$work/idem/Dockerfile"
+docker build --quiet --build-arg VERSION="$version" --build-arg COMMIT="$commit" \
+  -t "idem:$tag" "$work/idem" > /dev/null
+echo "idem:$tag $(size_of "idem:$tag") (commit $commit)"
+
+echo "fetching Debian's etcd-server package"
+(cd "$work" && apt-get download etcd-server > /dev/null)
+deb="$(ls "$work"/etcd-server_*.deb)"
+etcd_version="$(dpkg-deb -f "$deb" Version)"
+dpkg-deb -x "$deb" "$work/etcd-pkg"
+etcd_root="$work/etcd/rootfs"
+add_binaries "$etcd_root" "$work/etcd-pkg/usr/bin/etcd"
+add_user "$etcd_root" etcd 10002 /var/lib/etcd
+cp deploy/docker/etcd.Dockerfile "$work/etcd/Dockerfile"
+docker build --quiet --build-arg VERSION="$etcd_version" -t "idem-etcd:$tag" "$work/etcd" > /dev/null
+echo "idem-etcd:$tag $(size_of "idem-etcd:$tag") (etcd-server $etcd_version)"
