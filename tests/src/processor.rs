@@ -140,16 +140,24 @@ fn source_and_value(record: &ConsumerRecord) -> (String, String) {
     (source, value)
 }
 
-/// Asserts that `output`, read_committed once its markers landed, holds exactly one
-/// `transform` output per input record — `input_value(p, n)` upper-cased, at input
-/// offset `n` of partition `p` — in input order, for every partition `0..partitions`.
-pub async fn assert_each_input_once_in_order(
+/// Asserts that `group` committed every input (`per_partition` in each partition
+/// `0..partitions`) and that `output`, read_committed once its markers landed, holds
+/// exactly one `transform` output per input record — `input_value(p, n)` upper-cased,
+/// at input offset `n` of partition `p` — in input order.
+pub async fn assert_pipeline_exactly_once(
+    group: &GroupClient,
     bootstrap: &str,
     (input, output): (&str, &str),
     partitions: i32,
     per_partition: usize,
     input_value: impl Fn(i32, usize) -> String,
 ) {
+    let committed = group.committed(input, partitions).await;
+    assert_eq!(
+        committed,
+        vec![per_partition as i64; partitions as usize],
+        "the group's committed offsets are the input's log end"
+    );
     let all: Vec<i32> = (0..partitions).collect();
     // The last transactions' markers may still be on their way: read once they landed.
     wait_until_stable(bootstrap, output, &all).await;

@@ -67,8 +67,8 @@ async fn given_a_broker_loading_a_large_log_then_it_is_not_serving_until_loaded(
     let _broker = restarted.await.expect("restarted");
 }
 
-#[tokio::test]
-async fn given_a_coordinator_whose_broker_is_down_then_it_serves_once_its_slices_load() {
+/// A stopped broker and a coordinator bootstrapped from it alone.
+fn coordinator_without_its_broker() -> (BrokerProcess, CoordinatorProcess) {
     let mut broker = BrokerProcess::start();
     broker.stop();
     let coordinator = CoordinatorProcess::coordinator(&[
@@ -79,6 +79,12 @@ async fn given_a_coordinator_whose_broker_is_down_then_it_serves_once_its_slices
         "--txn-log-partitions",
         "2",
     ]);
+    (broker, coordinator)
+}
+
+#[tokio::test]
+async fn given_a_coordinator_whose_broker_is_down_then_it_serves_once_its_slices_load() {
+    let (mut broker, coordinator) = coordinator_without_its_broker();
     // Without its broker it cannot load a slice of the transaction log.
     await_status(
         &coordinator.bootstrap(),
@@ -150,16 +156,7 @@ async fn given_a_coordinator_whose_lease_is_revoked_then_it_is_not_serving_until
 /// have.
 #[tokio::test]
 async fn given_idem_health_then_it_exits_zero_only_for_a_serving_server() {
-    let mut broker = BrokerProcess::start();
-    broker.stop();
-    let coordinator = CoordinatorProcess::coordinator(&[
-        "--data-dir",
-        "{data_dir}",
-        "--bootstrap",
-        broker.bootstrap().as_str(),
-        "--txn-log-partitions",
-        "2",
-    ]);
+    let (mut broker, coordinator) = coordinator_without_its_broker();
     let bootstrap = broker.bootstrap();
     let health = |args: &[&str]| {
         let out = idem(&bootstrap, &[&["health"], args].concat());

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use idem_client::{Admin, Producer, ProducerConfig, ProducerRecord};
 use idem_tests::groups::GroupClient;
-use idem_tests::processor::{assert_each_input_once_in_order, wait_committed, Processor};
+use idem_tests::processor::{assert_pipeline_exactly_once, wait_committed, Processor};
 use idem_tests::wait::{wait_until, Seen};
 use idem_tests::Cluster;
 
@@ -84,9 +84,8 @@ async fn given_three_processors_on_120_partitions_and_one_killed_then_each_input
     )
     .await;
 
-    let committed = group.committed(INPUT, PARTITIONS).await;
-    assert_eq!(committed, vec![PER_PARTITION as i64; PARTITIONS as usize]);
-    assert_each_input_once_in_order(
+    assert_pipeline_exactly_once(
+        &group,
         &bootstrap,
         (INPUT, OUTPUT),
         PARTITIONS,
