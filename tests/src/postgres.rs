@@ -97,6 +97,17 @@ impl PostgresServer {
         }
     }
 
+    /// Starts again, on the same port and data, a server [`PostgresServer::stop_immediate`]
+    /// stopped (crash recovery runs first); returns once it accepts connections.
+    pub fn start_again(&mut self) {
+        if self.running {
+            return;
+        }
+        if let Err(e) = self.try_start() {
+            panic!("postgres did not start again: {e}");
+        }
+    }
+
     /// `pg_ctl stop -m immediate`: every server process quits at once, without a
     /// checkpoint, like a crash.
     pub fn stop_immediate(&mut self) {

@@ -4,8 +4,10 @@
 //! real SQLite files, and the `ledger` example as the consuming process.
 
 mod bad_input;
+mod faults;
 mod group;
 mod ledger;
+mod rebalance;
 mod retention;
 mod upstream_duplicates;
 
@@ -82,11 +84,16 @@ pub async fn broker() -> BrokerProcess {
 /// The `n` transfers `first..first+n` as `(id, value)`: amounts and accounts vary so a
 /// transfer applied twice or lost changes balances.
 pub fn transfers(first: usize, n: usize) -> Vec<(String, String)> {
+    transfers_among(first, n, ACCOUNTS)
+}
+
+/// [`transfers`] between `accounts` accounts.
+pub fn transfers_among(first: usize, n: usize, accounts: i64) -> Vec<(String, String)> {
     (first..first + n)
         .map(|i| {
             let id = format!("t-{i:06}");
-            let from = (i as i64 * 7) % ACCOUNTS;
-            let to = (i as i64 * 7 + 1 + (i as i64 % 5)) % ACCOUNTS;
+            let from = (i as i64 * 7) % accounts;
+            let to = (i as i64 * 7 + 1 + (i as i64 % 5)) % accounts;
             let amount = 1 + (i as i64 % 97);
             let value = format!("{id},{from},{to},{amount}");
             (id, value)
@@ -129,12 +136,24 @@ pub fn ledger_binary() -> PathBuf {
 
 /// Starts the ledger example against `url`; `crash` is its `LEDGER_CRASH`.
 pub fn spawn_ledger(bootstrap: &str, url: &str, expect: usize, crash: Option<&str>) -> Child {
+    spawn_ledger_with(bootstrap, url, expect, crash, ACCOUNTS, 20)
+}
+
+/// [`spawn_ledger`] with `accounts` accounts and batches of up to `batch_size` records.
+pub fn spawn_ledger_with(
+    bootstrap: &str,
+    url: &str,
+    expect: usize,
+    crash: Option<&str>,
+    accounts: i64,
+    batch_size: usize,
+) -> Child {
     let mut command = Command::new(ledger_binary());
     command
         .args([bootstrap, url, TOPIC])
-        .args(["--accounts", &ACCOUNTS.to_string()])
+        .args(["--accounts", &accounts.to_string()])
         .args(["--initial-balance", &INITIAL_BALANCE.to_string()])
-        .args(["--batch-size", "20"])
+        .args(["--batch-size", &batch_size.to_string()])
         .args(["--expect", &expect.to_string()])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
