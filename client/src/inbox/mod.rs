@@ -320,7 +320,7 @@ impl Inbox {
         // trip per record would double a batch's statements (docs/benchmarks.md).
         let to_insert = plan::keys_to_insert(&standings, &keys);
         let mut inserted = HashSet::with_capacity(to_insert.len());
-        for chunk in to_insert.chunks(ROWS_PER_STATEMENT) {
+        for chunk in to_insert.chunks(self.rows_per_statement()) {
             let sql = format!(
                 "INSERT INTO idem_inbox_processed \
                  (inbox, idempotency_key, topic, partition_id, record_offset, processed_at_ms) \
@@ -351,7 +351,7 @@ impl Inbox {
         }
         let positions = plan::positions_to_store(places(), &stored);
         let moved: Vec<(&TopicPartition, &i64)> = positions.iter().collect();
-        for chunk in moved.chunks(ROWS_PER_STATEMENT) {
+        for chunk in moved.chunks(self.rows_per_statement()) {
             // The WHERE keeps a position from moving back even if another owner of the
             // partition committed further meanwhile.
             let sql = format!(
@@ -565,6 +565,17 @@ impl Inbox {
         }
     }
 
+    /// Rows per multi-row INSERT. PostgreSQL: 500 (6 parameters each stays far below
+    /// its 65,535 per statement). SQLite: 50, since sqlx binds a statement's
+    /// parameters in time that grows faster than their count (500-row statements made
+    /// the SQLite inbox 3x slower than one statement per row; docs/benchmarks.md).
+    fn rows_per_statement(&self) -> usize {
+        match self.backend {
+            Backend::Postgres => 500,
+            Backend::Sqlite => 50,
+        }
+    }
+
     async fn read_positions(
         &self,
         conn: &mut sqlx::AnyConnection,
@@ -592,10 +603,6 @@ impl Inbox {
         Ok(positions)
     }
 }
-
-/// Rows per multi-row INSERT: 6 parameters each stays far below PostgreSQL's 65,535
-/// and SQLite's 32,766 bound parameters per statement.
-const ROWS_PER_STATEMENT: usize = 500;
 
 /// `($1, $2, …), ($n+1, …), …`: `rows` groups of `columns` numbered parameters.
 fn placeholders(rows: usize, columns: usize) -> String {
