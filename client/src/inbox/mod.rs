@@ -47,7 +47,7 @@ pub mod url;
 /// The `sqlx` the Inbox is built with: business writes use it, in the same version.
 pub use sqlx;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -58,7 +58,7 @@ use sqlx::{Any, AnyConnection, AnyPool, Connection, Row};
 
 pub use self::error::InboxError;
 pub use self::key::{idempotency_key, IDEMPOTENCY_KEY_HEADER};
-use self::plan::Standing;
+pub use self::plan::Outcome;
 pub use self::retention::TopicRetention;
 pub use self::schema::Backend;
 use self::schema::SchemaPlan;
@@ -103,17 +103,6 @@ impl InboxConfig {
             max_connections: 4,
         }
     }
-}
-
-/// What became of one record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    /// New: the business writes ran and were committed with its key and position.
-    Applied,
-    /// Its idempotency key was processed before (an upstream duplicate, a re-read).
-    Duplicate,
-    /// Below the stored position of its partition: processed before.
-    Behind,
 }
 
 /// What became of a batch (one transaction).
@@ -325,53 +314,65 @@ impl Inbox {
                 .map(|r| (r.topic.as_str(), r.partition, r.offset))
         };
         let standings = plan::standings(places(), &stored);
+        let keys: Vec<String> = records.iter().map(idempotency_key).collect();
         let now = now_ms();
-        let mut outcomes = Vec::with_capacity(records.len());
-        for (record, standing) in records.iter().zip(standings) {
-            if standing == Standing::Behind {
-                outcomes.push(Outcome::Behind);
-                continue;
-            }
-            let inserted = sqlx::query(
+        // The keys go in a few multi-row statements rather than one per record: a round
+        // trip per record would double a batch's statements (docs/benchmarks.md).
+        let to_insert = plan::keys_to_insert(&standings, &keys);
+        let mut inserted = HashSet::with_capacity(to_insert.len());
+        for chunk in to_insert.chunks(self.rows_per_statement()) {
+            let sql = format!(
                 "INSERT INTO idem_inbox_processed \
                  (inbox, idempotency_key, topic, partition_id, record_offset, processed_at_ms) \
-                 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (inbox, idempotency_key) DO NOTHING",
-            )
-            .bind(self.name.as_str())
-            .bind(idempotency_key(record))
-            .bind(record.topic.as_str())
-            .bind(i64::from(record.partition))
-            .bind(record.offset)
-            .bind(now)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-            if inserted == 0 {
-                outcomes.push(Outcome::Duplicate);
-                continue;
+                 VALUES {} ON CONFLICT (inbox, idempotency_key) DO NOTHING \
+                 RETURNING idempotency_key",
+                placeholders(chunk.len(), 6)
+            );
+            let mut query = sqlx::query(&sql);
+            for &i in chunk {
+                let record = &records[i];
+                query = query
+                    .bind(self.name.as_str())
+                    .bind(keys[i].as_str())
+                    .bind(record.topic.as_str())
+                    .bind(i64::from(record.partition))
+                    .bind(record.offset)
+                    .bind(now);
             }
-            apply(&mut tx, record).await?;
-            outcomes.push(Outcome::Applied);
+            for row in query.fetch_all(&mut *tx).await? {
+                inserted.insert(row.try_get::<String, _>(0)?);
+            }
+        }
+        let outcomes = plan::outcomes(&standings, &keys, &inserted);
+        for (record, outcome) in records.iter().zip(&outcomes) {
+            if *outcome == Outcome::Applied {
+                apply(&mut tx, record).await?;
+            }
         }
         let positions = plan::positions_to_store(places(), &stored);
-        for ((topic, partition), next_offset) in &positions {
+        let moved: Vec<(&TopicPartition, &i64)> = positions.iter().collect();
+        for chunk in moved.chunks(self.rows_per_statement()) {
             // The WHERE keeps a position from moving back even if another owner of the
             // partition committed further meanwhile.
-            sqlx::query(
+            let sql = format!(
                 "INSERT INTO idem_inbox_positions \
                  (inbox, topic, partition_id, next_offset, updated_at_ms) \
-                 VALUES ($1, $2, $3, $4, $5) \
+                 VALUES {} \
                  ON CONFLICT (inbox, topic, partition_id) DO UPDATE \
                  SET next_offset = excluded.next_offset, updated_at_ms = excluded.updated_at_ms \
                  WHERE idem_inbox_positions.next_offset < excluded.next_offset",
-            )
-            .bind(self.name.as_str())
-            .bind(topic.as_str())
-            .bind(i64::from(*partition))
-            .bind(*next_offset)
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
+                placeholders(chunk.len(), 5)
+            );
+            let mut query = sqlx::query(&sql);
+            for ((topic, partition), next_offset) in chunk {
+                query = query
+                    .bind(self.name.as_str())
+                    .bind(topic.as_str())
+                    .bind(i64::from(*partition))
+                    .bind(**next_offset)
+                    .bind(now);
+            }
+            query.execute(&mut *tx).await?;
         }
         tx.commit().await?;
         Ok(BatchOutcome {
@@ -468,6 +469,66 @@ impl Inbox {
         Ok(deleted)
     }
 
+    /// Deletes, in each partition of `topic`, the processed keys beyond its
+    /// `keep_newest` newest (by record offset), except keys younger than the topic's
+    /// retention, which stay however many there are (the rule in [`retention`]); a topic
+    /// kept forever is refused. Returns how many keys went.
+    pub async fn prune_by_count(
+        &self,
+        topic: &str,
+        keep_newest: u64,
+        topic_retention: TopicRetention,
+    ) -> Result<u64, InboxError> {
+        // Checked before any read: a topic kept forever is refused whatever it holds.
+        retention::count_prune(now_ms(), keep_newest, None, topic_retention)?;
+        let partitions: Vec<i64> = sqlx::query_scalar(
+            "SELECT DISTINCT partition_id FROM idem_inbox_processed \
+             WHERE inbox = $1 AND topic = $2",
+        )
+        .bind(self.name.as_str())
+        .bind(topic)
+        .fetch_all(&self.pool)
+        .await?;
+        let skip = i64::try_from(keep_newest.saturating_sub(1)).unwrap_or(i64::MAX);
+        let mut deleted = 0;
+        for partition in partitions {
+            let kept_oldest: Option<i64> = if keep_newest == 0 {
+                None
+            } else {
+                sqlx::query_scalar(
+                    "SELECT record_offset FROM idem_inbox_processed \
+                     WHERE inbox = $1 AND topic = $2 AND partition_id = $3 \
+                     ORDER BY record_offset DESC LIMIT 1 OFFSET $4",
+                )
+                .bind(self.name.as_str())
+                .bind(topic)
+                .bind(partition)
+                .bind(skip)
+                .fetch_optional(&self.pool)
+                .await?
+            };
+            let Some(rule) =
+                retention::count_prune(now_ms(), keep_newest, kept_oldest, topic_retention)?
+            else {
+                continue;
+            };
+            deleted += sqlx::query(
+                "DELETE FROM idem_inbox_processed \
+                 WHERE inbox = $1 AND topic = $2 AND partition_id = $3 \
+                 AND record_offset < $4 AND processed_at_ms < $5",
+            )
+            .bind(self.name.as_str())
+            .bind(topic)
+            .bind(partition)
+            .bind(rule.offset)
+            .bind(rule.processed_before_ms)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        }
+        Ok(deleted)
+    }
+
     /// The pool, for the caller's own reads and writes outside the inbox.
     pub fn pool(&self) -> &AnyPool {
         &self.pool
@@ -504,28 +565,56 @@ impl Inbox {
         }
     }
 
+    /// Rows per multi-row INSERT. PostgreSQL: 500 (6 parameters each stays far below
+    /// its 65,535 per statement). SQLite: 50, since sqlx binds a statement's
+    /// parameters in time that grows faster than their count (500-row statements made
+    /// the SQLite inbox 3x slower than one statement per row; docs/benchmarks.md).
+    fn rows_per_statement(&self) -> usize {
+        match self.backend {
+            Backend::Postgres => 500,
+            Backend::Sqlite => 50,
+        }
+    }
+
     async fn read_positions(
         &self,
         conn: &mut sqlx::AnyConnection,
         partitions: &BTreeSet<TopicPartition>,
     ) -> Result<BTreeMap<TopicPartition, i64>, InboxError> {
+        let topics: BTreeSet<&str> = partitions.iter().map(|(t, _)| t.as_str()).collect();
         let mut positions = BTreeMap::new();
-        for (topic, partition) in partitions {
-            let next: Option<i64> = sqlx::query_scalar(
-                "SELECT next_offset FROM idem_inbox_positions \
-                 WHERE inbox = $1 AND topic = $2 AND partition_id = $3",
+        // One statement per topic (a batch usually has one), not one per partition.
+        for topic in topics {
+            let rows = sqlx::query(
+                "SELECT partition_id, next_offset FROM idem_inbox_positions \
+                 WHERE inbox = $1 AND topic = $2",
             )
             .bind(self.name.as_str())
-            .bind(topic.as_str())
-            .bind(i64::from(*partition))
-            .fetch_optional(&mut *conn)
+            .bind(topic)
+            .fetch_all(&mut *conn)
             .await?;
-            if let Some(next) = next {
-                positions.insert((topic.clone(), *partition), next);
+            for row in rows {
+                let tp = (topic.to_string(), partition_id(row.try_get(0)?)?);
+                if partitions.contains(&tp) {
+                    positions.insert(tp, row.try_get(1)?);
+                }
             }
         }
         Ok(positions)
     }
+}
+
+/// `($1, $2, …), ($n+1, …), …`: `rows` groups of `columns` numbered parameters.
+fn placeholders(rows: usize, columns: usize) -> String {
+    (0..rows)
+        .map(|r| {
+            let group: Vec<String> = (1..=columns)
+                .map(|c| format!("${}", r * columns + c))
+                .collect();
+            format!("({})", group.join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The key of the advisory lock PostgreSQL migrations hold (any fixed number; this
@@ -560,4 +649,109 @@ fn process_batch_is_send(inbox: Inbox, records: Vec<ConsumerRecord>) {
             })
             .await
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use super::*;
+
+    const HOUR: Duration = Duration::from_secs(3600);
+
+    fn record(partition: i32, offset: i64) -> ConsumerRecord {
+        ConsumerRecord {
+            topic: "t".into(),
+            partition,
+            offset,
+            key: None,
+            value: Some(Bytes::from_static(b"v")),
+            headers: vec![(
+                IDEMPOTENCY_KEY_HEADER.to_string(),
+                Bytes::from(format!("event-{partition}-{offset}")),
+            )],
+            timestamp_ms: 0,
+        }
+    }
+
+    async fn sqlite_inbox(dir: &tempfile::TempDir) -> Inbox {
+        let url = format!("sqlite://{}", dir.path().join("inbox.db").display());
+        let inbox = Inbox::connect(&url, "test").await.expect("connect");
+        inbox.migrate().await.expect("migrate");
+        inbox
+    }
+
+    async fn process(inbox: &Inbox, records: &[ConsumerRecord]) -> BatchOutcome {
+        inbox
+            .process_batch(records, |_: &mut InboxTx, _: &ConsumerRecord| {
+                Box::pin(async { Ok(()) })
+            })
+            .await
+            .expect("batch")
+    }
+
+    /// The offsets of partition `partition` whose keys are stored.
+    async fn stored_offsets(inbox: &Inbox, partition: i64) -> Vec<i64> {
+        sqlx::query_scalar(
+            "SELECT record_offset FROM idem_inbox_processed \
+             WHERE partition_id = $1 ORDER BY record_offset",
+        )
+        .bind(partition)
+        .fetch_all(inbox.pool())
+        .await
+        .expect("read keys")
+    }
+
+    #[tokio::test]
+    async fn given_a_batch_with_a_key_twice_then_it_is_applied_once() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let inbox = sqlite_inbox(&dir).await;
+        let mut again = record(0, 7);
+        again.offset = 8;
+        let got = process(&inbox, &[record(0, 7), again, record(1, 0)]).await;
+        assert_eq!(
+            got.outcomes,
+            [Outcome::Applied, Outcome::Duplicate, Outcome::Applied]
+        );
+        let replay = process(&inbox, &[record(0, 9), record(0, 7)]).await;
+        assert_eq!(replay.outcomes, [Outcome::Applied, Outcome::Behind]);
+    }
+
+    #[tokio::test]
+    async fn given_old_keys_beyond_the_count_then_prune_by_count_deletes_only_those() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let inbox = sqlite_inbox(&dir).await;
+        let partition0: Vec<ConsumerRecord> = (0..10).map(|o| record(0, o)).collect();
+        let partition1: Vec<ConsumerRecord> = (0..2).map(|o| record(1, o)).collect();
+        process(&inbox, &partition0).await;
+        process(&inbox, &partition1).await;
+        // Offsets 0..6 of partition 0 and all of partition 1 were processed 2 hours ago;
+        // offsets 6..10 of partition 0 just now.
+        sqlx::query("UPDATE idem_inbox_processed SET processed_at_ms = processed_at_ms - $1 WHERE partition_id = 1 OR record_offset < 6")
+            .bind(2 * 3_600_000i64)
+            .execute(inbox.pool())
+            .await
+            .expect("age keys");
+
+        let refused = inbox.prune_by_count("t", 3, TopicRetention::Forever).await;
+        assert!(matches!(refused, Err(InboxError::RetentionTooShort { .. })));
+
+        // Keep 3 per partition: the young keys 6..10 stay (more than 3), the old 0..6 go;
+        // partition 1 holds fewer than 3.
+        let deleted = inbox
+            .prune_by_count("t", 3, TopicRetention::For(HOUR))
+            .await
+            .expect("prune");
+        assert_eq!(deleted, 6);
+        assert_eq!(stored_offsets(&inbox, 0).await, [6, 7, 8, 9]);
+        assert_eq!(stored_offsets(&inbox, 1).await, [0, 1]);
+
+        // Keep 1: partition 1's older key goes, its newest stays.
+        let deleted = inbox
+            .prune_by_count("t", 1, TopicRetention::For(HOUR))
+            .await
+            .expect("prune");
+        assert_eq!(deleted, 1);
+        assert_eq!(stored_offsets(&inbox, 1).await, [1]);
+    }
 }

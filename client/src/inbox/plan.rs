@@ -4,9 +4,21 @@
 //! positions to store. Positions only move forward, so a consumer that re-reads old
 //! records, or a stale owner of a partition, never winds a position back.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use crate::group::member::TopicPartition;
+
+/// What became of one record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// New: the business writes ran and were committed with its key and position.
+    Applied,
+    /// Its idempotency key was processed before (an upstream duplicate, a re-read, or
+    /// an earlier record of the same batch with the same key).
+    Duplicate,
+    /// Below the stored position of its partition: processed before.
+    Behind,
+}
 
 /// Where a record stands against the position stored for its partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,6 +43,44 @@ pub fn standings<'a>(
                 _ => Standing::Candidate,
             },
         )
+        .collect()
+}
+
+/// Which records' keys the batch inserts (indexes into the batch, in order): every
+/// candidate's key once, at its first record; a later record of the batch with the same
+/// key is a duplicate of that one whatever the database holds.
+pub fn keys_to_insert(standings: &[Standing], keys: &[String]) -> Vec<usize> {
+    let mut seen: HashSet<&str> = HashSet::new();
+    standings
+        .iter()
+        .zip(keys)
+        .enumerate()
+        .filter(|(_, (standing, key))| {
+            **standing == Standing::Candidate && seen.insert(key.as_str())
+        })
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// Each record's outcome, given the keys the database reported as newly inserted by
+/// this batch (`inserted`, from [`keys_to_insert`]'s records): a candidate is applied
+/// only at the first record carrying a newly inserted key, so no key is applied twice.
+pub fn outcomes(
+    standings: &[Standing],
+    keys: &[String],
+    inserted: &HashSet<String>,
+) -> Vec<Outcome> {
+    let mut applied: HashSet<&str> = HashSet::new();
+    standings
+        .iter()
+        .zip(keys)
+        .map(|(standing, key)| match standing {
+            Standing::Behind => Outcome::Behind,
+            Standing::Candidate if inserted.contains(key) && applied.insert(key.as_str()) => {
+                Outcome::Applied
+            }
+            Standing::Candidate => Outcome::Duplicate,
+        })
         .collect()
 }
 
@@ -79,6 +129,57 @@ mod tests {
         let s = stored(&[("t", 1, 100)]);
         let got = positions_to_store([("t", 0, 4), ("t", 0, 7), ("t", 1, 50), ("u", 0, 0)], &s);
         assert_eq!(got, stored(&[("t", 0, 8), ("u", 0, 1)]));
+    }
+
+    #[test]
+    fn given_one_key_twice_in_a_batch_then_only_its_first_record_is_applied() {
+        let standings = [Standing::Candidate; 3];
+        let keys = ["a".to_string(), "b".to_string(), "a".to_string()];
+        assert_eq!(keys_to_insert(&standings, &keys), [0, 1]);
+        let inserted: HashSet<String> = ["a".to_string()].into();
+        assert_eq!(
+            outcomes(&standings, &keys, &inserted),
+            [Outcome::Applied, Outcome::Duplicate, Outcome::Duplicate]
+        );
+    }
+
+    proptest! {
+        /// Whatever the batch and whichever of its keys the database already held: each
+        /// key is inserted once and applied at most once, at its first candidate record;
+        /// a key the database held is never applied; behind records never are.
+        #[test]
+        fn each_new_key_is_applied_once_at_its_first_candidate(
+            batch in proptest::collection::vec((any::<bool>(), 0u8..8), 0..40),
+            held in proptest::collection::hash_set(0u8..8, 0..8),
+        ) {
+            let standings: Vec<Standing> = batch.iter()
+                .map(|(behind, _)| if *behind { Standing::Behind } else { Standing::Candidate })
+                .collect();
+            let keys: Vec<String> = batch.iter().map(|(_, k)| format!("k{k}")).collect();
+            let to_insert = keys_to_insert(&standings, &keys);
+            let inserting: HashSet<&String> = to_insert.iter().map(|i| &keys[*i]).collect();
+            prop_assert_eq!(inserting.len(), to_insert.len());
+            // The database inserts what it did not hold.
+            let inserted: HashSet<String> = to_insert.iter()
+                .map(|i| keys[*i].clone())
+                .filter(|k| !held.iter().any(|h| format!("k{h}") == *k))
+                .collect();
+            let got = outcomes(&standings, &keys, &inserted);
+            let mut applied = HashSet::new();
+            for (i, outcome) in got.iter().enumerate() {
+                match outcome {
+                    Outcome::Applied => {
+                        prop_assert_eq!(standings[i], Standing::Candidate);
+                        prop_assert!(inserted.contains(&keys[i]));
+                        prop_assert!(applied.insert(keys[i].clone()));
+                        prop_assert!(to_insert.contains(&i));
+                    }
+                    Outcome::Behind => prop_assert_eq!(standings[i], Standing::Behind),
+                    Outcome::Duplicate => prop_assert_eq!(standings[i], Standing::Candidate),
+                }
+            }
+            prop_assert_eq!(applied, inserted);
+        }
     }
 
     proptest! {
