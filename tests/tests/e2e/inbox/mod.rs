@@ -211,6 +211,31 @@ pub async fn ledger_state(url: &str) -> LedgerState {
     }
 }
 
+/// What a user checks after the ledger ran: `applied` transfers, each once, `rejected`
+/// records set aside, the money of `accounts` accounts conserved, and the stored
+/// positions at the log ends.
+pub async fn assert_applied_once(
+    url: &str,
+    bootstrap: &str,
+    (applied, rejected): (i64, i64),
+    accounts: i64,
+) {
+    let state = ledger_state(url).await;
+    assert_eq!(state.applied, applied, "every transfer applied");
+    assert_eq!(state.distinct_applied, state.applied, "none applied twice");
+    assert_eq!(state.rejected, rejected, "records set aside");
+    assert_eq!(
+        state.balance_sum,
+        accounts * INITIAL_BALANCE,
+        "money is conserved"
+    );
+    assert_eq!(
+        state.positions,
+        log_ends(bootstrap).await,
+        "positions are the log ends"
+    );
+}
+
 /// The log end of every partition of the transfers topic.
 pub async fn log_ends(bootstrap: &str) -> BTreeMap<(String, i32), i64> {
     let admin = Admin::connect(bootstrap).await.expect("admin connects");
