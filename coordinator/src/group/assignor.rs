@@ -158,7 +158,9 @@ pub(crate) mod tests {
         }
     }
 
-    fn spec(members: &[(&str, &[&str])], topics: &[(&str, i32)]) -> AssignmentSpec {
+    /// A group of `members` (id, subscribed topics) over `topics` (name, partitions),
+    /// with no previous assignment. The range assignor's tests use it too.
+    pub(crate) fn spec(members: &[(&str, &[&str])], topics: &[(&str, i32)]) -> AssignmentSpec {
         AssignmentSpec {
             subscriptions: members
                 .iter()

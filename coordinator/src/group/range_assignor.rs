@@ -72,18 +72,8 @@ fn ranges(partitions: i32, members: usize) -> impl Iterator<Item = std::ops::Ran
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::group::assignor::tests::spec;
     use proptest::prelude::*;
-
-    fn spec(members: &[(&str, &[&str])], topics: &[(&str, i32)]) -> AssignmentSpec {
-        AssignmentSpec {
-            subscriptions: members
-                .iter()
-                .map(|(m, ts)| (m.to_string(), ts.iter().map(|t| t.to_string()).collect()))
-                .collect(),
-            partition_counts: topics.iter().map(|(t, n)| (t.to_string(), *n)).collect(),
-            previous: Assignment::new(),
-        }
-    }
 
     fn numbers(assignment: &Assignment, member: &str, topic: &str) -> Vec<i32> {
         assignment[member]
