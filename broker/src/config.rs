@@ -3,6 +3,7 @@
 
 use idem_proto::transport::MAX_MESSAGE_BYTES;
 use idem_runtime::config_error::{check_advertised, ConfigError};
+use idem_runtime::listeners::check_external;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -24,6 +25,16 @@ pub struct BrokerConfig {
     /// Address clients dial (defaults to the bound address).
     #[arg(long, env = "IDEM_ADVERTISE")]
     pub advertise: Option<String>,
+
+    /// Address the external listener binds, for clients outside the cluster's network
+    /// (the host of a compose cluster): Metadata and FindCoordinator asked through it
+    /// answer with every member's external address. Unset: one listener.
+    #[arg(long, env = "IDEM_EXTERNAL_LISTEN")]
+    pub external_listen: Option<SocketAddr>,
+
+    /// Address clients outside dial (defaults to the external listener's bound address).
+    #[arg(long, env = "IDEM_EXTERNAL_ADVERTISE")]
+    pub external_advertise: Option<String>,
 
     /// Directory holding partition logs, producer-state snapshots and the embedded store.
     #[arg(long, env = "IDEM_DATA_DIR", default_value = "idem-data")]
@@ -137,6 +148,12 @@ impl BrokerConfig {
             "must be 0 or more (-1 means \"no broker\" on the wire)",
         )?;
         check_advertised("--advertise", self.advertise.as_deref())?;
+        check_external(
+            ("--external-listen", "--external-advertise"),
+            self.listen,
+            self.external_listen,
+            self.external_advertise.as_deref(),
+        )?;
         ConfigError::unless(
             self.segment_bytes > 0,
             "--segment-bytes",
@@ -178,6 +195,8 @@ impl BrokerConfig {
             broker_id: 0,
             listen,
             advertise: None,
+            external_listen: None,
+            external_advertise: None,
             data_dir,
             segment_bytes: 64 * 1024 * 1024,
             flush: FlushPolicy::EveryAppend,

@@ -20,6 +20,9 @@ pub struct CoordinatorMember {
     pub id: i32,
     /// host:port a client dials for `TxnCoordinator`.
     pub address: String,
+    /// host:port of its external listener, for clients outside the cluster's network.
+    #[serde(default)]
+    pub external_address: Option<String>,
 }
 
 /// `{prefix}/coordinators/owners/{p}`: who owns `__transaction_state` partition `p`
@@ -28,6 +31,8 @@ pub struct CoordinatorMember {
 pub struct CoordinatorOwner {
     pub coordinator_id: i32,
     pub address: String,
+    #[serde(default)]
+    pub external_address: Option<String>,
     pub coordinator_epoch: i32,
 }
 
@@ -77,6 +82,8 @@ pub enum Coordinators {
 pub struct FoundCoordinator {
     pub coordinator_id: i32,
     pub address: String,
+    /// Its external listener's address, if it has one.
+    pub external_address: Option<String>,
     pub txn_log_partition: i32,
     pub coordinator_epoch: i32,
 }
@@ -105,6 +112,7 @@ impl Coordinators {
             Coordinators::Static(Some(address)) => Ok(FoundCoordinator {
                 coordinator_id: STATIC_COORDINATOR_ID,
                 address: address.clone(),
+                external_address: None,
                 // Before the coordinator created the topic every id maps to 0; the
                 // one coordinator owns every partition either way.
                 txn_log_partition: txn_log_partitions
@@ -129,6 +137,7 @@ impl Coordinators {
                 Ok(FoundCoordinator {
                     coordinator_id: owner.coordinator_id,
                     address: owner.address.clone(),
+                    external_address: owner.external_address.clone(),
                     txn_log_partition: partition,
                     coordinator_epoch: owner.coordinator_epoch,
                 })
@@ -146,6 +155,7 @@ impl Coordinators {
                     Coordinators::Static(Some(address)) => Some(FoundCoordinator {
                         coordinator_id: STATIC_COORDINATOR_ID,
                         address: address.clone(),
+                        external_address: None,
                         txn_log_partition: partition,
                         coordinator_epoch: 0,
                     }),
@@ -153,6 +163,7 @@ impl Coordinators {
                         view.owners.get(&partition).map(|o| FoundCoordinator {
                             coordinator_id: o.coordinator_id,
                             address: o.address.clone(),
+                            external_address: o.external_address.clone(),
                             txn_log_partition: partition,
                             coordinator_epoch: o.coordinator_epoch,
                         })
@@ -170,6 +181,7 @@ impl Coordinators {
             Coordinators::Static(Some(address)) => vec![CoordinatorMember {
                 id: STATIC_COORDINATOR_ID,
                 address: address.clone(),
+                external_address: None,
             }],
             Coordinators::Clustered(view) => view.members.values().cloned().collect(),
         }
@@ -186,6 +198,7 @@ mod tests {
         CoordinatorOwner {
             coordinator_id: id,
             address: format!("10.0.0.{id}:9094"),
+            external_address: Some(format!("127.0.0.1:1909{id}")),
             coordinator_epoch: epoch,
         }
     }
@@ -203,6 +216,7 @@ mod tests {
             FoundCoordinator {
                 coordinator_id: 0,
                 address: "127.0.0.1:9094".into(),
+                external_address: None,
                 txn_log_partition: txn_log_partition("orders", 8),
                 coordinator_epoch: 0,
             }
@@ -234,6 +248,7 @@ mod tests {
             CoordinatorMember {
                 id: 1,
                 address: "10.0.0.1:9094".into(),
+                external_address: None,
             },
         );
         let coordinators = Coordinators::Clustered(view);
@@ -243,6 +258,11 @@ mod tests {
             assert_eq!(found.txn_log_partition, p);
             assert_eq!(found.coordinator_id, p % 2 + 1);
             assert_eq!(found.coordinator_epoch, 10 + p);
+            assert_eq!(
+                found.external_address,
+                Some(format!("127.0.0.1:1909{}", p % 2 + 1)),
+                "the owner's external address travels with it"
+            );
         }
         assert_eq!(coordinators.live().len(), 1);
     }

@@ -8,6 +8,7 @@ use idem_runtime::config_error::ConfigError;
 use idem_runtime::deferred::Deferred;
 use idem_runtime::grpc_server::{GrpcListener, GrpcServerError, GrpcSettings, RunningServer};
 use idem_runtime::health::Health;
+use idem_runtime::listeners::{Advertised, BoundListeners};
 use idem_runtime::log_limit::LogLimit;
 use idem_runtime::shutdown::{CancellationToken, Duties};
 use idem_runtime::stop::serve_then_stop;
@@ -57,6 +58,7 @@ type BrokerGrpc = BrokerServer<BrokerService>;
 pub struct BoundBroker {
     config: BrokerConfig,
     local_addr: SocketAddr,
+    bound: BoundListeners,
     topics: Arc<TopicRegistry>,
     producer_ids: Arc<ProducerIdManager>,
     membership: Option<Arc<Membership>>,
@@ -89,8 +91,12 @@ impl BoundBroker {
         let producer_ids = Arc::new(
             ProducerIdManager::new(store, config.broker_id).with_prefetch(config.pid_prefetch),
         );
-        let listener = GrpcListener::bind(config.listen).await?;
+        let listener = GrpcListener::bind(config.listen)
+            .await?
+            .with_external(config.external_listen)
+            .await?;
         let local_addr = listener.local_addr();
+        let bound = listener.bound();
         let health = Health::new();
         let service = Deferred::new();
         // Stops the server already answering health if loading fails below.
@@ -103,7 +109,7 @@ impl BoundBroker {
             stop_on_failure.clone(),
         )?;
         let failed = stop_on_failure.drop_guard();
-        let membership = join_cluster(&config, local_addr, &shutdown).await?;
+        let membership = join_cluster(&config, bound, &shutdown).await?;
         let topics = match &membership {
             None => TopicRegistry::open(
                 &config.data_dir,
@@ -134,6 +140,7 @@ impl BoundBroker {
         Ok(BoundBroker {
             config,
             local_addr,
+            bound,
             topics: Arc::new(topics),
             producer_ids,
             membership,
@@ -172,7 +179,8 @@ impl BoundBroker {
     pub async fn serve_announcing(self, announce: impl FnOnce()) -> Result<(), ServerError> {
         let BoundBroker {
             config,
-            local_addr,
+            local_addr: _,
+            bound,
             topics,
             producer_ids,
             membership,
@@ -181,17 +189,21 @@ impl BoundBroker {
             health,
             duties,
         } = self;
-        let advertised = advertised_address(&config, local_addr);
-        let broker = BrokerService::new(
+        let advertised = advertised(&config, bound);
+        let mut broker = BrokerService::new(
             config.broker_id,
-            advertised.clone(),
+            advertised.internal.clone(),
             topics.clone(),
             producer_ids,
             config.limits.max_fetch_bytes,
-        )
-        .with_membership(membership.clone())
-        .with_coordinator(config.coordinator.clone())
-        .with_null_produce(config.null_produce);
+        );
+        if let Some(external) = &advertised.external {
+            broker = broker.with_external_listener(bound, external.clone());
+        }
+        let broker = broker
+            .with_membership(membership.clone())
+            .with_coordinator(config.coordinator.clone())
+            .with_null_produce(config.null_produce);
         if config.coordinator.is_some() && membership.is_some() {
             tracing::warn!("--coordinator is ignored in a cluster: coordinators are found in etcd");
         }
@@ -220,7 +232,7 @@ impl BoundBroker {
                 report_lease(membership.clone(), health.clone()),
             );
         }
-        tracing::info!(broker_id = config.broker_id, address = %advertised, data_dir = %config.data_dir.display(), "broker serving");
+        tracing::info!(broker_id = config.broker_id, address = %advertised.internal, external_address = ?advertised.external, data_dir = %config.data_dir.display(), "broker serving");
         let flush = async {
             topics.stop_following().await;
             for partition in topics.all_partitions() {
@@ -252,17 +264,27 @@ async fn report_lease(membership: Arc<Membership>, health: Health) {
     }
 }
 
-fn advertised_address(config: &BrokerConfig, local_addr: SocketAddr) -> String {
-    config
-        .advertise
-        .clone()
-        .unwrap_or_else(|| local_addr.to_string())
+/// The addresses this broker publishes: each listener's `--advertise` flag, else the
+/// address it is bound to.
+fn advertised(config: &BrokerConfig, bound: BoundListeners) -> Advertised {
+    Advertised {
+        internal: config
+            .advertise
+            .clone()
+            .unwrap_or_else(|| bound.internal.to_string()),
+        external: bound.external.map(|addr| {
+            config
+                .external_advertise
+                .clone()
+                .unwrap_or_else(|| addr.to_string())
+        }),
+    }
 }
 
 /// Registers the broker in etcd when it runs in a cluster (`--etcd` given).
 async fn join_cluster(
     config: &BrokerConfig,
-    local_addr: SocketAddr,
+    bound: BoundListeners,
     shutdown: &CancellationToken,
 ) -> Result<Option<Arc<Membership>>, ServerError> {
     if config.etcd_endpoints.is_empty() {
@@ -278,9 +300,11 @@ async fn join_cluster(
     .await?;
     tracing::info!(%cluster_id, "data dir and etcd name the same cluster");
     let data_dir_id = data_dir_id::load_or_create(&config.data_dir).map_err(BrokerError::from)?;
+    let advertised = advertised(config, bound);
     let me = Registration {
         broker_id: config.broker_id,
-        address: advertised_address(config, local_addr),
+        address: advertised.internal,
+        external_address: advertised.external,
         data_dir_id,
     };
     let membership_config = MembershipConfig {

@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use idem_runtime::config_error::{check_advertised, ConfigError};
+use idem_runtime::listeners::check_external;
 
 use crate::error::CoordinatorError;
 
@@ -27,6 +28,16 @@ pub struct CoordinatorConfig {
     /// Address clients dial (defaults to the bound address).
     #[arg(long, env = "IDEM_COORDINATOR_ADVERTISE")]
     pub advertise: Option<String>,
+
+    /// Address the external listener binds, for clients outside the cluster's network
+    /// (the host of a compose cluster): FindCoordinator asked through it answers with
+    /// external addresses. Unset: one listener.
+    #[arg(long, env = "IDEM_COORDINATOR_EXTERNAL_LISTEN")]
+    pub external_listen: Option<SocketAddr>,
+
+    /// Address clients outside dial (defaults to the external listener's bound address).
+    #[arg(long, env = "IDEM_COORDINATOR_EXTERNAL_ADVERTISE")]
+    pub external_advertise: Option<String>,
 
     /// A broker to learn the cluster from (`host:port`).
     #[arg(long, env = "IDEM_BOOTSTRAP", default_value = "127.0.0.1:9092")]
@@ -122,6 +133,8 @@ impl CoordinatorConfig {
             coordinator_id: 0,
             listen,
             advertise: None,
+            external_listen: None,
+            external_advertise: None,
             bootstrap,
             etcd_endpoints: Vec::new(),
             etcd_prefix: "/idem".into(),
@@ -142,6 +155,12 @@ impl CoordinatorConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         ConfigError::unless(self.coordinator_id >= 0, "--id", "must be 0 or more")?;
         check_advertised("--advertise", self.advertise.as_deref())?;
+        check_external(
+            ("--external-listen", "--external-advertise"),
+            self.listen,
+            self.external_listen,
+            self.external_advertise.as_deref(),
+        )?;
         ConfigError::unless(
             self.bootstrap.split(',').any(|b| !b.trim().is_empty()),
             "--bootstrap",

@@ -73,12 +73,21 @@ impl BoundCoordinator {
         shutdown: CancellationToken,
     ) -> Result<Self, CoordinatorError> {
         let mode = config.mode()?;
-        let listener = GrpcListener::bind(config.listen).await?;
-        let local_addr = listener.local_addr();
+        let listener = GrpcListener::bind(config.listen)
+            .await?
+            .with_external(config.external_listen)
+            .await?;
+        let bound = listener.bound();
         let address = config
             .advertise
             .clone()
-            .unwrap_or_else(|| local_addr.to_string());
+            .unwrap_or_else(|| bound.internal.to_string());
+        let external_address = bound.external.map(|addr| {
+            config
+                .external_advertise
+                .clone()
+                .unwrap_or_else(|| addr.to_string())
+        });
         let conn = Connection::connect_lazy(&config.bootstrap, BROKER_REQUEST_TIMEOUT)?
             .with_metadata_max_age(METADATA_MAX_AGE);
         let pids: SharedProducerIds = match (pid_store, &mode) {
@@ -105,6 +114,7 @@ impl BoundCoordinator {
                         prefix: config.etcd_prefix.clone(),
                         coordinator_id: config.coordinator_id,
                         address: address.clone(),
+                        external_address,
                         lease_ttl: Duration::from_millis(config.lease_ttl_ms),
                     },
                     pids.clone(),
@@ -178,8 +188,9 @@ impl BoundCoordinator {
             shutdown,
         } = self;
         let local_addr = listener.local_addr();
-        let service = TxnCoordinatorServer::new(TxnCoordinatorService::new(core.clone()))
-            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        let service = TxnCoordinatorService::new(core.clone()).with_listeners(listener.bound());
+        let service =
+            TxnCoordinatorServer::new(service).max_encoding_message_size(MAX_MESSAGE_BYTES);
         let group_service =
             GroupCoordinatorServer::new(GroupCoordinatorService::new(groups.clone()))
                 .max_encoding_message_size(MAX_MESSAGE_BYTES);

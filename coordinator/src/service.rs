@@ -2,6 +2,7 @@
 //! the core. Refusals and decider errors travel as `ErrorCode`s in the answer; gRPC
 //! status codes are left to transport failures.
 
+use idem_runtime::listeners::{pick, BoundListeners, Listener};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -25,11 +26,19 @@ use crate::txn::state::TxnState;
 
 pub struct TxnCoordinatorService {
     core: Arc<Coordinator>,
+    /// The server's sockets, to answer FindCoordinator with the addresses of the
+    /// listener it was asked on (`None`: one listener).
+    bound: Option<BoundListeners>,
 }
 
 impl TxnCoordinatorService {
     pub fn new(core: Arc<Coordinator>) -> Self {
-        TxnCoordinatorService { core }
+        TxnCoordinatorService { core, bound: None }
+    }
+
+    pub fn with_listeners(mut self, bound: BoundListeners) -> Self {
+        self.bound = Some(bound);
+        self
     }
 }
 
@@ -127,6 +136,9 @@ impl TxnCoordinator for TxnCoordinatorService {
         &self,
         request: Request<FindCoordinatorRequest>,
     ) -> Result<Response<FindCoordinatorResponse>, Status> {
+        let listener = self
+            .bound
+            .map_or(Listener::Internal, |b| b.listener_of(request.local_addr()));
         let request = request.into_inner();
         // A group lives in the slice its id hashes to, like a transactional id.
         let id = if request.transactional_id.is_empty() {
@@ -139,7 +151,7 @@ impl TxnCoordinator for TxnCoordinatorService {
                 error_code: ErrorCode::None as i32,
                 error_message: String::new(),
                 coordinator_id: owner.coordinator_id,
-                address: owner.address,
+                address: pick(listener, &owner.address, owner.external_address.as_deref()).into(),
                 txn_log_partition: partition,
                 coordinator_epoch: owner.coordinator_epoch,
             },

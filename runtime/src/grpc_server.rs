@@ -14,6 +14,7 @@ use tonic::service::Routes;
 use tonic::transport::server::TcpIncoming;
 
 use crate::health::Health;
+use crate::listeners::BoundListeners;
 
 /// What every idem gRPC server is configured with.
 #[derive(Debug, Clone, Copy)]
@@ -61,26 +62,47 @@ pub fn accept_without_nagle(listener: TcpListener) -> TcpIncoming {
     TcpIncoming::from(listener).with_nodelay(Some(true))
 }
 
-/// A bound listen address (port 0 picks a free port), not yet serving.
+/// A bound listen address (port 0 picks a free port) and, optionally, a second one for
+/// the external listener (see [`crate::listeners`]), not yet serving. Both serve the
+/// same services; a request tells which one it came through by its local address.
 #[derive(Debug)]
 pub struct GrpcListener {
     listener: TcpListener,
     local_addr: SocketAddr,
+    external: Option<(TcpListener, SocketAddr)>,
 }
 
 impl GrpcListener {
     pub async fn bind(addr: SocketAddr) -> Result<GrpcListener, GrpcServerError> {
-        let bind_error = |source| GrpcServerError::Bind { addr, source };
-        let listener = TcpListener::bind(addr).await.map_err(bind_error)?;
-        let local_addr = listener.local_addr().map_err(bind_error)?;
+        let (listener, local_addr) = bind_one(addr).await?;
         Ok(GrpcListener {
             listener,
             local_addr,
+            external: None,
         })
+    }
+
+    /// Also binds the external listener's address, when there is one.
+    pub async fn with_external(
+        mut self,
+        addr: Option<SocketAddr>,
+    ) -> Result<GrpcListener, GrpcServerError> {
+        if let Some(addr) = addr {
+            self.external = Some(bind_one(addr).await?);
+        }
+        Ok(self)
     }
 
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// The addresses bound, to tell a request's listener from its local address.
+    pub fn bound(&self) -> BoundListeners {
+        BoundListeners {
+            internal: self.local_addr,
+            external: self.external.as_ref().map(|(_, addr)| *addr),
+        }
     }
 
     /// Serves `routes` (the server's own services; `service` names the one health
@@ -109,7 +131,11 @@ impl GrpcListener {
             ))
             .add_routes(routes)
             .serve_with_incoming_shutdown(
-                accept_without_nagle(self.listener),
+                futures::stream::select_all(
+                    std::iter::once(self.listener)
+                        .chain(self.external.map(|(listener, _)| listener))
+                        .map(accept_without_nagle),
+                ),
                 stop.clone().cancelled_owned(),
             );
         let report = health.clone().report(reporter, service);
@@ -130,6 +156,13 @@ impl GrpcListener {
             task: tokio::spawn(serving),
         })
     }
+}
+
+async fn bind_one(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), GrpcServerError> {
+    let bind_error = |source| GrpcServerError::Bind { addr, source };
+    let listener = TcpListener::bind(addr).await.map_err(bind_error)?;
+    let local_addr = listener.local_addr().map_err(bind_error)?;
+    Ok((listener, local_addr))
 }
 
 /// A server serving in the background.

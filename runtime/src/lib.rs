@@ -5,7 +5,8 @@
 //! What every idem server process (broker, coordinator) shares:
 //!
 //! - [`shutdown`]: one cancellation tree per process, and the duties each server runs;
-//! - [`grpc_server`]: the listener, health, reflection and tower layers of every server;
+//! - [`grpc_server`]: the listeners, health, reflection and tower layers of every server;
+//! - [`listeners`]: the internal and external listener, and which addresses each hands out;
 //! - [`deferred`]: a gRPC service installed once the server's state is loaded;
 //! - [`health`]: SERVING only while the server can do its job;
 //! - [`stop`]: the graceful stop sequence;
@@ -28,6 +29,7 @@ pub mod grpc_server;
 pub mod health;
 pub mod lease;
 pub mod lease_keeper;
+pub mod listeners;
 pub mod log_limit;
 pub mod logging;
 pub mod shutdown;

@@ -581,7 +581,8 @@ mod tests {
                 1,
                 CoordinatorMember {
                     id: 1,
-                    address: "h:1".into()
+                    address: "h:1".into(),
+                    external_address: None,
                 }
             )]
         );
@@ -592,6 +593,7 @@ mod tests {
                 CoordinatorOwner {
                     coordinator_id: 1,
                     address: "h:1".into(),
+                    external_address: None,
                     coordinator_epoch: 7
                 }
             )]

@@ -43,6 +43,10 @@ pub struct Registration {
     pub broker_id: i32,
     /// `host:port` clients dial.
     pub address: String,
+    /// `host:port` of its external listener (`--external-listen`), for clients outside
+    /// the cluster's network; absent in registrations of brokers without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external_address: Option<String>,
     /// Identifies the data dir, so a restart can recognise its own stale registration.
     pub data_dir_id: String,
 }

@@ -16,6 +16,7 @@ use idem_proto::v1::{
     TxnLogOwner,
 };
 use idem_proto::ErrorCode;
+use idem_runtime::listeners::{pick, Listener};
 use tonic::Status;
 
 use super::refusal::log_refusal;
@@ -57,6 +58,7 @@ impl BrokerService {
     pub(super) async fn serve_metadata(
         &self,
         request: MetadataRequest,
+        listener: Listener,
     ) -> Result<MetadataResponse, Status> {
         let topics = self
             .topics
@@ -87,7 +89,7 @@ impl BrokerService {
         let coordinators = self.coordinators();
         let txn_log_partitions = self.topics.partition_count(TXN_LOG_TOPIC).unwrap_or(0);
         Ok(MetadataResponse {
-            brokers: self.brokers().await?,
+            brokers: self.brokers(listener).await?,
             topics,
             controller_id: self.broker_id,
             coordinators: coordinators
@@ -95,7 +97,7 @@ impl BrokerService {
                 .into_iter()
                 .map(|c| CoordinatorInfo {
                     coordinator_id: c.id,
-                    address: c.address,
+                    address: pick(listener, &c.address, c.external_address.as_deref()).into(),
                 })
                 .collect(),
             txn_log_owners: coordinators
@@ -105,7 +107,7 @@ impl BrokerService {
                     Some(o) => TxnLogOwner {
                         partition,
                         coordinator_id: o.coordinator_id,
-                        address: o.address,
+                        address: pick(listener, &o.address, o.external_address.as_deref()).into(),
                         coordinator_epoch: o.coordinator_epoch,
                     },
                     None => TxnLogOwner {
@@ -360,10 +362,10 @@ impl BrokerService {
     /// stale view: a client would otherwise keep following leaders that moved (and, told
     /// of this broker only, forget every other one), while UNAVAILABLE makes it ask
     /// another broker.
-    async fn brokers(&self) -> Result<Vec<BrokerInfo>, Status> {
+    async fn brokers(&self, listener: Listener) -> Result<Vec<BrokerInfo>, Status> {
         let me = BrokerInfo {
             broker_id: self.broker_id,
-            address: self.advertised.clone(),
+            address: self.advertised.on(listener).into(),
         };
         let Some(membership) = &self.membership else {
             return Ok(vec![me]);
@@ -380,7 +382,7 @@ impl BrokerService {
                 .into_iter()
                 .map(|r| BrokerInfo {
                     broker_id: r.broker_id,
-                    address: r.address,
+                    address: pick(listener, &r.address, r.external_address.as_deref()).into(),
                 })
                 .collect()),
             Err(e) => {

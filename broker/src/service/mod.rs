@@ -21,6 +21,7 @@ use idem_proto::v1::{
     OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, ProduceRequest, ProduceResponse,
     WriteTxnMarkersRequest, WriteTxnMarkersResponse,
 };
+use idem_runtime::listeners::{Advertised, BoundListeners, Listener};
 use tonic::{Request, Response, Status};
 
 use crate::cluster::membership::Membership;
@@ -42,7 +43,10 @@ use null_produce::NullProduce;
 
 pub struct BrokerService {
     broker_id: i32,
-    advertised: String,
+    /// This broker's addresses, one per listener.
+    advertised: Advertised,
+    /// Its sockets, to tell which listener a request came in on (`None`: one listener).
+    bound: Option<BoundListeners>,
     topics: Arc<TopicRegistry>,
     producer_ids: Arc<ProducerIdManager>,
     max_fetch_bytes: usize,
@@ -63,7 +67,11 @@ impl BrokerService {
     ) -> Self {
         BrokerService {
             broker_id,
-            advertised,
+            advertised: Advertised {
+                internal: advertised,
+                external: None,
+            },
+            bound: None,
             topics,
             producer_ids,
             max_fetch_bytes,
@@ -84,6 +92,20 @@ impl BrokerService {
         }
         self.null_produce = enabled.then(NullProduce::default);
         self
+    }
+
+    /// The external listener (`--external-listen`): its socket and the address it
+    /// advertises. Requests arriving there are answered with external addresses.
+    pub fn with_external_listener(mut self, bound: BoundListeners, advertised: String) -> Self {
+        self.bound = Some(bound);
+        self.advertised.external = Some(advertised);
+        self
+    }
+
+    /// The listener `request` arrived on.
+    fn listener_of<T>(&self, request: &Request<T>) -> Listener {
+        self.bound
+            .map_or(Listener::Internal, |b| b.listener_of(request.local_addr()))
     }
 
     /// The transaction coordinator of a single-node broker (`--coordinator`).
@@ -115,8 +137,9 @@ impl Broker for BrokerService {
         &self,
         request: Request<MetadataRequest>,
     ) -> Result<Response<MetadataResponse>, Status> {
+        let listener = self.listener_of(&request);
         Ok(Response::new(
-            self.serve_metadata(request.into_inner()).await?,
+            self.serve_metadata(request.into_inner(), listener).await?,
         ))
     }
 
@@ -174,8 +197,9 @@ impl Broker for BrokerService {
         &self,
         request: Request<FindCoordinatorRequest>,
     ) -> Result<Response<FindCoordinatorResponse>, Status> {
+        let listener = self.listener_of(&request);
         Ok(Response::new(
-            self.serve_find_coordinator(request.into_inner()),
+            self.serve_find_coordinator(request.into_inner(), listener),
         ))
     }
 

@@ -12,6 +12,7 @@ use idem_proto::v1::{
     WriteTxnMarkersRequest, WriteTxnMarkersResponse,
 };
 use idem_proto::ErrorCode;
+use idem_runtime::listeners::{pick, Listener};
 
 use super::produce::replication_timeout;
 use super::refusal::log_refusal;
@@ -22,6 +23,7 @@ impl BrokerService {
     pub(super) fn serve_find_coordinator(
         &self,
         request: FindCoordinatorRequest,
+        listener: Listener,
     ) -> FindCoordinatorResponse {
         let partitions = self.topics.partition_count(TXN_LOG_TOPIC);
         // A group lives in the slice its id hashes to, like a transactional id.
@@ -36,7 +38,7 @@ impl BrokerService {
                 error_code: ErrorCode::None as i32,
                 error_message: String::new(),
                 coordinator_id: found.coordinator_id,
-                address: found.address,
+                address: pick(listener, &found.address, found.external_address.as_deref()).into(),
                 txn_log_partition: found.txn_log_partition,
                 coordinator_epoch: found.coordinator_epoch,
             },

@@ -47,6 +47,9 @@ pub struct EtcdOwnershipConfig {
     pub coordinator_id: i32,
     /// `host:port` clients dial.
     pub address: String,
+    /// `host:port` clients outside the cluster's network dial, if it has an external
+    /// listener.
+    pub external_address: Option<String>,
     pub lease_ttl: Duration,
 }
 
@@ -137,6 +140,7 @@ impl EtcdOwnership {
         let value = serde_json::to_string(&MemberValue {
             id: self.config.coordinator_id,
             address: self.config.address.clone(),
+            external_address: self.config.external_address.clone(),
         })
         .unwrap_or_default();
         let deadline = tokio::time::Instant::now() + patience;
@@ -263,6 +267,7 @@ impl EtcdOwnership {
                         OwnerInfo {
                             coordinator_id: o.value.coordinator_id,
                             address: o.value.address.clone(),
+                            external_address: o.value.external_address.clone(),
                             coordinator_epoch: o.value.coordinator_epoch,
                         },
                     )
@@ -351,6 +356,7 @@ impl EtcdOwnership {
         let owner = serde_json::to_string(&OwnerValue {
             coordinator_id: self.config.coordinator_id,
             address: self.config.address.clone(),
+            external_address: self.config.external_address.clone(),
             coordinator_epoch,
         })
         .unwrap_or_default();
@@ -397,6 +403,7 @@ impl EtcdOwnership {
                 OwnerInfo {
                     coordinator_id: self.config.coordinator_id,
                     address: self.config.address.clone(),
+                    external_address: self.config.external_address.clone(),
                     coordinator_epoch,
                 },
             );

@@ -2,8 +2,9 @@
 //! made from a snapshot of it: which partitions to claim next.
 //!
 //! ```text
-//! {prefix}/coordinators/members/{id}  {"id", "address"}                            lease of the coordinator
-//! {prefix}/coordinators/owners/{p}    {"coordinator_id", "address", "coordinator_epoch"}  lease of the owner
+//! {prefix}/coordinators/members/{id}  {"id", "address", "external_address"?}         lease of the coordinator
+//! {prefix}/coordinators/owners/{p}    {"coordinator_id", "address", "external_address"?,
+//!                                      "coordinator_epoch"}                            lease of the owner
 //! {prefix}/coordinators/epochs/{p}    {"coordinator_epoch", "writer_producer_id"}          persistent
 //! ```
 
@@ -15,12 +16,17 @@ use serde::{Deserialize, Serialize};
 pub struct MemberValue {
     pub id: i32,
     pub address: String,
+    /// Its external listener's address (`--external-listen`), if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external_address: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OwnerValue {
     pub coordinator_id: i32,
     pub address: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external_address: Option<String>,
     pub coordinator_epoch: i32,
 }
 
@@ -118,6 +124,7 @@ impl Snapshot {
                                 value: OwnerValue {
                                     coordinator_id: -1,
                                     address: String::new(),
+                                    external_address: None,
                                     coordinator_epoch: -1,
                                 },
                                 lease: kv.lease,
@@ -231,6 +238,7 @@ mod tests {
             value: OwnerValue {
                 coordinator_id: id,
                 address: format!("c{id}:1"),
+                external_address: None,
                 coordinator_epoch: 1,
             },
             lease: 10 + i64::from(id),
@@ -246,6 +254,7 @@ mod tests {
                     MemberValue {
                         id: *id,
                         address: String::new(),
+                        external_address: None,
                     },
                 )
             })
@@ -357,6 +366,7 @@ mod tests {
         let member = serde_json::to_vec(&MemberValue {
             id: 1,
             address: "a:1".into(),
+            external_address: None,
         })
         .expect("json");
         let owner_value = serde_json::to_vec(&owner(1).value).expect("json");

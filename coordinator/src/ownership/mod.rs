@@ -35,6 +35,8 @@ pub struct Claim {
 pub struct OwnerInfo {
     pub coordinator_id: i32,
     pub address: String,
+    /// Its external listener's address, if it has one.
+    pub external_address: Option<String>,
     pub coordinator_epoch: i32,
 }
 

@@ -211,6 +211,7 @@ impl Ownership for SoloOwnership {
         Some(OwnerInfo {
             coordinator_id: self.id,
             address: self.address.clone(),
+            external_address: None,
             coordinator_epoch,
         })
     }
@@ -337,6 +338,7 @@ mod tests {
             Some(OwnerInfo {
                 coordinator_id: 4,
                 address: "h:1".into(),
+                external_address: None,
                 coordinator_epoch: 2
             })
         );

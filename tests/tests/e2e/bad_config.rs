@@ -25,6 +25,19 @@ fn given_bad_broker_flags_then_it_refuses_to_start_naming_each_flag() {
     for (args, flag) in [
         (vec!["--lease-ttl-ms", "10"], "--lease-ttl-ms"),
         (vec!["--advertise", "broker-0"], "--advertise"),
+        (
+            vec!["--external-advertise", "127.0.0.1:19091"],
+            "--external-advertise",
+        ),
+        (
+            vec![
+                "--external-listen",
+                "127.0.0.1:0",
+                "--external-advertise",
+                "h",
+            ],
+            "--external-advertise",
+        ),
         (vec!["--id=-1"], "--id"),
         (vec!["--segment-bytes", "0"], "--segment-bytes"),
         (
@@ -62,6 +75,15 @@ fn given_bad_coordinator_flags_then_it_refuses_to_start_naming_each_flag() {
         (
             vec!["--data-dir", data_dir.as_str(), "--advertise", "c:"],
             "--advertise",
+        ),
+        (
+            vec![
+                "--data-dir",
+                data_dir.as_str(),
+                "--external-advertise",
+                "127.0.0.1:19093",
+            ],
+            "--external-advertise",
         ),
         (vec![], "--etcd"),
     ] {

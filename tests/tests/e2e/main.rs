@@ -21,6 +21,7 @@ mod health;
 mod idempotence;
 mod inbox;
 mod internal_topics;
+mod listeners;
 mod membership;
 mod network_partitions;
 mod pipeline;
