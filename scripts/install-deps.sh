@@ -9,12 +9,39 @@
 #             tests and chaos family; they run as root)
 #   postgres -> postgresql (the inbox tests start throwaway PostgreSQL servers from
 #             /usr/lib/postgresql/*/bin; `IDEM_PG_BIN` names another bin dir)
-# Usage: scripts/install-deps.sh protoc [etcd] [cc] [script] [netns] [postgres]
+#   compose -> Docker Compose v2 (`docker compose ... up --wait`: the compose
+#             walkthrough and the container tests); see install_compose below
+# Usage: scripts/install-deps.sh protoc [etcd] [cc] [script] [netns] [postgres] [compose]
 set -euo pipefail
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
+# Debian bookworm ships Compose v1 only (docker-compose 1.29: no `--wait`, no
+# `start_interval`). Trixie's docker-compose package is Compose v2, a static Go binary
+# needing only glibc >= 2.34 (bookworm has 2.36): it is downloaded, pinned, through apt
+# with a private package list (signatures checked against Debian's keyring), and only
+# its plugin binary is put where the docker CLI looks for plugins; nothing of the
+# system's package state changes.
+COMPOSE_VERSION=2.26.1-4
+install_compose() {
+  local work; work="$(mktemp -d)"; chmod 755 "$work"  # readable by apt's _apt user
+  mkdir -p "$work/lists/partial" "$work/cache/archives/partial"
+  echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie main" \
+    > "$work/sources.list"
+  local apt_opts=(-o "Dir::Etc::SourceList=$work/sources.list" -o Dir::Etc::SourceParts=/dev/null
+                  -o "Dir::State::Lists=$work/lists" -o "Dir::Cache=$work/cache")
+  echo "installing: Docker Compose v2 ($COMPOSE_VERSION, from Debian trixie's docker-compose)"
+  as_root apt-get "${apt_opts[@]}" update -qq
+  (cd "$work" && as_root apt-get "${apt_opts[@]}" download -qq "docker-compose=$COMPOSE_VERSION" 2>/dev/null)
+  dpkg-deb -x "$work"/docker-compose_*.deb "$work/pkg"
+  as_root install -D -m 0755 "$work/pkg/usr/libexec/docker/cli-plugins/docker-compose" \
+    /usr/local/lib/docker/cli-plugins/docker-compose
+  rm -rf "$work"
+  docker compose version
+}
+
 missing=()
+want_compose=0
 for need in "$@"; do
   case "$need" in
     protoc) command -v protoc >/dev/null 2>&1 || [ -n "${PROTOC:-}" ] || missing+=(protobuf-compiler) ;;
@@ -32,6 +59,7 @@ for need in "$@"; do
       [ -n "${IDEM_PG_BIN:-}" ] || compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null ||
         missing+=(postgresql)
       ;;
+    compose) docker compose version >/dev/null 2>&1 || want_compose=1 ;;
     *) echo "install-deps: unknown dependency $need" >&2; exit 2 ;;
   esac
 done
@@ -39,4 +67,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "installing: ${missing[*]}"
   as_root apt-get update -qq
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+fi
+if [ "$want_compose" -eq 1 ]; then
+  install_compose
 fi

@@ -4,10 +4,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/install-deps.sh protoc etcd cc script netns postgres
+scripts/install-deps.sh protoc etcd cc script netns postgres compose
 # No two files may import each other (see the script); cheap, so it runs first.
 scripts/import-cycles.sh
 cargo build --workspace --bins --examples
+# The container tests (e2e compose, container chaos) run the images of these binaries:
+# the debug build, stripped (a release build would add 11 minutes on 2 cores).
+deploy/build-images.sh --profile dev --tag test
 # The coordinator crate cannot depend on the broker crate; its solo smoke test runs the
 # broker binary built above.
 export IDEM_BROKER_BIN="$(realpath "${CARGO_TARGET_DIR:-target}")/debug/idem-broker"

@@ -12,6 +12,7 @@ pub mod binaries;
 pub mod chaos;
 pub mod cli;
 pub mod cluster;
+pub mod compose;
 pub mod link;
 pub mod netns;
 pub mod postgres;

@@ -10,6 +10,7 @@ mod cli;
 mod cluster_identity;
 mod cluster_topics;
 mod compaction;
+mod compose;
 mod consumer_groups;
 mod delivery;
 mod etcd_faults;
