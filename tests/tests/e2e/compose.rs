@@ -1,8 +1,9 @@
 //! The README's compose walkthrough, from this host against `deploy/compose.yaml` run
 //! from the images the test command built: `up --wait` is healthy within 60 s; the
 //! `idem` CLI on the host creates a topic through the external listeners, produces
-//! plainly and in a transaction, and reads everything back read_committed; Metadata
-//! asked from the host names only host addresses; the brokers' named volumes keep the
+//! plainly and in a transaction, and reads everything back read_committed, as does a
+//! client inside the compose network by service names; Metadata asked from the host
+//! names only host addresses; the brokers' named volumes keep the
 //! logs across a stop and start of every broker.
 
 use std::io::Write;
@@ -126,6 +127,26 @@ async fn given_the_compose_cluster_when_used_from_the_host_then_the_walkthrough_
     let mut everything: Vec<String> = plain.iter().chain(&paid).cloned().collect();
     everything.sort();
     assert_eq!(consume_all(&bootstrap), everything);
+    // A client inside the network, by service names, reads the same.
+    let inside = ok(
+        cluster.compose(&[
+            "exec",
+            "-T",
+            "broker-1",
+            "idem",
+            "--bootstrap",
+            "broker-2:9092",
+            "consume",
+            TOPIC,
+            "--from-beginning",
+            "--timeout-ms",
+            "3000",
+        ]),
+        "consume inside the network",
+    );
+    let mut inside: Vec<String> = inside.lines().map(str::to_string).collect();
+    inside.sort();
+    assert_eq!(inside, everything, "read inside the compose network");
 
     // The logs live on the named volumes: every broker stopped and started again
     // still has them.
