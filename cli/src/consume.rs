@@ -12,6 +12,9 @@ use idem_client::{
     Admin, Consumer, ConsumerConfig, GroupConfig, GroupConsumer, Isolation, OffsetSpec,
 };
 
+/// A partition as the group consumer names it: (topic, partition).
+type TopicPartition = (String, i32);
+
 #[derive(Debug, clap::Args)]
 pub struct ConsumeArgs {
     topic: String,
@@ -98,6 +101,21 @@ pub async fn run(bootstrap: &str, args: ConsumeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The position of every partition the member owns, in order.
+async fn owned_positions(
+    consumer: &mut GroupConsumer,
+) -> anyhow::Result<Vec<(TopicPartition, i64)>> {
+    let mut positions = Vec::new();
+    for (topic, partition) in consumer.assignment().clone() {
+        let position = consumer
+            .position(&topic, partition)
+            .await
+            .with_context(|| format!("the position of {topic}/{partition}"))?;
+        positions.push(((topic, partition), position));
+    }
+    Ok(positions)
+}
+
 /// `--group`: the group assigns, the positions are committed after each batch.
 async fn run_in_group(bootstrap: &str, group: &str, args: ConsumeArgs) -> anyhow::Result<()> {
     let mut config = GroupConfig::new(group);
@@ -115,17 +133,19 @@ async fn run_in_group(bootstrap: &str, group: &str, args: ConsumeArgs) -> anyhow
     let mut printed = 0usize;
     let mut quiet_since = tokio::time::Instant::now();
     let mut stdout = std::io::stdout().lock();
+    let mut committed: Vec<(TopicPartition, i64)> = Vec::new();
     while args.max_messages.is_none_or(|max| printed < max) && quiet_since.elapsed() < idle {
         let polled = consumer
             .poll(idle.saturating_sub(quiet_since.elapsed()))
             .await?;
-        if polled.records.is_empty() {
-            continue;
+        if !polled.records.is_empty() {
+            quiet_since = tokio::time::Instant::now();
         }
-        quiet_since = tokio::time::Instant::now();
-        let mut last: std::collections::BTreeMap<(String, i32), i64> = Default::default();
+        let mut last: std::collections::BTreeMap<TopicPartition, i64> = Default::default();
+        let mut cut_off = false;
         for record in polled.records {
             if args.max_messages.is_some_and(|max| printed >= max) {
+                cut_off = true;
                 break;
             }
             stdout.write_all(record.value.as_deref().unwrap_or_default())?;
@@ -135,12 +155,22 @@ async fn run_in_group(bootstrap: &str, group: &str, args: ConsumeArgs) -> anyhow
         }
         stdout.flush()?;
         // What was printed, not what was fetched: records past --max-messages stay
-        // for the group's next reader.
-        let offsets: Vec<((String, i32), i64)> = last.into_iter().collect();
-        consumer
-            .commit_offsets(&offsets)
-            .await
-            .with_context(|| format!("committing the offsets of group {group:?}"))?;
+        // for the group's next reader. Otherwise the positions, which are past the
+        // transaction markers too: committing the last record's offset + 1 would leave
+        // a group that read everything of a transactional topic lagging by its markers
+        // forever, and a marker fetched alone would never be committed.
+        let offsets: Vec<(TopicPartition, i64)> = if cut_off {
+            last.into_iter().collect()
+        } else {
+            owned_positions(&mut consumer).await?
+        };
+        if offsets != committed {
+            consumer
+                .commit_offsets(&offsets)
+                .await
+                .with_context(|| format!("committing the offsets of group {group:?}"))?;
+            committed = offsets;
+        }
     }
     consumer.close().await.context("leaving the group")?;
     Ok(())

@@ -2,13 +2,15 @@
 //! the order they were asked for, and auto-commit commits what was returned — every
 //! interval, before a revocation is acknowledged, and on close — so the group's next
 //! member resumes right after the records already returned. A consumer with
-//! auto-commit on refuses to feed a transaction.
+//! auto-commit on refuses to feed a transaction. The CLI's group consumer commits past
+//! transaction markers, so a group that read everything shows no lag.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use idem_client::{
-    ClientError, GroupConfig, GroupConsumer, OffsetSpec, Producer, ProducerConfig, ProducerRecord,
+    Admin, ClientError, GroupConfig, GroupConsumer, OffsetSpec, Producer, ProducerConfig,
+    ProducerRecord,
 };
 use idem_tests::cli::idem;
 use idem_tests::groups::GroupClient;
@@ -256,4 +258,59 @@ async fn given_the_cli_consuming_in_a_group_with_range_then_a_second_run_resumes
     assert!(!refused.status.success());
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(stderr.contains("UnsupportedAssignor"), "{stderr}");
+}
+
+/// `idem consume --group` over a transactional topic commits its positions, which lie
+/// past the commit markers: once it has read everything the group's lag is 0 on every
+/// partition (committing the last record's offset + 1 would leave it at 1 per marker
+/// forever, which is what an operator's lag alert would see).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_the_cli_reading_a_transactional_topic_in_a_group_then_its_lag_ends_at_zero() {
+    let cluster = Cluster::start_with_coordinators(3, 1, &[], COORDINATOR_FLAGS).await;
+    cluster.create_topic(TOPIC, 2, 3).await;
+    let bootstrap = cluster.bootstrap();
+    let producer = idem_tests::txn::producer(&bootstrap, "lag-txn").await;
+    for round in 0..3 {
+        producer.begin().expect("begin");
+        for p in 0..2 {
+            producer
+                .send(ProducerRecord::new(TOPIC, format!("t{round}-p{p}")).partition(p))
+                .await
+                .expect("send")
+                .await
+                .expect("acked");
+        }
+        producer.commit().await.expect("commit");
+    }
+    idem_tests::txn::wait_until_stable(&bootstrap, TOPIC, &[0, 1]).await;
+    let out = idem(
+        &bootstrap,
+        &[
+            "consume",
+            TOPIC,
+            "--group",
+            "lagless",
+            "--from-beginning",
+            "--timeout-ms",
+            "3000",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 6);
+    let admin = Admin::connect(&bootstrap).await.expect("admin");
+    let lag = admin.group_lag("lagless").await.expect("group lag");
+    assert_eq!(lag.len(), 2, "{lag:?}");
+    for row in &lag {
+        // 3 records and at least 3 commit markers per partition.
+        assert!(row.log_end >= 6, "{row:?}");
+        assert_eq!(
+            (row.committed, row.lag),
+            (Some(row.log_end), Some(0)),
+            "{row:?}"
+        );
+    }
 }
