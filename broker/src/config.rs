@@ -36,6 +36,11 @@ pub struct BrokerConfig {
     #[arg(long, env = "IDEM_EXTERNAL_ADVERTISE")]
     pub external_advertise: Option<String>,
 
+    /// Address of the Prometheus endpoint (`http://ADDR/metrics`; docs/operations.md
+    /// lists the metrics). Unset: no metrics are served.
+    #[arg(long, env = "IDEM_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
+
     /// Directory holding partition logs, producer-state snapshots and the embedded store.
     #[arg(long, env = "IDEM_DATA_DIR", default_value = "idem-data")]
     pub data_dir: PathBuf,
@@ -197,6 +202,7 @@ impl BrokerConfig {
             advertise: None,
             external_listen: None,
             external_advertise: None,
+            metrics_listen: None,
             data_dir,
             segment_bytes: 64 * 1024 * 1024,
             flush: FlushPolicy::EveryAppend,

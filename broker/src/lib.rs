@@ -11,6 +11,7 @@ pub mod fsutil;
 pub mod internal_topics;
 pub mod log;
 pub mod partition;
+pub mod partition_health;
 pub mod producer_state;
 pub mod replication;
 pub mod retention_flags;

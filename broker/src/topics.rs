@@ -28,6 +28,7 @@ use crate::cluster::{election, isr_upkeep};
 use crate::coordinators::CoordinatorView;
 use crate::error::BrokerError;
 use crate::partition::{Partition, PartitionSettings};
+use crate::partition_health::PartitionFacts;
 use crate::replication::fetchers::Fetchers;
 use crate::replication::following;
 use crate::replication::replica_set::Role;
@@ -764,6 +765,23 @@ impl TopicRegistry {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .stop();
         stopped.await;
+    }
+
+    /// Every partition of the catalog (or of this single node), as the partition
+    /// health gauges count them.
+    pub fn partition_facts(&self) -> Vec<PartitionFacts> {
+        self.read()
+            .values()
+            .flat_map(|t| {
+                let min_insync_replicas = t.spec.min_insync_replicas();
+                t.partitions.iter().map(move |v| PartitionFacts {
+                    leader: v.leader,
+                    replicas: v.replicas.len(),
+                    isr: v.isr.len(),
+                    min_insync_replicas,
+                })
+            })
+            .collect()
     }
 
     /// Every partition hosted here, led or not.

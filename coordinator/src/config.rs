@@ -39,6 +39,11 @@ pub struct CoordinatorConfig {
     #[arg(long, env = "IDEM_COORDINATOR_EXTERNAL_ADVERTISE")]
     pub external_advertise: Option<String>,
 
+    /// Address of the Prometheus endpoint (`http://ADDR/metrics`; docs/operations.md).
+    /// Unset: no metrics are served.
+    #[arg(long, env = "IDEM_COORDINATOR_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
+
     /// A broker to learn the cluster from (`host:port`).
     #[arg(long, env = "IDEM_BOOTSTRAP", default_value = "127.0.0.1:9092")]
     pub bootstrap: String,
@@ -135,6 +140,7 @@ impl CoordinatorConfig {
             advertise: None,
             external_listen: None,
             external_advertise: None,
+            metrics_listen: None,
             bootstrap,
             etcd_endpoints: Vec::new(),
             etcd_prefix: "/idem".into(),

@@ -9,6 +9,8 @@ use idem_proto::ErrorCode;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CoordinatorError {
+    #[error("metrics endpoint: {0}")]
+    Metrics(String),
     /// Another coordinator may own the partition now (a broker fenced our writes or
     /// markers, or our lease lapsed): stop serving it.
     #[error("no longer the owner of transaction log partition {partition}: {reason}")]

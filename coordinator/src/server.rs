@@ -6,6 +6,7 @@
 
 use idem_proto::transport::MAX_MESSAGE_BYTES;
 use idem_proto::txn::{OFFSETS_TOPIC, TXN_LOG_TOPIC};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,6 +18,7 @@ use idem_proto::v1::group_coordinator_server::GroupCoordinatorServer;
 use idem_proto::v1::txn_coordinator_server::TxnCoordinatorServer;
 use idem_runtime::grpc_server::{GrpcListener, GrpcSettings};
 use idem_runtime::health::Health;
+use idem_runtime::metrics_endpoint;
 use idem_runtime::shutdown::{CancellationToken, Duties};
 use idem_runtime::stop::serve_then_stop;
 use tokio::sync::mpsc;
@@ -38,6 +40,7 @@ use crate::service::TxnCoordinatorService;
 use crate::topic_catalog::etcd::EtcdTopicCatalog;
 use crate::topic_catalog::solo::SoloTopicCatalog;
 use crate::topic_catalog::TopicCatalog;
+use crate::txn::state::TxnState;
 
 /// How often health looks at the slices and the lease: the lease is a clock compared
 /// against the TTL, which no event announces.
@@ -73,6 +76,9 @@ impl BoundCoordinator {
         shutdown: CancellationToken,
     ) -> Result<Self, CoordinatorError> {
         let mode = config.mode()?;
+        if let Some(addr) = config.metrics_listen {
+            metrics_endpoint::serve(addr).map_err(|e| CoordinatorError::Metrics(e.to_string()))?;
+        }
         let listener = GrpcListener::bind(config.listen)
             .await?
             .with_external(config.external_listen)
@@ -233,6 +239,10 @@ impl BoundCoordinator {
             ),
         );
         duties.spawn(
+            "report metrics",
+            report_metrics(core.clone(), groups.clone()),
+        );
+        duties.spawn(
             "report health",
             report_health(core.clone(), groups.clone(), ownership, health),
         );
@@ -265,6 +275,41 @@ async fn report_health(
         health.set_loaded(core.serves_every_claimed_slice() && groups.serves_every_claimed_slice());
         health.set_lease_held(ownership.holds_lease());
     }
+}
+
+/// How often the coordinator's gauges are recomputed.
+const METRICS_EVERY: Duration = Duration::from_secs(1);
+
+/// The coordinator's gauges (docs/operations.md): transactions by state and the age of
+/// the oldest open one (what a stuck last stable offset traces back to), and groups.
+async fn report_metrics(core: Arc<Coordinator>, groups: Arc<Groups>) {
+    let mut tick = tokio::time::interval(METRICS_EVERY);
+    loop {
+        tick.tick().await;
+        record_gauges(&core, &groups);
+    }
+}
+
+fn record_gauges(core: &Coordinator, groups: &Groups) {
+    let (txns, owned) = core.list(&[]);
+    let mut by_state: BTreeMap<&'static str, u64> = TxnState::ALL
+        .iter()
+        .map(|state| (state.name(), 0))
+        .collect();
+    let now = idem_runtime::clock::now_ms();
+    let mut oldest_open_ms = 0i64;
+    for (_, txn) in &txns {
+        *by_state.entry(txn.state.name()).or_default() += 1;
+        if txn.state == TxnState::Ongoing {
+            oldest_open_ms = oldest_open_ms.max(now - txn.txn_start_ms);
+        }
+    }
+    for (state, count) in by_state {
+        metrics::gauge!("idem_transactions", "state" => state).set(count as f64);
+    }
+    metrics::gauge!("idem_transaction_oldest_open_seconds").set(oldest_open_ms as f64 / 1000.0);
+    metrics::gauge!("idem_txn_log_partitions_owned").set(owned.len() as f64);
+    metrics::gauge!("idem_groups").set(groups.list().len() as f64);
 }
 
 /// Creates (or finds) the transaction log and `__consumer_offsets`, then hands every

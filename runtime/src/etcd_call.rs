@@ -20,7 +20,21 @@ pub async fn bounded<T>(
     what: &'static str,
     call: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
 ) -> Result<T, EtcdCallError> {
-    match tokio::time::timeout(REQUEST_TIMEOUT, call).await {
+    let started = std::time::Instant::now();
+    let answered = tokio::time::timeout(REQUEST_TIMEOUT, call).await;
+    // `what` names the call ("register", "update partition"): a small fixed set.
+    metrics::histogram!("idem_etcd_call_duration_seconds", "call" => what)
+        .record(started.elapsed().as_secs_f64());
+    let failure = match &answered {
+        Ok(Ok(_)) => None,
+        Ok(Err(_)) => Some("error"),
+        Err(_) => Some("timeout"),
+    };
+    if let Some(failure) = failure {
+        metrics::counter!("idem_etcd_call_failures_total", "call" => what, "failure" => failure)
+            .increment(1);
+    }
+    match answered {
         Ok(Ok(value)) => Ok(value),
         Ok(Err(source)) => Err(EtcdCallError::Failed { what, source }),
         Err(_) => Err(EtcdCallError::Timeout(what)),

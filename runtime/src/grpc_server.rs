@@ -15,6 +15,7 @@ use tonic::transport::server::TcpIncoming;
 
 use crate::health::Health;
 use crate::listeners::BoundListeners;
+use crate::rpc_metrics::RpcMetricsLayer;
 
 /// What every idem gRPC server is configured with.
 #[derive(Debug, Clone, Copy)]
@@ -129,6 +130,7 @@ impl GrpcListener {
             .layer(tower::limit::GlobalConcurrencyLimitLayer::new(
                 settings.concurrency_limit,
             ))
+            .layer(RpcMetricsLayer)
             .add_routes(routes)
             .serve_with_incoming_shutdown(
                 futures::stream::select_all(

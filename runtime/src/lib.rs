@@ -15,6 +15,8 @@
 //! - [`lease_keeper`], [`until_deleted`]: holding an etcd lease (kept alive, its loss
 //!   reported, revoked on a stop), and waiting for another holder's key to go;
 //! - [`logging`]: where a server's logs go (stderr, filtered by `IDEM_LOG`);
+//! - [`metrics_endpoint`], [`rpc_metrics`]: the Prometheus endpoint (`--metrics-listen`)
+//!   and the per-RPC counters and latency histograms every server records;
 //! - [`log_limit`]: a limit on how often a repeating failure is logged;
 //! - [`atomic_file`], [`clock`]: replacing a file crash-safely, and the wall clock;
 //! - [`config_error`]: a setting refused at start, naming its flag;
@@ -32,6 +34,8 @@ pub mod lease_keeper;
 pub mod listeners;
 pub mod log_limit;
 pub mod logging;
+pub mod metrics_endpoint;
+pub mod rpc_metrics;
 pub mod shutdown;
 pub mod stop;
 pub mod topic_catalog;

@@ -67,15 +67,20 @@ impl Cluster {
         n: i32,
         extra: &[&str],
     ) -> Cluster {
-        Cluster::start_advertising(etcd, links, &BTreeMap::new(), n, extra)
+        Cluster::start_each_on(etcd, links, &BTreeMap::new(), n, extra)
     }
 
-    /// [`Cluster::start_on`], each broker advertising the address `advertised` names
-    /// for it, if any.
-    fn start_advertising(
+    /// [`Cluster::start`], each broker also given the flags `own` names for it (its
+    /// metrics port, say).
+    pub fn start_each(n: i32, extra: &[&str], own: &BTreeMap<i32, Vec<String>>) -> Cluster {
+        Cluster::start_each_on(vec![EtcdServer::start()], BTreeMap::new(), own, n, extra)
+    }
+
+    /// [`Cluster::start_on`], each broker also given the flags `own` names for it.
+    fn start_each_on(
         etcd: Vec<EtcdServer>,
         links: BTreeMap<ProcessId, CuttableLink>,
-        advertised: &BTreeMap<i32, String>,
+        own: &BTreeMap<i32, Vec<String>>,
         n: i32,
         extra: &[&str],
     ) -> Cluster {
@@ -85,11 +90,8 @@ impl Cluster {
                 let endpoint = links
                     .get(&ProcessId::Broker(id))
                     .map_or_else(|| direct.clone(), CuttableLink::endpoint);
-                let advertise = advertised.get(&id);
                 let mut args = broker_args(id, &endpoint);
-                if let Some(address) = advertise {
-                    args.extend(["--advertise".to_string(), address.clone()]);
-                }
+                args.extend(own.get(&id).into_iter().flatten().cloned());
                 args.extend(extra.iter().map(|s| s.to_string()));
                 BrokerProcess::start_with(&as_strs(&args))
             })
@@ -170,8 +172,11 @@ impl Cluster {
         // Each broker advertises a reserved port where a link to it listens, so every
         // connection to it (clients, followers, coordinators) can be cut.
         let advertised: BTreeMap<i32, String> = (1..=n).map(|id| (id, reserve_port())).collect();
-        let mut cluster =
-            Cluster::start_advertising(vec![etcd], links, &advertised, n, broker_extra);
+        let own = advertised
+            .iter()
+            .map(|(id, address)| (*id, vec!["--advertise".to_string(), address.clone()]))
+            .collect();
+        let mut cluster = Cluster::start_each_on(vec![etcd], links, &own, n, broker_extra);
         for (id, address) in &advertised {
             let link = CuttableLink::start_on(address, cluster.broker(*id).addr()).await;
             cluster.inbound.insert(*id, link);
@@ -315,7 +320,7 @@ impl Cluster {
     }
 
     /// Starts coordinators 1..=m and waits until they own the whole transaction log.
-    async fn add_coordinators(&mut self, m: i32, extra: &[&str]) {
+    pub async fn add_coordinators(&mut self, m: i32, extra: &[&str]) {
         for id in 1..=m {
             let process = self.spawn_coordinator(id, extra);
             self.coordinators.push(process);

@@ -20,6 +20,7 @@ pub mod processor;
 pub mod proxy;
 pub mod raw;
 pub mod replicas;
+pub mod scrape;
 pub mod sdk;
 pub mod segments;
 pub mod server_process;

@@ -71,6 +71,7 @@ pub async fn elect_leaders(
         match cluster.publish(&topic, &view, &state).await {
             Ok(true) => {
                 changed = true;
+                metrics::counter!("idem_leader_elections_total").increment(1);
                 tracing::info!(
                     topic,
                     partition = view.index,

@@ -95,6 +95,12 @@ pub async fn maintain_isr(cluster: &ClusterCatalog, topics: &[TopicView], lag_li
                 tracing::info!(topic, partition = view.index, replicas = ?state.replicas, isr = ?state.isr, leader = state.leader, leader_epoch = state.leader_epoch, "reassignment complete")
             }
             Ok(true) => {
+                let change = if state.isr.len() < view.isr.len() {
+                    "shrink"
+                } else {
+                    "expand"
+                };
+                metrics::counter!("idem_isr_changes_total", "change" => change).increment(1);
                 tracing::info!(topic, partition = view.index, from = ?view.isr, to = ?state.isr, "changed the ISR")
             }
             Ok(false) => tracing::debug!(

@@ -546,7 +546,10 @@ impl Segment {
 
     /// Fsyncs the log file and the index.
     pub fn sync(&self) -> Result<(), LogError> {
+        let started = std::time::Instant::now();
         self.log.sync_data().at("fsyncing", &self.log_path)?;
+        metrics::histogram!("idem_log_fsync_duration_seconds")
+            .record(started.elapsed().as_secs_f64());
         self.index.sync()
     }
 

@@ -906,7 +906,11 @@ fn check_producer(
         header.is_transactional(),
     ) {
         Decision::Append => Ok(None),
-        Decision::Duplicate(original) => Ok(Some(original)),
+        Decision::Duplicate(original) => {
+            // A retry of a batch already appended: answered with its original offsets.
+            metrics::counter!("idem_produce_duplicate_batches_total").increment(1);
+            Ok(Some(original))
+        }
         Decision::OutOfOrder { expected, got } => Err(BrokerError::OutOfOrderSequence {
             producer_id,
             expected,

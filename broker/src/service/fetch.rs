@@ -34,6 +34,17 @@ impl BrokerService {
         let min_bytes = usize::try_from(request.min_bytes).unwrap_or(0);
         let watches = self.watched_partitions(&request);
         let topics = long_poll(watches, wait, min_bytes, || self.fetch_once(&request)).await;
+        let bytes: usize = topics
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .map(|p| p.records.len())
+            .sum();
+        let reader = if request.replica_id.is_some() {
+            "replica"
+        } else {
+            "consumer"
+        };
+        metrics::counter!("idem_bytes_out_total", "reader" => reader).increment(bytes as u64);
         FetchResponse { topics }
     }
 

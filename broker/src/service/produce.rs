@@ -21,6 +21,13 @@ use crate::internal_topics::{self, OwnerFacts};
 
 impl BrokerService {
     pub(super) async fn serve_produce(&self, request: ProduceRequest) -> ProduceResponse {
+        let bytes: usize = request
+            .topics
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .map(|p| p.records.len())
+            .sum();
+        metrics::counter!("idem_bytes_in_total").increment(bytes as u64);
         let refused_acks = match request.acks {
             -1..=1 => None,
             acks => Some(BrokerError::InvalidRequiredAcks(acks)),

@@ -24,6 +24,7 @@ mod inbox;
 mod internal_topics;
 mod listeners;
 mod membership;
+mod metrics;
 mod network_partitions;
 mod pipeline;
 mod producer_ids;
