@@ -12,6 +12,7 @@ mod cluster_topics;
 mod compaction;
 mod consumer_groups;
 mod delivery;
+mod deploy_manifests;
 mod etcd_faults;
 mod failover;
 mod group_commits;
