@@ -259,19 +259,42 @@ fn undeclared(env: &[(String, String)], declared: &BTreeSet<String>) -> Vec<Stri
         .collect()
 }
 
-/// The port and service of a container's `grpc:` probe.
-fn grpc_probe(container: &Container, probe: &str) -> (u64, String) {
-    let grpc = &container.spec[probe]["grpc"];
-    let port = grpc["port"]
-        .as_u64()
-        .unwrap_or_else(|| panic!("{probe} is a grpc probe"));
-    (port, grpc["service"].as_str().unwrap_or("").to_string())
+/// What a probe asks: its kind (`grpc`, `tcpSocket`, ...), the port number (a named
+/// port looked up among the container's ports) and the gRPC service (`""` for the
+/// whole server or a probe that is not gRPC).
+fn probe(container: &Container, probe: &str) -> (String, u64, String) {
+    let spec = container.spec[probe]
+        .as_mapping()
+        .unwrap_or_else(|| panic!("no {probe}"));
+    let (kind, action) = spec
+        .iter()
+        .find(|(k, _)| ["grpc", "tcpSocket", "httpGet", "exec"].contains(&k.as_str().unwrap_or("")))
+        .unwrap_or_else(|| panic!("{probe} has no action"));
+    let port = match &action["port"] {
+        Value::Number(n) => n.as_u64().expect("a port number"),
+        Value::String(name) => container.spec["ports"]
+            .as_sequence()
+            .into_iter()
+            .flatten()
+            .find(|p| p["name"].as_str() == Some(name))
+            .and_then(|p| p["containerPort"].as_u64())
+            .unwrap_or_else(|| panic!("{probe}: no container port named {name}")),
+        other => panic!("{probe}: port {other:?}"),
+    };
+    let service = action["service"].as_str().unwrap_or("").to_string();
+    (kind.as_str().unwrap_or("").to_string(), port, service)
 }
 
 /// Checks what every idem server container of StatefulSet `name` shares: the variables
-/// are all declared, `--check-config` accepts each pod's configuration, the probes ask
-/// the listening port for `service`. Returns each pod's printed configuration.
-fn check_idem_pods(name: &str, program: &str, listen_var: &str, service: &str) -> Vec<String> {
+/// are all declared, each probe in `probes` (name, kind, gRPC service) asks the port
+/// the server listens on, and `--check-config` accepts each pod's configuration.
+/// Returns each pod's printed configuration.
+fn check_idem_pods(
+    name: &str,
+    program: &str,
+    listen_var: &str,
+    probes: &[(&str, &str, &str)],
+) -> Vec<String> {
     let docs = documents();
     let declared = declared_variables(program);
     (0..replicas(&docs, name))
@@ -289,19 +312,15 @@ fn check_idem_pods(name: &str, program: &str, listen_var: &str, service: &str) -
                 .rsplit_once(':')
                 .expect("host:port")
                 .1;
-            for probe in ["readinessProbe", "livenessProbe"] {
-                let (probe_port, _) = grpc_probe(&container, probe);
-                assert_eq!(
-                    probe_port.to_string(),
-                    port,
-                    "{name} {probe} asks the listening port"
+            for (which, kind, service) in probes {
+                let asked = probe(&container, which);
+                let wanted = (
+                    kind.to_string(),
+                    port.parse().expect("a port"),
+                    service.to_string(),
                 );
+                assert_eq!(asked, wanted, "{name} {which}");
             }
-            assert_eq!(
-                grpc_probe(&container, "readinessProbe").1,
-                service,
-                "{name}"
-            );
 
             let output = container.run(&["--check-config"]);
             let said = text(&output);
@@ -318,7 +337,15 @@ fn given_each_broker_pod_when_its_config_is_checked_then_the_broker_accepts_it_w
         "idem-broker",
         "idem-broker",
         "IDEM_LISTEN",
-        idem_proto::v1::broker_server::SERVICE_NAME,
+        &[
+            ("startupProbe", "grpc", ""),
+            (
+                "readinessProbe",
+                "grpc",
+                idem_proto::v1::broker_server::SERVICE_NAME,
+            ),
+            ("livenessProbe", "grpc", ""),
+        ],
     );
     assert_eq!(printed.len(), 3);
     for (ordinal, config) in printed.iter().enumerate() {
@@ -360,7 +387,12 @@ fn given_each_coordinator_pod_when_its_config_is_checked_then_it_joins_through_e
         "idem-coordinator",
         "idem-coordinator",
         "IDEM_COORDINATOR_LISTEN",
-        idem_proto::v1::txn_coordinator_server::SERVICE_NAME,
+        // Not the health service: a standby coordinator (no slice claimed) reports
+        // NOT_SERVING for as long as it waits (deploy/k8s/coordinator.yaml).
+        &[
+            ("readinessProbe", "tcpSocket", ""),
+            ("livenessProbe", "tcpSocket", ""),
+        ],
     );
     assert_eq!(printed.len(), 2);
     for (ordinal, config) in printed.iter().enumerate() {
@@ -459,10 +491,28 @@ fn given_each_etcd_pod_then_every_flag_is_one_etcd_has_and_the_member_is_in_its_
             .collect();
         let unknown: Vec<&&str> = flags.keys().filter(|f| !known.contains(**f)).collect();
         assert!(unknown.is_empty(), "etcd has no {unknown:?}");
-        assert!(
-            container.env.iter().all(|(n, _)| !n.starts_with("ETCD_")),
-            "etcd flags are args: an ETCD_ variable would be checked by nothing"
-        );
+        // ETCD_X is etcd's variable for --x. Each must name a flag etcd has, and none
+        // may name a flag the args set too: etcd 3.4 then refuses to start
+        // ("conflicting environment variable ... is shadowed"), which is what
+        // --data-dir beside the image's ETCD_DATA_DIR did on a hand check.
+        let image = image_env(&k8s_dir().join("../docker/etcd.Dockerfile"));
+        assert!(!image.is_empty(), "the etcd image sets its PATH at least");
+        let variables: BTreeSet<String> = image
+            .iter()
+            .chain(&container.env)
+            .filter_map(|(n, _)| n.strip_prefix("ETCD_"))
+            .map(|n| n.to_lowercase().replace('_', "-"))
+            .collect();
+        for flag in &variables {
+            assert!(
+                known.contains(flag.as_str()),
+                "etcd has no --{flag} (ETCD_ variable)"
+            );
+            assert!(
+                !flags.contains_key(flag.as_str()),
+                "--{flag} is set by a flag and by a variable: etcd refuses to start"
+            );
+        }
 
         let pod = format!("idem-etcd-{ordinal}");
         assert_eq!(flags["name"], pod);
@@ -486,6 +536,20 @@ fn given_each_etcd_pod_then_every_flag_is_one_etcd_has_and_the_member_is_in_its_
             clients
         );
     }
+}
+
+/// The `ENV` settings of a Dockerfile (`ENV A=1 B=2`, backslash-continued lines joined).
+fn image_env(dockerfile: &Path) -> Vec<(String, String)> {
+    let text =
+        std::fs::read_to_string(dockerfile).unwrap_or_else(|e| panic!("{dockerfile:?}: {e}"));
+    let joined = text.replace("\\\n", " ");
+    joined
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("ENV "))
+        .flat_map(|l| l.split_whitespace())
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }
 
 #[test]
