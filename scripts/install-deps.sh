@@ -11,7 +11,10 @@
 #             /usr/lib/postgresql/*/bin; `IDEM_PG_BIN` names another bin dir)
 #   compose -> Docker Compose v2 (`docker compose ... up --wait`: the compose
 #             walkthrough and the container tests); see install_compose below
-# Usage: scripts/install-deps.sh protoc [etcd] [cc] [script] [netns] [postgres] [compose]
+#   kubernetes-validate -> the PyPI package, pinned (deploy/k8s/validate.sh checks the
+#             manifests offline against the API schemas it ships, 1.25 to 1.37)
+# Usage: scripts/install-deps.sh protoc [etcd] [cc] [script] [netns] [postgres]
+#        [compose] [kubernetes-validate]
 set -euo pipefail
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
@@ -40,6 +43,29 @@ install_compose() {
   docker compose version
 }
 
+# Pinned: a new release may change the schemas (and so what validates).
+KUBERNETES_VALIDATE_VERSION=1.37.0
+
+# kubernetes-validate from PyPI with the machine's python3, unless this version is
+# already installed (it brings PyYAML, which validate.sh renders with).
+kubernetes_validate() {
+  local installed
+  # `pip show` fails when it is not installed: that is an answer, not an error.
+  installed="$(python3 -m pip show kubernetes-validate 2>/dev/null | sed -n 's/^Version: //p' || true)"
+  if [ "$installed" = "$KUBERNETES_VALIDATE_VERSION" ] && command -v kubernetes-validate >/dev/null 2>&1; then
+    return
+  fi
+  if ! python3 -m pip --version >/dev/null 2>&1; then
+    as_root apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-pip
+  fi
+  echo "installing: kubernetes-validate==$KUBERNETES_VALIDATE_VERSION"
+  # Debian's own python3 refuses pip installs outside a venv (PEP 668) unless told.
+  python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION" ||
+    python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore --break-system-packages \
+      "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION"
+}
+
 missing=()
 want_compose=0
 for need in "$@"; do
@@ -60,6 +86,7 @@ for need in "$@"; do
         missing+=(postgresql)
       ;;
     compose) docker compose version >/dev/null 2>&1 || want_compose=1 ;;
+    kubernetes-validate) kubernetes_validate ;;
     *) echo "install-deps: unknown dependency $need" >&2; exit 2 ;;
   esac
 done

@@ -12,6 +12,13 @@ use idem_broker::server::BoundBroker;
     about = "idem broker: partition logs, idempotent produce, fetch"
 )]
 struct Args {
+    /// Check the configuration and exit: parse the flags and `IDEM_*` variables, refuse
+    /// what a start would refuse, print the effective settings, exit 0; binds, opens and
+    /// connects nothing. A flag only, with no variable, so that an environment never
+    /// turns a server into a checker (deploy/k8s is checked this way).
+    #[arg(long)]
+    check_config: bool,
+
     #[command(flatten)]
     broker: BrokerConfig,
 }
@@ -24,6 +31,14 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 async fn main() -> anyhow::Result<()> {
     idem_runtime::logging::init("info");
     let args = Args::parse();
+    if args.check_config {
+        // The same words as a refused start (BrokerError::InvalidConfig).
+        args.broker
+            .validate()
+            .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
+        println!("{:#?}", args.broker);
+        return Ok(());
+    }
     let broker = BoundBroker::bind(args.broker, idem_runtime::shutdown::on_signal())
         .await
         .context("starting broker")?;

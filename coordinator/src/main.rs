@@ -12,6 +12,14 @@ use idem_coordinator::{BoundCoordinator, CoordinatorConfig};
     about = "idem transaction coordinator: transactional ids, the transaction log, markers"
 )]
 struct Args {
+    /// Check the configuration and exit: parse the flags and `IDEM_*` variables, refuse
+    /// what a start would refuse, print the effective settings and the ownership mode,
+    /// exit 0; binds, opens and connects nothing. A flag only, with no variable, so that
+    /// an environment never turns a server into a checker (deploy/k8s is checked this
+    /// way).
+    #[arg(long)]
+    check_config: bool,
+
     #[command(flatten)]
     coordinator: CoordinatorConfig,
 }
@@ -24,6 +32,17 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 async fn main() -> anyhow::Result<()> {
     idem_runtime::logging::init("info");
     let args = Args::parse();
+    if args.check_config {
+        // mode() validates, as a start does, and says which ownership backend runs.
+        // Its Display is the whole message ("invalid configuration: --flag ..."), as a
+        // refused start prints it.
+        let mode = args
+            .coordinator
+            .mode()
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        println!("{:#?}\nmode: {mode:?}", args.coordinator);
+        return Ok(());
+    }
     let coordinator =
         BoundCoordinator::bind(args.coordinator, None, idem_runtime::shutdown::on_signal())
             .await
