@@ -32,10 +32,10 @@
 //! is resumed from the position the database holds (`Inbox::seek_assigned`), never
 //! from the group's committed offset. Every N batches (`--commit-every`, default 10)
 //! the database positions of the owned partitions are committed to the group too, for
-//! lag monitoring only (`idem group describe`); a failed commit is reported and ignored.
-//! Prints `ledger: resuming TOPIC/P at OFFSET` (or `at the group's start`) for each
-//! assigned partition, `ledger: revoked TOPIC/P` and `ledger: lost TOPIC/P`, and leaves
-//! the group when done.
+//! lag monitoring only (`idem group describe`); a failed commit is reported and
+//! ignored. Prints `ledger: resuming TOPIC/P at OFFSET` (or `at the group's start`)
+//! for each assigned partition, `ledger: revoked TOPIC/P` and `ledger: lost TOPIC/P`,
+//! and leaves the group when done.
 //!
 //! Crash injection for the fault tests: `LEDGER_CRASH=POINT:K` kills this process
 //! (SIGKILL) in its K-th batch (1-based, counted from its start): `mid-batch` after the
