@@ -481,50 +481,39 @@ impl Inbox {
     ) -> Result<u64, InboxError> {
         // Checked before any read: a topic kept forever is refused whatever it holds.
         retention::count_prune(now_ms(), keep_newest, None, topic_retention)?;
-        let partitions: Vec<i64> = sqlx::query_scalar(
-            "SELECT DISTINCT partition_id FROM idem_inbox_processed \
-             WHERE inbox = $1 AND topic = $2",
-        )
-        .bind(self.name.as_str())
-        .bind(topic)
-        .fetch_all(&self.pool)
-        .await?;
+        let partitions: Vec<i64> = sqlx::query_scalar(COUNT_PRUNE_PARTITIONS)
+            .bind(self.name.as_str())
+            .bind(topic)
+            .fetch_all(&self.pool)
+            .await?;
         let skip = i64::try_from(keep_newest.saturating_sub(1)).unwrap_or(i64::MAX);
         let mut deleted = 0;
         for partition in partitions {
             let kept_oldest: Option<i64> = if keep_newest == 0 {
                 None
             } else {
-                sqlx::query_scalar(
-                    "SELECT record_offset FROM idem_inbox_processed \
-                     WHERE inbox = $1 AND topic = $2 AND partition_id = $3 \
-                     ORDER BY record_offset DESC LIMIT 1 OFFSET $4",
-                )
-                .bind(self.name.as_str())
-                .bind(topic)
-                .bind(partition)
-                .bind(skip)
-                .fetch_optional(&self.pool)
-                .await?
+                sqlx::query_scalar(COUNT_PRUNE_KEPT_OLDEST)
+                    .bind(self.name.as_str())
+                    .bind(topic)
+                    .bind(partition)
+                    .bind(skip)
+                    .fetch_optional(&self.pool)
+                    .await?
             };
             let Some(rule) =
                 retention::count_prune(now_ms(), keep_newest, kept_oldest, topic_retention)?
             else {
                 continue;
             };
-            deleted += sqlx::query(
-                "DELETE FROM idem_inbox_processed \
-                 WHERE inbox = $1 AND topic = $2 AND partition_id = $3 \
-                 AND record_offset < $4 AND processed_at_ms < $5",
-            )
-            .bind(self.name.as_str())
-            .bind(topic)
-            .bind(partition)
-            .bind(rule.offset)
-            .bind(rule.processed_before_ms)
-            .execute(&self.pool)
-            .await?
-            .rows_affected();
+            deleted += sqlx::query(COUNT_PRUNE_DELETE)
+                .bind(self.name.as_str())
+                .bind(topic)
+                .bind(partition)
+                .bind(rule.offset)
+                .bind(rule.processed_before_ms)
+                .execute(&self.pool)
+                .await?
+                .rows_affected();
         }
         Ok(deleted)
     }
@@ -617,6 +606,20 @@ fn placeholders(rows: usize, columns: usize) -> String {
         .join(", ")
 }
 
+// The statements of `prune_by_count`, each served by the index of schema version 3
+// on (inbox, topic, partition_id, record_offset) (a unit test reads SQLite's plans).
+/// The partitions of a topic holding keys (`$1` inbox, `$2` topic).
+const COUNT_PRUNE_PARTITIONS: &str = "SELECT DISTINCT partition_id FROM idem_inbox_processed \
+     WHERE inbox = $1 AND topic = $2";
+/// The offset of a partition's `$4 + 1`th newest key.
+const COUNT_PRUNE_KEPT_OLDEST: &str = "SELECT record_offset FROM idem_inbox_processed \
+     WHERE inbox = $1 AND topic = $2 AND partition_id = $3 \
+     ORDER BY record_offset DESC LIMIT 1 OFFSET $4";
+/// A partition's keys below offset `$4` processed before `$5`.
+const COUNT_PRUNE_DELETE: &str = "DELETE FROM idem_inbox_processed \
+     WHERE inbox = $1 AND topic = $2 AND partition_id = $3 \
+     AND record_offset < $4 AND processed_at_ms < $5";
+
 /// The key of the advisory lock PostgreSQL migrations hold (any fixed number; this
 /// one spells "idem").
 const MIGRATION_LOCK: i64 = 0x6964_656d;
@@ -674,9 +677,14 @@ mod tests {
         }
     }
 
+    fn sqlite_url(dir: &tempfile::TempDir) -> String {
+        format!("sqlite://{}", dir.path().join("inbox.db").display())
+    }
+
     async fn sqlite_inbox(dir: &tempfile::TempDir) -> Inbox {
-        let url = format!("sqlite://{}", dir.path().join("inbox.db").display());
-        let inbox = Inbox::connect(&url, "test").await.expect("connect");
+        let inbox = Inbox::connect(&sqlite_url(dir), "test")
+            .await
+            .expect("connect");
         inbox.migrate().await.expect("migrate");
         inbox
     }
@@ -753,5 +761,90 @@ mod tests {
             .expect("prune");
         assert_eq!(deleted, 1);
         assert_eq!(stored_offsets(&inbox, 1).await, [1]);
+    }
+
+    /// SQLite's plan of `sql` (its `detail` lines) with `params` bound.
+    async fn query_plan(inbox: &Inbox, sql: &str, params: &[i64]) -> String {
+        let explain = format!("EXPLAIN QUERY PLAN {sql}");
+        let mut query = sqlx::query_as::<_, (i64, i64, i64, String)>(&explain)
+            .bind("test")
+            .bind("t");
+        for p in params {
+            query = query.bind(*p);
+        }
+        let rows = query.fetch_all(inbox.pool()).await.expect("explain");
+        rows.into_iter()
+            .map(|(_, _, _, detail)| detail)
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
+    #[tokio::test]
+    async fn given_a_version_2_database_with_keys_when_migrated_then_prune_by_count_uses_the_offset_index_and_deletes_only_the_old_keys(
+    ) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let url = sqlite_url(&dir);
+        // What version 2 of the SDK left: its tables and index, its version rows, and
+        // the keys of offsets 0..10 of partition 0, the first 6 processed 2 hours ago.
+        let old = Inbox::connect(&url, "test").await.expect("connect");
+        sqlx::query(schema::VERSION_TABLE)
+            .execute(old.pool())
+            .await
+            .expect("version table");
+        for m in &schema::MIGRATIONS[..2] {
+            for statement in m.statements {
+                sqlx::query(statement)
+                    .execute(old.pool())
+                    .await
+                    .expect("a v2 statement");
+            }
+            sqlx::query("INSERT INTO idem_inbox_schema (version, applied_at_ms) VALUES ($1, 0)")
+                .bind(m.version)
+                .execute(old.pool())
+                .await
+                .expect("a version row");
+        }
+        let now = now_ms();
+        for offset in 0..10i64 {
+            let age = if offset < 6 { 2 * 3_600_000 } else { 0 };
+            sqlx::query(
+                "INSERT INTO idem_inbox_processed (inbox, idempotency_key, topic, partition_id, \
+                 record_offset, processed_at_ms) VALUES ('test', $1, 't', 0, $2, $3)",
+            )
+            .bind(format!("key:event-{offset}"))
+            .bind(offset)
+            .bind(now - age)
+            .execute(old.pool())
+            .await
+            .expect("a v2 key");
+        }
+        assert_eq!(old.schema_version().await.expect("version"), 2);
+        drop(old);
+
+        let inbox = Inbox::connect(&url, "test").await.expect("connect");
+        assert_eq!(inbox.migrate().await.expect("migrate"), schema::LATEST);
+        assert_eq!(
+            inbox.schema_version().await.expect("version"),
+            schema::LATEST
+        );
+        for (sql, params) in [
+            (COUNT_PRUNE_PARTITIONS, &[][..]),
+            (COUNT_PRUNE_KEPT_OLDEST, &[0, 2][..]),
+            (COUNT_PRUNE_DELETE, &[0, 7, now][..]),
+        ] {
+            let plan = query_plan(&inbox, sql, params).await;
+            assert!(
+                plan.contains("idem_inbox_processed_offset"),
+                "{sql}: {plan}"
+            );
+        }
+
+        // Keep 3: the old keys 0..6 go; 6..10 are younger than the topic's retention.
+        let deleted = inbox
+            .prune_by_count("t", 3, TopicRetention::For(HOUR))
+            .await
+            .expect("prune");
+        assert_eq!(deleted, 6);
+        assert_eq!(stored_offsets(&inbox, 0).await, [6, 7, 8, 9]);
     }
 }

@@ -59,10 +59,20 @@ pub const MIGRATIONS: &[Migration] = &[
         statements: &["CREATE INDEX idem_inbox_processed_age \
             ON idem_inbox_processed (inbox, processed_at_ms)"],
     },
+    Migration {
+        version: 3,
+        what: "index for pruning processed keys by count",
+        // `prune_by_count` lists a topic's partitions, then reads each partition's
+        // keys newest offset first and deletes below a cut: without this index each of
+        // those is a scan of every key of every inbox (the primary key starts with the
+        // idempotency key, the age index with the time).
+        statements: &["CREATE INDEX idem_inbox_processed_offset \
+            ON idem_inbox_processed (inbox, topic, partition_id, record_offset)"],
+    },
 ];
 
 /// The schema version this SDK writes and reads.
-pub const LATEST: i64 = 2;
+pub const LATEST: i64 = 3;
 
 /// What to do with a database whose schema is at `found` (0: no inbox tables yet).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -129,6 +139,7 @@ mod tests {
     #[test]
     fn given_an_older_schema_then_only_the_missing_migrations_run() {
         assert_eq!(plan(1), SchemaPlan::Migrate(MIGRATIONS[1..].to_vec()));
+        assert_eq!(plan(2), SchemaPlan::Migrate(MIGRATIONS[2..].to_vec()));
         assert_eq!(plan(LATEST), SchemaPlan::Current);
     }
 

@@ -7,8 +7,11 @@
 use std::time::{Duration, Instant};
 
 use idem_client::inbox::schema::{LATEST, MIGRATIONS, VERSION_TABLE};
-use idem_client::inbox::{sqlx, Backend, Inbox, InboxConfig, InboxError, InboxTx, Outcome};
+use idem_client::inbox::{
+    sqlx, Backend, Inbox, InboxConfig, InboxError, InboxTx, Outcome, TopicRetention,
+};
 use idem_client::ConsumerRecord;
+use idem_tests::postgres::PostgresServer;
 
 use super::*;
 
@@ -93,46 +96,107 @@ async fn given_a_schema_from_a_newer_sdk_when_the_inbox_connects_then_it_refuses
     );
 }
 
-#[tokio::test]
-async fn given_a_schema_from_an_older_sdk_when_migrated_then_it_is_current_and_keeps_its_positions()
-{
-    let db = Database::postgres();
-    let old = Inbox::connect(db.url(), "ledger").await.expect("connects");
-    // What version 1 of the SDK left: its tables, a position, its version row.
+/// What version `version` of the SDK left in `url`: its tables and indexes, its version
+/// rows, a position, and the keys of offsets 0..10 of partition 0, the first 6
+/// processed two hours ago.
+async fn left_by_an_older_sdk(url: &str, version: i64) {
+    let old = Inbox::connect(url, "ledger").await.expect("connects");
     sqlx::query(VERSION_TABLE)
         .execute(old.pool())
         .await
         .expect("version table");
-    for statement in MIGRATIONS[0].statements {
-        sqlx::query(statement)
+    for m in &MIGRATIONS[..version as usize] {
+        for statement in m.statements {
+            sqlx::query(statement)
+                .execute(old.pool())
+                .await
+                .expect("an old statement");
+        }
+        sqlx::query("INSERT INTO idem_inbox_schema (version, applied_at_ms) VALUES ($1, 0)")
+            .bind(m.version)
             .execute(old.pool())
             .await
-            .expect("v1 table");
+            .expect("a version row");
     }
-    sqlx::query("INSERT INTO idem_inbox_schema (version, applied_at_ms) VALUES (1, 0)")
-        .execute(old.pool())
-        .await
-        .expect("v1 row");
     sqlx::query(
         "INSERT INTO idem_inbox_positions (inbox, topic, partition_id, next_offset, updated_at_ms) \
          VALUES ('ledger', 'transfers', 3, 42, 0)",
     )
     .execute(old.pool())
     .await
-    .expect("a v1 position");
-    assert_eq!(old.schema_version().await.expect("version"), 1);
-
-    let inbox = Inbox::connect(db.url(), "ledger")
+    .expect("an old position");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis() as i64;
+    for offset in 0..10i64 {
+        let age = if offset < 6 { 2 * 3_600_000 } else { 0 };
+        sqlx::query(
+            "INSERT INTO idem_inbox_processed (inbox, idempotency_key, topic, partition_id, \
+             record_offset, processed_at_ms) VALUES ('ledger', $1, $2, 0, $3, $4)",
+        )
+        .bind(format!("key:t-{offset}"))
+        .bind(TOPIC)
+        .bind(offset)
+        .bind(now - age)
+        .execute(old.pool())
         .await
-        .expect("an older schema is accepted");
-    assert_eq!(inbox.migrate().await.expect("migrates"), LATEST);
-    assert_eq!(inbox.schema_version().await.expect("version"), LATEST);
-    assert_eq!(
-        inbox.migrate().await.expect("a second migrate is a no-op"),
-        LATEST
-    );
-    let positions = inbox.all_positions().await.expect("positions");
-    assert_eq!(positions.get(&("transfers".to_string(), 3)), Some(&42));
+        .expect("an old key");
+    }
+    assert_eq!(old.schema_version().await.expect("version"), version);
+}
+
+#[tokio::test]
+async fn given_a_schema_from_an_older_sdk_when_migrated_then_it_is_current_keeps_its_rows_and_prunes_by_count(
+) {
+    let server = PostgresServer::start();
+    for version in 1..LATEST {
+        let url = server.create_database(&format!("ledger_v{version}"));
+        left_by_an_older_sdk(&url, version).await;
+
+        let inbox = Inbox::connect(&url, "ledger")
+            .await
+            .expect("an older schema is accepted");
+        assert_eq!(inbox.migrate().await.expect("migrates"), LATEST);
+        assert_eq!(inbox.schema_version().await.expect("version"), LATEST);
+        assert_eq!(
+            inbox.migrate().await.expect("a second migrate is a no-op"),
+            LATEST
+        );
+        let positions = inbox.all_positions().await.expect("positions");
+        assert_eq!(
+            positions.get(&("transfers".to_string(), 3)),
+            Some(&42),
+            "v{version}"
+        );
+        let indexes: Vec<String> = sqlx::query_scalar(
+            // `name` is a type the Any driver does not decode.
+            "SELECT CAST(indexname AS TEXT) FROM pg_indexes \
+             WHERE tablename = 'idem_inbox_processed' ORDER BY indexname",
+        )
+        .fetch_all(inbox.pool())
+        .await
+        .expect("indexes");
+        assert!(
+            indexes.contains(&"idem_inbox_processed_age".to_string())
+                && indexes.contains(&"idem_inbox_processed_offset".to_string()),
+            "v{version}: the pruning indexes: {indexes:?}"
+        );
+
+        // The old keys beyond the 3 newest go; the young ones stay however many.
+        let deleted = inbox
+            .prune_by_count(TOPIC, 3, TopicRetention::For(Duration::from_secs(3600)))
+            .await
+            .expect("prunes");
+        assert_eq!(deleted, 6, "v{version}");
+        let kept: Vec<i64> = sqlx::query_scalar(
+            "SELECT record_offset FROM idem_inbox_processed ORDER BY record_offset",
+        )
+        .fetch_all(inbox.pool())
+        .await
+        .expect("keys");
+        assert_eq!(kept, [6, 7, 8, 9], "v{version}");
+    }
 }
 
 fn a_record() -> ConsumerRecord {

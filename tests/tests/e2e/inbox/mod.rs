@@ -6,6 +6,7 @@
 mod bad_input;
 mod faults;
 mod group;
+mod killed_member;
 mod ledger;
 mod rebalance;
 mod retention;
@@ -148,21 +149,39 @@ pub fn spawn_ledger_with(
     accounts: i64,
     batch_size: usize,
 ) -> Child {
+    ledger_command(bootstrap, url, Some(expect), crash, accounts, batch_size)
+        .spawn()
+        .expect("ledger example starts")
+}
+
+/// The command [`spawn_ledger_with`] runs, for a test to add to (stdout goes nowhere,
+/// stderr to a pipe; the process is killed when its `Child` is dropped); without
+/// `expect`, the ledger runs until killed.
+pub fn ledger_command(
+    bootstrap: &str,
+    url: &str,
+    expect: Option<usize>,
+    crash: Option<&str>,
+    accounts: i64,
+    batch_size: usize,
+) -> Command {
     let mut command = Command::new(ledger_binary());
     command
         .args([bootstrap, url, TOPIC])
         .args(["--accounts", &accounts.to_string()])
         .args(["--initial-balance", &INITIAL_BALANCE.to_string()])
         .args(["--batch-size", &batch_size.to_string()])
-        .args(["--expect", &expect.to_string()])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
+    if let Some(expect) = expect {
+        command.args(["--expect", &expect.to_string()]);
+    }
     if let Some(crash) = crash {
         command.env("LEDGER_CRASH", crash);
     }
-    command.spawn().expect("ledger example starts")
+    command
 }
 
 /// Waits for `child` to end within `within` (killed, and the test failed, if not);
