@@ -924,12 +924,24 @@ impl Coordinator {
             })
     }
 
-    /// Whether this coordinator claimed at least one slice of the transaction log and
-    /// finished loading every slice it claimed: only then can it answer for them.
+    /// Whether this coordinator can answer for the transaction log: it knows the log's
+    /// partition count, every partition has an owner (this coordinator or another: a
+    /// partition nobody owns yet is one this coordinator may be about to claim), and
+    /// every slice it claimed is loaded. A coordinator that owns nothing because the
+    /// others own everything (one restarted after they took its slices over) serves:
+    /// it answers FindCoordinator and refuses the rest with NOT_COORDINATOR, and
+    /// reporting it unhealthy would stall a rolling restart forever.
     pub fn serves_every_claimed_slice(&self) -> bool {
-        self.slots.read().is_ok_and(|slots| {
-            !slots.is_empty() && slots.values().all(|slot| matches!(slot, Slot::Ready(_)))
-        })
+        let Some(partitions) = self.partition_count() else {
+            return false;
+        };
+        let every_partition_owned =
+            (0..partitions).all(|partition| self.ownership.owner_of(partition).is_some());
+        every_partition_owned
+            && self
+                .slots
+                .read()
+                .is_ok_and(|slots| slots.values().all(|slot| matches!(slot, Slot::Ready(_))))
     }
 
     /// Gives up every partition (clean shutdown).

@@ -387,10 +387,9 @@ fn given_each_coordinator_pod_when_its_config_is_checked_then_it_joins_through_e
         "idem-coordinator",
         "idem-coordinator",
         "IDEM_COORDINATOR_LISTEN",
-        // Not the health service: a standby coordinator (no slice claimed) reports
-        // NOT_SERVING for as long as it waits (deploy/k8s/coordinator.yaml).
+        // Ready on the health service; alive on the port (deploy/k8s/coordinator.yaml).
         &[
-            ("readinessProbe", "tcpSocket", ""),
+            ("readinessProbe", "grpc", "idem.v1.TxnCoordinator"),
             ("livenessProbe", "tcpSocket", ""),
         ],
     );

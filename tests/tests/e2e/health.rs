@@ -125,6 +125,39 @@ async fn given_a_broker_whose_lease_is_revoked_then_it_is_not_serving_until_regi
     await_status(&address, BROKER, ServingStatus::Serving).await;
 }
 
+/// A coordinator killed and restarted after the other took all of its slices over owns
+/// nothing (slices are not handed back), yet it serves: it answers FindCoordinator and
+/// refuses the rest with NOT_COORDINATOR. Reporting it NOT_SERVING for good would keep
+/// a container health check unhealthy and stall a Kubernetes rolling restart.
+#[tokio::test]
+async fn given_a_coordinator_restarted_after_the_other_took_every_slice_then_it_serves() {
+    let mut cluster = Cluster::start_with_coordinators(1, 2, &[], &[]).await;
+    let address = cluster.coordinator(2).bootstrap();
+    await_status(&address, COORDINATOR, ServingStatus::Serving).await;
+    cluster.kill_coordinator(2);
+    let survivor = cluster.coordinator(1).bootstrap();
+    let what = "coordinator 1 owns every slice";
+    wait_until(PATIENCE, what, || async {
+        match idem_tests::txn::owned_partitions(&survivor).await {
+            Ok(owned) if owned.len() == idem_tests::cluster::TXN_LOG_PARTITIONS as usize => {
+                Seen::Reached(())
+            }
+            other => Seen::Not(format!("{other:?}")),
+        }
+    })
+    .await;
+    cluster.restart_coordinator(2);
+    let address = cluster.coordinator(2).bootstrap();
+    await_status(&address, COORDINATOR, ServingStatus::Serving).await;
+    let owned = idem_tests::txn::owned_partitions(&address)
+        .await
+        .expect("ListTransactions");
+    assert!(
+        owned.is_empty(),
+        "it serves while owning nothing: {owned:?}"
+    );
+}
+
 #[tokio::test]
 async fn given_a_coordinator_whose_lease_is_revoked_then_it_is_not_serving_until_registered_again()
 {
