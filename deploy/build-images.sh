@@ -29,9 +29,12 @@ while [[ $# -gt 0 ]]; do
     *) echo "unknown option $1; $usage" >&2; exit 2 ;;
   esac
 done
+# dev: exactly the test command's build (same targets, so the same feature
+# unification): a no-op after it, where `--bins` alone would rebuild half the
+# workspace with other features and replace the binaries the tests run.
 case "$profile" in
-  release) cargo_flags=(--release); bin_dir=release ;;
-  dev) cargo_flags=(); bin_dir=debug ;;
+  release) cargo_flags=(--release --bins); bin_dir=release ;;
+  dev) cargo_flags=(--workspace --bins --examples); bin_dir=debug ;;
   *) echo "unknown profile $profile; $usage" >&2; exit 2 ;;
 esac
 
@@ -79,7 +82,7 @@ size_of() { docker image inspect --format '{{.Size}}' "$1" | awk '{printf "%.1f 
 tag_flags() { local t; for t in "${tags[@]}"; do printf -- '-t\n%s:%s\n' "$1" "$t"; done; }
 
 echo "building the $profile binaries"
-cargo build "${cargo_flags[@]}" --bins
+cargo build "${cargo_flags[@]}"
 idem_root="$work/idem/rootfs"
 add_binaries "$idem_root" "$target/$bin_dir/idem-broker" "$target/$bin_dir/idem-coordinator" "$target/$bin_dir/idem"
 add_user "$idem_root" idem 10001 /data

@@ -13,6 +13,7 @@ mod compaction;
 mod compose;
 mod consumer_groups;
 mod delivery;
+mod dashboards;
 mod deploy_manifests;
 mod etcd_faults;
 mod failover;
