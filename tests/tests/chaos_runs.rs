@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use idem_tests::chaos::nemesis::Family;
 use idem_tests::chaos::run::ChaosRun;
+use idem_tests::chaos::soak;
 
 /// One run at a time.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -101,14 +102,6 @@ async fn given_network_splits_between_hosts_then_the_history_has_no_anomaly() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a long soak: scripts/chaos.sh runs it"]
 async fn soak() {
-    let seconds: u64 = std::env::var("IDEM_CHAOS_DURATION")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(600);
-    let seed: u64 = std::env::var("IDEM_CHAOS_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(42);
     let families: Vec<Family> = match std::env::var("IDEM_CHAOS_NEMESIS") {
         Ok(list) => list
             .split(',')
@@ -133,5 +126,5 @@ async fn soak() {
         // soak of it is its own run (IDEM_CHAOS_NEMESIS=etcd-member); so is split, on a
         // lab network (IDEM_CHAOS_NEMESIS=split), and membership, on 4 brokers.
     };
-    run(&families, seed, Duration::from_secs(seconds)).await;
+    run(&families, soak::seed(), soak::duration()).await;
 }
