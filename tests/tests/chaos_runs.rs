@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use idem_tests::chaos::nemesis::Family;
 use idem_tests::chaos::run::ChaosRun;
-use idem_tests::chaos::soak;
+use idem_tests::chaos::{soak, verify};
 
 /// One run at a time.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -29,12 +29,7 @@ async fn run(families: &[Family], seed: u64, duration: Duration) {
     .run()
     .await;
     eprintln!("{}", outcome.summary);
-    assert!(
-        outcome.verdict.valid,
-        "anomalies found; see {}/verdict.json: {}",
-        outcome.report.display(),
-        outcome.summary
-    );
+    verify::assert_no_anomaly(&outcome.verdict, &outcome.report, &outcome.summary);
     let stats = serde_json::to_value(&outcome.verdict.stats).expect("stats");
     eprintln!("stats: {stats}");
     // The consume-transform-produce members must have committed through the faults,

@@ -13,17 +13,12 @@ use std::time::Duration;
 
 use idem_tests::chaos::container_nemesis::ContainerFamily;
 use idem_tests::chaos::container_run::ContainerRun;
-use idem_tests::chaos::soak;
+use idem_tests::chaos::{soak, verify};
 
 async fn run(seed: u64, duration: Duration) {
     let outcome = ContainerRun { seed, duration }.run().await;
     eprintln!("{}", outcome.summary);
-    assert!(
-        outcome.verdict.valid,
-        "anomalies found; see {}/verdict.json: {}",
-        outcome.report.display(),
-        outcome.summary
-    );
+    verify::assert_no_anomaly(&outcome.verdict, &outcome.report, &outcome.summary);
     for family in ContainerFamily::ALL {
         let injected = outcome.injected.get(family.name()).copied().unwrap_or(0);
         assert!(

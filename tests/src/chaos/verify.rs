@@ -43,6 +43,15 @@ impl Checked {
     }
 }
 
+/// Fails the test unless the checker found the history valid, naming the report.
+pub fn assert_no_anomaly(verdict: &Verdict, report: &Path, summary: &str) {
+    assert!(
+        verdict.valid,
+        "anomalies found; see {}/verdict.json: {summary}",
+        report.display()
+    );
+}
+
 /// The report directory of the run `name`, emptied: `IDEM_CHAOS_REPORTS` or
 /// `target/<profile>/chaos-reports`, then the name.
 pub fn report_dir(name: &str) -> PathBuf {
