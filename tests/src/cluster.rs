@@ -10,8 +10,7 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use idem_proto::v1::{CreatableTopic, CreateTopicsRequest, MetadataRequest, PartitionMetadata};
-use idem_proto::ErrorCode;
+use idem_proto::v1::{CreatableTopic, MetadataRequest, PartitionMetadata};
 
 use crate::etcd::EtcdServer;
 use crate::link::CuttableLink;
@@ -463,21 +462,7 @@ impl Cluster {
 
     /// Creates a topic with every setting spelled out, through broker 1.
     pub async fn create(&self, topic: CreatableTopic) {
-        let mut client = raw::connect(&self.broker(1).bootstrap()).await;
-        let answer = client
-            .create_topics(CreateTopicsRequest {
-                topics: vec![topic],
-            })
-            .await
-            .expect("CreateTopics")
-            .into_inner();
-        let result = &answer.topics[0];
-        assert_eq!(
-            result.error_code(),
-            ErrorCode::None,
-            "{}",
-            result.error_message
-        );
+        raw::create(&self.broker(1).bootstrap(), topic).await;
     }
 
     /// `topic`-`partition` as broker `observer` describes it.

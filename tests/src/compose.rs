@@ -8,6 +8,8 @@
 //!
 //! The images are the tag `IDEM_TEST_IMAGE_TAG` (default `test`); the test command
 //! builds them (`deploy/build-images.sh --profile dev --tag test`) before the tests.
+//! A test may add override files (a second `-f`, as the container chaos run does with
+//! `tests/compose.chaos.yaml`) without touching the user-facing compose file.
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -26,6 +28,8 @@ pub const ETCD_MEMBERS: [&str; 3] = ["etcd-1", "etcd-2", "etcd-3"];
 
 pub struct ComposeCluster {
     project: String,
+    /// `deploy/compose.yaml`, then the overrides, each passed with `-f`.
+    files: Vec<PathBuf>,
     /// Host ports of the external listeners: brokers 1..=3, then coordinators 1..=2.
     ports: Vec<(String, u16)>,
     /// How long `up --wait` took.
@@ -72,6 +76,12 @@ impl ComposeCluster {
     /// Brings the project `project` up and waits (`up --wait`) until every service is
     /// healthy. Panics, with the services' logs, if it is not within [`UP_WITHIN`].
     pub fn up(project: &str) -> ComposeCluster {
+        ComposeCluster::up_with(project, &[])
+    }
+
+    /// [`ComposeCluster::up`] with `overrides` merged over `deploy/compose.yaml`, in
+    /// order (compose merges maps such as `environment` key by key).
+    pub fn up_with(project: &str, overrides: &[PathBuf]) -> ComposeCluster {
         let tag = image_tag();
         for image in ["idem", "idem-etcd"] {
             let found = docker(&["image", "inspect", &format!("{image}:{tag}")]);
@@ -88,8 +98,11 @@ impl ComposeCluster {
         for i in 1..=2 {
             ports.push((format!("IDEM_COORDINATOR_{i}_PORT"), free_port()));
         }
+        let mut files = vec![compose_file()];
+        files.extend(overrides.iter().cloned());
         let mut cluster = ComposeCluster {
             project: project.to_string(),
+            files,
             ports,
             up_took: Duration::ZERO,
         };
@@ -109,16 +122,15 @@ impl ComposeCluster {
         cluster
     }
 
-    /// Runs `docker compose -p PROJECT -f deploy/compose.yaml args...` with the project's
-    /// image tag and ports.
+    /// Runs `docker compose -p PROJECT -f deploy/compose.yaml [-f OVERRIDE...] args...`
+    /// with the project's image tag and ports.
     pub fn compose(&self, args: &[&str]) -> Output {
-        let file = compose_file();
         let mut command = Command::new("docker");
-        command
-            .args(["compose", "-p", &self.project, "-f"])
-            .arg(&file)
-            .args(args)
-            .env("IDEM_TAG", image_tag());
+        command.args(["compose", "-p", &self.project]);
+        for file in &self.files {
+            command.arg("-f").arg(file);
+        }
+        command.args(args).env("IDEM_TAG", image_tag());
         for (var, port) in &self.ports {
             command.env(var, port.to_string());
         }
@@ -251,6 +263,9 @@ impl ComposeCluster {
 
 impl Drop for ComposeCluster {
     fn drop(&mut self) {
+        // A test that panicked mid-fault may leave a container paused, which `down`
+        // cannot stop; unpausing those that are not paused fails harmlessly.
+        let _ = self.compose(&["unpause"]);
         let down = self.compose(&["down", "-v", "--timeout", "2"]);
         if !down.status.success() {
             eprintln!(

@@ -16,20 +16,47 @@ use tonic::transport::Channel;
 pub type RawClient = BrokerClient<Channel>;
 
 pub async fn connect(bootstrap: &str) -> RawClient {
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{bootstrap}"))
+    try_connect(bootstrap).await.expect("connect to broker")
+}
+
+/// [`connect`] to a broker that may be down (a fault, a container starting), saying
+/// why not instead of panicking; gives up on connecting after 2 s.
+pub async fn try_connect(address: &str) -> Result<RawClient, tonic::transport::Error> {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
         .expect("endpoint")
         .tcp_nodelay(true)
+        .connect_timeout(std::time::Duration::from_secs(2))
         .connect()
-        .await
-        .expect("connect to broker");
-    BrokerClient::new(channel)
+        .await?;
+    Ok(BrokerClient::new(channel)
         .max_decoding_message_size(64 * 1024 * 1024)
-        .max_encoding_message_size(64 * 1024 * 1024)
+        .max_encoding_message_size(64 * 1024 * 1024))
 }
 
 /// Creates a topic and returns the error code the broker answered.
 pub async fn create_topic(client: &mut RawClient, name: &str, partitions: i32) -> ErrorCode {
     create_topic_rf(client, name, partitions, 1).await
+}
+
+/// Creates `topic`, every setting spelled out, through the broker at `address`; panics
+/// unless it is created.
+pub async fn create(address: &str, topic: CreatableTopic) {
+    let name = topic.name.clone();
+    let answer = connect(address)
+        .await
+        .create_topics(CreateTopicsRequest {
+            topics: vec![topic],
+        })
+        .await
+        .expect("CreateTopics")
+        .into_inner();
+    let result = &answer.topics[0];
+    assert_eq!(
+        result.error_code(),
+        ErrorCode::None,
+        "{name}: {}",
+        result.error_message
+    );
 }
 
 /// [`create_topic`] with `replication_factor` replicas per partition.

@@ -29,18 +29,14 @@ impl Cluster {
         bound: Duration,
     ) -> Result<(), String> {
         let served = try_wait_until(remaining(since, bound), || async {
-            let mut served = Vec::new();
-            for id in self.coordinator_ids() {
-                let process = self.coordinator(id);
-                if !process.is_running() {
-                    continue;
-                }
-                if let Ok(partitions) = txn::owned_partitions(&process.bootstrap()).await {
-                    served.extend(partitions);
-                }
-            }
-            served.sort_unstable();
-            served.dedup();
+            let running: Vec<String> = self
+                .coordinator_ids()
+                .into_iter()
+                .map(|id| self.coordinator(id))
+                .filter(|process| process.is_running())
+                .map(|process| process.bootstrap())
+                .collect();
+            let served = served_slices(&running).await;
             seen_if(served.clone(), served.len() == TXN_LOG_PARTITIONS as usize)
         })
         .await;
@@ -93,46 +89,78 @@ impl Cluster {
     }
 
     async fn broker_problem(&self, topics: &[&str], running: &[i32]) -> Option<String> {
-        for id in running {
-            let mut client = raw::connect(&self.broker(*id).bootstrap()).await;
-            let metadata = match client
-                .metadata(MetadataRequest {
-                    topics: topics.iter().map(|t| t.to_string()).collect(),
-                })
-                .await
-            {
-                Ok(answer) => answer.into_inner(),
-                Err(e) => return Some(format!("broker {id} does not answer Metadata: {e}")),
-            };
-            let mut registered: Vec<i32> = metadata.brokers.iter().map(|b| b.broker_id).collect();
-            registered.sort_unstable();
-            if registered != running {
-                return Some(format!(
-                    "broker {id} sees brokers {registered:?}, not {running:?}"
-                ));
-            }
-            for topic in &metadata.topics {
-                for p in &topic.partitions {
-                    // Every replica in sync (the replicas are every broker unless the
-                    // cluster has more brokers than the replication factor).
-                    let mut isr = p.isr.clone();
-                    isr.sort_unstable();
-                    let mut replicas = p.replicas.clone();
-                    replicas.sort_unstable();
-                    if !running.contains(&p.leader_id)
-                        || isr != replicas
-                        || !replicas.iter().all(|r| running.contains(r))
-                    {
-                        return Some(format!(
-                            "broker {id} sees {}-{} led by {} with ISR {:?}",
-                            topic.name, p.partition, p.leader_id, p.isr
-                        ));
-                    }
+        let brokers: Vec<(i32, String)> = running
+            .iter()
+            .map(|id| (*id, self.broker(*id).bootstrap()))
+            .collect();
+        broker_problem(&brokers, topics).await
+    }
+}
+
+/// The transaction log partitions the coordinators at `addresses` have loaded, sorted,
+/// each once; a coordinator that does not answer serves none.
+pub async fn served_slices(addresses: &[String]) -> Vec<i32> {
+    let mut served = Vec::new();
+    for address in addresses {
+        if let Ok(partitions) = txn::owned_partitions(address).await {
+            served.extend(partitions);
+        }
+    }
+    served.sort_unstable();
+    served.dedup();
+    served
+}
+
+/// What keeps `brokers` (id and address, every broker that should be running) from
+/// serving `topics`, or `None` when each lists exactly these brokers and sees every
+/// partition led by one of them with every replica, all among them, in the ISR (the
+/// topics' replicas are on every broker). Also for clusters the harness did not start
+/// (the compose cluster, through its external listeners).
+pub async fn broker_problem(brokers: &[(i32, String)], topics: &[&str]) -> Option<String> {
+    let mut running: Vec<i32> = brokers.iter().map(|(id, _)| *id).collect();
+    running.sort_unstable();
+    for (id, address) in brokers {
+        let mut client = match raw::try_connect(address).await {
+            Ok(client) => client,
+            Err(e) => return Some(format!("broker {id} at {address} does not accept: {e}")),
+        };
+        let metadata = match client
+            .metadata(MetadataRequest {
+                topics: topics.iter().map(|t| t.to_string()).collect(),
+            })
+            .await
+        {
+            Ok(answer) => answer.into_inner(),
+            Err(e) => return Some(format!("broker {id} does not answer Metadata: {e}")),
+        };
+        let mut registered: Vec<i32> = metadata.brokers.iter().map(|b| b.broker_id).collect();
+        registered.sort_unstable();
+        if registered != running {
+            return Some(format!(
+                "broker {id} sees brokers {registered:?}, not {running:?}"
+            ));
+        }
+        for topic in &metadata.topics {
+            for p in &topic.partitions {
+                // Every replica in sync (the replicas are every broker unless the
+                // cluster has more brokers than the replication factor).
+                let mut isr = p.isr.clone();
+                isr.sort_unstable();
+                let mut replicas = p.replicas.clone();
+                replicas.sort_unstable();
+                if !running.contains(&p.leader_id)
+                    || isr != replicas
+                    || !replicas.iter().all(|r| running.contains(r))
+                {
+                    return Some(format!(
+                        "broker {id} sees {}-{} led by {} with ISR {:?}",
+                        topic.name, p.partition, p.leader_id, p.isr
+                    ));
                 }
             }
         }
-        None
     }
+    None
 }
 
 /// What is left of `bound` counted from `since`: the bounds here start when the fault

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use idem_tests::chaos::nemesis::Family;
 use idem_tests::chaos::run::ChaosRun;
+use idem_tests::chaos::{soak, verify};
 
 /// One run at a time.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -28,12 +29,7 @@ async fn run(families: &[Family], seed: u64, duration: Duration) {
     .run()
     .await;
     eprintln!("{}", outcome.summary);
-    assert!(
-        outcome.verdict.valid,
-        "anomalies found; see {}/verdict.json: {}",
-        outcome.report.display(),
-        outcome.summary
-    );
+    verify::assert_no_anomaly(&outcome.verdict, &outcome.report, &outcome.summary);
     let stats = serde_json::to_value(&outcome.verdict.stats).expect("stats");
     eprintln!("stats: {stats}");
     // The consume-transform-produce members must have committed through the faults,
@@ -101,14 +97,6 @@ async fn given_network_splits_between_hosts_then_the_history_has_no_anomaly() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a long soak: scripts/chaos.sh runs it"]
 async fn soak() {
-    let seconds: u64 = std::env::var("IDEM_CHAOS_DURATION")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(600);
-    let seed: u64 = std::env::var("IDEM_CHAOS_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(42);
     let families: Vec<Family> = match std::env::var("IDEM_CHAOS_NEMESIS") {
         Ok(list) => list
             .split(',')
@@ -133,5 +121,5 @@ async fn soak() {
         // soak of it is its own run (IDEM_CHAOS_NEMESIS=etcd-member); so is split, on a
         // lab network (IDEM_CHAOS_NEMESIS=split), and membership, on 4 brokers.
     };
-    run(&families, seed, Duration::from_secs(seconds)).await;
+    run(&families, soak::seed(), soak::duration()).await;
 }

@@ -5,7 +5,9 @@
 
 use std::fs::File;
 use std::io::BufWriter;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use idem_chaos::history::{Call, Isolation as ReadIsolation, OpKind, ReadRecord};
 use idem_chaos::HistoryWriter;
@@ -22,6 +24,13 @@ pub struct Recorder(Arc<Mutex<HistoryWriter<BufWriter<File>>>>);
 impl Recorder {
     pub fn new(writer: HistoryWriter<BufWriter<File>>) -> Recorder {
         Recorder(Arc::new(Mutex::new(writer)))
+    }
+
+    /// A history written to a new file at `path`, its times counted from `started`
+    /// (the nemesis log's zero, so the timeline lines both up).
+    pub fn create(path: &Path, started: Instant) -> Recorder {
+        let file = File::create(path).expect("history file");
+        Recorder::new(HistoryWriter::starting_at(BufWriter::new(file), started))
     }
 
     fn with<T>(

@@ -11,29 +11,27 @@
 //! on each broker's disk is in the summary.
 
 use std::fs::File;
-use std::io::BufWriter;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use idem_chaos::history::{Call, OpKind, Read};
-use idem_chaos::{check, read_history, HistoryWriter, Verdict};
-use idem_client::Isolation;
+use idem_chaos::Verdict;
 use idem_proto::txn::{OFFSETS_TOPIC, TXN_LOG_TOPIC};
 use idem_proto::v1::{ConfigEntry, CreatableTopic};
 
 use crate::chaos::lifecycle::{self, BrokerLifecycle};
 use crate::chaos::nemesis::{Family, Nemesis};
 use crate::chaos::pipeline::{self, OUTPUT};
-use crate::chaos::recorder::{read_isolation, read_record, Recorder, PARTITIONS, TOPICS};
-use crate::chaos::workload::{Clients, Workload};
-use crate::{txn, Cluster};
+use crate::chaos::recorder::{Recorder, PARTITIONS, TOPICS};
+use crate::chaos::verify::{self, Checked};
+use crate::chaos::workload::{Workload, CLIENTS};
+use crate::Cluster;
 
 /// How long the cluster may take to serve again once every fault is healed.
-const RECOVERY: Duration = Duration::from_secs(30);
+pub(crate) const RECOVERY: Duration = Duration::from_secs(30);
 /// How long the clients run on a healed cluster before they stop: a length of the
 /// workload (operations after the faults go into the history the checker reads), not a
 /// wait for a state; that the cluster serves again is awaited before it.
-const QUIET: Duration = Duration::from_secs(3);
+pub(crate) const QUIET: Duration = Duration::from_secs(3);
 /// On the lab, followers cut from their leader leave the ISR within a fault's length
 /// (1 to 4 s), so splits exercise ISR shrinking and NOT_ENOUGH_REPLICAS, not only
 /// waiting.
@@ -42,6 +40,7 @@ const LAB_REPLICA_LAG_MS: &str = "2000";
 /// takes the brokers' defaults): at the workload's rate every partition rolls every few
 /// seconds, each roll writing a producer snapshot and sealing a transaction index, and
 /// the sealed segments of the transaction log are there for the cleaner to compact.
+/// (`tests/compose.chaos.yaml` gives the container run's brokers the same.)
 const SEGMENT_BYTES: &str = "16384";
 const SEGMENT_MS: &str = "3000";
 /// The brokers' lifecycle flags: the segment defaults above, and a retention duty (which
@@ -77,19 +76,8 @@ impl ChaosRun {
         format!("{}-seed{}", families.join("+"), self.seed)
     }
 
-    /// The report directory: `IDEM_CHAOS_REPORTS` or `target/<profile>/chaos-reports`,
-    /// then the run's name.
-    fn report_dir(&self) -> PathBuf {
-        let root = std::env::var_os("IDEM_CHAOS_REPORTS")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| crate::binaries::bin_dir().join("chaos-reports"));
-        root.join(self.name())
-    }
-
     pub async fn run(&self) -> Outcome {
-        let report = self.report_dir();
-        let _ = std::fs::remove_dir_all(&report);
-        std::fs::create_dir_all(&report).expect("report dir");
+        let report = verify::report_dir(&self.name());
         let linked = [Family::Partition, Family::Isolate];
         assert!(
             !(self.families.contains(&Family::EtcdMember)
@@ -129,19 +117,8 @@ impl ChaosRun {
         }
         let bootstrap = cluster.bootstrap();
         let started = Instant::now();
-        let history_file = File::create(report.join("history.jsonl")).expect("history file");
-        let history = Recorder::new(HistoryWriter::starting_at(
-            BufWriter::new(history_file),
-            started,
-        ));
-        let clients = Clients {
-            producers: 3,
-            transactional: 2,
-            read_committed: 2,
-            read_uncommitted: 1,
-            processors: 2,
-        };
-        let workload = Workload::start(&bootstrap, clients, self.seed, &history);
+        let history = Recorder::create(&report.join("history.jsonl"), started);
+        let workload = Workload::start(&bootstrap, CLIENTS, self.seed, &history);
 
         let nemesis_log = File::create(report.join("nemesis.jsonl")).expect("nemesis log");
         let mut nemesis = Nemesis::new(self.seed, &self.families, nemesis_log, started);
@@ -184,45 +161,21 @@ impl ChaosRun {
         }
         tokio::time::sleep(QUIET).await;
         workload.stop().await;
-        let bootstrap = cluster.bootstrap();
-        for topic in TOPICS.into_iter().chain([OUTPUT]) {
-            txn::wait_until_stable(&bootstrap, topic, &(0..PARTITIONS).collect::<Vec<_>>()).await;
-        }
-        for isolation in [Isolation::ReadCommitted, Isolation::ReadUncommitted] {
-            final_read(&bootstrap, isolation, &history).await;
-        }
-        pipeline::final_pipeline(&bootstrap, &history).await;
-        history.flush();
+        let checked = verify::read_back_and_check(&cluster.bootstrap(), &history, &report).await;
         save_logs(&cluster);
-        let ops = read_history(std::io::BufReader::new(
-            File::open(report.join("history.jsonl")).expect("history"),
-        ))
-        .unwrap_or_else(|e| panic!("the run wrote an invalid history: {e}"));
-        let verdict = check(&ops);
         let lifecycle: Vec<BrokerLifecycle> = cluster
             .ids()
             .into_iter()
             .map(|id| lifecycle::scan(id, cluster.broker(id).data_dir(), &TOPICS))
             .collect();
-        std::fs::write(
-            report.join("verdict.json"),
-            serde_json::to_string_pretty(&verdict).expect("verdict json"),
-        )
-        .expect("write the verdict");
-        // The picture: throughput and latency over time, the faults shaded.
-        if let Err(e) = idem_chaos::plot::write_timeline(&report) {
-            eprintln!("no timeline picture for {}: {e}", report.display());
-        }
         let summary = format!(
-            "chaos run {}: {:?} of faults ({:?}), {} history events; serving again {:?} \
-             after the last fault; anomalies {:?}; valid: {}; report in {}",
+            "chaos run {}: {:?} of faults ({:?}); serving again {:?} after the last \
+             fault; {}; report in {}",
             self.name(),
             self.duration,
             nemesis.injected,
-            ops.len(),
             serving_after,
-            verdict.anomalies.counts(),
-            verdict.valid,
+            checked.figures(),
             report.display()
         );
         let lifecycle_lines: Vec<String> = lifecycle.iter().map(|b| format!("  {b}")).collect();
@@ -231,6 +184,7 @@ impl ChaosRun {
             lifecycle_lines.join("\n")
         );
         std::fs::write(report.join("summary.txt"), format!("{summary}\n")).expect("summary");
+        let Checked { verdict, .. } = checked;
         Outcome {
             verdict,
             report,
@@ -242,7 +196,7 @@ impl ChaosRun {
 
 /// A workload topic: 3 replicas, small segments rolled by size and age, and no
 /// retention (the checker would count deleted records as lost).
-fn workload_topic(name: &str) -> CreatableTopic {
+pub(crate) fn workload_topic(name: &str) -> CreatableTopic {
     let config = |name: &str, value: &str| ConfigEntry {
         name: name.into(),
         value: value.into(),
@@ -260,22 +214,4 @@ fn workload_topic(name: &str) -> CreatableTopic {
             config("retention.bytes", "-1"),
         ],
     }
-}
-
-/// Reads every partition of every topic from the start to its end at `isolation` and
-/// records it as one `final_read`.
-async fn final_read(bootstrap: &str, isolation: Isolation, history: &Recorder) {
-    let process = format!("final-{}", read_isolation(isolation).as_str());
-    let mut read = Read {
-        isolation: read_isolation(isolation),
-        records: Vec::new(),
-    };
-    history.invoke(&process, Call::FinalRead(read.clone()));
-    let partitions: Vec<i32> = (0..PARTITIONS).collect();
-    for topic in TOPICS {
-        for record in txn::read(bootstrap, topic, &partitions, isolation).await {
-            read.records.push(read_record(&record));
-        }
-    }
-    history.complete(&process, OpKind::Ok, Call::FinalRead(read));
 }

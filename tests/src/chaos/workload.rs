@@ -31,6 +31,15 @@ pub struct Clients {
     pub processors: usize,
 }
 
+/// The clients of every run, on processes or on containers.
+pub const CLIENTS: Clients = Clients {
+    producers: 3,
+    transactional: 2,
+    read_committed: 2,
+    read_uncommitted: 1,
+    processors: 2,
+};
+
 pub struct Workload {
     stop: Arc<AtomicBool>,
     tasks: Vec<JoinHandle<()>>,
