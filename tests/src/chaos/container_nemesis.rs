@@ -261,11 +261,10 @@ fn inject_and_heal(
         Break::Pause => cluster.unpause(&service),
         Break::Disconnect => cluster.connect(&service),
     }
-    // A coordinator is not awaited healthy: restarted after the other claimed every
-    // slice, it owns none and reports NOT_SERVING until it does (no slice moves back to
-    // it); `healed` asks that it answers and that the two serve every slice.
-    let coordinator = matches!(fault, ContainerFault::KillTxnCoordinator { .. });
-    healed(cluster, handle, (!coordinator).then_some(service.as_str()));
+    // A coordinator too: restarted after the other claimed every slice it owns none,
+    // and still reports SERVING (it answers FindCoordinator); before 2026-12-05 it
+    // stayed NOT_SERVING, which this run found.
+    healed(cluster, handle, Some(service.as_str()));
 }
 
 /// Waits until `service` (if any) is healthy again, then until the cluster serves;
