@@ -2,11 +2,12 @@
 //! `idem produce` from stdin, `idem consume`, `idem topic describe`; Ctrl-C stops the
 //! dev server cleanly and a restart on the same data dir keeps every record.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 
 use idem_tests::binaries::binary;
+use idem_tests::cli::idem_with_input;
 
 /// A running `idem dev` (also used by `transactions::deleted_topic` for the solo
 /// coordinator).
@@ -63,25 +64,6 @@ impl Drop for DevServer {
     }
 }
 
-fn idem(addr: &str, args: &[&str], stdin: &str) -> Output {
-    let mut child = Command::new(binary("idem"))
-        .arg("--bootstrap")
-        .arg(addr)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn idem");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(stdin.as_bytes())
-        .expect("write stdin");
-    child.wait_with_output().expect("idem output")
-}
-
 fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
@@ -93,13 +75,13 @@ fn given_idem_dev_when_a_user_follows_the_readme_then_records_round_trip_and_sur
     let dev = DevServer::start(&data_dir, "127.0.0.1:0");
     let addr = dev.addr.clone();
 
-    let created = idem(&addr, &["topic", "create", "demo", "--partitions", "3"], "");
+    let created = idem_with_input(&addr, &["topic", "create", "demo", "--partitions", "3"], "");
     assert!(
         created.status.success(),
         "{}",
         String::from_utf8_lossy(&created.stderr)
     );
-    let produced = idem(
+    let produced = idem_with_input(
         &addr,
         &["produce", "demo", "--key-separator", ":"],
         "k1:order-1\nk2:order-2\nk3:order-3\n",
@@ -115,7 +97,7 @@ fn given_idem_dev_when_a_user_follows_the_readme_then_records_round_trip_and_sur
         "one acknowledgement per record"
     );
 
-    let consumed = idem(
+    let consumed = idem_with_input(
         &addr,
         &["consume", "demo", "--from-beginning", "--max-messages", "3"],
         "",
@@ -131,7 +113,7 @@ fn given_idem_dev_when_a_user_follows_the_readme_then_records_round_trip_and_sur
 
     // The dev coordinator commits a transactional produce; a read_committed consume
     // sees it, and `idem txn list` shows the id completed.
-    let transactional = idem(
+    let transactional = idem_with_input(
         &addr,
         &[
             "produce",
@@ -148,7 +130,7 @@ fn given_idem_dev_when_a_user_follows_the_readme_then_records_round_trip_and_sur
         "{}",
         String::from_utf8_lossy(&transactional.stderr)
     );
-    let consumed = idem(
+    let consumed = idem_with_input(
         &addr,
         &["consume", "demo", "--from-beginning", "--max-messages", "6"],
         "",
@@ -159,7 +141,7 @@ fn given_idem_dev_when_a_user_follows_the_readme_then_records_round_trip_and_sur
         values,
         vec!["order-1", "order-2", "order-3", "t-1", "t-2", "t-3"]
     );
-    let txns = idem(&addr, &["txn", "list"], "");
+    let txns = idem_with_input(&addr, &["txn", "list"], "");
     assert!(
         stdout(&txns)
             .lines()
@@ -168,16 +150,16 @@ fn given_idem_dev_when_a_user_follows_the_readme_then_records_round_trip_and_sur
         stdout(&txns)
     );
 
-    let listed = idem(&addr, &["topic", "list"], "");
+    let listed = idem_with_input(&addr, &["topic", "list"], "");
     assert_eq!(stdout(&listed).lines().collect::<Vec<_>>(), vec!["demo"]);
-    let all = idem(&addr, &["topic", "list", "--internal"], "");
+    let all = idem_with_input(&addr, &["topic", "list", "--internal"], "");
     let mut all: Vec<String> = stdout(&all).lines().map(str::to_string).collect();
     all.sort();
     assert_eq!(
         all,
         vec!["__consumer_offsets", "__transaction_state", "demo"]
     );
-    let described = idem(&addr, &["topic", "describe", "demo"], "");
+    let described = idem_with_input(&addr, &["topic", "describe", "demo"], "");
     assert!(
         stdout(&described).contains("3 partition(s)"),
         "{}",
@@ -185,13 +167,13 @@ fn given_idem_dev_when_a_user_follows_the_readme_then_records_round_trip_and_sur
     );
 
     // Records the broker refuses make the command fail.
-    let refused = idem(&addr, &["produce", "no-such-topic"], "x\n");
+    let refused = idem_with_input(&addr, &["produce", "no-such-topic"], "x\n");
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("not acknowledged"));
 
     assert!(dev.interrupt().success(), "Ctrl-C stops idem dev cleanly");
     let dev = DevServer::start(&data_dir, &addr);
-    let again = idem(
+    let again = idem_with_input(
         &dev.addr,
         &[
             "consume",
@@ -204,7 +186,7 @@ fn given_idem_dev_when_a_user_follows_the_readme_then_records_round_trip_and_sur
         ],
         "",
     );
-    let again_all = idem(
+    let again_all = idem_with_input(
         &dev.addr,
         &["consume", "demo", "--from-beginning", "--timeout-ms", "300"],
         "",
@@ -240,7 +222,7 @@ async fn given_a_cluster_when_describing_a_topic_then_every_partition_shows_repl
             .expect("acked");
     }
     producer.close().await;
-    let described = idem(&bootstrap, &["topic", "describe", "orders"], "");
+    let described = idem_with_input(&bootstrap, &["topic", "describe", "orders"], "");
     assert!(
         described.status.success(),
         "{}",

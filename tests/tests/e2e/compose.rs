@@ -6,35 +6,14 @@
 //! names only host addresses; the brokers' named volumes keep the
 //! logs across a stop and start of every broker.
 
-use std::io::Write;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
 use idem_proto::v1::MetadataRequest;
-use idem_tests::binaries::binary;
+use idem_tests::cli::idem_with_input;
 use idem_tests::compose::{ComposeCluster, BROKERS, UP_WITHIN};
 use idem_tests::raw;
 
 const TOPIC: &str = "orders";
-
-/// `idem --bootstrap BOOTSTRAP ARGS...` with `input` on its stdin.
-fn idem_with_input(bootstrap: &str, args: &[&str], input: &str) -> Output {
-    let mut child = Command::new(binary("idem"))
-        .args(["--bootstrap", bootstrap])
-        .args(args)
-        .env("IDEM_LOG", "error")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run idem");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(input.as_bytes())
-        .expect("write stdin");
-    child.wait_with_output().expect("idem finishes")
-}
 
 fn ok(output: Output, what: &str) -> String {
     assert!(
