@@ -3,15 +3,17 @@
 //! how many have fewer in-sync replicas than `min.insync.replicas` (acks=all produce is
 //! refused), and how many partitions of the catalog have no leader at all (offline:
 //! every broker sees the same catalog, so every broker reports the same count; alert
-//! on its maximum). The broker publishes them as gauges (`server.rs`, metrics in
-//! docs/operations.md).
+//! on its maximum); and, as a follower, how many partitions it replicates without
+//! being in their ISR (none: it has caught up, what a broker's readiness waits for).
+//! The broker publishes them as gauges and the `idem.CaughtUp` health status
+//! (`server.rs`, metrics in docs/operations.md).
 
 /// One partition as the catalog states it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PartitionFacts {
     pub leader: i32,
-    pub replicas: usize,
-    pub isr: usize,
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
     pub min_insync_replicas: i32,
 }
 
@@ -25,6 +27,9 @@ pub struct PartitionHealth {
     pub under_min_isr: u64,
     /// Partitions without a leader (-1).
     pub offline: u64,
+    /// Partitions this broker is a replica of without being in their ISR: while any,
+    /// it has not caught up (a restarted broker, a lagging follower).
+    pub out_of_isr: u64,
 }
 
 /// The counts of `partitions`, as broker `me` sees them.
@@ -34,6 +39,9 @@ pub fn partition_health<'a>(
 ) -> PartitionHealth {
     let mut health = PartitionHealth::default();
     for p in partitions {
+        if p.replicas.contains(&me) && !p.isr.contains(&me) {
+            health.out_of_isr += 1;
+        }
         if p.leader < 0 {
             health.offline += 1;
             continue;
@@ -42,10 +50,10 @@ pub fn partition_health<'a>(
             continue;
         }
         health.led += 1;
-        if p.isr < p.replicas {
+        if p.isr.len() < p.replicas.len() {
             health.under_replicated += 1;
         }
-        if (p.isr as i64) < i64::from(p.min_insync_replicas) {
+        if (p.isr.len() as i64) < i64::from(p.min_insync_replicas) {
             health.under_min_isr += 1;
         }
     }
@@ -58,11 +66,13 @@ mod tests {
 
     use super::*;
 
+    /// A partition on brokers 1..=replicas whose ISR is its first `isr` replicas.
     fn facts(leader: i32, replicas: usize, isr: usize, min: i32) -> PartitionFacts {
+        let replicas: Vec<i32> = (1..=replicas as i32).collect();
         PartitionFacts {
             leader,
+            isr: replicas[..isr.min(replicas.len())].to_vec(),
             replicas,
-            isr,
             min_insync_replicas: min,
         }
     }
@@ -83,8 +93,11 @@ mod tests {
                 under_replicated: 2,
                 under_min_isr: 1,
                 offline: 1,
+                out_of_isr: 1, // the offline one: nothing to catch up from
             }
         );
+        // Broker 3 is out of the ISR of every partition but the first.
+        assert_eq!(partition_health(3, &partitions).out_of_isr, 4);
     }
 
     proptest! {
@@ -104,6 +117,7 @@ mod tests {
             prop_assert!(h.under_replicated <= h.led);
             prop_assert!(h.under_min_isr <= h.led);
             prop_assert!(h.led + h.offline <= ps.len() as u64);
+            prop_assert!(h.out_of_isr <= ps.len() as u64);
             prop_assert_eq!(h.offline, partition_health(other, &ps).offline);
         }
     }

@@ -219,6 +219,11 @@ impl BoundBroker {
                 .max_decoding_message_size(config.limits.max_request_bytes)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
         );
+        // Caught up or not from the start: a restarted broker out of some ISR must never
+        // report caught up for the moment before the duty below first looks.
+        health.set_caught_up(
+            partition_health(config.broker_id, &topics.partition_facts()).out_of_isr == 0,
+        );
         health.set_loaded(true);
         announce();
 
@@ -235,7 +240,7 @@ impl BoundBroker {
         }
         duties.spawn(
             "report partition health",
-            report_partition_health(topics.clone(), config.broker_id),
+            report_partition_health(topics.clone(), config.broker_id, health.clone()),
         );
         if let Some(membership) = &membership {
             duties.spawn(
@@ -266,19 +271,22 @@ impl BoundBroker {
 /// How often the partition gauges are recomputed.
 const PARTITION_HEALTH_EVERY: Duration = Duration::from_secs(1);
 
-/// Publishes the partition gauges (`partition_health.rs`) and, per local partition,
-/// how far the last stable offset is behind the high watermark (0 where this broker
-/// does not lead: only the leader's is the consumers'). Recorded whether or not a
-/// metrics endpoint serves them (the facade drops them without a recorder).
-async fn report_partition_health(topics: Arc<TopicRegistry>, broker_id: i32) {
+/// Publishes the partition gauges (`partition_health.rs`), whether this broker has
+/// caught up (health: `idem.CaughtUp`) and, per local partition, how far the last
+/// stable offset is behind the high watermark (0 where this broker does not lead: only
+/// the leader's is the consumers'). Recorded whether or not a metrics endpoint serves
+/// them (the facade drops them without a recorder).
+async fn report_partition_health(topics: Arc<TopicRegistry>, broker_id: i32, health: Health) {
     let mut tick = tokio::time::interval(PARTITION_HEALTH_EVERY);
     loop {
         tick.tick().await;
-        let health = partition_health(broker_id, &topics.partition_facts());
-        metrics::gauge!("idem_partitions_led").set(health.led as f64);
-        metrics::gauge!("idem_under_replicated_partitions").set(health.under_replicated as f64);
-        metrics::gauge!("idem_under_min_isr_partitions").set(health.under_min_isr as f64);
-        metrics::gauge!("idem_offline_partitions").set(health.offline as f64);
+        let counts = partition_health(broker_id, &topics.partition_facts());
+        health.set_caught_up(counts.out_of_isr == 0);
+        metrics::gauge!("idem_partitions_led").set(counts.led as f64);
+        metrics::gauge!("idem_under_replicated_partitions").set(counts.under_replicated as f64);
+        metrics::gauge!("idem_under_min_isr_partitions").set(counts.under_min_isr as f64);
+        metrics::gauge!("idem_offline_partitions").set(counts.offline as f64);
+        metrics::gauge!("idem_partitions_out_of_isr").set(counts.out_of_isr as f64);
         for partition in topics.all_partitions() {
             let lag = if partition.is_leader() {
                 let offsets = partition.offsets();

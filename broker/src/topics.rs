@@ -776,8 +776,8 @@ impl TopicRegistry {
                 let min_insync_replicas = t.spec.min_insync_replicas();
                 t.partitions.iter().map(move |v| PartitionFacts {
                     leader: v.leader,
-                    replicas: v.replicas.len(),
-                    isr: v.isr.len(),
+                    replicas: v.replicas.clone(),
+                    isr: v.isr.clone(),
                     min_insync_replicas,
                 })
             })

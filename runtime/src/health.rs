@@ -18,11 +18,23 @@ pub struct Readiness {
     pub lease_held: bool,
     /// It was asked to stop.
     pub stopping: bool,
+    /// Every replica it holds is in its partition's ISR (brokers; always true
+    /// elsewhere): a broker restarted is serving before it has caught up.
+    pub caught_up: bool,
 }
+
+/// The health service name that reports SERVING only while the server serves AND has
+/// caught up (Kubernetes' readiness probe of brokers: a rolling restart must not stop
+/// the next broker while the last one is still out of some ISR).
+pub const CAUGHT_UP_SERVICE: &str = "idem.CaughtUp";
 
 impl Readiness {
     pub fn serving(&self) -> bool {
         self.loaded && self.lease_held && !self.stopping
+    }
+
+    pub fn serving_caught_up(&self) -> bool {
+        self.serving() && self.caught_up
     }
 }
 
@@ -32,6 +44,7 @@ impl Default for Readiness {
             loaded: false,
             lease_held: true,
             stopping: false,
+            caught_up: true,
         }
     }
 }
@@ -65,6 +78,11 @@ impl Health {
             .send_if_modified(|r| replace(&mut r.lease_held, held));
     }
 
+    pub fn set_caught_up(&self, caught_up: bool) {
+        self.readiness
+            .send_if_modified(|r| replace(&mut r.caught_up, caught_up));
+    }
+
     pub fn set_stopping(&self) {
         self.readiness
             .send_if_modified(|r| replace(&mut r.stopping, true));
@@ -85,21 +103,28 @@ impl Health {
         drop(self);
         loop {
             let now = *readiness.borrow_and_update();
-            let status = if now.serving() {
-                ServingStatus::Serving
-            } else {
-                ServingStatus::NotServing
+            let status_of = |up: bool| {
+                if up {
+                    ServingStatus::Serving
+                } else {
+                    ServingStatus::NotServing
+                }
             };
+            let status = status_of(now.serving());
             tracing::info!(
                 service,
                 loaded = now.loaded,
                 lease_held = now.lease_held,
                 stopping = now.stopping,
+                caught_up = now.caught_up,
                 serving = now.serving(),
                 "health"
             );
             reporter.set_service_status(service, status).await;
             reporter.set_service_status("", status).await;
+            reporter
+                .set_service_status(CAUGHT_UP_SERVICE, status_of(now.serving_caught_up()))
+                .await;
             if readiness.changed().await.is_err() {
                 return;
             }
@@ -130,6 +155,19 @@ mod tests {
         assert!(health.readiness().serving(), "registered again");
         health.set_stopping();
         assert!(!health.readiness().serving(), "stopping");
+    }
+
+    #[test]
+    fn caught_up_needs_serving_and_every_replica_in_sync() {
+        let health = Health::new();
+        health.set_loaded(true);
+        assert!(health.readiness().serving_caught_up());
+        health.set_caught_up(false);
+        assert!(health.readiness().serving(), "serving while catching up");
+        assert!(!health.readiness().serving_caught_up());
+        health.set_caught_up(true);
+        health.set_stopping();
+        assert!(!health.readiness().serving_caught_up(), "stopping");
     }
 
     #[tokio::test]

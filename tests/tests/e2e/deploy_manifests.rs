@@ -339,11 +339,8 @@ fn given_each_broker_pod_when_its_config_is_checked_then_the_broker_accepts_it_w
         "IDEM_LISTEN",
         &[
             ("startupProbe", "grpc", ""),
-            (
-                "readinessProbe",
-                "grpc",
-                idem_proto::v1::broker_server::SERVICE_NAME,
-            ),
+            // Serving and back in every ISR (runtime/src/health.rs).
+            ("readinessProbe", "grpc", "idem.CaughtUp"),
             ("livenessProbe", "grpc", ""),
         ],
     );

@@ -15,6 +15,7 @@ use tonic_health::pb::HealthCheckRequest;
 
 const BROKER: &str = "idem.v1.Broker";
 const COORDINATOR: &str = "idem.v1.TxnCoordinator";
+const CAUGHT_UP: &str = "idem.CaughtUp";
 
 /// Awaits `address`'s health for `service` reporting `wanted` (a refused connection
 /// counts as "not yet"), failing after `PATIENCE` with what was seen last.
@@ -123,6 +124,30 @@ async fn given_a_broker_whose_lease_is_revoked_then_it_is_not_serving_until_regi
     await_status(&address, BROKER, ServingStatus::NotServing).await;
     etcd.lease_revoke(squatter).await.expect("let go");
     await_status(&address, BROKER, ServingStatus::Serving).await;
+}
+
+/// A broker restarted out of a partition's ISR serves (its RPCs answer) but has not
+/// caught up: `idem.CaughtUp` (the brokers' Kubernetes readiness) reports NOT_SERVING
+/// until it is back in every ISR. Made to last: the partition's other replica, its
+/// leader, is down too, so there is nothing to catch up from until it returns.
+#[tokio::test]
+async fn given_a_broker_out_of_an_isr_then_it_serves_but_is_not_caught_up_until_back_in_it() {
+    let mut cluster = Cluster::start(2, &["--replica-lag-time-max-ms", "1000"]);
+    cluster.create_topic("lagging", 1, 2).await;
+    let leader = cluster.leader_of("lagging", 0).await.leader_id;
+    let follower = if leader == 1 { 2 } else { 1 };
+    let address = cluster.broker(follower).bootstrap();
+    await_status(&address, CAUGHT_UP, ServingStatus::Serving).await;
+    cluster.kill(follower);
+    cluster
+        .wait_for(leader, "lagging", 0, |p| p.isr == vec![leader])
+        .await;
+    cluster.kill(leader);
+    cluster.restart(follower);
+    await_status(&address, BROKER, ServingStatus::Serving).await;
+    await_status(&address, CAUGHT_UP, ServingStatus::NotServing).await;
+    cluster.restart(leader);
+    await_status(&address, CAUGHT_UP, ServingStatus::Serving).await;
 }
 
 /// A coordinator killed and restarted after the other took all of its slices over owns
