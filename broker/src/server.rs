@@ -272,7 +272,9 @@ impl BoundBroker {
 const PARTITION_HEALTH_EVERY: Duration = Duration::from_secs(1);
 
 /// Publishes the partition gauges (`partition_health.rs`), whether this broker has
-/// caught up (health: `idem.CaughtUp`) and, per local partition, how far the last
+/// caught up (health: `idem.CaughtUp`), the producer states it keeps (a flood of new
+/// producer ids shows here first) and, per local partition, its log's size and how
+/// far the last
 /// stable offset is behind the high watermark (0 where this broker does not lead: only
 /// the leader's is the consumers'). Recorded whether or not a metrics endpoint serves
 /// them (the facade drops them without a recorder).
@@ -287,7 +289,16 @@ async fn report_partition_health(topics: Arc<TopicRegistry>, broker_id: i32, hea
         metrics::gauge!("idem_under_min_isr_partitions").set(counts.under_min_isr as f64);
         metrics::gauge!("idem_offline_partitions").set(counts.offline as f64);
         metrics::gauge!("idem_partitions_out_of_isr").set(counts.out_of_isr as f64);
+        let mut producer_states = 0;
         for partition in topics.all_partitions() {
+            let (producers, log_bytes) = partition.footprint();
+            producer_states += producers;
+            metrics::gauge!(
+                "idem_log_size_bytes",
+                "topic" => partition.topic().to_string(),
+                "partition" => partition.index().to_string()
+            )
+            .set(log_bytes as f64);
             let lag = if partition.is_leader() {
                 let offsets = partition.offsets();
                 offsets.high_watermark - offsets.last_stable_offset
@@ -301,6 +312,7 @@ async fn report_partition_health(topics: Arc<TopicRegistry>, broker_id: i32, hea
             )
             .set(lag as f64);
         }
+        metrics::gauge!("idem_producer_states").set(producer_states as f64);
     }
 }
 

@@ -820,6 +820,13 @@ impl Partition {
         expired
     }
 
+    /// What the metrics report of this partition: the producer ids it keeps state
+    /// for, and the bytes of its log on disk.
+    pub fn footprint(&self) -> (usize, u64) {
+        let inner = self.lock();
+        (inner.producers.len(), inner.log.size_bytes())
+    }
+
     /// Flushes on a timer for `interval:<ms>` policies.
     pub fn flush(&self) -> Result<(), BrokerError> {
         let mut inner = self.lock();

@@ -175,6 +175,7 @@ impl Coordinator {
     }
 
     async fn load(self: Arc<Self>, claim: Claim) {
+        let started = std::time::Instant::now();
         let Some(writer) = claim_writer(&self.conn, TXN_LOG_TOPIC, &claim) else {
             self.lose(claim.partition, claim.coordinator_epoch, &claim.token);
             return;
@@ -265,6 +266,8 @@ impl Coordinator {
         if !installed {
             return;
         }
+        metrics::histogram!("idem_txn_log_slice_load_seconds")
+            .record(started.elapsed().as_secs_f64());
         tracing::info!(
             partition,
             coordinator_epoch,
@@ -763,13 +766,22 @@ impl Coordinator {
         ) {
             for effect in effects {
                 match effect {
-                    Effect::Persist(meta) => match part.successors.take(transactional_id) {
-                        Some(parked) => {
-                            self.complete_with(part, transactional_id, meta, parked)
-                                .await
+                    Effect::Persist(meta) => {
+                        // The markers are written: the transaction ends here, `txn_start_ms`
+                        // (its first partition added) to now.
+                        metrics::histogram!(
+                            "idem_transaction_duration_seconds",
+                            "outcome" => meta.state.name()
+                        )
+                        .record((ctx.now_ms - meta.txn_start_ms).max(0) as f64 / 1000.0);
+                        match part.successors.take(transactional_id) {
+                            Some(parked) => {
+                                self.complete_with(part, transactional_id, meta, parked)
+                                    .await
+                            }
+                            None => part.persist(meta).await?,
                         }
-                        None => part.persist(meta).await?,
-                    },
+                    }
                     other => {
                         tracing::warn!(?other, "unexpected effect of MarkersWritten ignored")
                     }

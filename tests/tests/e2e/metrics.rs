@@ -3,7 +3,8 @@
 //! batch counts one duplicate on its leader; a killed follower makes every partition
 //! the leader leads under-replicated (all are on the three brokers) and ISR shrinks, and once it is back and caught
 //! up the gauge returns to 0 with an ISR expansion; RPCs are counted by name; the
-//! coordinator reports its committed transaction.
+//! producer's state and the log's size are reported; the coordinator reports its
+//! committed transaction, how long it took, and how long its slices took to load.
 
 use std::collections::BTreeMap;
 
@@ -88,6 +89,15 @@ async fn given_metrics_endpoints_when_the_cluster_moves_then_the_metrics_follow(
         |v| v == before + 1.0,
     )
     .await;
+    // The producer's state and the log's bytes are reported.
+    wait_for_metric(leader_metrics, "idem_producer_states", &[], |v| v >= 1.0).await;
+    wait_for_metric(
+        leader_metrics,
+        "idem_log_size_bytes",
+        &[("topic", TOPIC), ("partition", "0")],
+        |v| v > 0.0,
+    )
+    .await;
     let produced = wait_for_metric(
         leader_metrics,
         "idem_rpc_requests_total",
@@ -148,6 +158,20 @@ async fn given_metrics_endpoints_when_the_cluster_moves_then_the_metrics_follow(
         "idem_transactions",
         &[("state", "CompleteCommit")],
         |v| v == 1.0,
+    )
+    .await;
+    wait_for_metric(
+        &coordinator_metrics,
+        "idem_transaction_duration_seconds_count",
+        &[("outcome", "CompleteCommit")],
+        |v| v == 1.0,
+    )
+    .await;
+    wait_for_metric(
+        &coordinator_metrics,
+        "idem_txn_log_slice_load_seconds_count",
+        &[],
+        |v| v >= 1.0,
     )
     .await;
     cluster.stop_all();
