@@ -8,7 +8,7 @@ scripts/install-deps.sh protoc etcd cc script netns postgres compose kubernetes-
 # No two files may import each other (see the script); cheap, so it runs first.
 scripts/import-cycles.sh
 cargo build --workspace --bins --examples
-# The container tests (e2e compose, container chaos) run the images of these binaries:
+# The container tests (compose_walkthrough, container_chaos) run the images of these binaries:
 # the debug build, stripped (a release build would add 11 minutes on 2 cores).
 deploy/build-images.sh --profile dev --tag test
 # The coordinator crate cannot depend on the broker crate; its solo smoke test runs the

@@ -10,7 +10,6 @@ mod cli;
 mod cluster_identity;
 mod cluster_topics;
 mod compaction;
-mod compose;
 mod consumer_groups;
 mod dashboards;
 mod delivery;

@@ -5,6 +5,11 @@
 //! client inside the compose network by service names; Metadata asked from the host
 //! names only host addresses; the brokers' named volumes keep the
 //! logs across a stop and start of every broker.
+//!
+//! A test binary of its own, like the container chaos run: eight containers starting
+//! and stopping beside the e2e tests' timing-bounded fault tests made those miss their
+//! recovery bounds on 2 cores (two of three suite runs on 2026-12-05), and cargo runs
+//! test binaries one after the other.
 
 use std::process::Output;
 
