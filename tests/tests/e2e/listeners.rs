@@ -14,6 +14,7 @@ use idem_client::{Isolation, ProducerRecord};
 use idem_proto::v1::{FindCoordinatorRequest, MetadataRequest, MetadataResponse};
 use idem_proto::ErrorCode;
 use idem_tests::cluster::Cluster;
+use idem_tests::wait::{wait_until, Seen, PATIENCE};
 use idem_tests::{raw, txn};
 
 const EXTERNAL: [&str; 2] = ["--external-listen", "127.0.0.1:0"];
@@ -79,20 +80,34 @@ fn handed_out(m: &MetadataResponse) -> (BTreeSet<String>, BTreeSet<String>, BTre
     )
 }
 
-/// FindCoordinator for `TXN_ID` asked of a coordinator (not a broker) at `address`.
+/// FindCoordinator for `TXN_ID` asked of a coordinator (not a broker) at `address`,
+/// until it knows the owner: a coordinator learns the other's claims by its periodic
+/// scan, and answers the retriable COORDINATOR_NOT_AVAILABLE until then.
 async fn find_on_coordinator(address: &str) -> String {
-    let answer = txn::coordinator_client(address)
+    let client = txn::coordinator_client(address)
         .await
-        .expect("coordinator connects")
-        .find_coordinator(FindCoordinatorRequest {
-            transactional_id: TXN_ID.into(),
-            group_id: String::new(),
-        })
-        .await
-        .expect("FindCoordinator")
-        .into_inner();
-    assert_eq!(answer.error_code(), ErrorCode::None, "{answer:?}");
-    answer.address
+        .expect("coordinator connects");
+    let what = format!("{address} knows the owner of {TXN_ID}");
+    let (found, _) = wait_until(PATIENCE, &what, || {
+        let mut client = client.clone();
+        async move {
+            let answer = client
+                .find_coordinator(FindCoordinatorRequest {
+                    transactional_id: TXN_ID.into(),
+                    group_id: String::new(),
+                })
+                .await
+                .expect("FindCoordinator")
+                .into_inner();
+            match answer.error_code() {
+                ErrorCode::None => Seen::Reached(answer.address),
+                ErrorCode::CoordinatorNotAvailable => Seen::Not(answer.error_message),
+                other => panic!("FindCoordinator refused with {other:?}: {answer:?}"),
+            }
+        }
+    })
+    .await;
+    found
 }
 
 #[tokio::test]
