@@ -93,7 +93,10 @@ docker build --quiet --build-arg VERSION="$version" --build-arg COMMIT="$commit"
 echo "idem:${tags[0]} $(size_of "idem:${tags[0]}") ($profile, commit $commit; tags ${tags[*]})"
 
 echo "fetching Debian's etcd-server and etcd-client packages"
-(cd "$work" && apt-get download etcd-server etcd-client > /dev/null)
+# A fresh machine (or a container image) may have no package lists yet: fetch them
+# once and try again rather than fail.
+(cd "$work" && { apt-get download etcd-server etcd-client > /dev/null 2>&1 ||
+  { apt-get update -qq && apt-get download etcd-server etcd-client > /dev/null; }; })
 deb="$(ls "$work"/etcd-server_*.deb)"
 etcd_version="$(dpkg-deb -f "$deb" Version)"
 dpkg-deb -x "$deb" "$work/etcd-pkg"
