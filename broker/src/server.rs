@@ -61,8 +61,9 @@ type BrokerGrpc = BrokerServer<BrokerService>;
 /// [`BoundBroker::serve`].
 pub struct BoundBroker {
     config: BrokerConfig,
-    local_addr: SocketAddr,
     bound: BoundListeners,
+    /// What the broker publishes, registered in etcd and answered in Metadata.
+    advertised: Advertised,
     topics: Arc<TopicRegistry>,
     producer_ids: Arc<ProducerIdManager>,
     membership: Option<Arc<Membership>>,
@@ -102,8 +103,12 @@ impl BoundBroker {
             .await?
             .with_external(config.external_listen)
             .await?;
-        let local_addr = listener.local_addr();
         let bound = listener.bound();
+        let advertised = Advertised::resolve(
+            bound,
+            config.advertise.as_deref(),
+            config.external_advertise.as_deref(),
+        );
         let health = Health::new();
         let service = Deferred::new();
         // Stops the server already answering health if loading fails below.
@@ -116,7 +121,7 @@ impl BoundBroker {
             stop_on_failure.clone(),
         )?;
         let failed = stop_on_failure.drop_guard();
-        let membership = join_cluster(&config, bound, &shutdown).await?;
+        let membership = join_cluster(&config, &advertised, &shutdown).await?;
         let topics = match &membership {
             None => TopicRegistry::open(
                 &config.data_dir,
@@ -146,8 +151,8 @@ impl BoundBroker {
         failed.disarm();
         Ok(BoundBroker {
             config,
-            local_addr,
             bound,
+            advertised,
             topics: Arc::new(topics),
             producer_ids,
             membership,
@@ -159,7 +164,7 @@ impl BoundBroker {
     }
 
     pub fn local_addr(&self) -> SocketAddr {
-        self.local_addr
+        self.bound.internal
     }
 
     /// What this broker publishes about its readiness (health reads the same).
@@ -186,8 +191,8 @@ impl BoundBroker {
     pub async fn serve_announcing(self, announce: impl FnOnce()) -> Result<(), ServerError> {
         let BoundBroker {
             config,
-            local_addr: _,
             bound,
+            advertised,
             topics,
             producer_ids,
             membership,
@@ -196,21 +201,17 @@ impl BoundBroker {
             health,
             duties,
         } = self;
-        let advertised = advertised(&config, bound);
-        let mut broker = BrokerService::new(
+        let broker = BrokerService::new(
             config.broker_id,
             advertised.internal.clone(),
             topics.clone(),
             producer_ids,
             config.limits.max_fetch_bytes,
-        );
-        if let Some(external) = &advertised.external {
-            broker = broker.with_external_listener(bound, external.clone());
-        }
-        let broker = broker
-            .with_membership(membership.clone())
-            .with_coordinator(config.coordinator.clone())
-            .with_null_produce(config.null_produce);
+        )
+        .with_listeners(bound, advertised.clone())
+        .with_membership(membership.clone())
+        .with_coordinator(config.coordinator.clone())
+        .with_null_produce(config.null_produce);
         if config.coordinator.is_some() && membership.is_some() {
             tracing::warn!("--coordinator is ignored in a cluster: coordinators are found in etcd");
         }
@@ -328,27 +329,10 @@ async fn report_lease(membership: Arc<Membership>, health: Health) {
     }
 }
 
-/// The addresses this broker publishes: each listener's `--advertise` flag, else the
-/// address it is bound to.
-fn advertised(config: &BrokerConfig, bound: BoundListeners) -> Advertised {
-    Advertised {
-        internal: config
-            .advertise
-            .clone()
-            .unwrap_or_else(|| bound.internal.to_string()),
-        external: bound.external.map(|addr| {
-            config
-                .external_advertise
-                .clone()
-                .unwrap_or_else(|| addr.to_string())
-        }),
-    }
-}
-
 /// Registers the broker in etcd when it runs in a cluster (`--etcd` given).
 async fn join_cluster(
     config: &BrokerConfig,
-    bound: BoundListeners,
+    advertised: &Advertised,
     shutdown: &CancellationToken,
 ) -> Result<Option<Arc<Membership>>, ServerError> {
     if config.etcd_endpoints.is_empty() {
@@ -364,11 +348,10 @@ async fn join_cluster(
     .await?;
     tracing::info!(%cluster_id, "data dir and etcd name the same cluster");
     let data_dir_id = data_dir_id::load_or_create(&config.data_dir).map_err(BrokerError::from)?;
-    let advertised = advertised(config, bound);
     let me = Registration {
         broker_id: config.broker_id,
-        address: advertised.internal,
-        external_address: advertised.external,
+        address: advertised.internal.clone(),
+        external_address: advertised.external.clone(),
         data_dir_id,
     };
     let membership_config = MembershipConfig {

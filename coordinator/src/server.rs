@@ -18,6 +18,7 @@ use idem_proto::v1::group_coordinator_server::GroupCoordinatorServer;
 use idem_proto::v1::txn_coordinator_server::TxnCoordinatorServer;
 use idem_runtime::grpc_server::{GrpcListener, GrpcSettings};
 use idem_runtime::health::Health;
+use idem_runtime::listeners::Advertised;
 use idem_runtime::metrics_endpoint;
 use idem_runtime::shutdown::{CancellationToken, Duties};
 use idem_runtime::stop::serve_then_stop;
@@ -83,17 +84,14 @@ impl BoundCoordinator {
             .await?
             .with_external(config.external_listen)
             .await?;
-        let bound = listener.bound();
-        let address = config
-            .advertise
-            .clone()
-            .unwrap_or_else(|| bound.internal.to_string());
-        let external_address = bound.external.map(|addr| {
-            config
-                .external_advertise
-                .clone()
-                .unwrap_or_else(|| addr.to_string())
-        });
+        let Advertised {
+            internal: address,
+            external: external_address,
+        } = Advertised::resolve(
+            listener.bound(),
+            config.advertise.as_deref(),
+            config.external_advertise.as_deref(),
+        );
         let conn = Connection::connect_lazy(&config.bootstrap, BROKER_REQUEST_TIMEOUT)?
             .with_metadata_max_age(METADATA_MAX_AGE);
         let pids: SharedProducerIds = match (pid_store, &mode) {

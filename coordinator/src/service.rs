@@ -2,7 +2,7 @@
 //! the core. Refusals and decider errors travel as `ErrorCode`s in the answer; gRPC
 //! status codes are left to transport failures.
 
-use idem_runtime::listeners::{pick, BoundListeners, Listener};
+use idem_runtime::listeners::{pick, BoundListeners};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -136,9 +136,7 @@ impl TxnCoordinator for TxnCoordinatorService {
         &self,
         request: Request<FindCoordinatorRequest>,
     ) -> Result<Response<FindCoordinatorResponse>, Status> {
-        let listener = self
-            .bound
-            .map_or(Listener::Internal, |b| b.listener_of(request.local_addr()));
+        let listener = BoundListeners::of_request(self.bound, &request);
         let request = request.into_inner();
         // A group lives in the slice its id hashes to, like a transactional id.
         let id = if request.transactional_id.is_empty() {

@@ -26,6 +26,12 @@ pub struct BoundListeners {
 }
 
 impl BoundListeners {
+    /// The listener `request` came in on, for a service that knows its sockets
+    /// (`None`: a single listener, or no socket at all, as in-process).
+    pub fn of_request<T>(bound: Option<BoundListeners>, request: &tonic::Request<T>) -> Listener {
+        bound.map_or(Listener::Internal, |b| b.listener_of(request.local_addr()))
+    }
+
     /// The listener a connection whose local address is `local` was accepted on.
     /// Connections of unknown origin (an in-process channel has no address) count as
     /// internal: that is what every server without an external listener answers.
@@ -52,6 +58,17 @@ pub struct Advertised {
 }
 
 impl Advertised {
+    /// What a server bound to `bound` publishes: each listener's advertised address
+    /// (`--advertise`, `--external-advertise`) if given, else the address bound.
+    pub fn resolve(bound: BoundListeners, internal: Option<&str>, external: Option<&str>) -> Self {
+        Advertised {
+            internal: internal.map_or_else(|| bound.internal.to_string(), str::to_string),
+            external: bound
+                .external
+                .map(|addr| external.map_or_else(|| addr.to_string(), str::to_string)),
+        }
+    }
+
     /// The address to hand a client that came in on `listener`.
     pub fn on(&self, listener: Listener) -> &str {
         pick(listener, &self.internal, self.external.as_deref())
@@ -191,11 +208,25 @@ mod tests {
             pick(Listener::Internal, "b1:9092", Some("127.0.0.1:19091")),
             "b1:9092"
         );
-        let advertised = Advertised {
-            internal: "b0:9092".into(),
-            external: Some("127.0.0.1:19090".into()),
+        let bound = BoundListeners {
+            internal: addr("0.0.0.0:9092"),
+            external: Some(addr("0.0.0.0:19092")),
         };
+        let advertised = Advertised::resolve(bound, Some("b0:9092"), Some("127.0.0.1:19090"));
         assert_eq!(advertised.on(Listener::External), "127.0.0.1:19090");
         assert_eq!(advertised.on(Listener::Internal), "b0:9092");
+        let defaulted = Advertised::resolve(bound, None, None);
+        assert_eq!(
+            (defaulted.internal.as_str(), defaulted.external.as_deref()),
+            ("0.0.0.0:9092", Some("0.0.0.0:19092"))
+        );
+        let single = BoundListeners {
+            external: None,
+            ..bound
+        };
+        assert_eq!(
+            Advertised::resolve(single, None, Some("ignored:1")).external,
+            None
+        );
     }
 }

@@ -94,18 +94,17 @@ impl BrokerService {
         self
     }
 
-    /// The external listener (`--external-listen`): its socket and the address it
-    /// advertises. Requests arriving there are answered with external addresses.
-    pub fn with_external_listener(mut self, bound: BoundListeners, advertised: String) -> Self {
+    /// The server's sockets and what it advertises for each: requests arriving on the
+    /// external listener (`--external-listen`) are answered with external addresses.
+    pub fn with_listeners(mut self, bound: BoundListeners, advertised: Advertised) -> Self {
         self.bound = Some(bound);
-        self.advertised.external = Some(advertised);
+        self.advertised = advertised;
         self
     }
 
     /// The listener `request` arrived on.
     fn listener_of<T>(&self, request: &Request<T>) -> Listener {
-        self.bound
-            .map_or(Listener::Internal, |b| b.listener_of(request.local_addr()))
+        BoundListeners::of_request(self.bound, request)
     }
 
     /// The transaction coordinator of a single-node broker (`--coordinator`).
