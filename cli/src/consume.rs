@@ -101,21 +101,6 @@ pub async fn run(bootstrap: &str, args: ConsumeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The position of every partition the member owns, in order.
-async fn owned_positions(
-    consumer: &mut GroupConsumer,
-) -> anyhow::Result<Vec<(TopicPartition, i64)>> {
-    let mut positions = Vec::new();
-    for (topic, partition) in consumer.assignment().clone() {
-        let position = consumer
-            .position(&topic, partition)
-            .await
-            .with_context(|| format!("the position of {topic}/{partition}"))?;
-        positions.push(((topic, partition), position));
-    }
-    Ok(positions)
-}
-
 /// `--group`: the group assigns, the positions are committed after each batch.
 async fn run_in_group(bootstrap: &str, group: &str, args: ConsumeArgs) -> anyhow::Result<()> {
     let mut config = GroupConfig::new(group);
@@ -133,7 +118,6 @@ async fn run_in_group(bootstrap: &str, group: &str, args: ConsumeArgs) -> anyhow
     let mut printed = 0usize;
     let mut quiet_since = tokio::time::Instant::now();
     let mut stdout = std::io::stdout().lock();
-    let mut committed: Vec<(TopicPartition, i64)> = Vec::new();
     while args.max_messages.is_none_or(|max| printed < max) && quiet_since.elapsed() < idle {
         let polled = consumer
             .poll(idle.saturating_sub(quiet_since.elapsed()))
@@ -159,18 +143,13 @@ async fn run_in_group(bootstrap: &str, group: &str, args: ConsumeArgs) -> anyhow
         // transaction markers too: committing the last record's offset + 1 would leave
         // a group that read everything of a transactional topic lagging by its markers
         // forever, and a marker fetched alone would never be committed.
-        let offsets: Vec<(TopicPartition, i64)> = if cut_off {
-            last.into_iter().collect()
+        let committed = if cut_off {
+            let offsets: Vec<(TopicPartition, i64)> = last.into_iter().collect();
+            consumer.commit_offsets(&offsets).await
         } else {
-            owned_positions(&mut consumer).await?
+            consumer.commit().await
         };
-        if offsets != committed {
-            consumer
-                .commit_offsets(&offsets)
-                .await
-                .with_context(|| format!("committing the offsets of group {group:?}"))?;
-            committed = offsets;
-        }
+        committed.with_context(|| format!("committing the offsets of group {group:?}"))?;
     }
     consumer.close().await.context("leaving the group")?;
     Ok(())
