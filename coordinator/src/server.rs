@@ -6,7 +6,6 @@
 
 use idem_proto::transport::MAX_MESSAGE_BYTES;
 use idem_proto::txn::{OFFSETS_TOPIC, TXN_LOG_TOPIC};
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -41,7 +40,6 @@ use crate::service::TxnCoordinatorService;
 use crate::topic_catalog::etcd::EtcdTopicCatalog;
 use crate::topic_catalog::solo::SoloTopicCatalog;
 use crate::topic_catalog::TopicCatalog;
-use crate::txn::state::TxnState;
 
 /// How often health looks at the slices and the lease: the lease is a clock compared
 /// against the TTL, which no event announces.
@@ -289,25 +287,14 @@ async fn report_metrics(core: Arc<Coordinator>, groups: Arc<Groups>) {
 }
 
 fn record_gauges(core: &Coordinator, groups: &Groups) {
-    let (txns, owned) = core.list(&[]);
-    let mut by_state: BTreeMap<&'static str, u64> = TxnState::ALL
-        .iter()
-        .map(|state| (state.name(), 0))
-        .collect();
-    let now = idem_runtime::clock::now_ms();
-    let mut oldest_open_ms = 0i64;
-    for (_, txn) in &txns {
-        *by_state.entry(txn.state.name()).or_default() += 1;
-        if txn.state == TxnState::Ongoing {
-            oldest_open_ms = oldest_open_ms.max(now - txn.txn_start_ms);
-        }
-    }
-    for (state, count) in by_state {
+    let (tally, owned) = core.tally(idem_runtime::clock::now_ms());
+    for (state, count) in tally.by_state {
         metrics::gauge!("idem_transactions", "state" => state).set(count as f64);
     }
-    metrics::gauge!("idem_transaction_oldest_open_seconds").set(oldest_open_ms as f64 / 1000.0);
-    metrics::gauge!("idem_txn_log_partitions_owned").set(owned.len() as f64);
-    metrics::gauge!("idem_groups").set(groups.list().len() as f64);
+    metrics::gauge!("idem_transaction_oldest_open_seconds")
+        .set(tally.oldest_open_ms as f64 / 1000.0);
+    metrics::gauge!("idem_txn_log_partitions_owned").set(owned as f64);
+    metrics::gauge!("idem_groups").set(groups.count() as f64);
 }
 
 /// Creates (or finds) the transaction log and `__consumer_offsets`, then hands every

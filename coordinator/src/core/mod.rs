@@ -43,6 +43,7 @@ use crate::txn::decide::{
     TxnMetadata,
 };
 use crate::txn::state::TxnState;
+use crate::txn::tally::TxnTally;
 
 use self::end_signals::Progress;
 use self::markers::{write_markers, write_markers_once, MarkerJob};
@@ -922,6 +923,20 @@ impl Coordinator {
             .collect();
         txns.sort_by(|a, b| a.1.transactional_id.cmp(&b.1.transactional_id));
         (txns, owned)
+    }
+
+    /// The transactions of every loaded slice, counted by state (the metrics' gauges),
+    /// and how many slices are loaded; nothing without the lease, as [`Self::list`].
+    pub fn tally(&self, now_ms: i64) -> (TxnTally, usize) {
+        let mut tally = TxnTally::default();
+        if !self.ownership.holds_lease() {
+            return (tally, 0);
+        }
+        let parts = self.ready_partitions();
+        for part in &parts {
+            part.tally_into(&mut tally, now_ms);
+        }
+        (tally, parts.len())
     }
 
     pub fn describe(&self, transactional_id: &str) -> Result<(i32, TxnMetadata), Refusal> {

@@ -5,6 +5,7 @@
 //! Invariant: `txns` only ever holds what the log holds — an entry changes only after
 //! its record was appended (acks=all).
 
+use crate::txn::tally::TxnTally;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
@@ -73,6 +74,15 @@ impl LogPartition {
 
     pub fn get(&self, transactional_id: &str) -> Option<TxnMetadata> {
         self.txns.lock().ok()?.get(transactional_id).cloned()
+    }
+
+    /// Counts this slice's transactions into `tally`, in place (no copy).
+    pub fn tally_into(&self, tally: &mut TxnTally, now_ms: i64) {
+        if let Ok(txns) = self.txns.lock() {
+            for txn in txns.values() {
+                tally.add(txn, now_ms);
+            }
+        }
     }
 
     pub fn snapshot(&self) -> Vec<TxnMetadata> {

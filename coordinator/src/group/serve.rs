@@ -694,6 +694,23 @@ impl Groups {
         }
     }
 
+    /// How many groups the loaded slices hold (a group with only offsets counts), as
+    /// [`Self::list`] would list them, without copying any.
+    pub fn count(&self) -> usize {
+        if !self.ownership.holds_lease() {
+            return 0;
+        }
+        self.ready_slices()
+            .iter()
+            .map(|slice| {
+                let state = slice.state();
+                let mut ids: std::collections::BTreeSet<&String> = state.offsets.keys().collect();
+                ids.extend(state.groups.keys());
+                ids.len()
+            })
+            .sum()
+    }
+
     /// Every group of every loaded slice, by id.
     pub fn list(&self) -> BTreeMap<String, Group> {
         if !self.ownership.holds_lease() {

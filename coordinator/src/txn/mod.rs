@@ -4,3 +4,4 @@
 pub mod change;
 pub mod decide;
 pub mod state;
+pub mod tally;
