@@ -5,9 +5,11 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use idem_runtime::config_error::{check_advertised, ConfigError};
 use idem_runtime::listeners::check_external;
+use idem_runtime::metrics_endpoint::GAUGE_IDLE_TIMEOUT;
 
 use crate::error::CoordinatorError;
 
@@ -118,6 +120,12 @@ pub struct CoordinatorConfig {
     )]
     pub group_offsets_retention_check_interval_ms: u64,
 
+    /// How often the consumer lag gauge (`idem_consumer_group_lag`) is measured, when
+    /// metrics are served: one ListOffsets per committed partition of the owned groups
+    /// each time. Shorter than the exporter keeps an unset gauge (60 s).
+    #[arg(long, env = "IDEM_GROUP_LAG_INTERVAL_MS", default_value_t = 15_000)]
+    pub group_lag_interval_ms: u64,
+
     /// Lease the next producer-id block in the background once 90% of the current one
     /// is handed out.
     #[arg(long, env = "IDEM_PID_PREFETCH", default_value_t = true, action = clap::ArgAction::Set)]
@@ -153,6 +161,7 @@ impl CoordinatorConfig {
             group_session_timeout_ms: 45_000,
             group_offsets_retention_ms: 604_800_000,
             group_offsets_retention_check_interval_ms: 600_000,
+            group_lag_interval_ms: 15_000,
             pid_prefetch: true,
         }
     }
@@ -206,6 +215,12 @@ impl CoordinatorConfig {
             self.group_offsets_retention_ms >= 1,
             "--group-offsets-retention-ms",
             "must be at least 1",
+        )?;
+        ConfigError::unless(
+            Duration::from_millis(self.group_lag_interval_ms) < GAUGE_IDLE_TIMEOUT
+                && self.group_lag_interval_ms >= 1,
+            "--group-lag-interval-ms",
+            "must be at least 1 and under 60000 (the exporter drops a gauge unset for 60 s)",
         )?;
         ConfigError::unless(
             self.group_offsets_retention_check_interval_ms >= 1,
@@ -388,6 +403,20 @@ mod tests {
                 "--group-offsets-retention-check-interval-ms",
                 CoordinatorConfig {
                     group_offsets_retention_check_interval_ms: 0,
+                    ..solo()
+                },
+            ),
+            (
+                "--group-lag-interval-ms",
+                CoordinatorConfig {
+                    group_lag_interval_ms: 0,
+                    ..solo()
+                },
+            ),
+            (
+                "--group-lag-interval-ms",
+                CoordinatorConfig {
+                    group_lag_interval_ms: 60_000,
                     ..solo()
                 },
             ),

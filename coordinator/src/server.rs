@@ -6,12 +6,14 @@
 
 use idem_proto::transport::MAX_MESSAGE_BYTES;
 use idem_proto::txn::{OFFSETS_TOPIC, TXN_LOG_TOPIC};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use backon::Retryable;
-use idem_client::Connection;
+use futures::StreamExt;
+use idem_client::{Connection, Isolation, OffsetSpec};
 use idem_pidstore::{EtcdPidStore, PidBlockStore, ProducerIdManager};
 use idem_proto::v1::group_coordinator_server::GroupCoordinatorServer;
 use idem_proto::v1::txn_coordinator_server::TxnCoordinatorServer;
@@ -28,6 +30,7 @@ use tonic::service::Routes;
 use crate::config::{CoordinatorConfig, Mode};
 use crate::core::{Coordinator, CoreSettings};
 use crate::error::CoordinatorError;
+use crate::group::lag;
 use crate::group::serve::{GroupSettings, Groups};
 use crate::group_service::GroupCoordinatorService;
 use crate::log::topic::ensure_topic;
@@ -40,6 +43,7 @@ use crate::service::TxnCoordinatorService;
 use crate::topic_catalog::etcd::EtcdTopicCatalog;
 use crate::topic_catalog::solo::SoloTopicCatalog;
 use crate::topic_catalog::TopicCatalog;
+use crate::txn::decide::TopicPartition;
 
 /// How often health looks at the slices and the lease: the lease is a clock compared
 /// against the TTL, which no event announces.
@@ -238,6 +242,16 @@ impl BoundCoordinator {
             "report metrics",
             report_metrics(core.clone(), groups.clone()),
         );
+        if config.metrics_listen.is_some() {
+            duties.spawn(
+                "report consumer lag",
+                report_group_lag(
+                    groups.clone(),
+                    core.connection().clone(),
+                    Duration::from_millis(config.group_lag_interval_ms),
+                ),
+            );
+        }
         duties.spawn(
             "report health",
             report_health(core.clone(), groups.clone(), ownership, health),
@@ -295,6 +309,52 @@ fn record_gauges(core: &Coordinator, groups: &Groups) {
         .set(tally.oldest_open_ms as f64 / 1000.0);
     metrics::gauge!("idem_txn_log_partitions_owned").set(owned as f64);
     metrics::gauge!("idem_groups").set(groups.count() as f64);
+}
+
+/// Most high watermarks asked for at once by the lag duty.
+const LAG_QUERIES_IN_FLIGHT: usize = 16;
+
+/// `idem_consumer_group_lag{group, topic}` for the groups this coordinator owns, every
+/// `every`: their committed offsets beside the partitions' high watermarks, asked of the
+/// leaders ([`lag`] decides what is reported). Runs only when metrics are served: it
+/// costs one ListOffsets per committed partition a round.
+async fn report_group_lag(groups: Arc<Groups>, conn: Connection, every: Duration) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let committed = groups.committed_offsets();
+        let ends: HashMap<TopicPartition, i64> =
+            futures::stream::iter(lag::partitions(&committed))
+                .map(|tp| {
+                    let conn = &conn;
+                    async move {
+                        let end = conn
+                            .list_offset(
+                                &tp.topic,
+                                tp.partition,
+                                OffsetSpec::Latest,
+                                Isolation::ReadUncommitted,
+                            )
+                            .await;
+                        match end {
+                            Ok(end) => Some((tp, end)),
+                            Err(error) => {
+                                tracing::debug!(%error, topic = %tp.topic, partition = tp.partition, "no high watermark for the lag gauge this round");
+                                None
+                            }
+                        }
+                    }
+                })
+                .buffer_unordered(LAG_QUERIES_IN_FLIGHT)
+                .filter_map(std::future::ready)
+                .collect()
+                .await;
+        for ((group, topic), behind) in lag::by_group_and_topic(&committed, &ends) {
+            metrics::gauge!("idem_consumer_group_lag", "group" => group, "topic" => topic)
+                .set(behind as f64);
+        }
+    }
 }
 
 /// Creates (or finds) the transaction log and `__consumer_offsets`, then hands every

@@ -10,6 +10,7 @@
 //! - [`membership`]: a heartbeat, a leave or a removal turns one group into the next.
 //! - [`offsets`]: which commits a group accepts, and offsets pending in transactions.
 //! - [`expiry`]: which offsets of an empty group have expired, and when a group goes.
+//! - [`lag`]: how far each group's committed offsets are behind, per topic.
 //! - [`records`]: the records of `__consumer_offsets`.
 //! - [`slice`]: one `__consumer_offsets` partition's state, and its replay from the log.
 //! - [`load`]: reading a claimed partition back (the load, and the tail's reads).
@@ -21,6 +22,7 @@
 
 pub mod assignor;
 pub mod expiry;
+pub mod lag;
 pub mod load;
 pub mod membership;
 pub mod offsets;

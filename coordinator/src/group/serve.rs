@@ -25,6 +25,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::expiry::{self, Expired};
+use super::lag;
 use super::load::{self, ReadFailure};
 use super::membership::{self, Answer, Group, Heartbeat, HeartbeatError};
 use super::offsets::{check_commit, CommitRefusal, Committer, OffsetAndMetadata};
@@ -709,6 +710,31 @@ impl Groups {
                 ids.len()
             })
             .sum()
+    }
+
+    /// Every committed offset of the groups the loaded slices hold (not those pending
+    /// in transactions): what the lag gauge is measured from.
+    pub fn committed_offsets(&self) -> Vec<lag::Committed> {
+        if !self.ownership.holds_lease() {
+            return Vec::new();
+        }
+        let mut all = Vec::new();
+        for slice in self.ready_slices() {
+            let state = slice.state();
+            for (group_id, offsets) in &state.offsets {
+                all.extend(
+                    offsets
+                        .committed()
+                        .iter()
+                        .map(|(tp, value)| lag::Committed {
+                            group_id: group_id.clone(),
+                            tp: tp.clone(),
+                            offset: value.offset,
+                        }),
+                );
+            }
+        }
+        all
     }
 
     /// Every group of every loaded slice, by id.

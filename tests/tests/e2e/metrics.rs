@@ -4,10 +4,12 @@
 //! the leader leads under-replicated (all are on the three brokers) and ISR shrinks, and once it is back and caught
 //! up the gauge returns to 0 with an ISR expansion; RPCs are counted by name; the
 //! producer's state and the log's size are reported; the coordinator reports its
-//! committed transaction, how long it took, and how long its slices took to load.
+//! committed transaction, how long it took, and how long its slices took to load, and
+//! a group's lag as its commits move.
 
 use std::collections::BTreeMap;
 
+use idem_client::{Admin, Isolation, OffsetSpec};
 use idem_proto::v1::InitProducerIdRequest;
 use idem_proto::ErrorCode;
 use idem_tests::cluster::Cluster;
@@ -49,7 +51,15 @@ async fn given_metrics_endpoints_when_the_cluster_moves_then_the_metrics_follow(
     let mut cluster = Cluster::start_each(3, &["--replica-lag-time-max-ms", "1000"], &own);
     let coordinator_metrics = free_addr();
     cluster
-        .add_coordinators(1, &["--metrics-listen", &coordinator_metrics])
+        .add_coordinators(
+            1,
+            &[
+                "--metrics-listen",
+                &coordinator_metrics,
+                "--group-lag-interval-ms",
+                "200",
+            ],
+        )
         .await;
     cluster.create_topic(TOPIC, 1, 3).await;
     let leader = cluster.leader_of(TOPIC, 0).await;
@@ -172,6 +182,43 @@ async fn given_metrics_endpoints_when_the_cluster_moves_then_the_metrics_follow(
         "idem_txn_log_slice_load_seconds_count",
         &[],
         |v| v >= 1.0,
+    )
+    .await;
+
+    // A group's lag is the records its committed offsets are behind, per topic, and
+    // follows its commits.
+    let admin = Admin::connect(&cluster.bootstrap())
+        .await
+        .expect("admin connects");
+    let end = admin
+        .list_offsets(TOPIC, 0, OffsetSpec::Latest, Isolation::ReadUncommitted)
+        .await
+        .expect("high watermark");
+    assert!(end >= 2, "two records and a marker, at least: {end}");
+    let tp = || vec![((TOPIC.to_string(), 0), 0)];
+    admin
+        .reset_group_offsets("lagging", &tp())
+        .await
+        .expect("commits offset 0");
+    let lag_labels = [("group", "lagging"), ("topic", TOPIC)];
+    let lag = wait_for_metric(
+        &coordinator_metrics,
+        "idem_consumer_group_lag",
+        &lag_labels,
+        |v| v == end as f64,
+    )
+    .await;
+    assert_eq!(lag, end as f64);
+    wait_for_metric(&coordinator_metrics, "idem_groups", &[], |v| v >= 1.0).await;
+    admin
+        .reset_group_offsets("lagging", &[((TOPIC.to_string(), 0), end)])
+        .await
+        .expect("commits the high watermark");
+    wait_for_metric(
+        &coordinator_metrics,
+        "idem_consumer_group_lag",
+        &lag_labels,
+        |v| v == 0.0,
     )
     .await;
     cluster.stop_all();
