@@ -2,7 +2,7 @@
 //! from flags, `IDEM_*` environment variables and documented defaults.
 
 use idem_proto::transport::MAX_MESSAGE_BYTES;
-use idem_runtime::config_error::{check_advertised, ConfigError};
+use idem_runtime::config_error::{check_advertised, check_otlp_endpoint, ConfigError};
 use idem_runtime::listeners::check_external;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -40,6 +40,11 @@ pub struct BrokerConfig {
     /// lists the metrics). Unset: no metrics are served.
     #[arg(long, env = "IDEM_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
+
+    /// OTLP/gRPC collector the process's spans are exported to (`http://host:4317`;
+    /// docs/operations.md, "Traces"). Unset: no traces are exported.
+    #[arg(long, env = "IDEM_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
 
     /// Directory holding partition logs, producer-state snapshots and the embedded store.
     #[arg(long, env = "IDEM_DATA_DIR", default_value = "idem-data")]
@@ -153,6 +158,7 @@ impl BrokerConfig {
             "must be 0 or more (-1 means \"no broker\" on the wire)",
         )?;
         check_advertised("--advertise", self.advertise.as_deref())?;
+        check_otlp_endpoint("--otlp-endpoint", self.otlp_endpoint.as_deref())?;
         check_external(
             ("--external-listen", "--external-advertise"),
             self.listen,
@@ -203,6 +209,7 @@ impl BrokerConfig {
             external_listen: None,
             external_advertise: None,
             metrics_listen: None,
+            otlp_endpoint: None,
             data_dir,
             segment_bytes: 64 * 1024 * 1024,
             flush: FlushPolicy::EveryAppend,

@@ -29,9 +29,9 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    idem_runtime::logging::init("info");
     let args = Args::parse();
     if args.check_config {
+        idem_runtime::logging::init("info");
         // The same words as a refused start (BrokerError::InvalidConfig).
         args.broker
             .validate()
@@ -39,6 +39,17 @@ async fn main() -> anyhow::Result<()> {
         println!("{:#?}", args.broker);
         return Ok(());
     }
+    // Refused before anything starts, in the words of a refused start (the trace
+    // export below needs a valid endpoint).
+    args.broker
+        .validate()
+        .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
+    let traces = idem_runtime::logging::init_with_traces(
+        "info",
+        args.broker.otlp_endpoint.as_deref(),
+        "idem-broker",
+    )
+    .context("starting the trace export")?;
     let broker = BoundBroker::bind(args.broker, idem_runtime::shutdown::on_signal())
         .await
         .context("starting broker")?;
@@ -49,5 +60,6 @@ async fn main() -> anyhow::Result<()> {
         .serve_announcing(|| println!("idem-broker listening on {address}"))
         .await
         .context("serving")?;
+    traces.shutdown().await;
     Ok(())
 }

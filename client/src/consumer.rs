@@ -80,6 +80,16 @@ pub struct ConsumerRecord {
     pub timestamp_ms: i64,
 }
 
+#[cfg(feature = "otel")]
+impl ConsumerRecord {
+    /// The trace context the record was sent with (its `traceparent` header), to make
+    /// the span that processes it a child of the span that sent it:
+    /// `span.set_parent(cx)` (`tracing_opentelemetry::OpenTelemetrySpanExt`).
+    pub fn trace_context(&self) -> Option<opentelemetry::Context> {
+        crate::trace_context::extract(&self.headers)
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Position {
     At(i64),

@@ -67,6 +67,8 @@ pub mod partitioner;
 pub mod producer;
 pub mod refresh;
 mod retry;
+#[cfg(feature = "otel")]
+pub mod trace_context;
 pub mod transactional;
 pub mod types;
 

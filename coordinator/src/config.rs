@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use idem_runtime::config_error::{check_advertised, ConfigError};
+use idem_runtime::config_error::{check_advertised, check_otlp_endpoint, ConfigError};
 use idem_runtime::listeners::check_external;
 use idem_runtime::metrics_endpoint::GAUGE_IDLE_TIMEOUT;
 
@@ -45,6 +45,11 @@ pub struct CoordinatorConfig {
     /// Unset: no metrics are served.
     #[arg(long, env = "IDEM_COORDINATOR_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
+
+    /// OTLP/gRPC collector the process's spans are exported to (`http://host:4317`;
+    /// docs/operations.md, "Traces"). Unset: no traces are exported.
+    #[arg(long, env = "IDEM_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
 
     /// A broker to learn the cluster from (`host:port`).
     #[arg(long, env = "IDEM_BOOTSTRAP", default_value = "127.0.0.1:9092")]
@@ -149,6 +154,7 @@ impl CoordinatorConfig {
             external_listen: None,
             external_advertise: None,
             metrics_listen: None,
+            otlp_endpoint: None,
             bootstrap,
             etcd_endpoints: Vec::new(),
             etcd_prefix: "/idem".into(),
@@ -170,6 +176,7 @@ impl CoordinatorConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         ConfigError::unless(self.coordinator_id >= 0, "--id", "must be 0 or more")?;
         check_advertised("--advertise", self.advertise.as_deref())?;
+        check_otlp_endpoint("--otlp-endpoint", self.otlp_endpoint.as_deref())?;
         check_external(
             ("--external-listen", "--external-advertise"),
             self.listen,

@@ -30,9 +30,9 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    idem_runtime::logging::init("info");
     let args = Args::parse();
     if args.check_config {
+        idem_runtime::logging::init("info");
         // mode() validates, as a start does, and says which ownership backend runs.
         // Its Display is the whole message ("invalid configuration: --flag ..."), as a
         // refused start prints it.
@@ -43,6 +43,17 @@ async fn main() -> anyhow::Result<()> {
         println!("{:#?}\nmode: {mode:?}", args.coordinator);
         return Ok(());
     }
+    // Refused before anything starts, in the words of a refused start (the trace
+    // export below needs a valid endpoint).
+    args.coordinator
+        .mode()
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let traces = idem_runtime::logging::init_with_traces(
+        "info",
+        args.coordinator.otlp_endpoint.as_deref(),
+        "idem-coordinator",
+    )
+    .context("starting the trace export")?;
     let coordinator =
         BoundCoordinator::bind(args.coordinator, None, idem_runtime::shutdown::on_signal())
             .await
@@ -50,5 +61,6 @@ async fn main() -> anyhow::Result<()> {
     // Tests and scripts read this line to learn the port when they pass port 0.
     println!("idem-coordinator listening on {}", coordinator.local_addr());
     coordinator.serve().await.context("serving")?;
+    traces.shutdown().await;
     Ok(())
 }

@@ -42,9 +42,44 @@ pub fn check_advertised(flag: &'static str, address: Option<&str>) -> Result<(),
     }
 }
 
+/// Refuses an OTLP endpoint that is not an `http://` or `https://` URL with a host
+/// (the exporter would fail on its first export, long after the start looked fine).
+pub fn check_otlp_endpoint(flag: &'static str, endpoint: Option<&str>) -> Result<(), ConfigError> {
+    let Some(endpoint) = endpoint else {
+        return Ok(());
+    };
+    let uri = endpoint.parse::<http::Uri>().ok();
+    let usable = uri.is_some_and(|u| {
+        matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some_and(|h| !h.is_empty())
+    });
+    ConfigError::unless(
+        usable,
+        flag,
+        &format!(
+            "{endpoint:?} is not an http:// or https:// URL of a collector (http://host:4317)"
+        ),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_otlp_endpoint_must_be_an_http_url_with_a_host() {
+        assert_eq!(check_otlp_endpoint("--otlp-endpoint", None), Ok(()));
+        for good in ["http://127.0.0.1:4317", "https://collector.example:4317"] {
+            assert_eq!(
+                check_otlp_endpoint("--otlp-endpoint", Some(good)),
+                Ok(()),
+                "{good}"
+            );
+        }
+        for bad in ["127.0.0.1:4317", "ftp://x:1", "http://", "", "not a url"] {
+            let refused = check_otlp_endpoint("--otlp-endpoint", Some(bad)).expect_err(bad);
+            assert_eq!(refused.flag, "--otlp-endpoint");
+        }
+    }
 
     #[test]
     fn an_error_reads_flag_first() {

@@ -16,6 +16,7 @@ use tonic::transport::server::TcpIncoming;
 use crate::health::Health;
 use crate::listeners::BoundListeners;
 use crate::rpc_metrics::RpcMetricsLayer;
+use crate::traces;
 
 /// What every idem gRPC server is configured with.
 #[derive(Debug, Clone, Copy)]
@@ -125,7 +126,12 @@ impl GrpcListener {
             .map_err(|e| GrpcServerError::Reflection(e.to_string()))?;
         let routes = routes.add_service(health_service).add_service(reflection);
         let server = tonic::transport::Server::builder()
-            .trace_fn(|request| tracing::info_span!("rpc", path = %request.uri().path()))
+            .trace_fn(|request| {
+                let path = request.uri().path();
+                let span = tracing::info_span!("rpc", path, otel.name = path, otel.kind = "server");
+                traces::continue_remote_trace(&span, request.headers());
+                span
+            })
             .timeout(settings.request_timeout)
             .layer(tower::limit::GlobalConcurrencyLimitLayer::new(
                 settings.concurrency_limit,

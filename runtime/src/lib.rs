@@ -14,7 +14,9 @@
 //!   from an unreachable etcd;
 //! - [`lease_keeper`], [`until_deleted`]: holding an etcd lease (kept alive, its loss
 //!   reported, revoked on a stop), and waiting for another holder's key to go;
-//! - [`logging`]: where a server's logs go (stderr, filtered by `IDEM_LOG`);
+//! - [`logging`]: where a server's logs go (stderr, filtered by `IDEM_LOG`), and its
+//!   spans when it exports traces;
+//! - [`traces`]: OTLP export of spans (`--otlp-endpoint`) and the caller's trace context;
 //! - [`metrics_endpoint`], [`rpc_metrics`]: the Prometheus endpoint (`--metrics-listen`)
 //!   and the per-RPC counters and latency histograms every server records;
 //! - [`log_limit`]: a limit on how often a repeating failure is logged;
@@ -39,4 +41,5 @@ pub mod rpc_metrics;
 pub mod shutdown;
 pub mod stop;
 pub mod topic_catalog;
+pub mod traces;
 pub mod until_deleted;

@@ -15,6 +15,7 @@ pub mod cluster;
 pub mod compose;
 pub mod link;
 pub mod netns;
+pub mod otlp_collector;
 pub mod postgres;
 pub mod processor;
 pub mod proxy;

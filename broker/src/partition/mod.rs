@@ -23,6 +23,7 @@ use std::time::Duration;
 use idem_proto::batch::{self, BatchHeader};
 use idem_proto::control::{self, ControlMarker};
 use tokio::sync::watch;
+use tracing::Instrument;
 
 use crate::error::BrokerError;
 use crate::log::{AppendInfo, FlushPolicy, LogConfig, PartitionLog, ReadLimit};
@@ -197,6 +198,18 @@ impl Partition {
         acks: i32,
         timeout: Duration,
     ) -> Result<AppendOutcome, BrokerError> {
+        // The produce's steps in a trace (docs/operations.md, "Traces"): DEBUG, so only
+        // an exporter enables them; the fields are filled as they become known.
+        let span = tracing::debug_span!(
+            "append",
+            topic = %self.topic,
+            partition = self.index,
+            acks,
+            producer_id = tracing::field::Empty,
+            base_sequence = tracing::field::Empty,
+            base_offset = tracing::field::Empty,
+            duplicate = tracing::field::Empty,
+        );
         if acks == ACKS_ALL {
             if let Some((isr, min)) = self.insync_shortfall() {
                 return Err(BrokerError::NotEnoughReplicas { isr, min });
@@ -212,6 +225,8 @@ impl Partition {
             });
         }
         let header = batch::validate_produced(records)?;
+        span.record("producer_id", header.producer_id);
+        span.record("base_sequence", header.base_sequence);
         refuse_unsupported_batch(&header)?;
         if !header.is_control() && topic.cleanup_policy.compact {
             refuse_unkeyed(records)?;
@@ -251,6 +266,8 @@ impl Partition {
             }
         }
         let (outcome, durable_end) = result?;
+        span.record("base_offset", outcome.base_offset);
+        span.record("duplicate", outcome.duplicate);
         if outcome.duplicate {
             tracing::debug!(
                 topic = %self.topic,
@@ -266,10 +283,13 @@ impl Partition {
         // the in-sync followers. The clock is read only when that log is on.
         let timed = tracing::enabled!(tracing::Level::DEBUG);
         let appended_at = timed.then(tokio::time::Instant::now);
-        self.make_visible(durable_end).await?;
+        self.make_visible(durable_end)
+            .instrument(tracing::debug_span!(parent: &span, "fsync", end = durable_end))
+            .await?;
         let synced_at = timed.then(tokio::time::Instant::now);
         if acks == ACKS_ALL {
             self.await_high_watermark(durable_end, timeout, leader_epoch)
+                .instrument(tracing::debug_span!(parent: &span, "await_isr", end = durable_end))
                 .await?;
         }
         if let (Some(appended_at), Some(synced_at)) = (appended_at, synced_at) {
@@ -604,6 +624,17 @@ impl Partition {
                 leader: -1,
             });
         }
+        // A follower's copy in a trace (docs/operations.md, "Traces"): DEBUG, so only an
+        // exporter enables it.
+        let span = tracing::debug_span!(
+            "replicate",
+            topic = %self.topic,
+            partition = self.index,
+            leader,
+            leader_epoch,
+            bytes = records.len(),
+            log_end = tracing::field::Empty,
+        );
         // Where a follower's share of an acks=all produce goes (docs/benchmarks.md), read
         // only when that debug log is on: the append, then the fsync.
         let started = tracing::enabled!(tracing::Level::DEBUG).then(tokio::time::Instant::now);
@@ -641,8 +672,11 @@ impl Partition {
             }
         }
         let log_end = self.lock().log.log_end_offset();
+        span.record("log_end", log_end);
         let appended_at = started.map(|_| tokio::time::Instant::now());
-        self.sync_to(log_end).await?;
+        self.sync_to(log_end)
+            .instrument(tracing::debug_span!(parent: &span, "fsync", end = log_end))
+            .await?;
         if let (Some(started), Some(appended_at)) = (started, appended_at) {
             tracing::debug!(
                 topic = %self.topic,

@@ -318,9 +318,13 @@ pub(crate) fn prepare(
         partition,
         key,
         value,
-        headers,
+        #[cfg_attr(not(feature = "otel"), allow(unused_mut))]
+        mut headers,
         timestamp_ms,
     } = record;
+    // Before the size check: the trace context is part of the record's bytes.
+    #[cfg(feature = "otel")]
+    crate::trace_context::inject_current(&mut headers);
     let record = Record {
         key,
         value,

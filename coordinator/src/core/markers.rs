@@ -131,6 +131,18 @@ pub async fn write_markers_once(
 /// leaders at once, then the catalog's word on the topics that answered as deleted
 /// ones do. Removes the partitions answered NONE and those dropped; says whether
 /// metadata should be refreshed before another round.
+#[tracing::instrument(
+    level = "debug",
+    name = "marker_round",
+    skip_all,
+    fields(
+        transactional_id = %job.transactional_id,
+        producer_id = job.producer_id,
+        producer_epoch = job.producer_epoch,
+        control = ?job.control,
+        partitions = pending.len(),
+    )
+)]
 async fn send_round(
     conn: &Connection,
     catalog: &dyn TopicCatalog,

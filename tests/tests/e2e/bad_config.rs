@@ -45,6 +45,7 @@ fn given_bad_broker_flags_then_it_refuses_to_start_naming_each_flag() {
             "--replica-lag-time-max-ms",
         ),
         (vec!["--pid-store", "etcd"], "--pid-store"),
+        (vec!["--otlp-endpoint", "127.0.0.1:4317"], "--otlp-endpoint"),
     ] {
         let mut all = vec!["--listen", "127.0.0.1:0", "--data-dir", data_dir.as_str()];
         all.extend(&args);
@@ -86,6 +87,15 @@ fn given_bad_coordinator_flags_then_it_refuses_to_start_naming_each_flag() {
             "--external-advertise",
         ),
         (vec![], "--etcd"),
+        (
+            vec![
+                "--data-dir",
+                data_dir.as_str(),
+                "--otlp-endpoint",
+                "collector:4317",
+            ],
+            "--otlp-endpoint",
+        ),
     ] {
         let mut all = vec!["--listen", "127.0.0.1:0"];
         all.extend(&args);

@@ -36,6 +36,7 @@ mod storage;
 mod topic_config;
 mod topic_deletion;
 mod topic_growth;
+mod traces;
 mod transactions;
 mod unclean_election;
 mod wide_pipeline;
