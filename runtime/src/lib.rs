@@ -22,9 +22,11 @@
 //! - [`log_limit`]: a limit on how often a repeating failure is logged;
 //! - [`atomic_file`], [`clock`]: replacing a file crash-safely, and the wall clock;
 //! - [`config_error`]: a setting refused at start, naming its flag;
+//! - [`byte_rate`]: a byte-rate quota and the throttle it asks of a client over it;
 //! - [`topic_catalog`]: the etcd keys of the topic catalog, for its readers.
 
 pub mod atomic_file;
+pub mod byte_rate;
 pub mod clock;
 pub mod config_error;
 pub mod deferred;
