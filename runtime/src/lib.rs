@@ -20,9 +20,14 @@
 //! - [`log_limit`]: a limit on how often a repeating failure is logged;
 //! - [`atomic_file`], [`clock`]: replacing a file crash-safely, and the wall clock;
 //! - [`config_error`]: a setting refused at start, naming its flag;
-//! - [`topic_catalog`]: the etcd keys of the topic catalog, for its readers.
+//! - [`topic_catalog`]: the etcd keys of the topic catalog, for its readers;
+//! - [`acl`], [`authn`]: ACL authorization (cached decisions) and who a request's
+//!   principal is (bearer token or client certificate).
 
+pub mod acl;
 pub mod atomic_file;
+pub mod auth_flags;
+pub mod authn;
 pub mod clock;
 pub mod config_error;
 pub mod deferred;
