@@ -14,17 +14,18 @@ use std::time::{Duration, Instant};
 use idem_client::admin::acls::{AclBinding, AclFilter};
 use idem_client::credentials::Credentials;
 use idem_client::{
-    Admin, Producer, ProducerConfig, ProducerRecord, TransactionalConfig, TransactionalProducer,
+    Admin, Isolation, OffsetSpec, Producer, ProducerConfig, ProducerRecord, TransactionalConfig,
+    TransactionalProducer,
 };
 use idem_proto::v1::broker_client::BrokerClient;
 use idem_proto::v1::group_coordinator_client::GroupCoordinatorClient;
 use idem_proto::v1::txn_coordinator_client::TxnCoordinatorClient;
 use idem_proto::v1::{
     CreatableTopic, CreateTopicsRequest, DescribeTransactionRequest, EndTxnRequest, FetchPartition,
-    FetchRequest, FetchTopic, GroupTopicPartitions, IsolationLevel, ListOffsetsPartition,
-    ListOffsetsRequest, ListOffsetsTopic, MetadataRequest, OffsetCommitPartition,
-    OffsetCommitRequest, OffsetCommitTopic, OffsetFetchRequest, PartitionProduceData,
-    ProduceRequest, TopicProduceData, TransactionDescription, TxnInitProducerIdRequest,
+    FetchRequest, FetchTopic, GroupTopicPartitions, IsolationLevel, MetadataRequest,
+    OffsetCommitPartition, OffsetCommitRequest, OffsetCommitTopic, OffsetFetchRequest,
+    PartitionProduceData, ProduceRequest, TopicProduceData, TransactionDescription,
+    TxnInitProducerIdRequest,
 };
 use idem_proto::ErrorCode;
 use idem_runtime::authn::NodeCredential;
@@ -150,9 +151,14 @@ fn scenario_acls() -> Vec<AclBinding> {
 /// A cluster of one broker and one coordinator checking ACLs, topic `orders` (2
 /// partitions) created and the scenario's ACLs stored, and an admin client.
 async fn secured_cluster(secrets: &Secrets) -> (Cluster, Admin) {
+    secured_cluster_of(secrets, 1).await
+}
+
+/// [`secured_cluster`] with `brokers` brokers, `orders` replicated on each.
+async fn secured_cluster_of(secrets: &Secrets, brokers: i32) -> (Cluster, Admin) {
     let broker_flags = secrets.flags(&secrets.broker_token);
     let coordinator_flags = secrets.flags(&secrets.coordinator_token);
-    let mut cluster = Cluster::start(1, &as_strs(&broker_flags));
+    let mut cluster = Cluster::start(brokers, &as_strs(&broker_flags));
     cluster
         .add_coordinators(1, &as_strs(&coordinator_flags))
         .await;
@@ -162,7 +168,7 @@ async fn secured_cluster(secrets: &Secrets) -> (Cluster, Admin) {
             topics: vec![CreatableTopic {
                 name: TOPIC.into(),
                 num_partitions: 2,
-                replication_factor: 1,
+                replication_factor: brokers,
                 unclean_leader_election: false,
                 coordinator_id: None,
                 configs: Vec::new(),
@@ -194,33 +200,23 @@ fn as_strs(args: &[String]) -> Vec<&str> {
     args.iter().map(String::as_str).collect()
 }
 
-/// The latest offset of each partition of `orders`, asked as the operator.
-async fn log_ends(cluster: &Cluster) -> Vec<i64> {
-    let mut client = broker_as(&cluster.bootstrap(), "t-admin").await;
-    let answer = client
-        .list_offsets(ListOffsetsRequest {
-            isolation_level: IsolationLevel::ReadUncommitted as i32,
-            topics: vec![ListOffsetsTopic {
-                name: TOPIC.into(),
-                partitions: (0..2)
-                    .map(|partition| ListOffsetsPartition {
-                        partition,
-                        timestamp: -1,
-                    })
-                    .collect(),
-            }],
-        })
-        .await
-        .expect("ListOffsets")
-        .into_inner();
-    answer.topics[0]
-        .partitions
-        .iter()
-        .map(|p| {
-            assert_eq!(p.error_code(), ErrorCode::None, "{}", p.error_message);
-            p.offset
-        })
-        .collect()
+/// The latest offset of each partition of `orders`, asked of its leader as the
+/// operator.
+async fn log_ends(admin: &Admin) -> Vec<i64> {
+    let mut ends = Vec::new();
+    for partition in 0..2 {
+        let end = admin
+            .list_offsets(
+                TOPIC,
+                partition,
+                OffsetSpec::Latest,
+                Isolation::ReadUncommitted,
+            )
+            .await
+            .expect("ListOffsets");
+        ends.push(end);
+    }
+    ends
 }
 
 /// `orders-1` as its coordinator holds it, asked as the operator.
@@ -299,7 +295,7 @@ fn alice_txn_config(bootstrap: &str) -> TransactionalConfig {
 #[tokio::test]
 async fn given_acls_when_each_principal_oversteps_then_it_is_refused_and_nothing_changes() {
     let secrets = Secrets::new();
-    let (cluster, _admin) = secured_cluster(&secrets).await;
+    let (cluster, admin) = secured_cluster(&secrets).await;
     let bootstrap = cluster.bootstrap();
     let coordinator = cluster.coordinator(1).bootstrap();
 
@@ -320,7 +316,7 @@ async fn given_acls_when_each_principal_oversteps_then_it_is_refused_and_nothing
         .expect("alice's record acknowledged");
     let open = transaction(&cluster).await;
     assert_eq!(open.state, "Ongoing", "{open:?}");
-    let ends = log_ends(&cluster).await;
+    let ends = log_ends(&admin).await;
     let offsets = committed(&cluster).await;
 
     // bob cannot produce to orders.
@@ -339,11 +335,7 @@ async fn given_acls_when_each_principal_oversteps_then_it_is_refused_and_nothing
         "{}",
         refused.error_message
     );
-    assert_eq!(
-        log_ends(&cluster).await,
-        ends,
-        "bob's refused produce wrote"
-    );
+    assert_eq!(log_ends(&admin).await, ends, "bob's refused produce wrote");
 
     // bob cannot init alice's transactional id (which would fence her and abort her
     // transaction)...
@@ -394,7 +386,7 @@ async fn given_acls_when_each_principal_oversteps_then_it_is_refused_and_nothing
         "bob's refused abort changed the transaction"
     );
     assert_eq!(
-        log_ends(&cluster).await,
+        log_ends(&admin).await,
         ends,
         "bob's refused abort wrote a marker"
     );
@@ -591,7 +583,7 @@ async fn given_a_running_producer_when_its_acl_is_removed_then_its_next_produce_
         .await
         .expect_err("refused");
     assert!(failed.is_authorization_failure(), "{failed}");
-    let ends = log_ends(&cluster).await;
+    let ends = log_ends(&admin).await;
 
     // A restarted broker enforces the stored ACLs from its first answer.
     cluster.restart(1);
@@ -605,7 +597,7 @@ async fn given_a_running_producer_when_its_acl_is_removed_then_its_next_produce_
         answer.topics[0].partitions[0].error_code(),
         ErrorCode::TopicAuthorizationFailed
     );
-    assert_eq!(log_ends(&cluster).await, ends, "refused produces wrote");
+    assert_eq!(log_ends(&admin).await, ends, "refused produces wrote");
     // Given back, the right applies again without a restart.
     admin
         .create_acls(std::slice::from_ref(&write))
@@ -743,4 +735,54 @@ async fn given_the_cli_when_adding_listing_and_removing_an_acl_then_each_shows()
         "{}",
         String::from_utf8_lossy(&anonymous.stderr)
     );
+}
+
+#[tokio::test]
+async fn given_replicated_topic_under_acls_when_alice_produces_then_followers_replicate_as_the_broker_principal(
+) {
+    let secrets = Secrets::new();
+    let (mut cluster, admin) = secured_cluster_of(&secrets, 2).await;
+    let config = ProducerConfig {
+        credentials: Credentials::bearer("t-alice").expect("token"),
+        ..ProducerConfig::new(cluster.bootstrap())
+    };
+    let producer = Producer::connect(config).await.expect("alice's producer");
+    let mut acked = Vec::new();
+    for n in 0..10 {
+        let record = ProducerRecord::new(TOPIC, format!("r-{n}")).partition(0);
+        acked.push(producer.send_record(record).await.expect("send"));
+    }
+    for delivery in acked {
+        delivery.await.expect("acks=all answered");
+    }
+    // The follower fetches as User:broker (its --auth-token, a super user): with its
+    // fetches refused it would fall out of the ISR and hold nothing.
+    let admin_broker = broker_as(&cluster.bootstrap(), "t-admin").await;
+    wait_until(PATIENCE, "both replicas in the ISR", || {
+        let mut client = admin_broker.clone();
+        async move {
+            let answer = client
+                .metadata(MetadataRequest {
+                    topics: vec![TOPIC.into()],
+                })
+                .await
+                .expect("Metadata")
+                .into_inner();
+            let isr = answer.topics[0]
+                .partitions
+                .iter()
+                .find(|p| p.partition == 0)
+                .map(|p| p.isr.clone())
+                .unwrap_or_default();
+            (isr.len() == 2).then_some(())
+        }
+    })
+    .await;
+    let ends = log_ends(&admin).await;
+    assert_eq!(ends[0], 10);
+    producer.close().await;
+    cluster.stop_all();
+    // Panics unless both replicas hold the same batches below offset 10.
+    let batches = cluster.compare_replicas(TOPIC, 0, 10);
+    assert!(batches >= 1, "no batch replicated");
 }
