@@ -21,11 +21,11 @@ use idem_proto::v1::broker_client::BrokerClient;
 use idem_proto::v1::group_coordinator_client::GroupCoordinatorClient;
 use idem_proto::v1::txn_coordinator_client::TxnCoordinatorClient;
 use idem_proto::v1::{
-    CreatableTopic, CreateTopicsRequest, DescribeTransactionRequest, EndTxnRequest, FetchPartition,
-    FetchRequest, FetchTopic, GroupTopicPartitions, IsolationLevel, MetadataRequest,
-    OffsetCommitPartition, OffsetCommitRequest, OffsetCommitTopic, OffsetFetchRequest,
-    PartitionProduceData, ProduceRequest, TopicProduceData, TransactionDescription,
-    TxnInitProducerIdRequest,
+    AddPartitionsToTxnRequest, CreatableTopic, CreateTopicsRequest, DescribeTransactionRequest,
+    EndTxnRequest, FetchPartition, FetchRequest, FetchTopic, GroupTopicPartitions, IsolationLevel,
+    MetadataRequest, OffsetCommitPartition, OffsetCommitRequest, OffsetCommitTopic,
+    OffsetFetchRequest, PartitionProduceData, ProduceRequest, TopicProduceData,
+    TransactionDescription, TxnInitProducerIdRequest, TxnOffsetCommitRequest, TxnTopicPartitions,
 };
 use idem_proto::ErrorCode;
 use idem_runtime::authn::NodeCredential;
@@ -390,6 +390,29 @@ async fn given_acls_when_each_principal_oversteps_then_it_is_refused_and_nothing
         ends,
         "bob's refused abort wrote a marker"
     );
+    // ... nor add a partition to her transaction.
+    let add = bob_txn
+        .add_partitions_to_txn(AddPartitionsToTxnRequest {
+            transactional_id: TXN_ID.into(),
+            producer_id: open.producer_id,
+            producer_epoch: open.producer_epoch,
+            topics: vec![TxnTopicPartitions {
+                topic: TOPIC.into(),
+                partitions: vec![1],
+            }],
+        })
+        .await
+        .expect("AddPartitionsToTxn answered")
+        .into_inner();
+    assert_eq!(
+        add.error_code(),
+        ErrorCode::TransactionalIdAuthorizationFailed
+    );
+    assert_eq!(
+        transaction(&cluster).await,
+        open,
+        "bob's refused AddPartitionsToTxn changed the transaction"
+    );
 
     // bob cannot commit offsets for a group he has no ACL for.
     let mut bob_group = group_as(&coordinator, "t-bob").await;
@@ -422,6 +445,34 @@ async fn given_acls_when_each_principal_oversteps_then_it_is_refused_and_nothing
         offsets,
         "bob's refused commit stored offsets"
     );
+    // Nor through a transaction (his rights on neither the id nor the group).
+    let txn_commit = bob_group
+        .txn_offset_commit(TxnOffsetCommitRequest {
+            transactional_id: TXN_ID.into(),
+            producer_id: open.producer_id,
+            producer_epoch: open.producer_epoch,
+            group_id: GROUP.into(),
+            member_id: String::new(),
+            member_epoch: -1,
+            topics: vec![OffsetCommitTopic {
+                name: TOPIC.into(),
+                partitions: vec![OffsetCommitPartition {
+                    partition: 0,
+                    offset: 1,
+                    leader_epoch: None,
+                    metadata: String::new(),
+                }],
+            }],
+        })
+        .await
+        .expect("TxnOffsetCommit answered")
+        .into_inner();
+    assert_eq!(
+        txn_commit.error_code(),
+        ErrorCode::TransactionalIdAuthorizationFailed
+    );
+    assert_eq!(committed(&cluster).await, offsets);
+    assert_eq!(transaction(&cluster).await, open);
 
     // alice cannot read orders.
     let mut alice_broker = broker_as(&bootstrap, "t-alice").await;
