@@ -283,11 +283,7 @@ mod tests {
     #[test]
     fn an_open_authorizer_allows_everything() {
         assert!(Authorizer::open()
-            .check(
-                &"User:x".to_string(),
-                Operation::Alter,
-                &Resource::cluster()
-            )
+            .check("User:x", Operation::Alter, &Resource::cluster())
             .is_ok());
     }
 
