@@ -8,6 +8,7 @@ const PROTOS: &[&str] = &[
     "idem/v1/txn.proto",
     "idem/v1/group.proto",
     "idem/v1/log_lifecycle.proto",
+    "idem/v1/acl.proto",
     "idem/v1/broker.proto",
 ];
 

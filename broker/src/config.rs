@@ -68,6 +68,11 @@ pub struct BrokerConfig {
     #[command(flatten)]
     pub retention: RetentionFlags,
 
+    /// Authentication and authorization (docs/operations.md, "Authentication and
+    /// authorization").
+    #[command(flatten)]
+    pub auth: idem_runtime::auth_flags::AuthFlags,
+
     /// Idle time after which a producer id's state is forgotten (Kafka's
     /// `transactional.id.expiration.ms` analogue for idempotent producers; server clock).
     #[arg(long, env = "IDEM_PRODUCER_ID_EXPIRATION_MS", default_value_t = 7 * 24 * 3600 * 1000)]
@@ -215,6 +220,7 @@ impl BrokerConfig {
             flush: FlushPolicy::EveryAppend,
             limits: SizeLimits::default(),
             retention: RetentionFlags::default(),
+            auth: Default::default(),
             producer_id_expiration_ms: 7 * 24 * 3600 * 1000,
             max_partitions_per_topic: 1000,
             pid_store_flag: None,

@@ -13,6 +13,9 @@ use crate::topic_config::TopicConfigError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BrokerError {
+    /// The request's principal may not do this (issue 29); nothing was changed.
+    #[error("{0}")]
+    Unauthorized(idem_runtime::acl::Denied),
     #[error("unknown topic or partition {topic}-{partition}")]
     UnknownTopicOrPartition { topic: String, partition: i32 },
     #[error("unknown topic {0:?}")]
@@ -143,6 +146,7 @@ impl BrokerError {
     /// The wire code a client sees for this refusal.
     pub fn code(&self) -> ErrorCode {
         match self {
+            BrokerError::Unauthorized(denied) => denied.error_code(),
             BrokerError::UnknownTopicOrPartition { .. } | BrokerError::UnknownTopic(_) => {
                 ErrorCode::UnknownTopicOrPartition
             }

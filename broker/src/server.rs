@@ -4,6 +4,8 @@
 
 use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 use idem_proto::transport::MAX_MESSAGE_BYTES;
+use idem_runtime::acl::{Authorizer, EtcdAclStore};
+use idem_runtime::authn::NodeCredential;
 use idem_runtime::config_error::ConfigError;
 use idem_runtime::deferred::Deferred;
 use idem_runtime::grpc_server::{GrpcListener, GrpcServerError, GrpcSettings, RunningServer};
@@ -52,6 +54,8 @@ pub enum ServerError {
     ClusterId(#[from] ClusterIdError),
     #[error(transparent)]
     Metrics(#[from] MetricsError),
+    #[error("authentication: {0}")]
+    Auth(String),
 }
 
 type BrokerGrpc = BrokerServer<BrokerService>;
@@ -68,6 +72,9 @@ pub struct BoundBroker {
     producer_ids: Arc<ProducerIdManager>,
     membership: Option<Arc<Membership>>,
     service: Deferred<BrokerGrpc>,
+    /// `--authorizer`, kept current from the ACLs in etcd.
+    authorizer: Authorizer,
+    acl_store: Option<EtcdAclStore>,
     server: RunningServer,
     health: Health,
     duties: Duties,
@@ -99,10 +106,28 @@ impl BoundBroker {
         let producer_ids = Arc::new(
             ProducerIdManager::new(store, config.broker_id).with_prefetch(config.pid_prefetch),
         );
+        let (authn, authorizer) = config
+            .auth
+            .start(&shutdown)
+            .map_err(|e| ServerError::Auth(e.to_string()))?;
+        let credential = config
+            .auth
+            .own_token()
+            .map_err(|e| ServerError::Auth(e.to_string()))
+            .and_then(|token| {
+                NodeCredential::bearer(token.as_deref())
+                    .map_err(|e| ServerError::Auth(e.to_string()))
+            })?;
+        if !authorizer.is_open() && config.etcd_endpoints.is_empty() {
+            return Err(ServerError::Auth(
+                "--authorizer acl needs --etcd: ACLs are stored there".to_string(),
+            ));
+        }
         let listener = GrpcListener::bind(config.listen)
             .await?
             .with_external(config.external_listen)
-            .await?;
+            .await?
+            .with_authentication(authn);
         let bound = listener.bound();
         let advertised = Advertised::resolve(
             bound,
@@ -121,7 +146,23 @@ impl BoundBroker {
             stop_on_failure.clone(),
         )?;
         let failed = stop_on_failure.drop_guard();
-        let membership = join_cluster(&config, &advertised, &shutdown).await?;
+        let membership = join_cluster(&config, &advertised, &shutdown, credential).await?;
+        // Before the first RPC is served: the stored ACLs, then their changes.
+        let acl_store = match &membership {
+            None => None,
+            Some(_) => {
+                let store = EtcdAclStore::connect(&config.etcd_endpoints, &config.etcd_prefix)
+                    .await
+                    .map_err(|e| ServerError::Auth(e.to_string()))?;
+                if !authorizer.is_open() {
+                    store
+                        .load_and_watch(&authorizer, shutdown.child_token())
+                        .await
+                        .map_err(|e| ServerError::Auth(e.to_string()))?;
+                }
+                Some(store)
+            }
+        };
         let topics = match &membership {
             None => TopicRegistry::open(
                 &config.data_dir,
@@ -157,6 +198,8 @@ impl BoundBroker {
             producer_ids,
             membership,
             service,
+            authorizer,
+            acl_store,
             server,
             health,
             duties: Duties::under(&shutdown),
@@ -197,6 +240,8 @@ impl BoundBroker {
             producer_ids,
             membership,
             service,
+            authorizer,
+            acl_store,
             server,
             health,
             duties,
@@ -211,7 +256,9 @@ impl BoundBroker {
         .with_listeners(bound, advertised.clone())
         .with_membership(membership.clone())
         .with_coordinator(config.coordinator.clone())
-        .with_null_produce(config.null_produce);
+        .with_null_produce(config.null_produce)
+        .with_authorizer(authorizer)
+        .with_acl_store(acl_store);
         if config.coordinator.is_some() && membership.is_some() {
             tracing::warn!("--coordinator is ignored in a cluster: coordinators are found in etcd");
         }
@@ -334,6 +381,7 @@ async fn join_cluster(
     config: &BrokerConfig,
     advertised: &Advertised,
     shutdown: &CancellationToken,
+    credential: NodeCredential,
 ) -> Result<Option<Arc<Membership>>, ServerError> {
     if config.etcd_endpoints.is_empty() {
         return Ok(None);
@@ -359,7 +407,9 @@ async fn join_cluster(
         prefix: config.etcd_prefix.clone(),
         lease_ttl: Duration::from_millis(config.lease_ttl_ms),
     };
-    let membership = Membership::join(&membership_config, me, shutdown).await?;
+    let membership = Membership::join(&membership_config, me, shutdown)
+        .await?
+        .with_credential(credential);
     Ok(Some(Arc::new(membership)))
 }
 

@@ -73,6 +73,9 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         println!("  seq 1 5 | idem --bootstrap {addr} produce demo --transactional-id demo-txn");
         println!("  idem --bootstrap {addr} consume demo --from-beginning --max-messages 10");
         println!("Ctrl-C stops it; the data stays for the next start.");
+        println!(
+            "Open: no authentication, no authorization (every request is allowed); ACLs need a cluster with etcd (docs/operations.md)."
+        );
     };
     broker
         .serve_announcing(announce)

@@ -5,6 +5,7 @@
 //! `idem`: the command line for idem. `dev` runs a whole single-node idem in this
 //! process; the other commands are clients of a running cluster (`--bootstrap`).
 
+mod acl;
 mod bench;
 mod consume;
 mod dev;
@@ -35,6 +36,10 @@ struct Cli {
         default_value = "127.0.0.1:9092"
     )]
     bootstrap: String,
+    /// A file holding the bearer token to present (`authorization: Bearer`); without
+    /// it, requests are `User:ANONYMOUS`. Used by `idem acl`.
+    #[arg(long, global = true, env = "IDEM_AUTH_TOKEN")]
+    auth_token: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -56,6 +61,9 @@ enum Command {
     /// List and describe consumer groups; reset or delete empty ones.
     #[command(subcommand)]
     Group(group::GroupCommand),
+    /// Add, list and remove ACLs (with `--authorizer acl` on the servers).
+    #[command(subcommand)]
+    Acl(acl::AclCommand),
     /// Ask a broker or coordinator whether it serves (exit 0 only if SERVING).
     Health(health::HealthArgs),
     /// Measure throughput and latency of each delivery mode (verified by reading back).
@@ -86,6 +94,13 @@ async fn main() -> std::process::ExitCode {
         Command::Group(command) => group::run(&cli.bootstrap, command).await,
         Command::Bench(command) => bench::run(&cli.bootstrap, command).await,
         Command::Health(args) => health::run(args).await,
+        Command::Acl(command) => {
+            match idem_client::credentials::Credentials::from_token_path(cli.auth_token.as_deref())
+            {
+                Ok(credentials) => acl::run(&cli.bootstrap, credentials, command).await,
+                Err(e) => Err(e.into()),
+            }
+        }
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -8,6 +8,7 @@
 //! settings: [`configs`]; the log's lifecycle: [`delete_records`] (move a partition's
 //! log start), [`create_partitions`] (grow a topic).
 
+pub mod acls;
 pub mod configs;
 pub mod create_partitions;
 pub mod delete_records;
@@ -76,6 +77,16 @@ impl Admin {
     pub async fn connect(bootstrap: &str) -> Result<Admin, ClientError> {
         Ok(Admin {
             conn: Connection::connect(bootstrap, DEFAULT_REQUEST_TIMEOUT).await?,
+        })
+    }
+
+    /// [`Admin::connect`], presenting `credentials` on every call.
+    pub async fn connect_with(
+        bootstrap: &str,
+        credentials: crate::credentials::Credentials,
+    ) -> Result<Admin, ClientError> {
+        Ok(Admin {
+            conn: Connection::connect_with(bootstrap, DEFAULT_REQUEST_TIMEOUT, credentials).await?,
         })
     }
 

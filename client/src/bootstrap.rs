@@ -7,9 +7,9 @@
 use std::future::Future;
 use std::time::Duration;
 
+use crate::credentials::AuthChannel;
 use idem_proto::v1::broker_client::BrokerClient;
 use idem_proto::v1::MetadataRequest;
-use tonic::transport::Channel;
 
 use crate::error::ClientError;
 
@@ -78,7 +78,7 @@ fn unreachable(mut failures: Vec<(String, String)>) -> ClientError {
 /// broker that accepts connections but is paused or wedged does not, and the next
 /// address is tried instead.
 pub(crate) async fn answers_metadata(
-    mut client: BrokerClient<Channel>,
+    mut client: BrokerClient<AuthChannel>,
     timeout: Duration,
 ) -> Result<(), String> {
     let request = MetadataRequest { topics: Vec::new() };

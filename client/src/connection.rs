@@ -27,6 +27,8 @@ use idem_proto::v1::{
 use idem_proto::ErrorCode;
 use tonic::transport::{Channel, Endpoint};
 
+use crate::credentials::{AuthChannel, Credentials};
+
 use crate::bootstrap;
 use crate::error::{is_retriable_status, ClientError};
 use crate::metadata::{ClusterMetadata, Route};
@@ -69,7 +71,7 @@ impl Node {
 #[derive(Debug, Clone)]
 pub struct Connection {
     bootstrap: String,
-    client: BrokerClient<Channel>,
+    client: BrokerClient<AuthChannel>,
     shared: Arc<SharedState>,
     request_timeout: Duration,
     /// How old a topic's cached metadata may get before a use of it asks for fresh
@@ -82,9 +84,11 @@ struct SharedState {
     /// The metadata cache and its refresh.
     metadata: Arc<MetadataView>,
     /// One channel per broker address, dialled on first use.
-    pool: Mutex<HashMap<String, BrokerClient<Channel>>>,
+    pool: Mutex<HashMap<String, BrokerClient<AuthChannel>>>,
     /// The node that last answered a request any broker may serve.
     preferred: Mutex<Node>,
+    /// Presented on every call of every channel (see [`crate::credentials`]).
+    credentials: Credentials,
 }
 
 /// `host:port` or a full URI as an endpoint URI.
@@ -107,8 +111,8 @@ fn endpoint(address: &str) -> Result<Endpoint, String> {
         .keep_alive_timeout(Duration::from_secs(20)))
 }
 
-fn broker_client(channel: Channel) -> BrokerClient<Channel> {
-    BrokerClient::new(channel)
+fn broker_client(channel: Channel, credentials: &Credentials) -> BrokerClient<AuthChannel> {
+    BrokerClient::new(AuthChannel::new(channel, credentials.clone()))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES)
 }
@@ -142,6 +146,15 @@ impl Connection {
     /// when there is a choice, answers Metadata) becomes the bootstrap connection. Fails
     /// naming each broker that could not be reached.
     pub async fn connect(bootstrap: &str, request_timeout: Duration) -> Result<Self, ClientError> {
+        Connection::connect_with(bootstrap, request_timeout, Credentials::none()).await
+    }
+
+    /// [`Connection::connect`], presenting `credentials` on every call.
+    pub async fn connect_with(
+        bootstrap: &str,
+        request_timeout: Duration,
+        credentials: Credentials,
+    ) -> Result<Self, ClientError> {
         let addresses = bootstrap::addresses(bootstrap)?;
         for address in &addresses {
             endpoint(address).map_err(|e| {
@@ -150,22 +163,25 @@ impl Connection {
         }
         // With one address there is nothing to choose: the first request reports trouble.
         let probe = (addresses.len() > 1).then(|| request_timeout.min(ANY_BROKER_ATTEMPT_TIMEOUT));
+        let probing = &credentials;
         let (bootstrap, channel) = bootstrap::first_answering(&addresses, |address| async move {
             let endpoint = endpoint(&address)?;
             let channel = endpoint.connect().await.map_err(|e| error_chain(&e))?;
             if let Some(timeout) = probe {
-                bootstrap::answers_metadata(broker_client(channel.clone()), timeout).await?;
+                bootstrap::answers_metadata(broker_client(channel.clone(), probing), timeout)
+                    .await?;
             }
             Ok(channel)
         })
         .await?;
         Ok(Connection {
             bootstrap,
-            client: broker_client(channel),
+            client: broker_client(channel, &credentials),
             shared: Arc::new(SharedState {
                 metadata: Arc::default(),
                 pool: Mutex::new(HashMap::new()),
                 preferred: Mutex::new(Node::Bootstrap),
+                credentials,
             }),
             request_timeout,
             metadata_max_age: DEFAULT_METADATA_MAX_AGE,
@@ -178,6 +194,15 @@ impl Connection {
     /// A bootstrap list becomes one channel balanced over its addresses: requests go to
     /// the ones that are up.
     pub fn connect_lazy(bootstrap: &str, request_timeout: Duration) -> Result<Self, ClientError> {
+        Connection::connect_lazy_with(bootstrap, request_timeout, Credentials::none())
+    }
+
+    /// [`Connection::connect_lazy`], presenting `credentials` on every call.
+    pub fn connect_lazy_with(
+        bootstrap: &str,
+        request_timeout: Duration,
+        credentials: Credentials,
+    ) -> Result<Self, ClientError> {
         let addresses = bootstrap::addresses(bootstrap)?;
         let mut endpoints = Vec::with_capacity(addresses.len());
         for address in &addresses {
@@ -193,11 +218,12 @@ impl Connection {
         };
         Ok(Connection {
             bootstrap: addresses.join(","),
-            client: broker_client(channel),
+            client: broker_client(channel, &credentials),
             shared: Arc::new(SharedState {
                 metadata: Arc::default(),
                 pool: Mutex::new(HashMap::new()),
                 preferred: Mutex::new(Node::Bootstrap),
+                credentials,
             }),
             request_timeout,
             metadata_max_age: DEFAULT_METADATA_MAX_AGE,
@@ -211,6 +237,11 @@ impl Connection {
         self
     }
 
+    /// What this connection presents on every call.
+    pub fn credentials(&self) -> &Credentials {
+        &self.shared.credentials
+    }
+
     pub fn bootstrap(&self) -> &str {
         &self.bootstrap
     }
@@ -220,13 +251,13 @@ impl Connection {
     }
 
     /// A client on the bootstrap channel (cheap: the channel multiplexes).
-    pub fn client(&self) -> BrokerClient<Channel> {
+    pub fn client(&self) -> BrokerClient<AuthChannel> {
         self.client.clone()
     }
 
     /// A client for `node`: the bootstrap channel, or the pooled channel of a broker
     /// address (dialled lazily on first use, redialled by the channel when it breaks).
-    pub(crate) fn client_for(&self, node: &Node) -> Result<BrokerClient<Channel>, ClientError> {
+    pub(crate) fn client_for(&self, node: &Node) -> Result<BrokerClient<AuthChannel>, ClientError> {
         let address = match node {
             Node::Bootstrap => return Ok(self.client()),
             Node::Broker(address) => address,
@@ -244,7 +275,7 @@ impl Connection {
                 "a broker advertises a bad address {address:?}: {e}"
             ))
         })?;
-        let client = broker_client(endpoint.connect_lazy());
+        let client = broker_client(endpoint.connect_lazy(), &self.shared.credentials);
         pool.insert(address.clone(), client.clone());
         Ok(client)
     }
@@ -276,7 +307,7 @@ impl Connection {
         &self,
         topic: &str,
         partition: i32,
-    ) -> Result<(Node, BrokerClient<Channel>), ClientError> {
+    ) -> Result<(Node, BrokerClient<AuthChannel>), ClientError> {
         self.wait_for_refresh().await;
         for refreshed in [false, true] {
             if let Some(node) = self.leader_node(topic, partition) {
@@ -309,7 +340,7 @@ impl Connection {
         &self,
         topic: &str,
         partition: i32,
-    ) -> Result<(String, BrokerClient<Channel>), ClientError> {
+    ) -> Result<(String, BrokerClient<AuthChannel>), ClientError> {
         let (node, client) = self.leader(topic, partition).await?;
         let name = match node {
             Node::Bootstrap => "bootstrap".to_string(),
@@ -377,7 +408,7 @@ impl Connection {
     /// [`retry::READ_ATTEMPTS`] attempts with [`retry::read_backoff`] between them.
     async fn call_any<T, F, Fut>(&self, mut rpc: F) -> Result<(T, Node), ClientError>
     where
-        F: FnMut(BrokerClient<Channel>) -> Fut,
+        F: FnMut(BrokerClient<AuthChannel>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
         let nodes = self.any_nodes();
@@ -423,7 +454,7 @@ impl Connection {
     /// broker's answer.)
     pub async fn call_retrying<T, F, Fut>(&self, mut rpc: F) -> Result<T, ClientError>
     where
-        F: FnMut(BrokerClient<Channel>) -> Fut,
+        F: FnMut(BrokerClient<AuthChannel>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
         (|| self.call(rpc(self.client())))

@@ -52,6 +52,8 @@ pub struct ConsumerConfig {
     /// fails the poll with OFFSET_OUT_OF_RANGE and keeps the position, so skipping
     /// records is never silent (Kafka's `none`).
     pub auto_offset_reset: Option<OffsetSpec>,
+    /// What every call presents (a bearer token; none = `User:ANONYMOUS`).
+    pub credentials: crate::credentials::Credentials,
 }
 
 impl Default for ConsumerConfig {
@@ -64,6 +66,7 @@ impl Default for ConsumerConfig {
             start: OffsetSpec::Latest,
             request_timeout: Duration::from_secs(30),
             auto_offset_reset: None,
+            credentials: Default::default(),
         }
     }
 }
@@ -154,7 +157,12 @@ impl Consumer {
                 config.max_bytes
             )));
         }
-        let conn = Connection::connect(bootstrap, config.request_timeout).await?;
+        let conn = Connection::connect_with(
+            bootstrap,
+            config.request_timeout,
+            config.credentials.clone(),
+        )
+        .await?;
         Ok(Consumer {
             conn,
             config,

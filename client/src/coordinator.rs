@@ -26,7 +26,9 @@ use idem_proto::v1::{
 };
 use idem_proto::ErrorCode;
 use tokio::time::Instant;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Endpoint;
+
+use crate::credentials::AuthChannel;
 
 use crate::connection::{with_timeout, Connection, MAX_MESSAGE_BYTES};
 use crate::error::{is_retriable_status, ClientError};
@@ -36,8 +38,8 @@ use crate::types::{GroupMetadata, ProducerIdAndEpoch};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-pub(crate) type CoordinatorClient = TxnCoordinatorClient<Channel>;
-pub(crate) type GroupClient = GroupCoordinatorClient<Channel>;
+pub(crate) type CoordinatorClient = TxnCoordinatorClient<AuthChannel>;
+pub(crate) type GroupClient = GroupCoordinatorClient<AuthChannel>;
 
 /// What a coordinator is found for.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -72,11 +74,11 @@ impl std::fmt::Display for CoordinatorKey {
 
 /// A service client over a coordinator channel, with the SDK's message size limits.
 pub(crate) trait OverChannel {
-    fn over(channel: Channel) -> Self;
+    fn over(channel: AuthChannel) -> Self;
 }
 
 impl OverChannel for CoordinatorClient {
-    fn over(channel: Channel) -> Self {
+    fn over(channel: AuthChannel) -> Self {
         TxnCoordinatorClient::new(channel)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES)
@@ -84,7 +86,7 @@ impl OverChannel for CoordinatorClient {
 }
 
 impl OverChannel for GroupClient {
-    fn over(channel: Channel) -> Self {
+    fn over(channel: AuthChannel) -> Self {
         GroupCoordinatorClient::new(channel)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES)
@@ -180,7 +182,7 @@ pub(crate) struct Answer<T> {
 #[derive(Debug)]
 pub(crate) struct CoordinatorLink {
     conn: Connection,
-    pool: Mutex<HashMap<String, Channel>>,
+    pool: Mutex<HashMap<String, AuthChannel>>,
     found: Mutex<HashMap<CoordinatorKey, String>>,
 }
 
@@ -241,7 +243,7 @@ impl CoordinatorLink {
 
     /// The channel to the coordinator at `address` (dialled lazily, redialled when it
     /// breaks).
-    fn channel(&self, address: &str) -> Result<Channel, ClientError> {
+    fn channel(&self, address: &str) -> Result<AuthChannel, ClientError> {
         let mut pool = self
             .pool
             .lock()
@@ -260,7 +262,7 @@ impl CoordinatorLink {
             })?
             .tcp_nodelay(true)
             .connect_timeout(CONNECT_TIMEOUT);
-        let channel = endpoint.connect_lazy();
+        let channel = AuthChannel::new(endpoint.connect_lazy(), self.conn.credentials().clone());
         pool.insert(address.to_string(), channel.clone());
         Ok(channel)
     }

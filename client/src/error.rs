@@ -135,6 +135,29 @@ impl ClientError {
         }
     }
 
+    /// Whether the cluster refused the request's principal (issue 29): an
+    /// `*_AUTHORIZATION_FAILED` code (the message names principal, operation and
+    /// resource), or a PERMISSION_DENIED / UNAUTHENTICATED status. Never retriable:
+    /// nothing changes until an ACL or the credential does.
+    pub fn is_authorization_failure(&self) -> bool {
+        match self {
+            ClientError::Broker { code, .. } => is_authorization_failure(*code),
+            ClientError::Transport(status) => matches!(
+                status.code(),
+                tonic::Code::PermissionDenied | tonic::Code::Unauthenticated
+            ),
+            ClientError::TxnAbortable(cause) => cause.is_authorization_failure(),
+            ClientError::DeliveryTimeout {
+                last_error: Some(cause),
+                ..
+            }
+            | ClientError::OutcomeUnknown {
+                last_error: cause, ..
+            } => cause.is_authorization_failure(),
+            _ => false,
+        }
+    }
+
     /// Whether the SDK already retried before giving up with this error.
     pub fn retried(&self) -> bool {
         matches!(
@@ -208,6 +231,19 @@ pub fn is_retriable(code: ErrorCode) -> bool {
 /// (the next epoch of its producer id).
 pub fn needs_new_producer_id(code: ErrorCode) -> bool {
     code == ErrorCode::UnknownProducerId
+}
+
+/// The codes of a refused principal: `TOPIC_`, `GROUP_`, `CLUSTER_` and
+/// `TRANSACTIONAL_ID_AUTHORIZATION_FAILED`. Fatal.
+pub fn is_authorization_failure(code: ErrorCode) -> bool {
+    use ErrorCode as E;
+    matches!(
+        code,
+        E::TopicAuthorizationFailed
+            | E::GroupAuthorizationFailed
+            | E::ClusterAuthorizationFailed
+            | E::TransactionalIdAuthorizationFailed
+    )
 }
 
 /// Codes that no retry can fix: the request (or the producer) is wrong.

@@ -57,6 +57,7 @@ pub mod clock;
 pub mod connection;
 pub mod consumer;
 mod coordinator;
+pub mod credentials;
 pub mod error;
 pub mod group;
 #[cfg(feature = "inbox")]

@@ -248,6 +248,27 @@ impl Broker for Fake {
     ) -> Result<Response<idem_proto::v1::DeleteTopicsResponse>, Status> {
         Err(Status::unimplemented("delete_topics"))
     }
+
+    async fn create_acls(
+        &self,
+        _: Request<idem_proto::v1::CreateAclsRequest>,
+    ) -> Result<Response<idem_proto::v1::CreateAclsResponse>, Status> {
+        Err(Status::unimplemented("create_acls"))
+    }
+
+    async fn describe_acls(
+        &self,
+        _: Request<idem_proto::v1::DescribeAclsRequest>,
+    ) -> Result<Response<idem_proto::v1::DescribeAclsResponse>, Status> {
+        Err(Status::unimplemented("describe_acls"))
+    }
+
+    async fn delete_acls(
+        &self,
+        _: Request<idem_proto::v1::DeleteAclsRequest>,
+    ) -> Result<Response<idem_proto::v1::DeleteAclsResponse>, Status> {
+        Err(Status::unimplemented("delete_acls"))
+    }
 }
 
 #[tonic::async_trait]

@@ -135,6 +135,12 @@ pub struct CoordinatorConfig {
     /// is handed out.
     #[arg(long, env = "IDEM_PID_PREFETCH", default_value_t = true, action = clap::ArgAction::Set)]
     pub pid_prefetch: bool,
+
+    /// Authentication and authorization (docs/operations.md, "Authentication and
+    /// authorization"); `--auth-token` is presented on this coordinator's calls to
+    /// brokers (the transaction log, markers, producer ids).
+    #[command(flatten)]
+    pub auth: idem_runtime::auth_flags::AuthFlags,
 }
 
 /// How ownership is decided.
@@ -169,6 +175,7 @@ impl CoordinatorConfig {
             group_offsets_retention_check_interval_ms: 600_000,
             group_lag_interval_ms: 15_000,
             pid_prefetch: true,
+            auth: Default::default(),
         }
     }
 

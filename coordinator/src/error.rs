@@ -11,6 +11,8 @@ use idem_proto::ErrorCode;
 pub enum CoordinatorError {
     #[error("metrics endpoint: {0}")]
     Metrics(String),
+    #[error("authentication: {0}")]
+    Auth(String),
     /// Another coordinator may own the partition now (a broker fenced our writes or
     /// markers, or our lease lapsed): stop serving it.
     #[error("no longer the owner of transaction log partition {partition}: {reason}")]

@@ -17,6 +17,8 @@ use idem_proto::v1::{
     TxnOffsetCommitRequest, TxnOffsetCommitResponse,
 };
 use idem_proto::ErrorCode;
+use idem_runtime::acl::{Authorizer, Operation, Resource};
+use idem_runtime::authn::principal_of;
 use tonic::{Request, Response, Status};
 
 use crate::core::Refusal;
@@ -29,11 +31,50 @@ use crate::txn::decide::TopicPartition;
 
 pub struct GroupCoordinatorService {
     groups: Arc<Groups>,
+    /// `--authorizer`: checked before the group sees the request (docs/operations.md).
+    authorizer: Authorizer,
 }
 
 impl GroupCoordinatorService {
     pub fn new(groups: Arc<Groups>) -> Self {
-        GroupCoordinatorService { groups }
+        GroupCoordinatorService {
+            groups,
+            authorizer: Authorizer::open(),
+        }
+    }
+
+    pub fn with_authorizer(mut self, authorizer: Authorizer) -> Self {
+        self.authorizer = authorizer;
+        self
+    }
+
+    /// Every one of `needs`, or the refusal naming the first one denied.
+    fn authorize(
+        &self,
+        principal: &str,
+        needs: impl IntoIterator<Item = (Operation, Resource)>,
+    ) -> Result<(), Refusal> {
+        self.authorizer
+            .check_all(principal, needs)
+            .map_err(|denied| Refusal::new(denied.error_code(), denied.to_string()))
+    }
+
+    /// Read on the group and on every topic whose offsets are committed (Kafka's
+    /// OffsetCommit rule).
+    fn authorize_commit(
+        &self,
+        principal: &str,
+        group_id: &str,
+        topics: &[OffsetCommitTopic],
+    ) -> Result<(), Refusal> {
+        self.authorize(
+            principal,
+            std::iter::once((Operation::Read, Resource::group(group_id))).chain(
+                topics
+                    .iter()
+                    .map(|t| (Operation::Read, Resource::topic(&t.name))),
+            ),
+        )
     }
 }
 
@@ -204,7 +245,21 @@ impl GroupCoordinator for GroupCoordinatorService {
         &self,
         request: Request<ConsumerGroupHeartbeatRequest>,
     ) -> Result<Response<ConsumerGroupHeartbeatResponse>, Status> {
+        let principal = principal_of(&request).to_string();
         let request = request.into_inner();
+        if let Err(Refusal { code, message }) = self.authorize(
+            &principal,
+            [(Operation::Read, Resource::group(&request.group_id))],
+        ) {
+            return Ok(Response::new(ConsumerGroupHeartbeatResponse {
+                error_code: code as i32,
+                error_message: message,
+                member_id: request.member_id,
+                member_epoch: request.member_epoch,
+                heartbeat_interval_ms: self.groups.settings().heartbeat_interval_ms(),
+                assignment: None,
+            }));
+        }
         let heartbeat = Heartbeat {
             member_id: request.member_id.clone(),
             member_epoch: request.member_epoch,
@@ -252,16 +307,22 @@ impl GroupCoordinator for GroupCoordinatorService {
         &self,
         request: Request<OffsetCommitRequest>,
     ) -> Result<Response<OffsetCommitResponse>, Status> {
+        let principal = principal_of(&request).to_string();
         let request = request.into_inner();
-        let answer = match self
-            .groups
-            .commit(
-                &request.group_id,
-                committer(&request.member_id, request.member_epoch),
-                offsets_to_commit(&request.topics),
-            )
-            .await
+        let committed = match self.authorize_commit(&principal, &request.group_id, &request.topics)
         {
+            Ok(()) => {
+                self.groups
+                    .commit(
+                        &request.group_id,
+                        committer(&request.member_id, request.member_epoch),
+                        offsets_to_commit(&request.topics),
+                    )
+                    .await
+            }
+            Err(r) => Err(r),
+        };
+        let answer = match committed {
             Ok(results) => OffsetCommitResponse {
                 error_code: ErrorCode::None as i32,
                 error_message: String::new(),
@@ -280,25 +341,31 @@ impl GroupCoordinator for GroupCoordinatorService {
         &self,
         request: Request<OffsetFetchRequest>,
     ) -> Result<Response<OffsetFetchResponse>, Status> {
+        let principal = principal_of(&request).to_string();
         let request = request.into_inner();
         let wanted = (!request.topics.is_empty())
             .then(|| partitions_of(&request.topics).into_iter().collect());
-        let answer =
-            match self
-                .groups
-                .fetch_offsets(&request.group_id, wanted, request.require_stable)
-            {
-                Ok(results) => OffsetFetchResponse {
-                    error_code: ErrorCode::None as i32,
-                    error_message: String::new(),
-                    topics: fetch_results(results),
-                },
-                Err(r) => OffsetFetchResponse {
-                    error_code: r.code as i32,
-                    error_message: r.message,
-                    topics: Vec::new(),
-                },
-            };
+        let fetched = self
+            .authorize(
+                &principal,
+                [(Operation::Describe, Resource::group(&request.group_id))],
+            )
+            .and_then(|()| {
+                self.groups
+                    .fetch_offsets(&request.group_id, wanted, request.require_stable)
+            });
+        let answer = match fetched {
+            Ok(results) => OffsetFetchResponse {
+                error_code: ErrorCode::None as i32,
+                error_message: String::new(),
+                topics: fetch_results(results),
+            },
+            Err(r) => OffsetFetchResponse {
+                error_code: r.code as i32,
+                error_message: r.message,
+                topics: Vec::new(),
+            },
+        };
         Ok(Response::new(answer))
     }
 
@@ -306,20 +373,32 @@ impl GroupCoordinator for GroupCoordinatorService {
         &self,
         request: Request<TxnOffsetCommitRequest>,
     ) -> Result<Response<TxnOffsetCommitResponse>, Status> {
+        let principal = principal_of(&request).to_string();
         let request = request.into_inner();
-        let outcome = match i16::try_from(request.producer_epoch)
+        // Write on the transactional id, read on the group and its topics.
+        let authorized = self
+            .authorize(
+                &principal,
+                [(
+                    Operation::Write,
+                    Resource::transactional_id(&request.transactional_id),
+                )],
+            )
+            .and_then(|()| self.authorize_commit(&principal, &request.group_id, &request.topics));
+        let epoch = i16::try_from(request.producer_epoch)
             .ok()
-            .filter(|e| *e >= 0)
-        {
-            None => Err(Refusal::new(
+            .filter(|e| *e >= 0);
+        let outcome = match (authorized, epoch) {
+            (Err(r), _) => Err(r),
+            (Ok(()), None) => Err(Refusal::new(
                 ErrorCode::InvalidRequest,
                 format!("producer epoch {} out of range", request.producer_epoch),
             )),
-            Some(_) if request.producer_id < 0 => Err(Refusal::new(
+            (Ok(()), Some(_)) if request.producer_id < 0 => Err(Refusal::new(
                 ErrorCode::InvalidRequest,
                 "TxnOffsetCommit needs the producer's id",
             )),
-            Some(producer_epoch) => {
+            (Ok(()), Some(producer_epoch)) => {
                 self.groups
                     .txn_commit(
                         &request.group_id,
@@ -353,13 +432,20 @@ impl GroupCoordinator for GroupCoordinatorService {
         request: Request<DescribeGroupsRequest>,
     ) -> Result<Response<DescribeGroupsResponse>, Status> {
         let coordinator_id = self.groups.settings().coordinator_id;
+        let principal = principal_of(&request).to_string();
         let groups = request
             .into_inner()
             .group_ids
             .into_iter()
-            .map(|id| match self.groups.describe(&id) {
-                Ok(group) => describe(&id, &group, coordinator_id),
-                Err(r) => GroupDescription {
+            .map(|id| {
+                self.authorize(&principal, [(Operation::Describe, Resource::group(&id))])
+                    .and_then(|()| self.groups.describe(&id))
+                    .map_err(|r| (id.clone(), r))
+                    .map(|group| (id, group))
+            })
+            .map(|described| match described {
+                Ok((id, group)) => describe(&id, &group, coordinator_id),
+                Err((id, r)) => GroupDescription {
                     group_id: id,
                     error_code: r.code as i32,
                     error_message: r.message,
@@ -375,11 +461,20 @@ impl GroupCoordinator for GroupCoordinatorService {
         &self,
         request: Request<ListGroupsRequest>,
     ) -> Result<Response<ListGroupsResponse>, Status> {
+        let principal = principal_of(&request).to_string();
         let states = request.into_inner().states;
+        // Only the groups the principal may describe (as Kafka does).
         let groups = self
             .groups
             .list()
             .into_iter()
+            .filter(|(group_id, _)| {
+                self.authorize(
+                    &principal,
+                    [(Operation::Describe, Resource::group(group_id))],
+                )
+                .is_ok()
+            })
             .map(|(group_id, group)| GroupListing {
                 group_id,
                 state: group_state(&group).to_string(),
@@ -397,9 +492,17 @@ impl GroupCoordinator for GroupCoordinatorService {
         &self,
         request: Request<DeleteGroupsRequest>,
     ) -> Result<Response<DeleteGroupsResponse>, Status> {
+        let principal = principal_of(&request).to_string();
         let mut results = Vec::new();
         for group_id in request.into_inner().group_ids {
-            let (code, message) = match self.groups.delete(&group_id).await {
+            let deleted = match self.authorize(
+                &principal,
+                [(Operation::Delete, Resource::group(&group_id))],
+            ) {
+                Ok(()) => self.groups.delete(&group_id).await,
+                Err(r) => Err(r),
+            };
+            let (code, message) = match deleted {
                 Ok(()) => (ErrorCode::None, String::new()),
                 Err(r) => (r.code, r.message),
             };

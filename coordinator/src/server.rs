@@ -13,10 +13,12 @@ use std::time::Duration;
 
 use backon::Retryable;
 use futures::StreamExt;
+use idem_client::credentials::Credentials;
 use idem_client::{Connection, Isolation, OffsetSpec};
 use idem_pidstore::{EtcdPidStore, PidBlockStore, ProducerIdManager};
 use idem_proto::v1::group_coordinator_server::GroupCoordinatorServer;
 use idem_proto::v1::txn_coordinator_server::TxnCoordinatorServer;
+use idem_runtime::acl::{Authorizer, EtcdAclStore};
 use idem_runtime::grpc_server::{GrpcListener, GrpcSettings};
 use idem_runtime::health::Health;
 use idem_runtime::listeners::Advertised;
@@ -64,6 +66,8 @@ pub struct BoundCoordinator {
     groups: Arc<Groups>,
     ownership: Arc<dyn Ownership>,
     health: Health,
+    /// `--authorizer`, kept current from the ACLs in etcd.
+    authorizer: Authorizer,
     shutdown: CancellationToken,
 }
 
@@ -82,10 +86,33 @@ impl BoundCoordinator {
         if let Some(addr) = config.metrics_listen {
             metrics_endpoint::serve(addr).map_err(|e| CoordinatorError::Metrics(e.to_string()))?;
         }
+        let auth_error = |e: &dyn std::fmt::Display| CoordinatorError::Auth(e.to_string());
+        let (authn, authorizer) = config.auth.start(&shutdown).map_err(|e| auth_error(&e))?;
+        let credentials = config
+            .auth
+            .own_token()
+            .map_err(|e| auth_error(&e))?
+            .map_or(Ok(Credentials::none()), |token| Credentials::bearer(&token))
+            .map_err(|e| auth_error(&e))?;
+        if !authorizer.is_open() {
+            if mode != Mode::Etcd {
+                return Err(CoordinatorError::Auth(
+                    "--authorizer acl needs --etcd: ACLs are stored there".to_string(),
+                ));
+            }
+            // Before the first RPC is served: the stored ACLs, then their changes.
+            EtcdAclStore::connect(&config.etcd_endpoints, &config.etcd_prefix)
+                .await
+                .map_err(|e| auth_error(&e))?
+                .load_and_watch(&authorizer, shutdown.child_token())
+                .await
+                .map_err(|e| auth_error(&e))?;
+        }
         let listener = GrpcListener::bind(config.listen)
             .await?
             .with_external(config.external_listen)
-            .await?;
+            .await?
+            .with_authentication(authn);
         let Advertised {
             internal: address,
             external: external_address,
@@ -94,8 +121,9 @@ impl BoundCoordinator {
             config.advertise.as_deref(),
             config.external_advertise.as_deref(),
         );
-        let conn = Connection::connect_lazy(&config.bootstrap, BROKER_REQUEST_TIMEOUT)?
-            .with_metadata_max_age(METADATA_MAX_AGE);
+        let conn =
+            Connection::connect_lazy_with(&config.bootstrap, BROKER_REQUEST_TIMEOUT, credentials)?
+                .with_metadata_max_age(METADATA_MAX_AGE);
         let pids: SharedProducerIds = match (pid_store, &mode) {
             (Some(store), _) => Arc::new(
                 ProducerIdManager::new(store, config.coordinator_id)
@@ -168,6 +196,7 @@ impl BoundCoordinator {
             groups,
             ownership,
             health: Health::new(),
+            authorizer,
             shutdown,
         })
     }
@@ -191,15 +220,19 @@ impl BoundCoordinator {
             groups,
             ownership,
             health,
+            authorizer,
             shutdown,
         } = self;
         let local_addr = listener.local_addr();
-        let service = TxnCoordinatorService::new(core.clone()).with_listeners(listener.bound());
+        let service = TxnCoordinatorService::new(core.clone())
+            .with_listeners(listener.bound())
+            .with_authorizer(authorizer.clone());
         let service =
             TxnCoordinatorServer::new(service).max_encoding_message_size(MAX_MESSAGE_BYTES);
-        let group_service =
-            GroupCoordinatorServer::new(GroupCoordinatorService::new(groups.clone()))
-                .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        let group_service = GroupCoordinatorServer::new(
+            GroupCoordinatorService::new(groups.clone()).with_authorizer(authorizer),
+        )
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
         let server = listener.serve(
             Routes::new(service).add_service(group_service),
             TxnCoordinatorServer::<TxnCoordinatorService>::NAME,

@@ -2,6 +2,8 @@
 //! the core. Refusals and decider errors travel as `ErrorCode`s in the answer; gRPC
 //! status codes are left to transport failures.
 
+use idem_runtime::acl::{Authorizer, Operation, Resource};
+use idem_runtime::authn::principal_of;
 use idem_runtime::listeners::{pick, BoundListeners};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -29,11 +31,34 @@ pub struct TxnCoordinatorService {
     /// The server's sockets, to answer FindCoordinator with the addresses of the
     /// listener it was asked on (`None`: one listener).
     bound: Option<BoundListeners>,
+    /// `--authorizer`: every RPC's (operation, resource) pairs are checked before the
+    /// core sees the request, so a refused one changes nothing (docs/operations.md).
+    authorizer: Authorizer,
 }
 
 impl TxnCoordinatorService {
     pub fn new(core: Arc<Coordinator>) -> Self {
-        TxnCoordinatorService { core, bound: None }
+        TxnCoordinatorService {
+            core,
+            bound: None,
+            authorizer: Authorizer::open(),
+        }
+    }
+
+    pub fn with_authorizer(mut self, authorizer: Authorizer) -> Self {
+        self.authorizer = authorizer;
+        self
+    }
+
+    /// Every one of `needs`, or the refusal naming the first one denied.
+    fn authorize(
+        &self,
+        principal: &str,
+        needs: impl IntoIterator<Item = (Operation, Resource)>,
+    ) -> Result<(), Refusal> {
+        self.authorizer
+            .check_all(principal, needs)
+            .map_err(|denied| Refusal::new(denied.error_code(), denied.to_string()))
     }
 
     pub fn with_listeners(mut self, bound: BoundListeners) -> Self {
@@ -137,14 +162,20 @@ impl TxnCoordinator for TxnCoordinatorService {
         request: Request<FindCoordinatorRequest>,
     ) -> Result<Response<FindCoordinatorResponse>, Status> {
         let listener = BoundListeners::of_request(self.bound, &request);
+        let principal = principal_of(&request).to_string();
         let request = request.into_inner();
         // A group lives in the slice its id hashes to, like a transactional id.
-        let id = if request.transactional_id.is_empty() {
-            request.group_id
+        let (id, resource) = if request.transactional_id.is_empty() {
+            let resource = Resource::group(&request.group_id);
+            (request.group_id, resource)
         } else {
-            request.transactional_id
+            let resource = Resource::transactional_id(&request.transactional_id);
+            (request.transactional_id, resource)
         };
-        let answer = match self.core.find_coordinator(&id) {
+        let found = self
+            .authorize(&principal, [(Operation::Describe, resource)])
+            .and_then(|()| self.core.find_coordinator(&id));
+        let answer = match found {
             Ok((partition, owner)) => FindCoordinatorResponse {
                 error_code: ErrorCode::None as i32,
                 error_message: String::new(),
@@ -168,10 +199,19 @@ impl TxnCoordinator for TxnCoordinatorService {
         &self,
         request: Request<TxnInitProducerIdRequest>,
     ) -> Result<Response<TxnInitProducerIdResponse>, Status> {
+        let principal = principal_of(&request).to_string();
         let request = request.into_inner();
-        let renewing = match request.producer_id {
-            None => Ok(None),
-            Some(producer_id) => producer_epoch(request.producer_epoch).map(|producer_epoch| {
+        let authorized = self.authorize(
+            &principal,
+            [(
+                Operation::Write,
+                Resource::transactional_id(&request.transactional_id),
+            )],
+        );
+        let renewing = match authorized.map(|()| request.producer_id) {
+            Err(refusal) => Err(refusal),
+            Ok(None) => Ok(None),
+            Ok(Some(producer_id)) => producer_epoch(request.producer_epoch).map(|producer_epoch| {
                 Some(decide::ProducerIdentity {
                     producer_id,
                     producer_epoch,
@@ -228,7 +268,25 @@ impl TxnCoordinator for TxnCoordinatorService {
         &self,
         request: Request<AddPartitionsToTxnRequest>,
     ) -> Result<Response<AddPartitionsToTxnResponse>, Status> {
+        let principal = principal_of(&request).to_string();
         let request = request.into_inner();
+        // Write on the transactional id and on every topic joining it (Kafka's rule).
+        let needs = std::iter::once((
+            Operation::Write,
+            Resource::transactional_id(&request.transactional_id),
+        ))
+        .chain(
+            request
+                .topics
+                .iter()
+                .map(|t| (Operation::Write, Resource::topic(&t.topic))),
+        );
+        if let Err(r) = self.authorize(&principal, needs) {
+            return Ok(Response::new(AddPartitionsToTxnResponse {
+                error_code: r.code as i32,
+                error_message: r.message,
+            }));
+        }
         let partitions: Vec<TopicPartition> = request
             .topics
             .into_iter()
@@ -273,8 +331,21 @@ impl TxnCoordinator for TxnCoordinatorService {
         &self,
         request: Request<AddOffsetsToTxnRequest>,
     ) -> Result<Response<AddOffsetsToTxnResponse>, Status> {
+        let principal = principal_of(&request).to_string();
         let request = request.into_inner();
-        let (code, message) = match self.core.log_partition_of(&request.group_id) {
+        let partition = self
+            .authorize(
+                &principal,
+                [
+                    (
+                        Operation::Write,
+                        Resource::transactional_id(&request.transactional_id),
+                    ),
+                    (Operation::Read, Resource::group(&request.group_id)),
+                ],
+            )
+            .and_then(|()| self.core.log_partition_of(&request.group_id));
+        let (code, message) = match partition {
             // The group's slice of `__consumer_offsets` joins the transaction like any
             // partition: registered, then opened there with a BEGIN marker.
             Ok(partition) => {
@@ -302,8 +373,18 @@ impl TxnCoordinator for TxnCoordinatorService {
         &self,
         request: Request<EndTxnRequest>,
     ) -> Result<Response<EndTxnResponse>, Status> {
+        let principal = principal_of(&request).to_string();
         let request = request.into_inner();
-        let decided = match producer_epoch(request.producer_epoch) {
+        let epoch = self
+            .authorize(
+                &principal,
+                [(
+                    Operation::Write,
+                    Resource::transactional_id(&request.transactional_id),
+                )],
+            )
+            .and_then(|()| producer_epoch(request.producer_epoch));
+        let decided = match epoch {
             Ok(epoch) => {
                 self.core
                     .handle(
@@ -348,6 +429,7 @@ impl TxnCoordinator for TxnCoordinatorService {
         &self,
         request: Request<ListTransactionsRequest>,
     ) -> Result<Response<ListTransactionsResponse>, Status> {
+        let principal = principal_of(&request).to_string();
         let mut states = Vec::new();
         for name in request.into_inner().states {
             match TxnState::from_name(&name) {
@@ -365,8 +447,19 @@ impl TxnCoordinator for TxnCoordinatorService {
         Ok(Response::new(ListTransactionsResponse {
             error_code: ErrorCode::None as i32,
             error_message: String::new(),
+            // Only the transactions the principal may describe (as Kafka does).
             transactions: txns
                 .into_iter()
+                .filter(|(_, meta)| {
+                    self.authorize(
+                        &principal,
+                        [(
+                            Operation::Describe,
+                            Resource::transactional_id(&meta.transactional_id),
+                        )],
+                    )
+                    .is_ok()
+                })
                 .map(|(partition, meta)| description(&self.core, partition, meta))
                 .collect(),
             owned_partitions: owned,
@@ -377,8 +470,15 @@ impl TxnCoordinator for TxnCoordinatorService {
         &self,
         request: Request<DescribeTransactionRequest>,
     ) -> Result<Response<DescribeTransactionResponse>, Status> {
+        let principal = principal_of(&request).to_string();
         let id = request.into_inner().transactional_id;
-        let answer = match self.core.describe(&id) {
+        let described = self
+            .authorize(
+                &principal,
+                [(Operation::Describe, Resource::transactional_id(&id))],
+            )
+            .and_then(|()| self.core.describe(&id));
+        let answer = match described {
             Ok((partition, meta)) => DescribeTransactionResponse {
                 error_code: ErrorCode::None as i32,
                 error_message: String::new(),
@@ -397,8 +497,16 @@ impl TxnCoordinator for TxnCoordinatorService {
         &self,
         request: Request<AbortTransactionRequest>,
     ) -> Result<Response<AbortTransactionResponse>, Status> {
+        let principal = principal_of(&request).to_string();
         let id = request.into_inner().transactional_id;
-        let (code, message) = match self.core.handle(&id, decide::Request::Abort).await {
+        let aborted = match self.authorize(
+            &principal,
+            [(Operation::Write, Resource::transactional_id(&id))],
+        ) {
+            Ok(()) => self.core.handle(&id, decide::Request::Abort).await,
+            Err(r) => Err(r),
+        };
+        let (code, message) = match aborted {
             Ok(reply) => failure(&reply).unwrap_or((ErrorCode::None, String::new())),
             Err(r) => (r.code, r.message),
         };

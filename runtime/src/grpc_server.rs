@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::service::Routes;
 use tonic::transport::server::TcpIncoming;
 
+use crate::authn::AuthnLayer;
 use crate::health::Health;
 use crate::listeners::BoundListeners;
 use crate::rpc_metrics::RpcMetricsLayer;
@@ -72,6 +73,7 @@ pub struct GrpcListener {
     listener: TcpListener,
     local_addr: SocketAddr,
     external: Option<(TcpListener, SocketAddr)>,
+    authn: AuthnLayer,
 }
 
 impl GrpcListener {
@@ -81,7 +83,15 @@ impl GrpcListener {
             listener,
             local_addr,
             external: None,
+            authn: AuthnLayer::default(),
         })
+    }
+
+    /// Authenticates every request with `authn` (see [`crate::authn`]); without it,
+    /// every request is `User:ANONYMOUS`.
+    pub fn with_authentication(mut self, authn: AuthnLayer) -> GrpcListener {
+        self.authn = authn;
+        self
     }
 
     /// Also binds the external listener's address, when there is one.
@@ -137,6 +147,7 @@ impl GrpcListener {
                 settings.concurrency_limit,
             ))
             .layer(RpcMetricsLayer)
+            .layer(self.authn)
             .add_routes(routes)
             .serve_with_incoming_shutdown(
                 futures::stream::select_all(

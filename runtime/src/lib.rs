@@ -23,9 +23,14 @@
 //! - [`atomic_file`], [`clock`]: replacing a file crash-safely, and the wall clock;
 //! - [`config_error`]: a setting refused at start, naming its flag;
 //! - [`byte_rate`]: a byte-rate quota and the throttle it asks of a client over it;
-//! - [`topic_catalog`]: the etcd keys of the topic catalog, for its readers.
+//! - [`topic_catalog`]: the etcd keys of the topic catalog, for its readers;
+//! - [`acl`], [`authn`]: ACL authorization (cached decisions) and who a request's
+//!   principal is (bearer token or client certificate).
 
+pub mod acl;
 pub mod atomic_file;
+pub mod auth_flags;
+pub mod authn;
 pub mod byte_rate;
 pub mod clock;
 pub mod config_error;

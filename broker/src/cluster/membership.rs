@@ -12,6 +12,7 @@ use std::time::Duration;
 use etcd_client::{Client, Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
 use serde::{Deserialize, Serialize};
 
+use idem_runtime::authn::NodeCredential;
 use idem_runtime::etcd_call::{bounded, connect, EtcdCallError};
 use idem_runtime::lease_keeper::LeaseKeeper;
 use idem_runtime::shutdown::{CancellationToken, Duties};
@@ -67,6 +68,8 @@ pub struct Membership {
     lease: Arc<LeaseState>,
     /// Keeps the broker registered: the lease keep-alive and the registering again.
     duties: Duties,
+    /// What this broker presents when it calls other brokers (replica fetches).
+    credential: NodeCredential,
 }
 
 /// The broker's lease and registration as the keep-alive last saw them.
@@ -97,6 +100,16 @@ impl LeaseState {
 }
 
 impl Membership {
+    /// Presents `credential` on this broker's calls to other brokers.
+    pub fn with_credential(mut self, credential: NodeCredential) -> Self {
+        self.credential = credential;
+        self
+    }
+
+    pub fn credential(&self) -> &NodeCredential {
+        &self.credential
+    }
+
     /// Registers `me` under a fresh lease, taking over a stale registration of the same
     /// data dir and waiting up to twice the lease TTL for any other holder to lapse.
     /// The registration is kept until [`Membership::leave`] or `shutdown`.
@@ -133,6 +146,7 @@ impl Membership {
         );
         tracing::info!(broker_id = me.broker_id, key = %key, lease_id, "registered in etcd");
         Ok(Membership {
+            credential: NodeCredential::default(),
             client,
             prefix,
             lease,

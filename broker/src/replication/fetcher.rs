@@ -22,13 +22,18 @@ use idem_proto::v1::{
     IsolationLevel, OffsetForLeaderEpochRequest,
 };
 use idem_proto::ErrorCode;
+use idem_runtime::authn::NodeCredential;
 use idem_runtime::log_limit::LogLimit;
 use idem_runtime::shutdown::CancellationToken;
 use idem_runtime::warn_limited;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
+
+/// A client of the leader, presenting this broker's credential on every fetch.
+type LeaderClient = BrokerClient<InterceptedService<Channel, NodeCredential>>;
 
 use crate::cluster::membership::Membership;
 use crate::partition::Partition;
@@ -138,10 +143,7 @@ pub async fn run(
 }
 
 /// A connection to `leader`, or why there is none.
-async fn leader_client(
-    membership: &Membership,
-    leader: i32,
-) -> Result<BrokerClient<Channel>, String> {
+async fn leader_client(membership: &Membership, leader: i32) -> Result<LeaderClient, String> {
     let brokers = membership
         .live_brokers()
         .await
@@ -159,7 +161,10 @@ async fn leader_client(
         .connect()
         .await
         .map_err(|e| format!("cannot connect to leader {leader} at {address}: {e}"))?;
-    Ok(BrokerClient::new(channel).max_decoding_message_size(MAX_MESSAGE_BYTES))
+    Ok(
+        BrokerClient::with_interceptor(channel, membership.credential().clone())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES),
+    )
 }
 
 /// Brings `followed` in line with the registry's assignment: new partitions (or a new
@@ -196,7 +201,7 @@ async fn fetch_until_failure(
     shared: &Arc<FetcherShared>,
     version: &mut watch::Receiver<u64>,
     followed: &mut HashMap<PartitionKey, Followed>,
-    client: BrokerClient<Channel>,
+    client: LeaderClient,
     stop: &CancellationToken,
 ) -> Option<String> {
     let mut round: usize = 0;
@@ -329,7 +334,7 @@ fn answers(
 /// cancelled: never between a fetch's answer and its append). Returns its key.
 async fn follow_while_busy(
     shared: Arc<FetcherShared>,
-    mut client: BrokerClient<Channel>,
+    mut client: LeaderClient,
     key: PartitionKey,
     following: Following,
     partition: Arc<Partition>,
@@ -473,7 +478,7 @@ async fn apply(
 /// transport failure ends the connection (returned).
 async fn truncate_divergent_tails(
     followed: &mut HashMap<PartitionKey, Followed>,
-    client: &BrokerClient<Channel>,
+    client: &LeaderClient,
 ) -> Result<(), String> {
     let checks = followed
         .iter()
@@ -517,7 +522,7 @@ async fn truncate_divergent_tails(
 async fn truncate_divergent_tail(
     partition: &Partition,
     following: Following,
-    client: &mut BrokerClient<Channel>,
+    client: &mut LeaderClient,
 ) -> Result<(), FetchFailed> {
     let Some(latest) = partition.latest_epoch() else {
         return Ok(()); // an empty log has nothing to disagree on

@@ -11,6 +11,7 @@ use idem_proto::v1::{
     OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse,
 };
 use idem_proto::ErrorCode;
+use idem_runtime::acl::Operation;
 use tokio::sync::watch;
 
 use super::fetch_budget::FetchBudget;
@@ -29,11 +30,18 @@ struct Served {
 }
 
 impl BrokerService {
-    pub(super) async fn serve_fetch(&self, request: FetchRequest) -> FetchResponse {
+    pub(super) async fn serve_fetch(
+        &self,
+        principal: &str,
+        request: FetchRequest,
+    ) -> FetchResponse {
         let wait = Duration::from_millis(u64::try_from(request.max_wait_ms).unwrap_or(0));
         let min_bytes = usize::try_from(request.min_bytes).unwrap_or(0);
         let watches = self.watched_partitions(&request);
-        let topics = long_poll(watches, wait, min_bytes, || self.fetch_once(&request)).await;
+        let topics = long_poll(watches, wait, min_bytes, || {
+            self.fetch_once(principal, &request)
+        })
+        .await;
         let bytes: usize = topics
             .iter()
             .flat_map(|t| &t.partitions)
@@ -52,7 +60,11 @@ impl BrokerService {
     /// long-poll needs of them: the bytes found, and whether the answer must go now (a
     /// refused partition, or a consumer position moved past filtered batches without
     /// returning any, which the consumer must hear of now, not after the long-poll).
-    fn fetch_once(&self, request: &FetchRequest) -> (Vec<FetchTopicResponse>, ReadSummary) {
+    fn fetch_once(
+        &self,
+        principal: &str,
+        request: &FetchRequest,
+    ) -> (Vec<FetchTopicResponse>, ReadSummary) {
         let mut budget = FetchBudget::new(request.max_bytes, self.max_fetch_bytes);
         let mut total = 0usize;
         let mut skipped = false;
@@ -62,7 +74,14 @@ impl BrokerService {
             let mut partitions = Vec::with_capacity(topic.partitions.len());
             for wanted in &topic.partitions {
                 let limit = budget.next(wanted.partition_max_bytes);
-                let result = check_fetch_sizes(request.max_bytes, wanted.partition_max_bytes)
+                // A consumer reads a topic it may read; a follower's fetch was
+                // authorized for the cluster before (see `service/mod.rs`).
+                let authorized = match request.replica_id {
+                    Some(_) => Ok(()),
+                    None => self.authorize_topic(principal, Operation::Read, &topic.name),
+                };
+                let result = authorized
+                    .and_then(|()| check_fetch_sizes(request.max_bytes, wanted.partition_max_bytes))
                     .and_then(|()| self.topics.partition(&topic.name, wanted.partition))
                     .and_then(|p| match request.replica_id {
                         Some(follower) => {
@@ -133,11 +152,15 @@ impl BrokerService {
                         log_refusal(&topic.name, wanted.partition, &e);
                         // The partition's offsets, where known, let a follower whose
                         // fetch offset is past the leader's log cut its tail.
-                        let offsets = self
-                            .topics
-                            .partition(&topic.name, wanted.partition)
-                            .ok()
-                            .map(|p| p.offsets());
+                        // Not to a principal that may not read the topic.
+                        let offsets = match e {
+                            BrokerError::Unauthorized(_) => None,
+                            _ => self
+                                .topics
+                                .partition(&topic.name, wanted.partition)
+                                .ok()
+                                .map(|p| p.offsets()),
+                        };
                         FetchPartitionResponse {
                             partition: wanted.partition,
                             error_code: e.code() as i32,

@@ -9,11 +9,12 @@ use std::sync::Arc;
 use idem_pidstore::ProducerIdManager;
 use idem_proto::v1::broker_server::Broker;
 use idem_proto::v1::{
-    AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse,
-    CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse,
-    DeleteRecordsRequest, DeleteRecordsResponse, DeleteTopicsRequest, DeleteTopicsResponse,
-    DescribeConfigsRequest, DescribeConfigsResponse, FetchRequest, FetchResponse,
-    FindCoordinatorRequest, FindCoordinatorResponse, IncrementalAlterConfigsRequest,
+    AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, CreateAclsRequest,
+    CreateAclsResponse, CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest,
+    CreateTopicsResponse, DeleteAclsRequest, DeleteAclsResponse, DeleteRecordsRequest,
+    DeleteRecordsResponse, DeleteTopicsRequest, DeleteTopicsResponse, DescribeAclsRequest,
+    DescribeAclsResponse, DescribeConfigsRequest, DescribeConfigsResponse, FetchRequest,
+    FetchResponse, FindCoordinatorRequest, FindCoordinatorResponse, IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse, InitProducerIdRequest, InitProducerIdResponse,
     ListOffsetsRequest, ListOffsetsResponse, ListOpenTransactionsRequest,
     ListOpenTransactionsResponse, ListPartitionReassignmentsRequest,
@@ -21,6 +22,8 @@ use idem_proto::v1::{
     OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, ProduceRequest, ProduceResponse,
     WriteTxnMarkersRequest, WriteTxnMarkersResponse,
 };
+use idem_runtime::acl::{Authorizer, EtcdAclStore, Operation, Resource};
+use idem_runtime::authn::principal_of;
 use idem_runtime::listeners::{Advertised, BoundListeners, Listener};
 use tonic::{Request, Response, Status};
 
@@ -28,6 +31,8 @@ use crate::cluster::membership::Membership;
 use crate::coordinators::Coordinators;
 use crate::topics::TopicRegistry;
 
+mod access;
+mod acls;
 mod admin;
 mod create_partitions;
 mod delete_records;
@@ -55,6 +60,10 @@ pub struct BrokerService {
     static_coordinator: Option<String>,
     /// `--null-produce`: Produce validates and discards (benchmarks only).
     null_produce: Option<NullProduce>,
+    /// `--authorizer`: open, or ACL checks on every RPC (see `access.rs`).
+    authorizer: Authorizer,
+    /// Where CreateAcls / DeleteAcls store ACLs (`None` without etcd).
+    acl_store: Option<EtcdAclStore>,
 }
 
 impl BrokerService {
@@ -78,7 +87,21 @@ impl BrokerService {
             membership: None,
             static_coordinator: None,
             null_produce: None,
+            authorizer: Authorizer::open(),
+            acl_store: None,
         }
+    }
+
+    /// Checks every RPC against `authorizer` (open by default).
+    pub fn with_authorizer(mut self, authorizer: Authorizer) -> Self {
+        self.authorizer = authorizer;
+        self
+    }
+
+    /// Serves CreateAcls / DescribeAcls / DeleteAcls from `store`.
+    pub fn with_acl_store(mut self, store: Option<EtcdAclStore>) -> Self {
+        self.acl_store = store;
+        self
     }
 
     /// `--null-produce`: Produce validates each batch and writes nothing (benchmarks only;
@@ -137,8 +160,12 @@ impl Broker for BrokerService {
         request: Request<MetadataRequest>,
     ) -> Result<Response<MetadataResponse>, Status> {
         let listener = self.listener_of(&request);
+        let principal = principal_of(&request).to_string();
+        let request = request.into_inner();
+        let named = !request.topics.is_empty();
+        let response = self.serve_metadata(request, listener).await?;
         Ok(Response::new(
-            self.serve_metadata(request.into_inner(), listener).await?,
+            self.filter_metadata(&principal, named, response),
         ))
     }
 
@@ -146,6 +173,21 @@ impl Broker for BrokerService {
         &self,
         request: Request<CreateTopicsRequest>,
     ) -> Result<Response<CreateTopicsResponse>, Status> {
+        let principal = principal_of(&request);
+        if !self.authorizer.is_open() {
+            for topic in &request.get_ref().topics {
+                // Kafka: create on the cluster, or on the topic.
+                if self
+                    .require(principal, [(Operation::Create, Resource::cluster())])
+                    .is_err()
+                {
+                    self.require(
+                        principal,
+                        [(Operation::Create, Resource::topic(&topic.name))],
+                    )?;
+                }
+            }
+        }
         Ok(Response::new(
             self.serve_create_topics(request.into_inner()).await,
         ))
@@ -155,8 +197,9 @@ impl Broker for BrokerService {
         &self,
         request: Request<ProduceRequest>,
     ) -> Result<Response<ProduceResponse>, Status> {
+        let principal = principal_of(&request).to_string();
         Ok(Response::new(
-            self.serve_produce(request.into_inner()).await,
+            self.serve_produce(&principal, request.into_inner()).await,
         ))
     }
 
@@ -164,13 +207,24 @@ impl Broker for BrokerService {
         &self,
         request: Request<FetchRequest>,
     ) -> Result<Response<FetchResponse>, Status> {
-        Ok(Response::new(self.serve_fetch(request.into_inner()).await))
+        let principal = principal_of(&request).to_string();
+        let request = request.into_inner();
+        if request.replica_id.is_some() {
+            // A follower's fetch: inter-node traffic (Kafka's CLUSTER_ACTION).
+            self.require(&principal, [(Operation::Alter, Resource::cluster())])?;
+        }
+        Ok(Response::new(self.serve_fetch(&principal, request).await))
     }
 
     async fn list_offsets(
         &self,
         request: Request<ListOffsetsRequest>,
     ) -> Result<Response<ListOffsetsResponse>, Status> {
+        self.require_topics(
+            principal_of(&request),
+            Operation::Describe,
+            request.get_ref().topics.iter().map(|t| &t.name),
+        )?;
         Ok(Response::new(self.serve_list_offsets(request.into_inner())))
     }
 
@@ -178,6 +232,11 @@ impl Broker for BrokerService {
         &self,
         request: Request<OffsetForLeaderEpochRequest>,
     ) -> Result<Response<OffsetForLeaderEpochResponse>, Status> {
+        self.require_topics(
+            principal_of(&request),
+            Operation::Describe,
+            [&request.get_ref().topic],
+        )?;
         Ok(Response::new(
             self.serve_offset_for_leader_epoch(request.into_inner()),
         ))
@@ -187,6 +246,14 @@ impl Broker for BrokerService {
         &self,
         request: Request<InitProducerIdRequest>,
     ) -> Result<Response<InitProducerIdResponse>, Status> {
+        let principal = principal_of(&request);
+        match request.get_ref().transactional_id.as_str() {
+            "" => self.require_idempotent_write(principal)?,
+            id => self.require(
+                principal,
+                [(Operation::Write, Resource::transactional_id(id))],
+            )?,
+        }
         Ok(Response::new(
             self.serve_init_producer_id(request.into_inner()).await,
         ))
@@ -197,6 +264,13 @@ impl Broker for BrokerService {
         request: Request<FindCoordinatorRequest>,
     ) -> Result<Response<FindCoordinatorResponse>, Status> {
         let listener = self.listener_of(&request);
+        let wanted = request.get_ref();
+        let resource = if wanted.group_id.is_empty() {
+            Resource::transactional_id(&wanted.transactional_id)
+        } else {
+            Resource::group(&wanted.group_id)
+        };
+        self.require(principal_of(&request), [(Operation::Describe, resource)])?;
         Ok(Response::new(
             self.serve_find_coordinator(request.into_inner(), listener),
         ))
@@ -206,6 +280,11 @@ impl Broker for BrokerService {
         &self,
         request: Request<WriteTxnMarkersRequest>,
     ) -> Result<Response<WriteTxnMarkersResponse>, Status> {
+        // Inter-node: only coordinators write markers (Kafka's CLUSTER_ACTION).
+        self.require(
+            principal_of(&request),
+            [(Operation::Alter, Resource::cluster())],
+        )?;
         Ok(Response::new(
             self.serve_write_txn_markers(request.into_inner()).await,
         ))
@@ -215,6 +294,10 @@ impl Broker for BrokerService {
         &self,
         request: Request<ListOpenTransactionsRequest>,
     ) -> Result<Response<ListOpenTransactionsResponse>, Status> {
+        self.require(
+            principal_of(&request),
+            [(Operation::Describe, Resource::cluster())],
+        )?;
         Ok(Response::new(
             self.serve_list_open_transactions(request.into_inner()),
         ))
@@ -224,6 +307,10 @@ impl Broker for BrokerService {
         &self,
         request: Request<AlterPartitionReassignmentsRequest>,
     ) -> Result<Response<AlterPartitionReassignmentsResponse>, Status> {
+        self.require(
+            principal_of(&request),
+            [(Operation::Alter, Resource::cluster())],
+        )?;
         Ok(Response::new(
             self.serve_alter_partition_reassignments(request.into_inner())
                 .await,
@@ -234,6 +321,10 @@ impl Broker for BrokerService {
         &self,
         request: Request<ListPartitionReassignmentsRequest>,
     ) -> Result<Response<ListPartitionReassignmentsResponse>, Status> {
+        self.require(
+            principal_of(&request),
+            [(Operation::Describe, Resource::cluster())],
+        )?;
         Ok(Response::new(
             self.serve_list_partition_reassignments(request.into_inner()),
         ))
@@ -243,6 +334,11 @@ impl Broker for BrokerService {
         &self,
         request: Request<DescribeConfigsRequest>,
     ) -> Result<Response<DescribeConfigsResponse>, Status> {
+        self.require_topics(
+            principal_of(&request),
+            Operation::Describe,
+            &request.get_ref().topics,
+        )?;
         Ok(Response::new(
             self.serve_describe_configs(request.into_inner()),
         ))
@@ -252,6 +348,11 @@ impl Broker for BrokerService {
         &self,
         request: Request<IncrementalAlterConfigsRequest>,
     ) -> Result<Response<IncrementalAlterConfigsResponse>, Status> {
+        self.require_topics(
+            principal_of(&request),
+            Operation::Alter,
+            request.get_ref().topics.iter().map(|t| &t.topic),
+        )?;
         Ok(Response::new(
             self.serve_incremental_alter_configs(request.into_inner())
                 .await,
@@ -262,6 +363,11 @@ impl Broker for BrokerService {
         &self,
         request: Request<DeleteRecordsRequest>,
     ) -> Result<Response<DeleteRecordsResponse>, Status> {
+        self.require_topics(
+            principal_of(&request),
+            Operation::Delete,
+            request.get_ref().topics.iter().map(|t| &t.name),
+        )?;
         Ok(Response::new(
             self.serve_delete_records(request.into_inner()),
         ))
@@ -271,6 +377,11 @@ impl Broker for BrokerService {
         &self,
         request: Request<CreatePartitionsRequest>,
     ) -> Result<Response<CreatePartitionsResponse>, Status> {
+        self.require_topics(
+            principal_of(&request),
+            Operation::Alter,
+            request.get_ref().topics.iter().map(|t| &t.name),
+        )?;
         Ok(Response::new(
             self.serve_create_partitions(request.into_inner()).await,
         ))
@@ -280,8 +391,52 @@ impl Broker for BrokerService {
         &self,
         request: Request<DeleteTopicsRequest>,
     ) -> Result<Response<DeleteTopicsResponse>, Status> {
+        self.require_topics(
+            principal_of(&request),
+            Operation::Delete,
+            &request.get_ref().topics,
+        )?;
         Ok(Response::new(
             self.serve_delete_topics(request.into_inner()).await,
+        ))
+    }
+
+    async fn create_acls(
+        &self,
+        request: Request<CreateAclsRequest>,
+    ) -> Result<Response<CreateAclsResponse>, Status> {
+        self.require(
+            principal_of(&request),
+            [(Operation::Alter, Resource::cluster())],
+        )?;
+        Ok(Response::new(
+            self.serve_create_acls(request.into_inner()).await,
+        ))
+    }
+
+    async fn describe_acls(
+        &self,
+        request: Request<DescribeAclsRequest>,
+    ) -> Result<Response<DescribeAclsResponse>, Status> {
+        self.require(
+            principal_of(&request),
+            [(Operation::Describe, Resource::cluster())],
+        )?;
+        Ok(Response::new(
+            self.serve_describe_acls(request.into_inner()).await,
+        ))
+    }
+
+    async fn delete_acls(
+        &self,
+        request: Request<DeleteAclsRequest>,
+    ) -> Result<Response<DeleteAclsResponse>, Status> {
+        self.require(
+            principal_of(&request),
+            [(Operation::Alter, Resource::cluster())],
+        )?;
+        Ok(Response::new(
+            self.serve_delete_acls(request.into_inner()).await,
         ))
     }
 }

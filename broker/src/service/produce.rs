@@ -12,6 +12,7 @@ use idem_proto::v1::{
     PartitionProduceResponse, ProduceRequest, ProduceResponse, TopicProduceResponse,
 };
 use idem_proto::ErrorCode;
+use idem_runtime::acl::Operation;
 
 use super::refusal::log_refusal;
 use super::BrokerService;
@@ -20,7 +21,11 @@ use crate::error::BrokerError;
 use crate::internal_topics::{self, OwnerFacts};
 
 impl BrokerService {
-    pub(super) async fn serve_produce(&self, request: ProduceRequest) -> ProduceResponse {
+    pub(super) async fn serve_produce(
+        &self,
+        principal: &str,
+        request: ProduceRequest,
+    ) -> ProduceResponse {
         let bytes: usize = request
             .topics
             .iter()
@@ -35,16 +40,33 @@ impl BrokerService {
         let mut topics = Vec::with_capacity(request.topics.len());
         for topic in &request.topics {
             let mut partitions = Vec::with_capacity(topic.partitions.len());
+            // Checked before anything is appended; a cached decision (a hash lookup).
+            // A transactional batch needs no check of its transactional id here: the
+            // partition takes it only once the coordinator registered it, which took
+            // write on the transactional id and on this topic (docs/operations.md).
+            let refused = refused_acks
+                .as_ref()
+                .map(|e| (e.code(), e.to_string()))
+                .or_else(|| {
+                    self.authorize_topic(principal, Operation::Write, &topic.name)
+                        .err()
+                        .map(|e| {
+                            for data in &topic.partitions {
+                                log_refusal(&topic.name, data.partition, &e);
+                            }
+                            (e.code(), e.to_string())
+                        })
+                });
             for data in &topic.partitions {
-                let response = match &refused_acks {
+                let response = match &refused {
                     None => {
                         self.produce_one(&topic.name, data.partition, &data.records, &request)
                             .await
                     }
-                    Some(e) => PartitionProduceResponse {
+                    Some((code, message)) => PartitionProduceResponse {
                         partition: data.partition,
-                        error_code: e.code() as i32,
-                        error_message: e.to_string(),
+                        error_code: *code as i32,
+                        error_message: message.clone(),
                         base_offset: -1,
                         log_append_time_ms: -1,
                         log_start_offset: -1,

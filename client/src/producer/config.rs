@@ -103,6 +103,8 @@ pub struct ProducerConfig {
     /// the background), so partitions added to the topic are used. Default 5 min
     /// (Kafka's `metadata.max.age.ms`).
     pub metadata_max_age: Duration,
+    /// What every call presents (a bearer token; none = `User:ANONYMOUS`).
+    pub credentials: crate::credentials::Credentials,
 }
 
 impl ProducerConfig {
@@ -118,6 +120,7 @@ impl ProducerConfig {
             retry_backoff: Duration::from_millis(100),
             buffer_memory: 32 * 1024 * 1024,
             metadata_max_age: DEFAULT_METADATA_MAX_AGE,
+            credentials: Default::default(),
         }
     }
 

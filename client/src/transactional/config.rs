@@ -33,6 +33,8 @@ pub struct TransactionalConfig {
     /// How old a topic's metadata may get before a `send` to it asks for it again, so
     /// partitions added to the topic are used. Default 5 min.
     pub metadata_max_age: Duration,
+    /// What every call presents (a bearer token; none = `User:ANONYMOUS`).
+    pub credentials: crate::credentials::Credentials,
 }
 
 impl TransactionalConfig {
@@ -47,6 +49,7 @@ impl TransactionalConfig {
             batch_size: defaults.batch_size,
             linger: defaults.linger,
             metadata_max_age: defaults.metadata_max_age,
+            credentials: defaults.credentials,
         }
     }
 
@@ -59,6 +62,7 @@ impl TransactionalConfig {
             delivery_timeout: self.delivery_timeout,
             request_timeout: self.request_timeout,
             metadata_max_age: self.metadata_max_age,
+            credentials: self.credentials.clone(),
             ..ProducerConfig::new(self.bootstrap.clone()).with_delivery(Delivery::ExactlyOnce)
         }
     }

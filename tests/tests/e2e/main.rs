@@ -1,6 +1,7 @@
 //! End-to-end tests against real `idem-broker` processes over gRPC. Modules are named
 //! by the guarantee they defend.
 
+mod acls;
 mod bad_config;
 mod bad_input;
 mod bench;

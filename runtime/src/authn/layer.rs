@@ -1,0 +1,147 @@
+//! The authentication layer [`crate::grpc_server`] puts in front of every server's
+//! routes: it reads `authorization: Bearer <token>`, checks the token against the
+//! token file and puts the [`Principal`] into the request's extensions. A token the
+//! file does not hold is answered UNAUTHENTICATED before any service sees the request;
+//! no credential is `User:ANONYMOUS`. Without a token file, tokens are not checked and
+//! every request is anonymous.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tower::{Layer, Service};
+
+use super::principal::Principal;
+use super::token_file::TokenFile;
+
+#[derive(Debug, Clone, Default)]
+pub struct AuthnLayer {
+    tokens: Option<TokenFile>,
+}
+
+impl AuthnLayer {
+    pub fn new(tokens: Option<TokenFile>) -> AuthnLayer {
+        AuthnLayer { tokens }
+    }
+}
+
+impl<S> Layer<S> for AuthnLayer {
+    type Service = Authn<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Authn {
+            inner,
+            tokens: self.tokens.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Authn<S> {
+    inner: S,
+    tokens: Option<TokenFile>,
+}
+
+/// What a request's credentials say.
+#[derive(Debug, PartialEq, Eq)]
+enum Authenticated {
+    As(Principal),
+    Refused(&'static str),
+}
+
+fn authenticate(header: Option<&http::HeaderValue>, tokens: Option<&TokenFile>) -> Authenticated {
+    let (Some(header), Some(tokens)) = (header, tokens) else {
+        return Authenticated::As(Principal::anonymous());
+    };
+    let Some(token) = header
+        .to_str()
+        .ok()
+        .and_then(|value| value.strip_prefix("Bearer "))
+        .map(str::trim)
+    else {
+        return Authenticated::Refused(
+            "the authorization header is not of the form `Bearer <token>`",
+        );
+    };
+    match tokens.tokens().principal(token) {
+        Some(principal) => Authenticated::As(principal.clone()),
+        None => Authenticated::Refused("invalid bearer token: this server does not know it"),
+    }
+}
+
+impl<S, B, R> Service<http::Request<B>> for Authn<S>
+where
+    S: Service<http::Request<B>, Response = http::Response<R>>,
+    S::Future: Send + 'static,
+    R: Default + Send + 'static,
+    S::Error: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
+        match authenticate(
+            request.headers().get(http::header::AUTHORIZATION),
+            self.tokens.as_ref(),
+        ) {
+            Authenticated::As(principal) => {
+                request.extensions_mut().insert(principal);
+                Box::pin(self.inner.call(request))
+            }
+            Authenticated::Refused(why) => {
+                let refusal = tonic::Status::unauthenticated(why).into_http();
+                Box::pin(async move { Ok(refusal) })
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    fn tokens() -> TokenFile {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("tokens");
+        std::fs::write(&path, "alice t-a\n").expect("write");
+        TokenFile::load(Path::new(&path)).expect("loaded")
+    }
+
+    #[test]
+    fn a_known_token_names_its_principal() {
+        let header = http::HeaderValue::from_static("Bearer t-a");
+        assert_eq!(
+            authenticate(Some(&header), Some(&tokens())),
+            Authenticated::As(Principal::user("alice"))
+        );
+    }
+
+    #[test]
+    fn an_unknown_token_or_a_malformed_header_is_refused() {
+        let unknown = http::HeaderValue::from_static("Bearer nope");
+        assert!(matches!(
+            authenticate(Some(&unknown), Some(&tokens())),
+            Authenticated::Refused(why) if why.contains("invalid bearer token")
+        ));
+        let basic = http::HeaderValue::from_static("Basic YTpi");
+        assert!(matches!(
+            authenticate(Some(&basic), Some(&tokens())),
+            Authenticated::Refused(_)
+        ));
+    }
+
+    #[test]
+    fn no_credential_is_anonymous() {
+        assert_eq!(
+            authenticate(None, Some(&tokens())),
+            Authenticated::As(Principal::anonymous())
+        );
+    }
+}
