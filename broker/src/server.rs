@@ -13,6 +13,7 @@ use idem_runtime::log_limit::LogLimit;
 use idem_runtime::metrics_endpoint::{self, MetricsError};
 use idem_runtime::shutdown::{CancellationToken, Duties};
 use idem_runtime::stop::serve_then_stop;
+use idem_runtime::tls::{LoadedTls, ServerTls};
 use idem_runtime::warn_limited;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -99,10 +100,16 @@ impl BoundBroker {
         let producer_ids = Arc::new(
             ProducerIdManager::new(store, config.broker_id).with_prefetch(config.pid_prefetch),
         );
+        // Loaded again here (validate() checked it): the files a start uses are read once.
+        let tls = config.tls()?;
         let listener = GrpcListener::bind(config.listen)
             .await?
             .with_external(config.external_listen)
-            .await?;
+            .await?
+            .with_tls(
+                tls.as_ref()
+                    .map(|tls| ServerTls::new(config.tls_files(), tls.server.clone())),
+            );
         let bound = listener.bound();
         let advertised = Advertised::resolve(
             bound,
@@ -137,6 +144,7 @@ impl BoundBroker {
                     broker_id: config.broker_id,
                     catalog,
                     membership: membership.clone(),
+                    peer_tls: tls.as_ref().map(LoadedTls::peer_client_config),
                 };
                 let registry = TopicRegistry::clustered(
                     &config.data_dir,

@@ -20,6 +20,7 @@
 //! - [`log_limit`]: a limit on how often a repeating failure is logged;
 //! - [`atomic_file`], [`clock`]: replacing a file crash-safely, and the wall clock;
 //! - [`config_error`]: a setting refused at start, naming its flag;
+//! - [`tls`]: TLS on every listener (and mutual TLS), reloaded on SIGHUP;
 //! - [`topic_catalog`]: the etcd keys of the topic catalog, for its readers.
 
 pub mod atomic_file;
@@ -38,5 +39,6 @@ pub mod metrics_endpoint;
 pub mod rpc_metrics;
 pub mod shutdown;
 pub mod stop;
+pub mod tls;
 pub mod topic_catalog;
 pub mod until_deleted;

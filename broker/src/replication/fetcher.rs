@@ -28,7 +28,7 @@ use idem_runtime::warn_limited;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
 use crate::cluster::membership::Membership;
 use crate::partition::Partition;
@@ -90,6 +90,7 @@ pub async fn run(
     leader: i32,
     shared: Arc<FetcherShared>,
     membership: Arc<Membership>,
+    peer_tls: Option<ClientTlsConfig>,
     stop: CancellationToken,
 ) {
     let mut version = shared.subscribe();
@@ -99,7 +100,7 @@ pub async fn run(
     let mut warn_limit = LogLimit::for_repeated_failures();
     while !stop.is_cancelled() {
         let Some(connected) = stop
-            .run_until_cancelled(leader_client(&membership, leader))
+            .run_until_cancelled(leader_client(&membership, leader, peer_tls.as_ref()))
             .await
         else {
             return;
@@ -141,6 +142,7 @@ pub async fn run(
 async fn leader_client(
     membership: &Membership,
     leader: i32,
+    tls: Option<&ClientTlsConfig>,
 ) -> Result<BrokerClient<Channel>, String> {
     let brokers = membership
         .live_brokers()
@@ -151,10 +153,17 @@ async fn leader_client(
         .find(|b| b.broker_id == leader)
         .ok_or_else(|| format!("leader {leader} is not registered"))?
         .address;
-    let endpoint = Endpoint::from_shared(format!("http://{address}"))
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let endpoint = Endpoint::from_shared(format!("{scheme}://{address}"))
         .map_err(|e| format!("leader {leader} advertises {address:?}: {e}"))?
         .tcp_nodelay(true)
         .connect_timeout(Duration::from_secs(2));
+    let endpoint = match tls {
+        Some(tls) => endpoint
+            .tls_config(tls.clone())
+            .map_err(|e| format!("TLS to leader {leader} at {address}: {e}"))?,
+        None => endpoint,
+    };
     let channel = endpoint
         .connect()
         .await
