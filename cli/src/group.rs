@@ -6,6 +6,7 @@
 //! non-zero on a refusal, naming it.
 
 use anyhow::Context;
+use idem_client::TlsConfig;
 use idem_client::{Admin, Isolation, OffsetSpec};
 
 #[derive(Debug, clap::Subcommand)]
@@ -33,8 +34,12 @@ pub enum GroupCommand {
     Delete { group: String },
 }
 
-pub async fn run(bootstrap: &str, command: GroupCommand) -> anyhow::Result<()> {
-    let admin = Admin::connect(bootstrap)
+pub async fn run(
+    bootstrap: &str,
+    tls: Option<&TlsConfig>,
+    command: GroupCommand,
+) -> anyhow::Result<()> {
+    let admin = Admin::connect_with(bootstrap, tls.cloned())
         .await
         .with_context(|| format!("connecting to {bootstrap}"))?;
     match command {

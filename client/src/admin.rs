@@ -20,6 +20,7 @@ pub mod txn_log_slices;
 use crate::connection::{Connection, DEFAULT_REQUEST_TIMEOUT};
 use crate::error::ClientError;
 use crate::metadata::ClusterMetadata;
+use crate::tls::TlsConfig;
 use crate::types::Isolation;
 pub use crate::types::OffsetSpec;
 use idem_proto::v1::{ConfigEntry, CreatableTopic, CreateTopicsRequest};
@@ -74,8 +75,16 @@ impl Admin {
     /// Connects to `bootstrap` (`host:port`, or a comma-separated list of them tried in
     /// turn).
     pub async fn connect(bootstrap: &str) -> Result<Admin, ClientError> {
+        Admin::connect_with(bootstrap, None).await
+    }
+
+    /// [`Admin::connect`] with TLS on every connection when `tls` is given.
+    pub async fn connect_with(
+        bootstrap: &str,
+        tls: Option<TlsConfig>,
+    ) -> Result<Admin, ClientError> {
         Ok(Admin {
-            conn: Connection::connect(bootstrap, DEFAULT_REQUEST_TIMEOUT).await?,
+            conn: Connection::connect_with(bootstrap, DEFAULT_REQUEST_TIMEOUT, tls).await?,
         })
     }
 

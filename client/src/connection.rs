@@ -32,6 +32,7 @@ use crate::error::{is_retriable_status, ClientError};
 use crate::metadata::{ClusterMetadata, Route};
 use crate::metadata_view::{MetadataView, RefreshFuture};
 use crate::retry;
+use crate::tls::{mismatch_hint, TlsConfig};
 use crate::types::{Isolation, OffsetSpec, ProducerIdAndEpoch};
 
 /// The largest gRPC message the SDK sends or decodes: the protocol's limit.
@@ -75,6 +76,8 @@ pub struct Connection {
     /// How old a topic's cached metadata may get before a use of it asks for fresh
     /// metadata (in the background; the use goes on with what is cached).
     metadata_max_age: Duration,
+    /// TLS for every channel (`None`: plaintext).
+    tls: Option<Arc<TlsConfig>>,
 }
 
 #[derive(Debug)]
@@ -87,24 +90,47 @@ struct SharedState {
     preferred: Mutex<Node>,
 }
 
-/// `host:port` or a full URI as an endpoint URI.
-fn endpoint_uri(bootstrap: &str) -> String {
+/// `host:port` or a full URI as an endpoint URI: `https` with TLS, else `http`.
+fn endpoint_uri(bootstrap: &str, tls: bool) -> String {
     let bootstrap = bootstrap.trim();
     if bootstrap.contains("://") {
         bootstrap.to_string()
+    } else if tls {
+        format!("https://{bootstrap}")
     } else {
         format!("http://{bootstrap}")
     }
 }
 
-/// The endpoint settings every channel uses.
-fn endpoint(address: &str) -> Result<Endpoint, String> {
-    Ok(Endpoint::from_shared(endpoint_uri(address))
+/// The endpoint settings every channel uses (to brokers and to coordinators).
+pub(crate) fn endpoint(address: &str, tls: Option<&TlsConfig>) -> Result<Endpoint, String> {
+    let endpoint = Endpoint::from_shared(endpoint_uri(address, tls.is_some()))
         .map_err(|e| error_chain(&e))?
         .tcp_nodelay(true)
         .connect_timeout(CONNECT_TIMEOUT)
         .http2_keep_alive_interval(Duration::from_secs(10))
-        .keep_alive_timeout(Duration::from_secs(20)))
+        .keep_alive_timeout(Duration::from_secs(20));
+    match tls {
+        Some(tls) => endpoint
+            .tls_config(tls.client_config())
+            .map_err(|e| format!("TLS settings: {}", error_chain(&e))),
+        None => Ok(endpoint),
+    }
+}
+
+/// A connection failure that points to a TLS mismatch becomes [`ClientError::Tls`].
+fn tls_classified(error: ClientError, tls: bool) -> ClientError {
+    match error {
+        ClientError::Connect { address, message } => match mismatch_hint(tls, &message) {
+            Some(hint) => ClientError::Tls {
+                address,
+                hint: hint.to_string(),
+                message,
+            },
+            None => ClientError::Connect { address, message },
+        },
+        other => other,
+    }
 }
 
 fn broker_client(channel: Channel) -> BrokerClient<Channel> {
@@ -142,23 +168,38 @@ impl Connection {
     /// when there is a choice, answers Metadata) becomes the bootstrap connection. Fails
     /// naming each broker that could not be reached.
     pub async fn connect(bootstrap: &str, request_timeout: Duration) -> Result<Self, ClientError> {
+        Connection::connect_with(bootstrap, request_timeout, None).await
+    }
+
+    /// [`Connection::connect`] with TLS on every channel when `tls` is given. With TLS
+    /// the first broker is always asked for Metadata before this returns, so a
+    /// certificate the server refuses (TLS 1.3 tells a client so only after its
+    /// handshake) fails here, as [`ClientError::Tls`], rather than at the first request.
+    pub async fn connect_with(
+        bootstrap: &str,
+        request_timeout: Duration,
+        tls: Option<TlsConfig>,
+    ) -> Result<Self, ClientError> {
         let addresses = bootstrap::addresses(bootstrap)?;
         for address in &addresses {
-            endpoint(address).map_err(|e| {
+            endpoint(address, tls.as_ref()).map_err(|e| {
                 ClientError::InvalidConfig(format!("bad bootstrap address {address:?}: {e}"))
             })?;
         }
         // With one address there is nothing to choose: the first request reports trouble.
-        let probe = (addresses.len() > 1).then(|| request_timeout.min(ANY_BROKER_ATTEMPT_TIMEOUT));
+        let probe = (addresses.len() > 1 || tls.is_some())
+            .then(|| request_timeout.min(ANY_BROKER_ATTEMPT_TIMEOUT));
+        let tls_ref = tls.as_ref();
         let (bootstrap, channel) = bootstrap::first_answering(&addresses, |address| async move {
-            let endpoint = endpoint(&address)?;
+            let endpoint = endpoint(&address, tls_ref)?;
             let channel = endpoint.connect().await.map_err(|e| error_chain(&e))?;
             if let Some(timeout) = probe {
                 bootstrap::answers_metadata(broker_client(channel.clone()), timeout).await?;
             }
             Ok(channel)
         })
-        .await?;
+        .await
+        .map_err(|e| tls_classified(e, tls_ref.is_some()))?;
         Ok(Connection {
             bootstrap,
             client: broker_client(channel),
@@ -169,6 +210,7 @@ impl Connection {
             }),
             request_timeout,
             metadata_max_age: DEFAULT_METADATA_MAX_AGE,
+            tls: tls.map(Arc::new),
         })
     }
 
@@ -178,10 +220,19 @@ impl Connection {
     /// A bootstrap list becomes one channel balanced over its addresses: requests go to
     /// the ones that are up.
     pub fn connect_lazy(bootstrap: &str, request_timeout: Duration) -> Result<Self, ClientError> {
+        Connection::connect_lazy_with(bootstrap, request_timeout, None)
+    }
+
+    /// [`Connection::connect_lazy`] with TLS on every channel when `tls` is given.
+    pub fn connect_lazy_with(
+        bootstrap: &str,
+        request_timeout: Duration,
+        tls: Option<TlsConfig>,
+    ) -> Result<Self, ClientError> {
         let addresses = bootstrap::addresses(bootstrap)?;
         let mut endpoints = Vec::with_capacity(addresses.len());
         for address in &addresses {
-            endpoints.push(endpoint(address).map_err(|e| {
+            endpoints.push(endpoint(address, tls.as_ref()).map_err(|e| {
                 ClientError::InvalidConfig(format!("bad bootstrap address {address:?}: {e}"))
             })?);
         }
@@ -201,6 +252,7 @@ impl Connection {
             }),
             request_timeout,
             metadata_max_age: DEFAULT_METADATA_MAX_AGE,
+            tls: tls.map(Arc::new),
         })
     }
 
@@ -217,6 +269,11 @@ impl Connection {
 
     pub fn request_timeout(&self) -> Duration {
         self.request_timeout
+    }
+
+    /// The TLS every channel of this connection uses (`None`: plaintext).
+    pub fn tls(&self) -> Option<&TlsConfig> {
+        self.tls.as_deref()
     }
 
     /// A client on the bootstrap channel (cheap: the channel multiplexes).
@@ -239,7 +296,7 @@ impl Connection {
         if let Some(client) = pool.get(address) {
             return Ok(client.clone());
         }
-        let endpoint = endpoint(address).map_err(|e| {
+        let endpoint = endpoint(address, self.tls()).map_err(|e| {
             ClientError::Protocol(format!(
                 "a broker advertises a bad address {address:?}: {e}"
             ))
@@ -726,8 +783,15 @@ mod tests {
 
     #[test]
     fn bootstrap_addresses_become_http_uris() {
-        assert_eq!(endpoint_uri("127.0.0.1:9092"), "http://127.0.0.1:9092");
-        assert_eq!(endpoint_uri(" localhost:1 "), "http://localhost:1");
+        assert_eq!(
+            endpoint_uri("127.0.0.1:9092", false),
+            "http://127.0.0.1:9092"
+        );
+        assert_eq!(
+            endpoint_uri("127.0.0.1:9092", true),
+            "https://127.0.0.1:9092"
+        );
+        assert_eq!(endpoint_uri(" localhost:1 ", false), "http://localhost:1");
         assert_eq!(endpoint_uri("https://b:443"), "https://b:443");
     }
 

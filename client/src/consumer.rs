@@ -12,6 +12,7 @@
 //! positions did not move), without failing `poll`, unless no fetch has been answered
 //! for a whole `request_timeout`.
 
+use crate::tls::TlsConfig;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -52,6 +53,9 @@ pub struct ConsumerConfig {
     /// fails the poll with OFFSET_OUT_OF_RANGE and keeps the position, so skipping
     /// records is never silent (Kafka's `none`).
     pub auto_offset_reset: Option<OffsetSpec>,
+    /// TLS for every connection (brokers and coordinators); `None`, the default, dials
+    /// in plaintext.
+    pub tls: Option<TlsConfig>,
 }
 
 impl Default for ConsumerConfig {
@@ -64,6 +68,7 @@ impl Default for ConsumerConfig {
             start: OffsetSpec::Latest,
             request_timeout: Duration::from_secs(30),
             auto_offset_reset: None,
+            tls: None,
         }
     }
 }
@@ -144,7 +149,8 @@ impl Consumer {
                 config.max_bytes
             )));
         }
-        let conn = Connection::connect(bootstrap, config.request_timeout).await?;
+        let conn =
+            Connection::connect_with(bootstrap, config.request_timeout, config.tls.clone()).await?;
         Ok(Consumer {
             conn,
             config,

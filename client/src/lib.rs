@@ -67,6 +67,7 @@ pub mod partitioner;
 pub mod producer;
 pub mod refresh;
 mod retry;
+pub mod tls;
 pub mod transactional;
 pub mod types;
 
@@ -94,6 +95,7 @@ pub use producer::config::{Delivery, ProducerConfig};
 pub use producer::{
     DeliveryFuture, Producer, ProducerRecord, RecordMetadata, IDEMPOTENCY_KEY_HEADER,
 };
+pub use tls::TlsConfig;
 pub use transactional::config::TransactionalConfig;
 pub use transactional::errors::TxnErrorClass;
 pub use transactional::pipelined::PendingCommit;

@@ -2,6 +2,7 @@
 //! the classic table. `acks` is derived from the mode, never set on its own, so no
 //! combination can quietly weaken a guarantee.
 
+use crate::tls::TlsConfig;
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
@@ -103,6 +104,9 @@ pub struct ProducerConfig {
     /// the background), so partitions added to the topic are used. Default 5 min
     /// (Kafka's `metadata.max.age.ms`).
     pub metadata_max_age: Duration,
+    /// TLS for every connection (brokers and coordinators); `None`, the default, dials
+    /// in plaintext.
+    pub tls: Option<TlsConfig>,
 }
 
 impl ProducerConfig {
@@ -118,6 +122,7 @@ impl ProducerConfig {
             retry_backoff: Duration::from_millis(100),
             buffer_memory: 32 * 1024 * 1024,
             metadata_max_age: DEFAULT_METADATA_MAX_AGE,
+            tls: None,
         }
     }
 

@@ -140,9 +140,13 @@ impl Producer {
     pub async fn connect(config: ProducerConfig) -> Result<Producer, ClientError> {
         let partitioners = TopicPartitioners::new(config.batch_size);
         config.validate()?;
-        let conn = Connection::connect(&config.bootstrap, config.request_timeout)
-            .await?
-            .with_metadata_max_age(config.metadata_max_age);
+        let conn = Connection::connect_with(
+            &config.bootstrap,
+            config.request_timeout,
+            config.tls.clone(),
+        )
+        .await?
+        .with_metadata_max_age(config.metadata_max_age);
         let producer = if config.delivery.idempotent() {
             let p = conn.init_producer_id().await?;
             tracing::info!(

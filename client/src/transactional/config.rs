@@ -2,6 +2,7 @@
 //! data path is the exactly-once producer's (acks=all, at most 5 batches in flight per
 //! partition, ordered retries), so the derived [`ProducerConfig`] is validated too.
 
+use crate::tls::TlsConfig;
 use std::time::Duration;
 
 use crate::error::ClientError;
@@ -33,6 +34,9 @@ pub struct TransactionalConfig {
     /// How old a topic's metadata may get before a `send` to it asks for it again, so
     /// partitions added to the topic are used. Default 5 min.
     pub metadata_max_age: Duration,
+    /// TLS for every connection (brokers and coordinators); `None`, the default, dials
+    /// in plaintext.
+    pub tls: Option<TlsConfig>,
 }
 
 impl TransactionalConfig {
@@ -47,6 +51,7 @@ impl TransactionalConfig {
             batch_size: defaults.batch_size,
             linger: defaults.linger,
             metadata_max_age: defaults.metadata_max_age,
+            tls: None,
         }
     }
 
@@ -59,6 +64,7 @@ impl TransactionalConfig {
             delivery_timeout: self.delivery_timeout,
             request_timeout: self.request_timeout,
             metadata_max_age: self.metadata_max_age,
+            tls: self.tls.clone(),
             ..ProducerConfig::new(self.bootstrap.clone()).with_delivery(Delivery::ExactlyOnce)
         }
     }

@@ -130,9 +130,13 @@ impl TransactionalProducer {
     pub async fn connect(config: TransactionalConfig) -> Result<Self, ClientError> {
         let partitioners = TopicPartitioners::new(config.batch_size);
         config.validate()?;
-        let conn = Connection::connect(&config.bootstrap, config.request_timeout)
-            .await?
-            .with_metadata_max_age(config.metadata_max_age);
+        let conn = Connection::connect_with(
+            &config.bootstrap,
+            config.request_timeout,
+            config.tls.clone(),
+        )
+        .await?
+        .with_metadata_max_age(config.metadata_max_age);
         Ok(TransactionalProducer {
             inner: Arc::new(Inner {
                 producer_config: Arc::new(config.producer_config()),
