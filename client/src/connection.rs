@@ -46,6 +46,9 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest one attempt of a request any broker may serve waits before the next broker
 /// is tried (a paused broker accepts connections but never answers).
 const ANY_BROKER_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a plaintext connect to a single address waits to see whether the server
+/// closes the connection at once (a TLS-only server does).
+const PLAINTEXT_CHECK: Duration = Duration::from_secs(1);
 
 /// A broker the client can send to.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -195,6 +198,15 @@ impl Connection {
             let channel = endpoint.connect().await.map_err(|e| error_chain(&e))?;
             if let Some(timeout) = probe {
                 bootstrap::answers_metadata(broker_client(channel.clone()), timeout).await?;
+            } else if let Err(why) =
+                bootstrap::answers_metadata(broker_client(channel.clone()), PLAINTEXT_CHECK).await
+            {
+                // A TLS-only server closes a plaintext connection at its first request;
+                // say so now rather than at the caller's first request. Any other
+                // outcome (no answer yet, a broker still loading) is left to that request.
+                if mismatch_hint(false, &why).is_some() {
+                    return Err(why);
+                }
             }
             Ok(channel)
         })

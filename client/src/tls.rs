@@ -105,42 +105,113 @@ impl TlsConfig {
 /// rather than why).
 pub(crate) fn mismatch_hint(tls: bool, failure: &str) -> Option<&'static str> {
     let lower = failure.to_ascii_lowercase();
-    let tls_words = [
-        "certificate",
-        "unknownissuer",
-        "unknown issuer",
-        "handshake",
-        "alert",
-        "tls",
-    ];
-    if tls {
-        if tls_words.iter().any(|w| lower.contains(w)) {
-            return Some(
-                "the TLS handshake failed: the server's certificate is not signed by the \
-                 given CA (--tls-ca), does not name the address dialled, or the server \
-                 refused the client certificate (--tls-cert, --tls-key)",
-            );
-        }
-        if lower.contains("invalid http version")
-            || lower.contains("corrupt message")
-            || lower.contains("received corrupt")
-        {
-            return Some("the server does not speak TLS: dial it without --tls-ca");
-        }
-        return None;
-    }
-    let closed_early = [
+    let says = |words: &[&str]| words.iter().any(|w| lower.contains(w));
+    // A server that hangs up right after the handshake (TLS 1.3 tells a client its
+    // certificate was refused only then) or at the first bytes of plaintext.
+    let closed_early = says(&[
         "connection closed",
         "connection reset",
         "broken pipe",
         "frame with invalid size",
         "protocol error",
         "unexpected eof",
-        "unexpected end of file",
-    ];
-    closed_early.iter().any(|w| lower.contains(w)).then_some(
-        "the server closed the connection at once: it may require TLS (give the CA with \
-             --tls-ca, and a client certificate with --tls-cert and --tls-key when it asks \
-             for one)",
+        "close_notify",
+    ]);
+    if !tls {
+        return closed_early.then_some(
+            "the server closed the connection at once: it may require TLS (give the CA \
+             with --tls-ca, and a client certificate with --tls-cert and --tls-key when it \
+             asks for one)",
+        );
+    }
+    if says(&[
+        "invalid http version",
+        "corrupt message",
+        "wrong version number",
+    ]) {
+        return Some("the server does not speak TLS: dial it without --tls-ca");
+    }
+    if says(&["invalid peer certificate"]) {
+        return Some(
+            "the server's certificate is not signed by the given CA (--tls-ca) or does not \
+             name the address dialled",
+        );
+    }
+    if says(&[
+        "certificaterequired",
+        "unknownca",
+        "badcertificate",
+        "certificateunknown",
+        "decrypterror",
+    ]) {
+        return Some(
+            "the server refused the client certificate: it requires one (--tls-cert, \
+             --tls-key) signed by its CA",
+        );
+    }
+    if says(&[
+        "certificate",
+        "unknownissuer",
+        "unknown issuer",
+        "alert",
+        "handshake",
+    ]) {
+        return Some(
+            "the TLS handshake failed: the server's certificate is not signed by the given \
+             CA (--tls-ca) or does not name the address dialled, or the server refused the \
+             client certificate (--tls-cert, --tls-key)",
+        );
+    }
+    closed_early.then_some(
+        "the server closed the TLS connection after the handshake: it requires a client \
+         certificate signed by its CA (--tls-cert, --tls-key)",
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn given_connection_failures_then_only_tls_mismatches_get_a_hint() {
+        let closed = "Metadata failed: hyper::Error(Canceled, \"connection closed\")";
+        assert!(mismatch_hint(false, closed).is_some_and(|h| h.contains("may require TLS")));
+        assert!(mismatch_hint(true, closed).is_some_and(|h| h.contains("client certificate")));
+        let unknown = "invalid peer certificate: UnknownIssuer";
+        assert!(mismatch_hint(true, unknown).is_some_and(|h| h.contains("--tls-ca")));
+        let required = "received fatal alert: CertificateRequired";
+        assert!(mismatch_hint(true, required)
+            .is_some_and(|h| h.contains("refused the client certificate")));
+        let refused = "tcp connect error: Connection refused (os error 111)";
+        assert_eq!(mismatch_hint(false, refused), None);
+        assert_eq!(mismatch_hint(true, refused), None);
+        assert_eq!(
+            mismatch_hint(false, "no answer to Metadata within 1s"),
+            None
+        );
+    }
+
+    #[test]
+    fn given_a_certificate_without_a_key_then_the_files_are_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cert = dir.path().join("c.pem");
+        std::fs::write(&cert, "x").expect("write");
+        assert!(matches!(
+            TlsConfig::from_files(None, Some(&cert), None),
+            Err(ClientError::InvalidConfig(_))
+        ));
+        assert!(matches!(
+            TlsConfig::from_files(Some(&cert), None, Some(&cert)),
+            Err(ClientError::InvalidConfig(_))
+        ));
+        assert!(matches!(
+            TlsConfig::from_files(None, Some(&cert), Some(&cert)),
+            Err(ClientError::InvalidConfig(_))
+        ));
+        assert_eq!(TlsConfig::from_files(None, None, None).ok(), Some(None));
+        assert!(matches!(
+            TlsConfig::from_files(Some(&dir.path().join("missing")), None, None),
+            Err(ClientError::InvalidConfig(_))
+        ));
+    }
 }
