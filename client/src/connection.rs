@@ -804,7 +804,7 @@ mod tests {
             "https://127.0.0.1:9092"
         );
         assert_eq!(endpoint_uri(" localhost:1 ", false), "http://localhost:1");
-        assert_eq!(endpoint_uri("https://b:443"), "https://b:443");
+        assert_eq!(endpoint_uri("https://b:443", false), "https://b:443");
     }
 
     #[tokio::test]

@@ -12,6 +12,7 @@ use idem_client::{
     Admin, ClientError, Consumer, ConsumerConfig, Isolation, Producer, ProducerConfig,
     ProducerRecord, TlsConfig, TransactionalConfig, TransactionalProducer,
 };
+use idem_tests::cli::idem;
 use idem_tests::sdk::bytes;
 use idem_tests::tls::{CertAuthority, TlsFiles};
 use idem_tests::wait::{seen_if, wait_until, PATIENCE};
@@ -174,6 +175,40 @@ async fn given_a_mutual_tls_cluster_when_clients_present_its_certificates_then_e
         );
         eprintln!("{what}: {text}");
     }
+
+    // `idem health`, what container health checks run, over mTLS to a broker and to the
+    // coordinator; refused in plaintext. The CLI also topic-lists over mTLS.
+    let alice = ca.client("alice");
+    let alice_files = TlsFiles::write(dir.path(), "alice", &alice, &ca);
+    let cli_tls = [
+        "--tls-ca".to_string(),
+        alice_files.ca.display().to_string(),
+        "--tls-cert".to_string(),
+        alice_files.cert.display().to_string(),
+        "--tls-key".to_string(),
+        alice_files.key.display().to_string(),
+    ];
+    let cli_tls: Vec<&str> = cli_tls.iter().map(String::as_str).collect();
+    let coordinator = cluster.coordinator(1).bootstrap();
+    for address in [bootstrap.as_str(), coordinator.as_str()] {
+        let out = idem(&bootstrap, &[&cli_tls[..], &["health", address]].concat());
+        assert!(
+            out.status.success(),
+            "idem health {address} over mTLS: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let plaintext = idem(&bootstrap, &["health", address, "--timeout-ms", "1000"]);
+        assert!(
+            !plaintext.status.success(),
+            "plaintext health check of {address} passed"
+        );
+    }
+    let listed = idem(&bootstrap, &[&cli_tls[..], &["topic", "list"]].concat());
+    assert!(
+        String::from_utf8_lossy(&listed.stdout).contains(ORDERS),
+        "idem topic list over mTLS: {}",
+        String::from_utf8_lossy(&listed.stderr)
+    );
 
     // The cluster went on serving the right client.
     assert_eq!(
