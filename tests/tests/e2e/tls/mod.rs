@@ -13,6 +13,7 @@ use idem_client::{
     ProducerRecord, TlsConfig, TransactionalConfig, TransactionalProducer,
 };
 use idem_tests::cli::idem;
+use idem_tests::scrape::{scrape, value};
 use idem_tests::sdk::bytes;
 use idem_tests::tls::{CertAuthority, TlsFiles};
 use idem_tests::wait::{seen_if, wait_until, PATIENCE};
@@ -224,7 +225,12 @@ async fn given_a_tls_broker_when_its_files_are_rotated_and_it_gets_sighup_then_n
     let dir = tempfile::tempdir().expect("tempdir");
     let old_ca = CertAuthority::new("old CA");
     let files = TlsFiles::write(dir.path(), "broker", &old_ca.server(&[]), &old_ca);
-    let flags = files.server_flags("required");
+    let metrics = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("probe a free port");
+        probe.local_addr().expect("probed address").to_string()
+    };
+    let mut flags = files.server_flags("required");
+    flags.extend(["--metrics-listen".to_string(), metrics.clone()]);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let broker = BrokerProcess::start_with(&flags);
     let bootstrap = broker.bootstrap();
@@ -232,16 +238,32 @@ async fn given_a_tls_broker_when_its_files_are_rotated_and_it_gets_sighup_then_n
     Admin::connect_with(&bootstrap, Some(client_of(&old_ca, "alice")))
         .await
         .expect("the old CA's client connects");
+    let reloads = |result: &'static str| {
+        let metrics = metrics.clone();
+        async move {
+            wait_until(
+                PATIENCE,
+                &format!("one {result} reload counted"),
+                || async {
+                    let count = scrape(&metrics).ok().and_then(|text| {
+                        value(&text, "idem_tls_reloads_total", &[("result", result)])
+                    });
+                    seen_if(count, count == Some(1.0))
+                },
+            )
+            .await;
+        }
+    };
 
     // A bad certificate file and a SIGHUP: refused, the old files stay in use.
     std::fs::write(&files.cert, "not a certificate").expect("write bad cert");
     broker.hang_up();
-    wait_until(PATIENCE, "the bad reload is logged", || async {
-        let log = broker.log();
-        let refused = log.contains("TLS reload refused");
-        seen_if(refused, refused)
-    })
-    .await;
+    reloads("error").await;
+    assert!(
+        broker.log().contains("TLS reload refused"),
+        "{}",
+        broker.log()
+    );
     Admin::connect_with(&bootstrap, Some(client_of(&old_ca, "alice")))
         .await
         .expect("still served with the old certificate");
@@ -250,13 +272,10 @@ async fn given_a_tls_broker_when_its_files_are_rotated_and_it_gets_sighup_then_n
     let new_ca = CertAuthority::new("new CA");
     files.replace(&new_ca.server(&[]), new_ca.cert_pem());
     broker.hang_up();
-    wait_until(PATIENCE, "the new CA's client is served", || async {
-        let served = Admin::connect_with(&bootstrap, Some(client_of(&new_ca, "carol")))
-            .await
-            .is_ok();
-        seen_if(served, served)
-    })
-    .await;
+    reloads("ok").await;
+    Admin::connect_with(&bootstrap, Some(client_of(&new_ca, "carol")))
+        .await
+        .expect("the new CA's client is served after the reload");
     assert_eq!(broker.pid(), pid, "the same process");
     assert!(broker.is_running(), "SIGHUP did not stop the broker");
     assert!(
