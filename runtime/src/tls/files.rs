@@ -232,3 +232,65 @@ fn server_config(
     config.alpn_protocols = vec![b"h2".to_vec()];
     Ok(config)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused_flag(files: TlsFiles) -> &'static str {
+        files.load().expect_err("refused").flag
+    }
+
+    #[test]
+    fn given_partial_tls_settings_then_the_missing_flag_is_named() {
+        let path = |p: &str| Some(PathBuf::from(p));
+        assert!(TlsFiles::default().load().expect("plaintext").is_none());
+        assert_eq!(
+            refused_flag(TlsFiles {
+                cert: path("c"),
+                ..TlsFiles::default()
+            }),
+            KEY_FLAG
+        );
+        assert_eq!(
+            refused_flag(TlsFiles {
+                ca: path("a"),
+                ..TlsFiles::default()
+            }),
+            CERT_FLAG
+        );
+        assert_eq!(
+            refused_flag(TlsFiles {
+                client_auth: ClientAuth::Required,
+                ..TlsFiles::default()
+            }),
+            CERT_FLAG
+        );
+        assert_eq!(
+            refused_flag(TlsFiles {
+                cert: path("c"),
+                key: path("k"),
+                client_auth: ClientAuth::Required,
+                ..TlsFiles::default()
+            }),
+            CA_FLAG
+        );
+        assert_eq!(
+            refused_flag(TlsFiles {
+                cert: path("/nonexistent/c"),
+                key: path("/nonexistent/k"),
+                ca: path("/nonexistent/a"),
+                ..TlsFiles::default()
+            }),
+            CERT_FLAG
+        );
+    }
+
+    #[test]
+    fn client_auth_parses_its_two_values_only() {
+        assert_eq!("none".parse::<ClientAuth>(), Ok(ClientAuth::None));
+        assert_eq!("required".parse::<ClientAuth>(), Ok(ClientAuth::Required));
+        assert!("optional".parse::<ClientAuth>().is_err());
+        assert_eq!(ClientAuth::Required.to_string(), "required");
+    }
+}
