@@ -4,6 +4,7 @@
 use idem_proto::transport::MAX_MESSAGE_BYTES;
 use idem_runtime::config_error::{check_advertised, check_otlp_endpoint, ConfigError};
 use idem_runtime::listeners::check_external;
+use idem_runtime::tls::{ClientAuth, LoadedTls, TlsFiles};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -124,6 +125,28 @@ pub struct BrokerConfig {
     /// --null`); nothing produced can be read back. Default false.
     #[arg(long, env = "IDEM_NULL_PRODUCE", default_value_t = false)]
     pub null_produce: bool,
+
+    /// PEM certificate chain every gRPC listener (internal and external) presents. With
+    /// it the listeners accept TLS only, and this process presents it as its client
+    /// certificate to the members it connects to. Needs --tls-key and --tls-ca. Unset:
+    /// plaintext. Reloaded on SIGHUP.
+    #[arg(long, env = "IDEM_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// PEM private key of --tls-cert. Reloaded on SIGHUP.
+    #[arg(long, env = "IDEM_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+
+    /// PEM trust anchors: the certificates of the members this process connects to, and
+    /// client certificates under --tls-client-auth required, must be signed by one of
+    /// them. Reloaded on SIGHUP.
+    #[arg(long, env = "IDEM_TLS_CA")]
+    pub tls_ca: Option<PathBuf>,
+
+    /// `none` (the default: any client that completes the TLS handshake) or `required`
+    /// (mutual TLS: clients must present a certificate signed by --tls-ca).
+    #[arg(long, env = "IDEM_TLS_CLIENT_AUTH", default_value = "none")]
+    pub tls_client_auth: ClientAuth,
 }
 
 impl BrokerConfig {
@@ -152,6 +175,21 @@ impl BrokerConfig {
     pub fn topic_defaults(&self) -> TopicDefaults {
         self.retention
             .topic_defaults(self.segment_bytes, self.limits.max_batch_bytes)
+    }
+
+    /// The TLS files of every listener and of the connections to other brokers.
+    pub fn tls_files(&self) -> TlsFiles {
+        TlsFiles {
+            cert: self.tls_cert.clone(),
+            key: self.tls_key.clone(),
+            ca: self.tls_ca.clone(),
+            client_auth: self.tls_client_auth,
+        }
+    }
+
+    /// The TLS files loaded and checked (`None`: plaintext); an error names the flag.
+    pub fn tls(&self) -> Result<Option<LoadedTls>, ConfigError> {
+        self.tls_files().load()
     }
 
     /// Refuses, naming the flag, settings the broker cannot run with; called before it
@@ -183,6 +221,7 @@ impl BrokerConfig {
             "must be at least 1",
         )?;
         self.pid_store()?;
+        self.tls()?;
         ConfigError::unless(
             self.lease_ttl_ms >= 1000,
             "--lease-ttl-ms",
@@ -231,6 +270,10 @@ impl BrokerConfig {
             etcd_prefix: "/idem".into(),
             coordinator: None,
             null_produce: false,
+            tls_cert: None,
+            tls_key: None,
+            tls_ca: None,
+            tls_client_auth: ClientAuth::None,
         }
     }
 }

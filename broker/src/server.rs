@@ -15,6 +15,7 @@ use idem_runtime::log_limit::LogLimit;
 use idem_runtime::metrics_endpoint::{self, MetricsError};
 use idem_runtime::shutdown::{CancellationToken, Duties};
 use idem_runtime::stop::serve_then_stop;
+use idem_runtime::tls::{LoadedTls, ServerTls};
 use idem_runtime::warn_limited;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -123,11 +124,17 @@ impl BoundBroker {
                 "--authorizer acl needs --etcd: ACLs are stored there".to_string(),
             ));
         }
+        // Loaded again here (validate() checked it): the files a start uses are read once.
+        let tls = config.tls()?;
         let listener = GrpcListener::bind(config.listen)
             .await?
             .with_external(config.external_listen)
             .await?
-            .with_authentication(authn);
+            .with_authentication(authn)
+            .with_tls(
+                tls.as_ref()
+                    .map(|tls| ServerTls::new(config.tls_files(), tls.server.clone())),
+            );
         let bound = listener.bound();
         let advertised = Advertised::resolve(
             bound,
@@ -178,6 +185,7 @@ impl BoundBroker {
                     broker_id: config.broker_id,
                     catalog,
                     membership: membership.clone(),
+                    peer_tls: tls.as_ref().map(LoadedTls::peer_client_config),
                 };
                 let registry = TopicRegistry::clustered(
                     &config.data_dir,

@@ -465,6 +465,7 @@ impl TopicRegistry {
                 self.broker_id,
                 following::followed(self.broker_id, &views),
                 &cluster.membership,
+                cluster.peer_tls.as_ref(),
             );
         // Only now that neither the registry nor a fetcher hands them out.
         for partition in dropped {

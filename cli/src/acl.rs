@@ -107,9 +107,10 @@ fn line(acl: &AclBinding) -> String {
 pub async fn run(
     bootstrap: &str,
     credentials: Credentials,
+    tls: Option<idem_client::TlsConfig>,
     command: AclCommand,
 ) -> anyhow::Result<()> {
-    let admin = Admin::connect_with(bootstrap, credentials)
+    let admin = Admin::connect_with(bootstrap, credentials, tls)
         .await
         .with_context(|| format!("connecting to {bootstrap}"))?;
     match command {

@@ -4,6 +4,7 @@
 //! committed offsets, and the positions are committed after each batch printed (and
 //! the member leaves the group when it stops).
 
+use idem_client::TlsConfig;
 use std::io::Write;
 use std::time::Duration;
 
@@ -43,13 +44,21 @@ pub struct ConsumeArgs {
     assignor: Option<String>,
 }
 
-pub async fn run(bootstrap: &str, args: ConsumeArgs) -> anyhow::Result<()> {
+pub async fn run(
+    bootstrap: &str,
+    tls: Option<&TlsConfig>,
+    args: ConsumeArgs,
+) -> anyhow::Result<()> {
     if let Some(group) = args.group.clone() {
-        return run_in_group(bootstrap, &group, args).await;
+        return run_in_group(bootstrap, tls, &group, args).await;
     }
-    let admin = Admin::connect(bootstrap)
-        .await
-        .with_context(|| format!("connecting to {bootstrap}"))?;
+    let admin = Admin::connect_with(
+        bootstrap,
+        idem_client::credentials::Credentials::none(),
+        tls.cloned(),
+    )
+    .await
+    .with_context(|| format!("connecting to {bootstrap}"))?;
     let metadata = admin.metadata(&[args.topic.as_str()]).await?;
     let topic = metadata
         .topic(&args.topic)
@@ -64,6 +73,7 @@ pub async fn run(bootstrap: &str, args: ConsumeArgs) -> anyhow::Result<()> {
     };
     let config = ConsumerConfig {
         isolation: args.isolation,
+        tls: tls.cloned(),
         ..ConsumerConfig::default()
     };
     let mut consumer = Consumer::connect(bootstrap, config).await?;
@@ -102,10 +112,16 @@ pub async fn run(bootstrap: &str, args: ConsumeArgs) -> anyhow::Result<()> {
 }
 
 /// `--group`: the group assigns, the positions are committed after each batch.
-async fn run_in_group(bootstrap: &str, group: &str, args: ConsumeArgs) -> anyhow::Result<()> {
+async fn run_in_group(
+    bootstrap: &str,
+    tls: Option<&TlsConfig>,
+    group: &str,
+    args: ConsumeArgs,
+) -> anyhow::Result<()> {
     let mut config = GroupConfig::new(group);
     config.assignor = args.assignor.clone();
     config.consumer.isolation = args.isolation;
+    config.consumer.tls = tls.cloned();
     config.consumer.start = if args.from_beginning {
         OffsetSpec::Earliest
     } else {

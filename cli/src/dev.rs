@@ -12,6 +12,7 @@ use idem_broker::retention_flags::RetentionFlags;
 use idem_broker::server::BoundBroker;
 use idem_coordinator::config::CoordinatorConfig;
 use idem_coordinator::server::BoundCoordinator;
+use idem_runtime::tls::ClientAuth;
 
 #[derive(Debug, clap::Args)]
 pub struct DevArgs {
@@ -36,12 +37,29 @@ pub struct DevArgs {
     /// `idem-broker`.
     #[command(flatten)]
     retention: RetentionFlags,
+    /// With the global --tls-cert, --tls-key and --tls-ca (which here are the servers'
+    /// files): `required` makes both servers ask clients for a certificate signed by
+    /// --tls-ca (mutual TLS). Default `none`.
+    #[arg(long, env = "IDEM_TLS_CLIENT_AUTH", default_value = "none")]
+    tls_client_auth: ClientAuth,
 }
 
-pub async fn run(args: DevArgs) -> anyhow::Result<()> {
+/// The servers' TLS files of `idem dev`: the CLI's global TLS flags.
+#[derive(Debug, Default)]
+pub struct DevTls {
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+    pub ca: Option<PathBuf>,
+}
+
+pub async fn run(args: DevArgs, tls: DevTls) -> anyhow::Result<()> {
     let config = BrokerConfig {
         limits: args.limits,
         retention: args.retention,
+        tls_cert: tls.cert.clone(),
+        tls_key: tls.key.clone(),
+        tls_ca: tls.ca.clone(),
+        tls_client_auth: args.tls_client_auth,
         ..BrokerConfig::single_node(args.data_dir.clone(), args.listen)
     };
     // One Ctrl-C stops both servers: each gets a child of the process's root token.
@@ -50,11 +68,17 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("starting the dev broker in {}", args.data_dir.display()))?;
     let addr = broker.local_addr();
-    let coordinator_config = CoordinatorConfig::solo(
-        args.data_dir.join("coordinator"),
-        args.coordinator_listen,
-        addr.to_string(),
-    );
+    let coordinator_config = CoordinatorConfig {
+        tls_cert: tls.cert,
+        tls_key: tls.key,
+        tls_ca: tls.ca,
+        tls_client_auth: args.tls_client_auth,
+        ..CoordinatorConfig::solo(
+            args.data_dir.join("coordinator"),
+            args.coordinator_listen,
+            addr.to_string(),
+        )
+    };
     let coordinator = BoundCoordinator::bind(coordinator_config, None, shutdown.child_token())
         .await
         .context("starting the dev transaction coordinator")?;

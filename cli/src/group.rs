@@ -6,6 +6,7 @@
 //! non-zero on a refusal, naming it.
 
 use anyhow::Context;
+use idem_client::TlsConfig;
 use idem_client::{Admin, Isolation, OffsetSpec};
 
 #[derive(Debug, clap::Subcommand)]
@@ -33,10 +34,18 @@ pub enum GroupCommand {
     Delete { group: String },
 }
 
-pub async fn run(bootstrap: &str, command: GroupCommand) -> anyhow::Result<()> {
-    let admin = Admin::connect(bootstrap)
-        .await
-        .with_context(|| format!("connecting to {bootstrap}"))?;
+pub async fn run(
+    bootstrap: &str,
+    tls: Option<&TlsConfig>,
+    command: GroupCommand,
+) -> anyhow::Result<()> {
+    let admin = Admin::connect_with(
+        bootstrap,
+        idem_client::credentials::Credentials::none(),
+        tls.cloned(),
+    )
+    .await
+    .with_context(|| format!("connecting to {bootstrap}"))?;
     match command {
         GroupCommand::List => {
             let groups = admin.list_groups().await.context("listing groups")?;

@@ -7,6 +7,7 @@
 //! exits 1, which is what Docker's HEALTHCHECK and Kubernetes' exec probes read as
 //! unhealthy, with the reason on stderr.
 
+use idem_client::TlsConfig;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -27,13 +28,20 @@ pub struct HealthArgs {
     pub timeout_ms: u64,
 }
 
-pub async fn run(args: HealthArgs) -> anyhow::Result<()> {
+pub async fn run(tls: Option<&TlsConfig>, args: HealthArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.timeout_ms > 0, "--timeout-ms must be positive");
     let timeout = Duration::from_millis(args.timeout_ms);
-    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{}", args.address))
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let endpoint = tonic::transport::Endpoint::from_shared(format!("{scheme}://{}", args.address))
         .with_context(|| format!("not an address: {}", args.address))?
         .connect_timeout(timeout)
         .timeout(timeout);
+    let endpoint = match tls {
+        Some(tls) => endpoint
+            .tls_config(tls.client_config())
+            .context("TLS settings (--tls-ca, --tls-cert, --tls-key)")?,
+        None => endpoint,
+    };
     let channel = endpoint
         .connect()
         .await

@@ -18,7 +18,10 @@ mod topic;
 mod topic_lifecycle;
 mod txn;
 
+use std::path::PathBuf;
+
 use clap::{Parser, Subcommand};
+use idem_client::TlsConfig;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -40,6 +43,16 @@ struct Cli {
     /// it, requests are `User:ANONYMOUS`. Used by `idem acl`.
     #[arg(long, global = true, env = "IDEM_AUTH_TOKEN")]
     auth_token: Option<std::path::PathBuf>,
+    /// PEM CA the servers' certificates must be signed by: with it every connection
+    /// (brokers, coordinators, `idem health`) uses TLS. Unset: plaintext.
+    #[arg(long, global = true, env = "IDEM_TLS_CA")]
+    tls_ca: Option<PathBuf>,
+    /// PEM client certificate, for servers that require mutual TLS (needs --tls-key).
+    #[arg(long, global = true, env = "IDEM_TLS_CERT")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, global = true, env = "IDEM_TLS_KEY")]
+    tls_key: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -84,24 +97,61 @@ async fn main() -> std::process::ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
-    let result = match cli.command {
-        Command::Dev(args) => dev::run(args).await,
-        Command::Topic(command) => topic::run(&cli.bootstrap, command).await,
-        Command::Produce(args) => produce::run(&cli.bootstrap, args).await,
-        Command::Consume(args) => consume::run(&cli.bootstrap, args).await,
-        Command::Txn(command) => txn::run(&cli.bootstrap, command).await,
-        Command::Group(command) => group::run(&cli.bootstrap, command).await,
-        Command::Bench(command) => bench::run(&cli.bootstrap, command).await,
-        Command::Health(args) => health::run(args).await,
-        Command::Acl(command) => {
-            match idem_client::credentials::Credentials::from_token_path(cli.auth_token.as_deref())
+    let Cli {
+        bootstrap,
+        auth_token,
+        tls_ca,
+        tls_cert,
+        tls_key,
+        command,
+    } = Cli::parse();
+    let result = match command {
+        // The global TLS flags are the servers' own files here.
+        Command::Dev(args) => {
+            let tls = dev::DevTls {
+                cert: tls_cert,
+                key: tls_key,
+                ca: tls_ca,
+            };
+            dev::run(args, tls).await
+        }
+        command => {
+            match TlsConfig::from_files(tls_ca.as_deref(), tls_cert.as_deref(), tls_key.as_deref())
             {
-                Ok(credentials) => acl::run(&cli.bootstrap, credentials, command).await,
                 Err(e) => Err(e.into()),
+                Ok(tls) => {
+                    run_client(&bootstrap, auth_token.as_deref(), tls.as_ref(), command).await
+                }
             }
         }
     };
+    exit_code(result)
+}
+
+/// A command that is a client of a running cluster.
+async fn run_client(
+    bootstrap: &str,
+    auth_token: Option<&std::path::Path>,
+    tls: Option<&TlsConfig>,
+    command: Command,
+) -> anyhow::Result<()> {
+    match command {
+        Command::Dev(_) => anyhow::bail!("idem dev runs servers, it is no client"),
+        Command::Topic(command) => topic::run(bootstrap, tls, command).await,
+        Command::Produce(args) => produce::run(bootstrap, tls, args).await,
+        Command::Consume(args) => consume::run(bootstrap, tls, args).await,
+        Command::Txn(command) => txn::run(bootstrap, tls, command).await,
+        Command::Group(command) => group::run(bootstrap, tls, command).await,
+        Command::Bench(command) => bench::run(bootstrap, tls, command).await,
+        Command::Health(args) => health::run(tls, args).await,
+        Command::Acl(command) => {
+            let credentials = idem_client::credentials::Credentials::from_token_path(auth_token)?;
+            acl::run(bootstrap, credentials, tls.cloned(), command).await
+        }
+    }
+}
+
+fn exit_code(result: anyhow::Result<()>) -> std::process::ExitCode {
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

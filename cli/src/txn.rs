@@ -4,6 +4,7 @@
 //! not be asked. `slices` shows whether every partition of the transaction log is owned
 //! and served (exiting non-zero when one is not); `list` warns about those that are not.
 
+use idem_client::TlsConfig;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -31,10 +32,18 @@ pub enum TxnCommand {
     Slices,
 }
 
-pub async fn run(bootstrap: &str, command: TxnCommand) -> anyhow::Result<()> {
-    let admin = Admin::connect(bootstrap)
-        .await
-        .with_context(|| format!("connecting to {bootstrap}"))?;
+pub async fn run(
+    bootstrap: &str,
+    tls: Option<&TlsConfig>,
+    command: TxnCommand,
+) -> anyhow::Result<()> {
+    let admin = Admin::connect_with(
+        bootstrap,
+        idem_client::credentials::Credentials::none(),
+        tls.cloned(),
+    )
+    .await
+    .with_context(|| format!("connecting to {bootstrap}"))?;
     match command {
         TxnCommand::List => {
             let transactions = admin

@@ -21,6 +21,7 @@ pub mod txn_log_slices;
 use crate::connection::{Connection, DEFAULT_REQUEST_TIMEOUT};
 use crate::error::ClientError;
 use crate::metadata::ClusterMetadata;
+use crate::tls::TlsConfig;
 use crate::types::Isolation;
 pub use crate::types::OffsetSpec;
 use idem_proto::v1::{ConfigEntry, CreatableTopic, CreateTopicsRequest};
@@ -75,18 +76,19 @@ impl Admin {
     /// Connects to `bootstrap` (`host:port`, or a comma-separated list of them tried in
     /// turn).
     pub async fn connect(bootstrap: &str) -> Result<Admin, ClientError> {
-        Ok(Admin {
-            conn: Connection::connect(bootstrap, DEFAULT_REQUEST_TIMEOUT).await?,
-        })
+        Admin::connect_with(bootstrap, crate::credentials::Credentials::none(), None).await
     }
 
-    /// [`Admin::connect`], presenting `credentials` on every call.
+    /// [`Admin::connect`], presenting `credentials` on every call, with TLS on every
+    /// connection when `tls` is given.
     pub async fn connect_with(
         bootstrap: &str,
         credentials: crate::credentials::Credentials,
+        tls: Option<TlsConfig>,
     ) -> Result<Admin, ClientError> {
         Ok(Admin {
-            conn: Connection::connect_with(bootstrap, DEFAULT_REQUEST_TIMEOUT, credentials).await?,
+            conn: Connection::connect_with(bootstrap, DEFAULT_REQUEST_TIMEOUT, credentials, tls)
+                .await?,
         })
     }
 

@@ -34,6 +34,7 @@ use crate::error::{is_retriable_status, ClientError};
 use crate::metadata::{ClusterMetadata, Route};
 use crate::metadata_view::{MetadataView, RefreshFuture};
 use crate::retry;
+use crate::tls::{mismatch_hint, TlsConfig};
 use crate::types::{Isolation, OffsetSpec, ProducerIdAndEpoch};
 
 /// The largest gRPC message the SDK sends or decodes: the protocol's limit.
@@ -47,6 +48,9 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest one attempt of a request any broker may serve waits before the next broker
 /// is tried (a paused broker accepts connections but never answers).
 const ANY_BROKER_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a plaintext connect to a single address waits to see whether the server
+/// closes the connection at once (a TLS-only server does).
+const PLAINTEXT_CHECK: Duration = Duration::from_secs(1);
 
 /// A broker the client can send to.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -77,6 +81,8 @@ pub struct Connection {
     /// How old a topic's cached metadata may get before a use of it asks for fresh
     /// metadata (in the background; the use goes on with what is cached).
     metadata_max_age: Duration,
+    /// TLS for every channel (`None`: plaintext).
+    tls: Option<Arc<TlsConfig>>,
 }
 
 #[derive(Debug)]
@@ -91,24 +97,47 @@ struct SharedState {
     credentials: Credentials,
 }
 
-/// `host:port` or a full URI as an endpoint URI.
-fn endpoint_uri(bootstrap: &str) -> String {
+/// `host:port` or a full URI as an endpoint URI: `https` with TLS, else `http`.
+fn endpoint_uri(bootstrap: &str, tls: bool) -> String {
     let bootstrap = bootstrap.trim();
     if bootstrap.contains("://") {
         bootstrap.to_string()
+    } else if tls {
+        format!("https://{bootstrap}")
     } else {
         format!("http://{bootstrap}")
     }
 }
 
-/// The endpoint settings every channel uses.
-fn endpoint(address: &str) -> Result<Endpoint, String> {
-    Ok(Endpoint::from_shared(endpoint_uri(address))
+/// The endpoint settings every channel uses (to brokers and to coordinators).
+pub(crate) fn endpoint(address: &str, tls: Option<&TlsConfig>) -> Result<Endpoint, String> {
+    let endpoint = Endpoint::from_shared(endpoint_uri(address, tls.is_some()))
         .map_err(|e| error_chain(&e))?
         .tcp_nodelay(true)
         .connect_timeout(CONNECT_TIMEOUT)
         .http2_keep_alive_interval(Duration::from_secs(10))
-        .keep_alive_timeout(Duration::from_secs(20)))
+        .keep_alive_timeout(Duration::from_secs(20));
+    match tls {
+        Some(tls) => endpoint
+            .tls_config(tls.client_config())
+            .map_err(|e| format!("TLS settings: {}", error_chain(&e))),
+        None => Ok(endpoint),
+    }
+}
+
+/// A connection failure that points to a TLS mismatch becomes [`ClientError::Tls`].
+fn tls_classified(error: ClientError, tls: bool) -> ClientError {
+    match error {
+        ClientError::Connect { address, message } => match mismatch_hint(tls, &message) {
+            Some(hint) => ClientError::Tls {
+                address,
+                hint: hint.to_string(),
+                message,
+            },
+            None => ClientError::Connect { address, message },
+        },
+        other => other,
+    }
 }
 
 fn broker_client(channel: Channel, credentials: &Credentials) -> BrokerClient<AuthChannel> {
@@ -146,34 +175,54 @@ impl Connection {
     /// when there is a choice, answers Metadata) becomes the bootstrap connection. Fails
     /// naming each broker that could not be reached.
     pub async fn connect(bootstrap: &str, request_timeout: Duration) -> Result<Self, ClientError> {
-        Connection::connect_with(bootstrap, request_timeout, Credentials::none()).await
+        Connection::connect_with(bootstrap, request_timeout, Credentials::none(), None).await
     }
 
-    /// [`Connection::connect`], presenting `credentials` on every call.
+    /// [`Connection::connect`], presenting `credentials` on every call, with TLS on
+    /// every channel when `tls` is given. With TLS the first broker is always asked for
+    /// Metadata before this returns, so a certificate the server refuses (TLS 1.3 tells
+    /// a client so only after its handshake) fails here, as [`ClientError::Tls`], rather
+    /// than at the first request.
     pub async fn connect_with(
         bootstrap: &str,
         request_timeout: Duration,
         credentials: Credentials,
+        tls: Option<TlsConfig>,
     ) -> Result<Self, ClientError> {
         let addresses = bootstrap::addresses(bootstrap)?;
         for address in &addresses {
-            endpoint(address).map_err(|e| {
+            endpoint(address, tls.as_ref()).map_err(|e| {
                 ClientError::InvalidConfig(format!("bad bootstrap address {address:?}: {e}"))
             })?;
         }
         // With one address there is nothing to choose: the first request reports trouble.
-        let probe = (addresses.len() > 1).then(|| request_timeout.min(ANY_BROKER_ATTEMPT_TIMEOUT));
+        let probe = (addresses.len() > 1 || tls.is_some())
+            .then(|| request_timeout.min(ANY_BROKER_ATTEMPT_TIMEOUT));
         let probing = &credentials;
+        let tls_ref = tls.as_ref();
         let (bootstrap, channel) = bootstrap::first_answering(&addresses, |address| async move {
-            let endpoint = endpoint(&address)?;
+            let endpoint = endpoint(&address, tls_ref)?;
             let channel = endpoint.connect().await.map_err(|e| error_chain(&e))?;
             if let Some(timeout) = probe {
                 bootstrap::answers_metadata(broker_client(channel.clone(), probing), timeout)
                     .await?;
+            } else if let Err(why) = bootstrap::answers_metadata(
+                broker_client(channel.clone(), probing),
+                PLAINTEXT_CHECK,
+            )
+            .await
+            {
+                // A TLS-only server closes a plaintext connection at its first request;
+                // say so now rather than at the caller's first request. Any other
+                // outcome (no answer yet, a broker still loading) is left to that request.
+                if mismatch_hint(false, &why).is_some() {
+                    return Err(why);
+                }
             }
             Ok(channel)
         })
-        .await?;
+        .await
+        .map_err(|e| tls_classified(e, tls_ref.is_some()))?;
         Ok(Connection {
             bootstrap,
             client: broker_client(channel, &credentials),
@@ -185,6 +234,7 @@ impl Connection {
             }),
             request_timeout,
             metadata_max_age: DEFAULT_METADATA_MAX_AGE,
+            tls: tls.map(Arc::new),
         })
     }
 
@@ -194,19 +244,21 @@ impl Connection {
     /// A bootstrap list becomes one channel balanced over its addresses: requests go to
     /// the ones that are up.
     pub fn connect_lazy(bootstrap: &str, request_timeout: Duration) -> Result<Self, ClientError> {
-        Connection::connect_lazy_with(bootstrap, request_timeout, Credentials::none())
+        Connection::connect_lazy_with(bootstrap, request_timeout, Credentials::none(), None)
     }
 
-    /// [`Connection::connect_lazy`], presenting `credentials` on every call.
+    /// [`Connection::connect_lazy`], presenting `credentials` on every call, with TLS on
+    /// every channel when `tls` is given.
     pub fn connect_lazy_with(
         bootstrap: &str,
         request_timeout: Duration,
         credentials: Credentials,
+        tls: Option<TlsConfig>,
     ) -> Result<Self, ClientError> {
         let addresses = bootstrap::addresses(bootstrap)?;
         let mut endpoints = Vec::with_capacity(addresses.len());
         for address in &addresses {
-            endpoints.push(endpoint(address).map_err(|e| {
+            endpoints.push(endpoint(address, tls.as_ref()).map_err(|e| {
                 ClientError::InvalidConfig(format!("bad bootstrap address {address:?}: {e}"))
             })?);
         }
@@ -227,6 +279,7 @@ impl Connection {
             }),
             request_timeout,
             metadata_max_age: DEFAULT_METADATA_MAX_AGE,
+            tls: tls.map(Arc::new),
         })
     }
 
@@ -250,6 +303,11 @@ impl Connection {
         self.request_timeout
     }
 
+    /// The TLS every channel of this connection uses (`None`: plaintext).
+    pub fn tls(&self) -> Option<&TlsConfig> {
+        self.tls.as_deref()
+    }
+
     /// A client on the bootstrap channel (cheap: the channel multiplexes).
     pub fn client(&self) -> BrokerClient<AuthChannel> {
         self.client.clone()
@@ -270,7 +328,7 @@ impl Connection {
         if let Some(client) = pool.get(address) {
             return Ok(client.clone());
         }
-        let endpoint = endpoint(address).map_err(|e| {
+        let endpoint = endpoint(address, self.tls()).map_err(|e| {
             ClientError::Protocol(format!(
                 "a broker advertises a bad address {address:?}: {e}"
             ))
@@ -757,9 +815,16 @@ mod tests {
 
     #[test]
     fn bootstrap_addresses_become_http_uris() {
-        assert_eq!(endpoint_uri("127.0.0.1:9092"), "http://127.0.0.1:9092");
-        assert_eq!(endpoint_uri(" localhost:1 "), "http://localhost:1");
-        assert_eq!(endpoint_uri("https://b:443"), "https://b:443");
+        assert_eq!(
+            endpoint_uri("127.0.0.1:9092", false),
+            "http://127.0.0.1:9092"
+        );
+        assert_eq!(
+            endpoint_uri("127.0.0.1:9092", true),
+            "https://127.0.0.1:9092"
+        );
+        assert_eq!(endpoint_uri(" localhost:1 ", false), "http://localhost:1");
+        assert_eq!(endpoint_uri("https://b:443", false), "https://b:443");
     }
 
     #[tokio::test]

@@ -12,6 +12,7 @@
 //! positions did not move), without failing `poll`, unless no fetch has been answered
 //! for a whole `request_timeout`.
 
+use crate::tls::TlsConfig;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -54,6 +55,9 @@ pub struct ConsumerConfig {
     pub auto_offset_reset: Option<OffsetSpec>,
     /// What every call presents (a bearer token; none = `User:ANONYMOUS`).
     pub credentials: crate::credentials::Credentials,
+    /// TLS for every connection (brokers and coordinators); `None`, the default, dials
+    /// in plaintext.
+    pub tls: Option<TlsConfig>,
 }
 
 impl Default for ConsumerConfig {
@@ -67,6 +71,7 @@ impl Default for ConsumerConfig {
             request_timeout: Duration::from_secs(30),
             auto_offset_reset: None,
             credentials: Default::default(),
+            tls: None,
         }
     }
 }
@@ -161,6 +166,7 @@ impl Consumer {
             bootstrap,
             config.request_timeout,
             config.credentials.clone(),
+            config.tls.clone(),
         )
         .await?;
         Ok(Consumer {

@@ -26,7 +26,6 @@ use idem_proto::v1::{
 };
 use idem_proto::ErrorCode;
 use tokio::time::Instant;
-use tonic::transport::Endpoint;
 
 use crate::credentials::AuthChannel;
 
@@ -35,8 +34,6 @@ use crate::error::{is_retriable_status, ClientError};
 use crate::group::member::TopicPartition;
 use crate::retry;
 use crate::types::{GroupMetadata, ProducerIdAndEpoch};
-
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub(crate) type CoordinatorClient = TxnCoordinatorClient<AuthChannel>;
 pub(crate) type GroupClient = GroupCoordinatorClient<AuthChannel>;
@@ -251,17 +248,9 @@ impl CoordinatorLink {
         if let Some(channel) = pool.get(address) {
             return Ok(channel.clone());
         }
-        let uri = if address.contains("://") {
-            address.to_string()
-        } else {
-            format!("http://{}", address.trim())
-        };
-        let endpoint = Endpoint::from_shared(uri)
-            .map_err(|e| {
-                ClientError::Protocol(format!("a coordinator has a bad address {address:?}: {e}"))
-            })?
-            .tcp_nodelay(true)
-            .connect_timeout(CONNECT_TIMEOUT);
+        let endpoint = crate::connection::endpoint(address, self.conn.tls()).map_err(|e| {
+            ClientError::Protocol(format!("a coordinator has a bad address {address:?}: {e}"))
+        })?;
         let channel = AuthChannel::new(endpoint.connect_lazy(), self.conn.credentials().clone());
         pool.insert(address.to_string(), channel.clone());
         Ok(channel)

@@ -28,6 +28,15 @@ pub enum ClientError {
     /// The first connection to the bootstrap address failed.
     #[error("cannot connect to {address}: {message}")]
     Connect { address: String, message: String },
+    /// The first connection failed the way a TLS mismatch does: a TLS-only server dialled
+    /// in plaintext, a server certificate the CA does not vouch for (or that names
+    /// another host), a client certificate the server refused. `hint` says which.
+    #[error("cannot connect to {address}: {hint} ({message})")]
+    Tls {
+        address: String,
+        hint: String,
+        message: String,
+    },
     /// The SDK retried until `delivery_timeout` without a definite answer.
     /// `possibly_written` is true when an attempt got no answer (or an answer that does
     /// not rule a write out), so the batch may be in the log; false when every attempt

@@ -68,6 +68,7 @@ pub mod partitioner;
 pub mod producer;
 pub mod refresh;
 mod retry;
+pub mod tls;
 #[cfg(feature = "otel")]
 pub mod trace_context;
 pub mod transactional;
@@ -97,6 +98,7 @@ pub use producer::config::{Delivery, ProducerConfig};
 pub use producer::{
     DeliveryFuture, Producer, ProducerRecord, RecordMetadata, IDEMPOTENCY_KEY_HEADER,
 };
+pub use tls::TlsConfig;
 pub use transactional::config::TransactionalConfig;
 pub use transactional::errors::TxnErrorClass;
 pub use transactional::pipelined::PendingCommit;

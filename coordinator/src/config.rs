@@ -10,6 +10,7 @@ use std::time::Duration;
 use idem_runtime::config_error::{check_advertised, check_otlp_endpoint, ConfigError};
 use idem_runtime::listeners::check_external;
 use idem_runtime::metrics_endpoint::GAUGE_IDLE_TIMEOUT;
+use idem_runtime::tls::{ClientAuth, LoadedTls, TlsFiles};
 
 use crate::error::CoordinatorError;
 
@@ -141,6 +142,27 @@ pub struct CoordinatorConfig {
     /// brokers (the transaction log, markers, producer ids).
     #[command(flatten)]
     pub auth: idem_runtime::auth_flags::AuthFlags,
+
+    /// PEM certificate chain every gRPC listener (internal and external) presents. With
+    /// it the listeners accept TLS only, and the coordinator presents it as its client
+    /// certificate to the brokers. Needs --tls-key and --tls-ca. Unset: plaintext.
+    /// Reloaded on SIGHUP.
+    #[arg(long, env = "IDEM_COORDINATOR_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// PEM private key of --tls-cert. Reloaded on SIGHUP.
+    #[arg(long, env = "IDEM_COORDINATOR_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+
+    /// PEM trust anchors: the brokers' certificates, and client certificates under
+    /// --tls-client-auth required, must be signed by one of them. Reloaded on SIGHUP.
+    #[arg(long, env = "IDEM_COORDINATOR_TLS_CA")]
+    pub tls_ca: Option<PathBuf>,
+
+    /// `none` (the default: any client that completes the TLS handshake) or `required`
+    /// (mutual TLS: clients must present a certificate signed by --tls-ca).
+    #[arg(long, env = "IDEM_COORDINATOR_TLS_CLIENT_AUTH", default_value = "none")]
+    pub tls_client_auth: ClientAuth,
 }
 
 /// How ownership is decided.
@@ -176,7 +198,26 @@ impl CoordinatorConfig {
             group_lag_interval_ms: 15_000,
             pid_prefetch: true,
             auth: Default::default(),
+            tls_cert: None,
+            tls_key: None,
+            tls_ca: None,
+            tls_client_auth: ClientAuth::None,
         }
+    }
+
+    /// The TLS files of every listener and of the connections to the brokers.
+    pub fn tls_files(&self) -> TlsFiles {
+        TlsFiles {
+            cert: self.tls_cert.clone(),
+            key: self.tls_key.clone(),
+            ca: self.tls_ca.clone(),
+            client_auth: self.tls_client_auth,
+        }
+    }
+
+    /// The TLS files loaded and checked (`None`: plaintext); an error names the flag.
+    pub fn tls(&self) -> Result<Option<LoadedTls>, ConfigError> {
+        self.tls_files().load()
     }
 
     /// Refuses, naming the flag, settings the coordinator cannot run with.
@@ -195,6 +236,7 @@ impl CoordinatorConfig {
             "--bootstrap",
             "must name at least one broker (host:port)",
         )?;
+        self.tls()?;
         ConfigError::unless(
             self.txn_log_partitions >= 1,
             "--txn-log-partitions",

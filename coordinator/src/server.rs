@@ -14,7 +14,7 @@ use std::time::Duration;
 use backon::Retryable;
 use futures::StreamExt;
 use idem_client::credentials::Credentials;
-use idem_client::{Connection, Isolation, OffsetSpec};
+use idem_client::{Connection, Isolation, OffsetSpec, TlsConfig};
 use idem_pidstore::{EtcdPidStore, PidBlockStore, ProducerIdManager};
 use idem_proto::v1::group_coordinator_server::GroupCoordinatorServer;
 use idem_proto::v1::txn_coordinator_server::TxnCoordinatorServer;
@@ -25,6 +25,7 @@ use idem_runtime::listeners::Advertised;
 use idem_runtime::metrics_endpoint;
 use idem_runtime::shutdown::{CancellationToken, Duties};
 use idem_runtime::stop::serve_then_stop;
+use idem_runtime::tls::ServerTls;
 use tokio::sync::mpsc;
 use tonic::server::NamedService;
 use tonic::service::Routes;
@@ -83,6 +84,8 @@ impl BoundCoordinator {
         shutdown: CancellationToken,
     ) -> Result<Self, CoordinatorError> {
         let mode = config.mode()?;
+        // Loaded again here (mode() checked it): the files a start uses are read once.
+        let tls = config.tls()?;
         if let Some(addr) = config.metrics_listen {
             metrics_endpoint::serve(addr).map_err(|e| CoordinatorError::Metrics(e.to_string()))?;
         }
@@ -112,7 +115,11 @@ impl BoundCoordinator {
             .await?
             .with_external(config.external_listen)
             .await?
-            .with_authentication(authn);
+            .with_authentication(authn)
+            .with_tls(
+                tls.as_ref()
+                    .map(|tls| ServerTls::new(config.tls_files(), tls.server.clone())),
+            );
         let Advertised {
             internal: address,
             external: external_address,
@@ -121,9 +128,18 @@ impl BoundCoordinator {
             config.advertise.as_deref(),
             config.external_advertise.as_deref(),
         );
-        let conn =
-            Connection::connect_lazy_with(&config.bootstrap, BROKER_REQUEST_TIMEOUT, credentials)?
-                .with_metadata_max_age(METADATA_MAX_AGE);
+        // The brokers are dialled with this coordinator's own certificate and CA.
+        let broker_tls = tls.as_ref().map(|tls| {
+            TlsConfig::new(tls.ca_pem.clone())
+                .with_client_identity(tls.cert_pem.clone(), tls.key_pem.clone())
+        });
+        let conn = Connection::connect_lazy_with(
+            &config.bootstrap,
+            BROKER_REQUEST_TIMEOUT,
+            credentials,
+            broker_tls,
+        )?
+        .with_metadata_max_age(METADATA_MAX_AGE);
         let pids: SharedProducerIds = match (pid_store, &mode) {
             (Some(store), _) => Arc::new(
                 ProducerIdManager::new(store, config.coordinator_id)

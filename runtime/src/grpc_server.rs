@@ -2,7 +2,9 @@
 //! standard health service (fed by [`Health`]) and reflection beside the server's own
 //! services, and the layers every RPC passes through: a tracing span named by the RPC
 //! path, a request timeout and a concurrency limit. A stop lets in-flight requests
-//! finish within a grace period, then drops the connections still open.
+//! finish within a grace period, then drops the connections still open. With TLS
+//! ([`GrpcListener::with_tls`]) every listener of the server accepts TLS only, and the
+//! certificate is reloaded on SIGHUP (see [`crate::tls`]).
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -17,6 +19,8 @@ use crate::authn::AuthnLayer;
 use crate::health::Health;
 use crate::listeners::BoundListeners;
 use crate::rpc_metrics::RpcMetricsLayer;
+use crate::tls::reload::reload_on_sighup;
+use crate::tls::ServerTls;
 use crate::traces;
 
 /// What every idem gRPC server is configured with.
@@ -55,6 +59,8 @@ pub enum GrpcServerError {
     Transport(#[from] tonic::transport::Error),
     #[error("gRPC server task: {0}")]
     Task(String),
+    #[error("cannot listen for SIGHUP (TLS reload): {0}")]
+    Signal(std::io::Error),
 }
 
 /// The accepted connections of `listener`, each with Nagle's algorithm off. Tonic's
@@ -74,6 +80,7 @@ pub struct GrpcListener {
     local_addr: SocketAddr,
     external: Option<(TcpListener, SocketAddr)>,
     authn: AuthnLayer,
+    tls: Option<ServerTls>,
 }
 
 impl GrpcListener {
@@ -84,6 +91,7 @@ impl GrpcListener {
             local_addr,
             external: None,
             authn: AuthnLayer::default(),
+            tls: None,
         })
     }
 
@@ -103,6 +111,12 @@ impl GrpcListener {
             self.external = Some(bind_one(addr).await?);
         }
         Ok(self)
+    }
+
+    /// Serves TLS only, on every listener, when `tls` is given.
+    pub fn with_tls(mut self, tls: Option<ServerTls>) -> GrpcListener {
+        self.tls = tls;
+        self
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -135,7 +149,7 @@ impl GrpcListener {
             .build_v1()
             .map_err(|e| GrpcServerError::Reflection(e.to_string()))?;
         let routes = routes.add_service(health_service).add_service(reflection);
-        let server = tonic::transport::Server::builder()
+        let router = tonic::transport::Server::builder()
             .trace_fn(|request| {
                 let path = request.uri().path();
                 let span = tracing::info_span!("rpc", path, otel.name = path, otel.kind = "server");
@@ -148,15 +162,22 @@ impl GrpcListener {
             ))
             .layer(RpcMetricsLayer)
             .layer(self.authn)
-            .add_routes(routes)
-            .serve_with_incoming_shutdown(
-                futures::stream::select_all(
-                    std::iter::once(self.listener)
-                        .chain(self.external.map(|(listener, _)| listener))
-                        .map(accept_without_nagle),
-                ),
-                stop.clone().cancelled_owned(),
-            );
+            .add_routes(routes);
+        let accepted = futures::stream::select_all(
+            std::iter::once(self.listener)
+                .chain(self.external.map(|(listener, _)| listener))
+                .map(accept_without_nagle),
+        );
+        let stopped = stop.clone().cancelled_owned();
+        let server: futures::future::BoxFuture<'static, Result<(), tonic::transport::Error>> =
+            match self.tls {
+                None => Box::pin(router.serve_with_incoming_shutdown(accepted, stopped)),
+                Some(tls) => {
+                    reload_on_sighup(tls.clone(), stop.clone()).map_err(GrpcServerError::Signal)?;
+                    let sessions = tls.incoming(accepted, stop.clone());
+                    Box::pin(router.serve_with_incoming_shutdown(sessions, stopped))
+                }
+            };
         let report = health.clone().report(reporter, service);
         // Past the grace period the server future is dropped with the connections
         // still open: idle clients and long-polls must not keep a stopping server.

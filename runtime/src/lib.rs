@@ -23,6 +23,7 @@
 //! - [`atomic_file`], [`clock`]: replacing a file crash-safely, and the wall clock;
 //! - [`config_error`]: a setting refused at start, naming its flag;
 //! - [`byte_rate`]: a byte-rate quota and the throttle it asks of a client over it;
+//! - [`tls`]: TLS on every listener (and mutual TLS), reloaded on SIGHUP;
 //! - [`topic_catalog`]: the etcd keys of the topic catalog, for its readers;
 //! - [`acl`], [`authn`]: ACL authorization (cached decisions) and who a request's
 //!   principal is (bearer token or client certificate).
@@ -47,6 +48,7 @@ pub mod metrics_endpoint;
 pub mod rpc_metrics;
 pub mod shutdown;
 pub mod stop;
+pub mod tls;
 pub mod topic_catalog;
 pub mod traces;
 pub mod until_deleted;

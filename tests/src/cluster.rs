@@ -327,6 +327,15 @@ impl Cluster {
         self.wait_for_coordinators().await;
     }
 
+    /// Starts coordinators 1..=m without waiting for them to own the transaction log
+    /// (what waits asks them in plaintext; a TLS cluster's tests wait through the SDK).
+    pub fn spawn_coordinators(&mut self, m: i32, extra: &[&str]) {
+        for id in 1..=m {
+            let process = self.spawn_coordinator(id, extra);
+            self.coordinators.push(process);
+        }
+    }
+
     fn spawn_coordinator(&self, id: i32, extra: &[&str]) -> CoordinatorProcess {
         let host = self.hosts.get(&ProcessId::Coordinator(id)).copied();
         let endpoint = self

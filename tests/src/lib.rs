@@ -27,6 +27,7 @@ pub mod segments;
 pub mod server_process;
 pub mod serving;
 pub mod signal;
+pub mod tls;
 pub mod txn;
 pub mod txn_workload;
 pub mod wait;

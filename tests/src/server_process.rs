@@ -182,6 +182,16 @@ impl ServerProcess {
         self.signal("-CONT");
     }
 
+    /// SIGHUP: a TLS server reloads its certificate, key and CA.
+    pub fn hang_up(&self) {
+        self.signal("-HUP");
+    }
+
+    /// The operating system's id of the running process.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("the process is running").id()
+    }
+
     fn signal(&self, signal: &str) {
         crate::signal::send(self.child.as_ref().expect("the process is running"), signal);
     }

@@ -13,6 +13,9 @@ pub struct ClusterCatalog {
     pub broker_id: i32,
     pub catalog: EtcdCatalog,
     pub membership: Arc<Membership>,
+    /// TLS for this broker's connections to other brokers (replica fetches): its own
+    /// certificate as client certificate, its CA as trust anchor. `None`: plaintext.
+    pub peer_tls: Option<tonic::transport::ClientTlsConfig>,
 }
 
 impl ClusterCatalog {

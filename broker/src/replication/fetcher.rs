@@ -30,7 +30,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
 /// A client of the leader, presenting this broker's credential on every fetch.
 type LeaderClient = BrokerClient<InterceptedService<Channel, NodeCredential>>;
@@ -95,6 +95,7 @@ pub async fn run(
     leader: i32,
     shared: Arc<FetcherShared>,
     membership: Arc<Membership>,
+    peer_tls: Option<ClientTlsConfig>,
     stop: CancellationToken,
 ) {
     let mut version = shared.subscribe();
@@ -104,7 +105,7 @@ pub async fn run(
     let mut warn_limit = LogLimit::for_repeated_failures();
     while !stop.is_cancelled() {
         let Some(connected) = stop
-            .run_until_cancelled(leader_client(&membership, leader))
+            .run_until_cancelled(leader_client(&membership, leader, peer_tls.as_ref()))
             .await
         else {
             return;
@@ -143,7 +144,11 @@ pub async fn run(
 }
 
 /// A connection to `leader`, or why there is none.
-async fn leader_client(membership: &Membership, leader: i32) -> Result<LeaderClient, String> {
+async fn leader_client(
+    membership: &Membership,
+    leader: i32,
+    tls: Option<&ClientTlsConfig>,
+) -> Result<LeaderClient, String> {
     let brokers = membership
         .live_brokers()
         .await
@@ -153,10 +158,17 @@ async fn leader_client(membership: &Membership, leader: i32) -> Result<LeaderCli
         .find(|b| b.broker_id == leader)
         .ok_or_else(|| format!("leader {leader} is not registered"))?
         .address;
-    let endpoint = Endpoint::from_shared(format!("http://{address}"))
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let endpoint = Endpoint::from_shared(format!("{scheme}://{address}"))
         .map_err(|e| format!("leader {leader} advertises {address:?}: {e}"))?
         .tcp_nodelay(true)
         .connect_timeout(Duration::from_secs(2));
+    let endpoint = match tls {
+        Some(tls) => endpoint
+            .tls_config(tls.clone())
+            .map_err(|e| format!("TLS to leader {leader} at {address}: {e}"))?,
+        None => endpoint,
+    };
     let channel = endpoint
         .connect()
         .await

@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use idem_runtime::shutdown::{CancellationToken, Duties};
+use tonic::transport::ClientTlsConfig;
 
 use crate::cluster::membership::Membership;
 use crate::partition::Partition;
@@ -58,6 +59,7 @@ impl Fetchers {
         me: i32,
         wanted: HashMap<PartitionKey, (Following, Arc<Partition>)>,
         membership: &Arc<Membership>,
+        peer_tls: Option<&ClientTlsConfig>,
     ) {
         let mut by_leader: HashMap<i32, Assignment> = HashMap::new();
         for (key, (following, partition)) in wanted {
@@ -78,7 +80,14 @@ impl Fetchers {
             let fetcher = self.running.entry(leader).or_insert_with(|| {
                 let shared = FetcherShared::new();
                 let stop = self.duties.spawn_stoppable(|stop| {
-                    fetcher::run(me, leader, shared.clone(), membership.clone(), stop)
+                    fetcher::run(
+                        me,
+                        leader,
+                        shared.clone(),
+                        membership.clone(),
+                        peer_tls.cloned(),
+                        stop,
+                    )
                 });
                 RunningFetcher { shared, stop }
             });

@@ -15,7 +15,7 @@ use super::load::{Driver, Plan, Sent, Until};
 use super::modes::Mode;
 use super::payload::{self, Stamp};
 use super::progress::{self, Progress};
-use super::target::Target;
+use super::target::{Target, TargetTls};
 use super::topic;
 use super::verify::{Checker, Verification};
 
@@ -59,7 +59,7 @@ pub async fn run(bootstrap: &str, args: E2eArgs) -> anyhow::Result<()> {
         args.rate.is_finite() && args.rate > 0.0,
         "--rate must be a positive number of records per second"
     );
-    let target = Target::open(&args.load, bootstrap, false).await?;
+    let target = Target::open(&args.load, bootstrap, false, TargetTls::AsGiven(None)).await?;
     let result = measure(&target, &args).await;
     target.close().await;
     let report = result?;
@@ -74,8 +74,15 @@ pub async fn run(bootstrap: &str, args: E2eArgs) -> anyhow::Result<()> {
 async fn measure(target: &Target, args: &E2eArgs) -> anyhow::Result<E2eReport> {
     let load = &args.load;
     let topic =
-        topic::create_for_run(&target.bootstrap, load, &format!("e2e-{}", args.mode)).await?;
-    let driver = Driver::connect(args.mode, &target.bootstrap, load, &format!("{topic}-0")).await?;
+        topic::create_for_run(&target.bootstrap, None, load, &format!("e2e-{}", args.mode)).await?;
+    let driver = Driver::connect(
+        args.mode,
+        &target.bootstrap,
+        None,
+        load,
+        &format!("{topic}-0"),
+    )
+    .await?;
     let mut consumer = Consumer::connect(
         &target.bootstrap,
         ConsumerConfig {

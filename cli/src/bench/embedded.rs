@@ -13,6 +13,9 @@ use idem_broker::server::BoundBroker;
 use idem_coordinator::config::CoordinatorConfig;
 use idem_coordinator::server::BoundCoordinator;
 use idem_runtime::shutdown::CancellationToken;
+use idem_runtime::tls::ClientAuth;
+
+use super::run_certs::RunCerts;
 use tokio::task::JoinHandle;
 
 /// How long `stop` waits for the servers to wind down (the broker's own grace for
@@ -29,19 +32,34 @@ pub struct Embedded {
     tasks: Vec<JoinHandle<anyhow::Result<()>>>,
 }
 
-/// Starts a broker (with `--null-produce` when `null_produce`, and the given flush
-/// policy) and, unless `null_produce`, a coordinator, keeping their data in `data_dir`.
+/// Starts a broker (with `--null-produce` when `null_produce`, the given flush policy,
+/// and mutual TLS with `tls`'s files when given) and, unless `null_produce`, a coordinator, keeping their data in `data_dir`.
 pub async fn start_embedded(
     data_dir: &Path,
     null_produce: bool,
     flush: FlushPolicy,
+    tls: Option<&RunCerts>,
 ) -> anyhow::Result<Embedded> {
     let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
     let config = BrokerConfig {
         null_produce,
         flush,
+        tls_cert: tls.map(|t| t.cert.clone()),
+        tls_key: tls.map(|t| t.key.clone()),
+        tls_ca: tls.map(|t| t.ca.clone()),
+        tls_client_auth: if tls.is_some() {
+            ClientAuth::Required
+        } else {
+            ClientAuth::None
+        },
         ..BrokerConfig::single_node(data_dir.to_path_buf(), loopback)
     };
+    let broker_config_tls = (
+        config.tls_cert.clone(),
+        config.tls_key.clone(),
+        config.tls_ca.clone(),
+        config.tls_client_auth,
+    );
     let stop = CancellationToken::new();
     let broker = BoundBroker::bind(config, stop.child_token())
         .await
@@ -53,11 +71,17 @@ pub async fn start_embedded(
         broker
     } else {
         let coordinator = BoundCoordinator::bind(
-            CoordinatorConfig::solo(
-                data_dir.join("coordinator"),
-                loopback,
-                broker_addr.to_string(),
-            ),
+            CoordinatorConfig {
+                tls_cert: broker_config_tls.0,
+                tls_key: broker_config_tls.1,
+                tls_ca: broker_config_tls.2,
+                tls_client_auth: broker_config_tls.3,
+                ..CoordinatorConfig::solo(
+                    data_dir.join("coordinator"),
+                    loopback,
+                    broker_addr.to_string(),
+                )
+            },
             None,
             stop.child_token(),
         )

@@ -6,6 +6,7 @@
 //! What counts as acknowledged: a record whose delivery succeeded; in the
 //! transactional mode, only the records of transactions that committed.
 
+use idem_client::TlsConfig;
 use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -128,11 +129,13 @@ impl Driver {
     pub async fn connect(
         mode: Mode,
         bootstrap: &str,
+        tls: Option<&TlsConfig>,
         load: &LoadArgs,
         transactional_id: &str,
     ) -> anyhow::Result<Driver> {
         match mode.producer_config(bootstrap) {
             Some(mut config) => {
+                config.tls = tls.cloned();
                 config.linger = load.linger().unwrap_or(config.linger);
                 config.batch_size = load.batch_size.unwrap_or(config.batch_size);
                 let per_partition = PRODUCER_BUFFER_BYTES / load.partitions.max(1) as usize;
@@ -144,6 +147,7 @@ impl Driver {
             }
             None => {
                 let mut config = TransactionalConfig::new(bootstrap, transactional_id);
+                config.tls = tls.cloned();
                 config.linger = load.linger().unwrap_or(config.linger);
                 config.batch_size = load.batch_size.unwrap_or(config.batch_size);
                 let producer = TransactionalProducer::connect(config)

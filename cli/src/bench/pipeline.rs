@@ -29,7 +29,7 @@ use super::load::{Driver, Plan, Sent, Until};
 use super::modes::Mode;
 use super::payload::{self, Stamp};
 use super::progress::{self, Progress};
-use super::target::Target;
+use super::target::{Target, TargetTls};
 use super::topic;
 use super::verify::Checker;
 
@@ -74,7 +74,7 @@ pub async fn run(bootstrap: &str, args: PipelineArgs) -> anyhow::Result<()> {
         args.commit_interval_ms > 0,
         "--commit-interval-ms must be positive"
     );
-    let target = Target::open(&args.load, bootstrap, false).await?;
+    let target = Target::open(&args.load, bootstrap, false, TargetTls::AsGiven(None)).await?;
     let result = measure(&target.bootstrap, &args).await;
     target.close().await;
     let report = result?;
@@ -92,13 +92,13 @@ async fn measure(bootstrap: &str, args: &PipelineArgs) -> anyhow::Result<Pipelin
     let commit_every = Duration::from_millis(args.commit_interval_ms);
 
     // 1. Transactional produce-only, into the stage's future input.
-    let input = topic::create_for_run(bootstrap, load, "pipeline-in").await?;
+    let input = topic::create_for_run(bootstrap, None, load, "pipeline-in").await?;
     let (sent, produce_elapsed) = produce(bootstrap, load, &input, None, commit_every).await?;
     let records = sent.acked.len();
     let produce_txn_rate = records as f64 / produce_elapsed.as_secs_f64();
 
     // 2. The stage over that backlog.
-    let output = topic::create_for_run(bootstrap, load, "pipeline-out").await?;
+    let output = topic::create_for_run(bootstrap, None, load, "pipeline-out").await?;
     let stage = Stage::start(bootstrap, &input, &output, load.partitions, commit_every).await?;
     let started = Instant::now();
     stage.wait_for(records).await?;
@@ -121,8 +121,8 @@ async fn measure(bootstrap: &str, args: &PipelineArgs) -> anyhow::Result<Pipelin
 
     // 3. Latency at a fixed rate, through a fresh pair of topics.
     let rate = args.rate.unwrap_or(pipeline_rate / 2.0).max(1.0);
-    let input2 = topic::create_for_run(bootstrap, load, "pipeline-lat-in").await?;
-    let output2 = topic::create_for_run(bootstrap, load, "pipeline-lat-out").await?;
+    let input2 = topic::create_for_run(bootstrap, None, load, "pipeline-lat-in").await?;
+    let output2 = topic::create_for_run(bootstrap, None, load, "pipeline-lat-out").await?;
     let stage = Stage::start(bootstrap, &input2, &output2, load.partitions, commit_every).await?;
     let start = Instant::now();
     let producing = produce_at(bootstrap, load, &input2, rate, commit_every, start);
@@ -176,8 +176,14 @@ async fn produce(
     rate: Option<f64>,
     commit_every: Duration,
 ) -> anyhow::Result<(Sent, Duration)> {
-    let driver =
-        Driver::connect(Mode::Transactional, bootstrap, load, &format!("{topic}-0")).await?;
+    let driver = Driver::connect(
+        Mode::Transactional,
+        bootstrap,
+        None,
+        load,
+        &format!("{topic}-0"),
+    )
+    .await?;
     let progress = Progress::start(
         "pipeline input",
         load.amount(),
@@ -211,7 +217,14 @@ async fn produce_at(
     commit_every: Duration,
     start: Instant,
 ) -> anyhow::Result<(Sent, Duration)> {
-    let driver = Driver::connect(Mode::ExactlyOnce, bootstrap, load, &format!("{topic}-0")).await?;
+    let driver = Driver::connect(
+        Mode::ExactlyOnce,
+        bootstrap,
+        None,
+        load,
+        &format!("{topic}-0"),
+    )
+    .await?;
     let progress = Progress::start(
         "pipeline latency",
         load.amount(),

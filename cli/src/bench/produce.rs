@@ -3,6 +3,7 @@
 //! back and checked; one row per mode. `--null` measures the transport limit instead:
 //! an embedded broker that validates and discards every batch.
 
+use idem_client::TlsConfig;
 use std::time::Instant;
 
 use anyhow::Context;
@@ -14,7 +15,7 @@ use super::memory::BrokerProcess;
 use super::modes::Mode;
 use super::progress::{self, Progress};
 use super::report::{self, Measured, ModeReport};
-use super::target::Target;
+use super::target::{Target, TargetTls};
 use super::targets;
 use super::topic;
 use super::verify::{self, ReadBack};
@@ -45,6 +46,12 @@ pub struct ProduceArgs {
     /// second in-process broker with --null-produce (the `null/...` row).
     #[arg(long, requires = "embedded", conflicts_with = "null")]
     pub with_null: bool,
+    /// With `--embedded`: run every mode twice per round, in plaintext and (the `tls/...`
+    /// row, right after) over mutual TLS against an embedded broker and coordinator
+    /// started with certificates made for the run: what TLS costs, on one machine in one
+    /// run.
+    #[arg(long, requires = "embedded", conflicts_with = "null")]
+    pub compare_tls: bool,
     /// Run the whole list of modes this many times, interleaved, and report each mode's
     /// median round: on a shared machine one round's noise can move a ratio by 10%.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
@@ -79,9 +86,13 @@ impl ProduceArgs {
     }
 }
 
-pub async fn run(bootstrap: &str, args: ProduceArgs) -> anyhow::Result<()> {
+pub async fn run(
+    bootstrap: &str,
+    tls: Option<&TlsConfig>,
+    args: ProduceArgs,
+) -> anyhow::Result<()> {
     let modes = args.modes()?;
-    let mut rows = report::median_of_rounds(run_modes(bootstrap, &args, &modes).await?);
+    let mut rows = report::median_of_rounds(run_modes(bootstrap, tls, &args, &modes).await?);
     report::add_ratios(&mut rows);
     let checks = targets::check(&rows);
     if args.load.json {
@@ -98,17 +109,25 @@ pub async fn run(bootstrap: &str, args: ProduceArgs) -> anyhow::Result<()> {
 /// rounds of the same mode differed by 3x.
 async fn run_modes(
     bootstrap: &str,
+    tls: Option<&TlsConfig>,
     args: &ProduceArgs,
     modes: &[Mode],
 ) -> anyhow::Result<Vec<ModeReport>> {
-    let mut runs: Vec<(Mode, bool)> = modes.iter().map(|m| (*m, args.null)).collect();
+    // (mode, null produce, over generated TLS)
+    let mut runs: Vec<(Mode, bool, bool)> = Vec::new();
+    for mode in modes {
+        runs.push((*mode, args.null, false));
+        if args.compare_tls {
+            runs.push((*mode, false, true));
+        }
+    }
     if args.with_null {
-        runs.push((NULL_DEFAULT, true));
+        runs.push((NULL_DEFAULT, true, false));
     }
     let shared = if args.load.embedded {
         None
     } else {
-        Some(Target::open(&args.load, bootstrap, false).await?)
+        Some(Target::open(&args.load, bootstrap, false, TargetTls::AsGiven(tls)).await?)
     };
     if !args.load.json {
         let amount = match args.load.amount() {
@@ -137,11 +156,16 @@ async fn run_modes(
     let mut rows = Vec::with_capacity(runs.len() * args.rounds as usize);
     let mut failure = None;
     'rounds: for _ in 0..args.rounds {
-        for (mode, null) in &runs {
+        for (mode, null, over_tls) in &runs {
             let result = match &shared {
                 Some(target) => run_mode(target, args, *mode, *null).await,
                 None => {
-                    let target = Target::open(&args.load, bootstrap, *null).await?;
+                    let target_tls = if *over_tls {
+                        TargetTls::Generated
+                    } else {
+                        TargetTls::AsGiven(None)
+                    };
+                    let target = Target::open(&args.load, bootstrap, *null, target_tls).await?;
                     let result = run_mode(&target, args, *mode, *null).await;
                     target.close().await;
                     result
@@ -172,21 +196,31 @@ async fn run_mode(
     null: bool,
 ) -> anyhow::Result<ModeReport> {
     let load = &args.load;
-    let label = if null {
-        format!("null/{mode}")
-    } else {
-        mode.name().to_string()
+    let label = match (null, target.tls.is_some() && load.embedded) {
+        (true, _) => format!("null/{mode}"),
+        (false, true) => format!("tls/{mode}"),
+        (false, false) => mode.name().to_string(),
     };
     let broker = match (load.embedded, args.broker_pid) {
         (true, _) => Some(BrokerProcess::InProcess),
         (false, pid) => pid.map(BrokerProcess::Pid),
     };
     let memory = broker.and_then(BrokerProcess::start);
-    let topic = topic::create_for_run(&target.bootstrap, load, mode.name()).await?;
+    let topic =
+        topic::create_for_run(&target.bootstrap, target.tls.as_ref(), load, mode.name()).await?;
     let mut drivers = Vec::with_capacity(args.producers as usize);
     for index in 0..args.producers {
         let transactional_id = format!("{topic}-{index}");
-        drivers.push(Driver::connect(mode, &target.bootstrap, load, &transactional_id).await?);
+        drivers.push(
+            Driver::connect(
+                mode,
+                &target.bootstrap,
+                target.tls.as_ref(),
+                load,
+                &transactional_id,
+            )
+            .await?,
+        );
     }
     let visible = progress::visible(load.json);
     let amount = load.amount();
@@ -223,6 +257,7 @@ async fn run_mode(
     } else {
         let read = verify::verify(ReadBack {
             bootstrap: &target.bootstrap,
+            tls: target.tls.as_ref(),
             topic: &topic,
             partitions: load.partitions,
             sent: &sent,

@@ -5,11 +5,26 @@ use anyhow::Context;
 use tempfile::TempDir;
 
 use super::args::LoadArgs;
+use idem_client::TlsConfig;
+
 use super::embedded::{start_embedded, Embedded};
+use super::run_certs;
 
 pub struct Target {
     pub bootstrap: String,
+    /// How the bench's clients dial it (`None`: plaintext).
+    pub tls: Option<TlsConfig>,
     embedded: Option<(Embedded, TempDir)>,
+}
+
+/// Whether a target is dialled over TLS.
+#[derive(Debug, Clone, Copy)]
+pub enum TargetTls<'a> {
+    /// A cluster: with the CLI's TLS settings, if any; an embedded broker: plaintext.
+    AsGiven(Option<&'a TlsConfig>),
+    /// An embedded broker and coordinator with mutual TLS, on certificates made for the
+    /// run (`--compare-tls`).
+    Generated,
 }
 
 impl Target {
@@ -17,10 +32,18 @@ impl Target {
         load: &LoadArgs,
         bootstrap: &str,
         null_produce: bool,
+        tls: TargetTls<'_>,
     ) -> anyhow::Result<Target> {
         if !load.embedded {
+            let tls = match tls {
+                TargetTls::AsGiven(tls) => tls.cloned(),
+                TargetTls::Generated => {
+                    anyhow::bail!("--compare-tls needs --embedded: it makes its own certificates")
+                }
+            };
             return Ok(Target {
                 bootstrap: bootstrap.to_string(),
+                tls,
                 embedded: None,
             });
         }
@@ -31,9 +54,14 @@ impl Target {
             None => builder.tempdir(),
         }
         .context("creating the embedded broker's temporary directory")?;
-        let embedded = start_embedded(dir.path(), null_produce, load.flush).await?;
+        let certs = match tls {
+            TargetTls::Generated => Some(run_certs::generate(dir.path())?),
+            TargetTls::AsGiven(_) => None,
+        };
+        let embedded = start_embedded(dir.path(), null_produce, load.flush, certs.as_ref()).await?;
         Ok(Target {
             bootstrap: embedded.broker.to_string(),
+            tls: certs.map(|c| c.client),
             embedded: Some((embedded, dir)),
         })
     }

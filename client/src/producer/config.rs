@@ -2,6 +2,7 @@
 //! the classic table. `acks` is derived from the mode, never set on its own, so no
 //! combination can quietly weaken a guarantee.
 
+use crate::tls::TlsConfig;
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
@@ -105,6 +106,9 @@ pub struct ProducerConfig {
     pub metadata_max_age: Duration,
     /// What every call presents (a bearer token; none = `User:ANONYMOUS`).
     pub credentials: crate::credentials::Credentials,
+    /// TLS for every connection (brokers and coordinators); `None`, the default, dials
+    /// in plaintext.
+    pub tls: Option<TlsConfig>,
 }
 
 impl ProducerConfig {
@@ -121,6 +125,7 @@ impl ProducerConfig {
             buffer_memory: 32 * 1024 * 1024,
             metadata_max_age: DEFAULT_METADATA_MAX_AGE,
             credentials: Default::default(),
+            tls: None,
         }
     }
 

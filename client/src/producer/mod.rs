@@ -144,6 +144,7 @@ impl Producer {
             &config.bootstrap,
             config.request_timeout,
             config.credentials.clone(),
+            config.tls.clone(),
         )
         .await?
         .with_metadata_max_age(config.metadata_max_age);

@@ -2,6 +2,7 @@
 //! data path is the exactly-once producer's (acks=all, at most 5 batches in flight per
 //! partition, ordered retries), so the derived [`ProducerConfig`] is validated too.
 
+use crate::tls::TlsConfig;
 use std::time::Duration;
 
 use crate::error::ClientError;
@@ -35,6 +36,9 @@ pub struct TransactionalConfig {
     pub metadata_max_age: Duration,
     /// What every call presents (a bearer token; none = `User:ANONYMOUS`).
     pub credentials: crate::credentials::Credentials,
+    /// TLS for every connection (brokers and coordinators); `None`, the default, dials
+    /// in plaintext.
+    pub tls: Option<TlsConfig>,
 }
 
 impl TransactionalConfig {
@@ -50,6 +54,7 @@ impl TransactionalConfig {
             linger: defaults.linger,
             metadata_max_age: defaults.metadata_max_age,
             credentials: defaults.credentials,
+            tls: None,
         }
     }
 
@@ -63,6 +68,7 @@ impl TransactionalConfig {
             request_timeout: self.request_timeout,
             metadata_max_age: self.metadata_max_age,
             credentials: self.credentials.clone(),
+            tls: self.tls.clone(),
             ..ProducerConfig::new(self.bootstrap.clone()).with_delivery(Delivery::ExactlyOnce)
         }
     }

@@ -52,9 +52,11 @@ impl ClientError {
                 TxnErrorClass::Retriable
             }
             ClientError::Connect { .. } => TxnErrorClass::Retriable,
-            ClientError::Fatal(_) | ClientError::InvalidConfig(_) | ClientError::Closed => {
-                TxnErrorClass::Fatal
-            }
+            // Settings that will not match better by retrying.
+            ClientError::Fatal(_)
+            | ClientError::InvalidConfig(_)
+            | ClientError::Closed
+            | ClientError::Tls { .. } => TxnErrorClass::Fatal,
             ClientError::Transport(_)
             | ClientError::DeliveryTimeout { .. }
             | ClientError::OutcomeUnknown { .. }

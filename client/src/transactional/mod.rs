@@ -134,6 +134,7 @@ impl TransactionalProducer {
             &config.bootstrap,
             config.request_timeout,
             config.credentials.clone(),
+            config.tls.clone(),
         )
         .await?
         .with_metadata_max_age(config.metadata_max_age);

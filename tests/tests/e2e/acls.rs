@@ -186,6 +186,7 @@ async fn secured_cluster_of(secrets: &Secrets, brokers: i32) -> (Cluster, Admin)
     let admin = Admin::connect_with(
         &cluster.bootstrap(),
         Credentials::bearer("t-admin").expect("token"),
+        None,
     )
     .await
     .expect("admin connects");

@@ -107,3 +107,88 @@ fn given_bad_coordinator_flags_then_it_refuses_to_start_naming_each_flag() {
         );
     }
 }
+
+#[test]
+fn given_bad_tls_files_then_broker_and_coordinator_refuse_to_start_naming_the_flag() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ca = idem_tests::tls::CertAuthority::new("bad config CA");
+    let good = idem_tests::tls::TlsFiles::write(dir.path(), "good", &ca.server(&[]), &ca);
+    // The key of another certificate.
+    let other = idem_tests::tls::TlsFiles::write(dir.path(), "other", &ca.server(&[]), &ca);
+    let path = |p: &std::path::Path| p.display().to_string();
+    let (cert, key, ca_file, other_key) = (
+        path(&good.cert),
+        path(&good.key),
+        path(&good.ca),
+        path(&other.key),
+    );
+    let missing = path(&dir.path().join("missing.crt"));
+    let data_dir = dir.path().join("data").display().to_string();
+    for (args, flag) in [
+        (vec!["--tls-cert", cert.as_str()], "--tls-key"),
+        (vec!["--tls-key", key.as_str()], "--tls-cert"),
+        (
+            vec!["--tls-cert", cert.as_str(), "--tls-key", key.as_str()],
+            "--tls-ca",
+        ),
+        (
+            vec![
+                "--tls-cert",
+                cert.as_str(),
+                "--tls-key",
+                key.as_str(),
+                "--tls-client-auth",
+                "required",
+            ],
+            "--tls-ca",
+        ),
+        (
+            vec![
+                "--tls-cert",
+                missing.as_str(),
+                "--tls-key",
+                key.as_str(),
+                "--tls-ca",
+                ca_file.as_str(),
+            ],
+            "--tls-cert",
+        ),
+        (
+            vec![
+                "--tls-cert",
+                cert.as_str(),
+                "--tls-key",
+                other_key.as_str(),
+                "--tls-ca",
+                ca_file.as_str(),
+            ],
+            "--tls-key",
+        ),
+        (
+            vec![
+                "--tls-cert",
+                cert.as_str(),
+                "--tls-key",
+                key.as_str(),
+                "--tls-ca",
+                key.as_str(),
+            ],
+            "--tls-ca",
+        ),
+    ] {
+        for program in ["idem-broker", "idem-coordinator"] {
+            let mut all = vec!["--listen", "127.0.0.1:0", "--data-dir", data_dir.as_str()];
+            all.extend(&args);
+            let (code, stderr) = run(program, &all);
+            assert_ne!(code, Some(0), "{program} {args:?} started");
+            assert!(
+                stderr.contains(&format!("invalid configuration: {flag} ")),
+                "{program} {args:?}: {stderr}"
+            );
+        }
+    }
+    assert!(
+        !dir.path().join("data").exists(),
+        "a refused broker wrote its data dir"
+    );
+}

@@ -402,3 +402,49 @@ fn given_json_outputs_of_several_runs_then_report_combines_them_as_rounds() {
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("junk.json"));
 }
+
+/// `--compare-tls` runs each mode in plaintext and then over mutual TLS (certificates
+/// made for the run) against embedded servers; both rows verify what they read back.
+#[test]
+fn given_compare_tls_when_benched_then_the_tls_row_runs_beside_plaintext_and_verifies() {
+    let json = succeeded(&bench(&[
+        "produce",
+        "--embedded",
+        "--compare-tls",
+        "--records",
+        "2000",
+        "--json",
+    ]));
+    assert_eq!(
+        values(&json, "mode"),
+        vec!["exactly-once", "tls/exactly-once"],
+        "{json}"
+    );
+    assert_eq!(values(&json, "verified"), vec!["true", "true"], "{json}");
+    assert_eq!(numbers(&json, "records"), vec![2000.0, 2000.0], "{json}");
+}
+
+/// A bench that cannot run over TLS refuses the TLS flags instead of running plaintext.
+#[test]
+fn given_tls_flags_when_benching_e2e_then_the_bench_refuses_and_says_why() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(
+        &ca,
+        idem_tests::tls::CertAuthority::new("bench CA").cert_pem(),
+    )
+    .expect("CA");
+    let output = Command::new(binary("idem"))
+        .args([
+            "--tls-ca",
+            &ca.display().to_string(),
+            "bench",
+            "e2e",
+            "--embedded",
+        ])
+        .output()
+        .expect("run idem bench");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("does not run over TLS yet"), "{stderr}");
+}

@@ -34,6 +34,7 @@ mod reassignment;
 mod replication;
 mod retention;
 mod storage;
+mod tls;
 mod topic_config;
 mod topic_deletion;
 mod topic_growth;

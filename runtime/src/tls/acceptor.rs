@@ -1,0 +1,129 @@
+//! The accept path of a TLS server: each accepted TCP connection gets its handshake in
+//! a task of its own, with the certificate current at that moment, so a slow or silent
+//! client never holds up the others, and a reload ([`ServerTls::replace`]) applies to
+//! every connection accepted after it while open ones keep their session. Connections
+//! whose handshake fails or times out are dropped: only finished TLS sessions reach the
+//! gRPC server, which then reads the peer's certificates from each one
+//! (`tonic::Request::peer_certs`).
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use rustls::ServerConfig;
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tokio_rustls::server::TlsStream;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+
+use crate::tls::files::TlsFiles;
+
+/// Longest a client may take to finish its handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Finished handshakes waiting for the gRPC server to take them.
+const READY_BACKLOG: usize = 128;
+
+/// A server's TLS: the files it was started with and the config built from them last.
+#[derive(Clone)]
+pub struct ServerTls {
+    files: TlsFiles,
+    current: Arc<RwLock<Arc<ServerConfig>>>,
+}
+
+impl std::fmt::Debug for ServerTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerTls")
+            .field("files", &self.files)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ServerTls {
+    pub fn new(files: TlsFiles, config: Arc<ServerConfig>) -> Self {
+        ServerTls {
+            files,
+            current: Arc::new(RwLock::new(config)),
+        }
+    }
+
+    pub fn files(&self) -> &TlsFiles {
+        &self.files
+    }
+
+    /// The config new connections are accepted with.
+    pub fn current(&self) -> Arc<ServerConfig> {
+        self.current
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Makes `config` the one every connection accepted from now on handshakes with.
+    pub fn replace(&self, config: Arc<ServerConfig>) {
+        *self
+            .current
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = config;
+    }
+
+    /// The TLS sessions of the connections `accepted` yields, in the order their
+    /// handshakes finish, until `stop` is cancelled or the stream is dropped.
+    pub fn incoming<S>(
+        &self,
+        accepted: S,
+        stop: CancellationToken,
+    ) -> impl Stream<Item = std::io::Result<TlsStream<TcpStream>>> + Send + 'static
+    where
+        S: Stream<Item = std::io::Result<TcpStream>> + Send + Unpin + 'static,
+    {
+        let (ready, mut sessions) = mpsc::channel(READY_BACKLOG);
+        tokio::spawn(accept_loop(self.clone(), accepted, ready, stop));
+        futures::stream::poll_fn(move |cx| sessions.poll_recv(cx))
+    }
+}
+
+async fn accept_loop<S>(
+    tls: ServerTls,
+    mut accepted: S,
+    ready: mpsc::Sender<std::io::Result<TlsStream<TcpStream>>>,
+    stop: CancellationToken,
+) where
+    S: Stream<Item = std::io::Result<TcpStream>> + Send + Unpin + 'static,
+{
+    loop {
+        let next = tokio::select! {
+            () = stop.cancelled() => return,
+            () = ready.closed() => return,
+            next = accepted.next() => next,
+        };
+        let connection = match next {
+            None => return,
+            Some(Ok(connection)) => connection,
+            Some(Err(e)) => {
+                tracing::debug!(error = %e, "accept failed");
+                continue;
+            }
+        };
+        let acceptor = TlsAcceptor::from(tls.current());
+        let ready = ready.clone();
+        tokio::spawn(async move {
+            let peer = connection.peer_addr().ok();
+            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(connection)).await {
+                Ok(Ok(session)) => {
+                    let _ = ready.send(Ok(session)).await;
+                }
+                Ok(Err(e)) => {
+                    metrics::counter!("idem_tls_handshake_failures_total", "reason" => "refused")
+                        .increment(1);
+                    tracing::debug!(?peer, error = %e, "TLS handshake refused");
+                }
+                Err(_) => {
+                    metrics::counter!("idem_tls_handshake_failures_total", "reason" => "timeout")
+                        .increment(1);
+                    tracing::debug!(?peer, "TLS handshake timed out");
+                }
+            }
+        });
+    }
+}
