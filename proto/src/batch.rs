@@ -288,10 +288,12 @@ pub fn decode_header(buf: &[u8]) -> Result<BatchHeader, BatchError> {
     // build panicked there, a release one wrapped to a negative offset).
     let base_offset = be_i64(buf, OFF_BASE_OFFSET);
     let last_offset_delta = be_i32(buf, OFF_LAST_OFFSET_DELTA);
-    if base_offset
-        .checked_add(i64::from(last_offset_delta) + 1)
-        .is_none()
-    {
+    // Two steps: `base + (delta + 1)` alone passed i64::MIN with a delta of -1 (found by
+    // fuzz/fuzz_targets/record_batch.rs).
+    let next_offset = base_offset
+        .checked_add(i64::from(last_offset_delta))
+        .and_then(|last| last.checked_add(1));
+    if next_offset.is_none() {
         return Err(BatchError::OffsetOverflow {
             base_offset,
             last_offset_delta,
@@ -1067,6 +1069,30 @@ mod tests {
         assign(&mut buf, i64::MAX - 2, 0);
         let header = validate_produced(&buf).expect("the last offset is i64::MAX - 1");
         assert_eq!(header.next_offset(), i64::MAX);
+    }
+
+    /// Found by fuzz/fuzz_targets/record_batch.rs: base offset i64::MIN and last offset
+    /// delta -1 passed the header's overflow check (`base + (delta + 1)`) and then
+    /// panicked `last_offset()`.
+    const FUZZ_LAST_OFFSET_UNDERFLOW: [u8; 91] = [
+        0x80, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x4f, 0xff, 0xff, 0xff,
+        0xff, 0x01, 0xc7, 0x03, 0x00, 0x23, 0x00, 0xcf, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+        0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0xe2, 0x67,
+        0x05, 0x00, 0x00, 0x7e, 0x00, 0x01, 0x8b, 0xcf, 0xe5, 0x68, 0x00, 0x00, 0x00, 0x01, 0x8b,
+        0xcf, 0xe5, 0x68, 0x00, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+        0xff, 0xff, 0xff, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x1a, 0x00, 0x00, 0x00, 0x00,
+        0x40,
+    ];
+
+    #[test]
+    fn given_the_fuzzed_header_whose_last_offset_underflowed_then_it_is_refused() {
+        assert_eq!(
+            decode_header(&FUZZ_LAST_OFFSET_UNDERFLOW),
+            Err(BatchError::OffsetOverflow {
+                base_offset: i64::MIN,
+                last_offset_delta: -1
+            })
+        );
     }
 
     #[test]
