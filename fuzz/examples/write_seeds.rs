@@ -24,9 +24,12 @@ use idem_proto::batch::{self, ProducerInfo, Record, ATTR_TRANSACTIONAL};
 use idem_proto::control::{self, ControlMarker};
 use idem_proto::v1::ControlType;
 
+/// One target's seeds: file name, bytes.
+type Seeds = Vec<(&'static str, Vec<u8>)>;
+
 fn main() -> std::io::Result<()> {
     let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus");
-    let targets: [(&str, Vec<(&str, Vec<u8>)>); 7] = [
+    let targets: [(&str, Seeds); 7] = [
         ("record_batch", record_batches()),
         ("control_record", control_records()),
         ("txn_log_record", txn_log_records()),
@@ -64,7 +67,7 @@ const PRODUCER: ProducerInfo = ProducerInfo {
     base_sequence: 17,
 };
 
-fn record_batches() -> Vec<(&'static str, Vec<u8>)> {
+fn record_batches() -> Seeds {
     let plain = batch::encode(
         ProducerInfo::NONE,
         0,
@@ -118,7 +121,7 @@ fn control_batch(control_type: ControlType) -> Vec<u8> {
     .to_vec()
 }
 
-fn control_records() -> Vec<(&'static str, Vec<u8>)> {
+fn control_records() -> Seeds {
     let mut horizon = control_batch(ControlType::Abort);
     // Only a control batch takes a horizon, and this is one.
     let _ = batch::set_delete_horizon(&mut horizon, 86_400_000);
@@ -142,7 +145,7 @@ fn key_value((key, value): (Bytes, Option<Bytes>)) -> Vec<u8> {
     idem_fuzz::join_key_value(key, value.as_deref()).unwrap_or_default()
 }
 
-fn txn_log_records() -> Vec<(&'static str, Vec<u8>)> {
+fn txn_log_records() -> Seeds {
     let meta = |state| TxnMetadata {
         transactional_id: "orders-1".into(),
         producer_id: 1_234,
@@ -201,7 +204,7 @@ fn txn_log_records() -> Vec<(&'static str, Vec<u8>)> {
     ]
 }
 
-fn group_log_records() -> Vec<(&'static str, Vec<u8>)> {
+fn group_log_records() -> Seeds {
     let member = Member {
         instance_id: Some("host-1".into()),
         subscribed: ["orders".to_string()].into_iter().collect(),
@@ -291,7 +294,7 @@ fn group_log_records() -> Vec<(&'static str, Vec<u8>)> {
     ]
 }
 
-fn producer_snapshots() -> Vec<(&'static str, Vec<u8>)> {
+fn producer_snapshots() -> Seeds {
     let mut table = ProducerStateTable::new();
     for (producer_id, epoch, batches) in [(7, 0, 1), (9, 3, 5), (11, 1, 2)] {
         for n in 0..batches {
@@ -322,7 +325,7 @@ fn producer_snapshots() -> Vec<(&'static str, Vec<u8>)> {
     ]
 }
 
-fn txn_index_files() -> Vec<(&'static str, Vec<u8>)> {
+fn txn_index_files() -> Seeds {
     let segment = SegmentTxns {
         base_offset: 100,
         next_offset: 250,
@@ -349,7 +352,7 @@ fn txn_index_files() -> Vec<(&'static str, Vec<u8>)> {
     vec![("segment", segment.encode()), ("empty", empty.encode())]
 }
 
-fn offset_index_files() -> Vec<(&'static str, Vec<u8>)> {
+fn offset_index_files() -> Seeds {
     let entries = [(3u32, 4_096u32), (9, 8_200), (15, 12_290)];
     let file: Vec<u8> = entries
         .iter()

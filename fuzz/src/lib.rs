@@ -31,7 +31,7 @@ pub fn split_key_value(data: &[u8]) -> (Option<&[u8]>, Option<&[u8]>) {
 pub fn join_key_value(key: Option<&[u8]>, value: Option<&[u8]>) -> Option<Vec<u8>> {
     let key_len = u16::try_from(key.map_or(0, <[u8]>::len)).ok()?;
     let mut out =
-        vec![u8::from(key.is_some()) * KEY_PRESENT | u8::from(value.is_some()) * VALUE_PRESENT];
+        vec![(u8::from(key.is_some()) * KEY_PRESENT) | (u8::from(value.is_some()) * VALUE_PRESENT)];
     out.extend_from_slice(&key_len.to_be_bytes());
     out.extend_from_slice(key.unwrap_or_default());
     out.extend_from_slice(value.unwrap_or_default());
