@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/install-deps.sh protoc etcd cc script netns postgres compose kubernetes-validate
+scripts/install-deps.sh protoc etcd cc script netns postgres compose kubernetes-validate fuzz
 # No two files may import each other (see the script); cheap, so it runs first.
 scripts/import-cycles.sh
 cargo build --workspace --bins --examples
@@ -14,4 +14,7 @@ deploy/build-images.sh --profile dev --tag test
 # The coordinator crate cannot depend on the broker crate; its solo smoke test runs the
 # broker binary built above.
 export IDEM_BROKER_BIN="$(realpath "${CARGO_TARGET_DIR:-target}")/debug/idem-broker"
+# Every decoder's fuzz target for a bounded time (docs/reliability.md, "Fuzzing"); a crash
+# fails the run before the tests, with the input left under fuzz/artifacts/.
+scripts/fuzz.sh
 cargo test --workspace --no-fail-fast "$@"

@@ -59,6 +59,11 @@ pub enum BatchError {
     RecordCountMismatch { declared: i32, found: i32 },
     #[error("batch attributes {attributes:#06x} set reserved bits {reserved:#06x}; a producer may set only 0x10 (transactional) and 0x20 (control)")]
     ReservedAttributes { attributes: u16, reserved: u16 },
+    #[error("batch offsets overflow: base offset {base_offset} + last offset delta {last_offset_delta} is past the largest offset")]
+    OffsetOverflow {
+        base_offset: i64,
+        last_offset_delta: i32,
+    },
 }
 
 /// One record as a producer hands it over.
@@ -151,7 +156,8 @@ impl BatchHeader {
         if self.base_sequence < 0 {
             return NO_SEQUENCE;
         }
-        sequence_add(self.base_sequence, self.record_count - 1)
+        // Saturating: a header not validated as produced may say `i32::MIN` records.
+        sequence_add(self.base_sequence, self.record_count.saturating_sub(1))
     }
     pub fn producer(&self) -> ProducerInfo {
         ProducerInfo {
@@ -190,10 +196,12 @@ pub fn encode(producer: ProducerInfo, attributes: u16, records: &[Record]) -> By
     buf.put_i32(producer.base_sequence);
     buf.put_i32(records.len() as i32);
     for (delta, record) in records.iter().enumerate() {
+        // Wrapping, as the reader adds it back: any two timestamps a caller hands over
+        // (`i64::MIN` and `i64::MAX` in one batch) round-trip exactly.
         put_record(
             &mut buf,
             delta as i32,
-            record.timestamp_ms - base_timestamp,
+            record.timestamp_ms.wrapping_sub(base_timestamp),
             record,
         );
     }
@@ -276,14 +284,29 @@ pub fn decode_header(buf: &[u8]) -> Result<BatchHeader, BatchError> {
     if batch_length < (HEADER_LEN - LOG_OVERHEAD) as i32 {
         return Err(BatchError::BadLength(batch_length));
     }
+    // Every reader asks for the last and next offset: neither may overflow (a debug
+    // build panicked there, a release one wrapped to a negative offset).
+    let base_offset = be_i64(buf, OFF_BASE_OFFSET);
+    let last_offset_delta = be_i32(buf, OFF_LAST_OFFSET_DELTA);
+    // Two steps: `base + (delta + 1)` alone passed i64::MIN with a delta of -1 (found by
+    // fuzz/fuzz_targets/record_batch.rs).
+    let next_offset = base_offset
+        .checked_add(i64::from(last_offset_delta))
+        .and_then(|last| last.checked_add(1));
+    if next_offset.is_none() {
+        return Err(BatchError::OffsetOverflow {
+            base_offset,
+            last_offset_delta,
+        });
+    }
     Ok(BatchHeader {
-        base_offset: be_i64(buf, OFF_BASE_OFFSET),
+        base_offset,
         batch_length,
         partition_leader_epoch: be_i32(buf, OFF_LEADER_EPOCH),
         magic,
         crc: be_u32(buf, OFF_CRC),
         attributes: be_u16(buf, OFF_ATTRIBUTES),
-        last_offset_delta: be_i32(buf, OFF_LAST_OFFSET_DELTA),
+        last_offset_delta,
         base_timestamp: be_i64(buf, OFF_BASE_TIMESTAMP),
         max_timestamp: be_i64(buf, OFF_MAX_TIMESTAMP),
         producer_id: be_i64(buf, OFF_PRODUCER_ID),
@@ -384,14 +407,14 @@ pub fn assign(buf: &mut [u8], base_offset: i64, partition_leader_epoch: i32) {
 /// Does not check the CRC (call [`verify`] first).
 pub fn records(buf: &[u8]) -> Result<Vec<StoredRecord>, BatchError> {
     let mut out = Vec::new();
-    walk_records(buf, |header, raw| {
+    walk_records(buf, |_, raw| {
         let headers = raw
             .headers()
             .map(|(k, v)| (k.to_string(), Bytes::copy_from_slice(v.unwrap_or_default())))
             .collect();
         out.push(StoredRecord {
-            offset: header.base_offset + i64::from(raw.offset_delta),
-            timestamp_ms: header.base_timestamp + raw.timestamp_delta,
+            offset: raw.offset,
+            timestamp_ms: raw.timestamp_ms,
             key: raw.key.map(Bytes::copy_from_slice),
             value: raw.value.map(Bytes::copy_from_slice),
             headers,
@@ -423,10 +446,10 @@ pub fn retain_records(
 ) -> Result<Option<Bytes>, BatchError> {
     let mut kept: Vec<&[u8]> = Vec::new();
     let mut dropped = false;
-    let header = walk_records(buf, |header, raw| {
+    let header = walk_records(buf, |_, raw| {
         let view = RecordView {
-            offset: header.base_offset + i64::from(raw.offset_delta),
-            timestamp_ms: header.base_timestamp + raw.timestamp_delta,
+            offset: raw.offset,
+            timestamp_ms: raw.timestamp_ms,
             key: raw.key,
             is_tombstone: raw.value.is_none(),
         };
@@ -515,8 +538,12 @@ pub fn set_delete_horizon(buf: &mut [u8], horizon_ms: i64) -> Result<(), BatchEr
 struct RawRecord<'a> {
     /// The whole record as stored, its length prefix included.
     bytes: &'a [u8],
-    timestamp_delta: i64,
     offset_delta: i32,
+    /// The batch's base offset plus `offset_delta`, checked by [`walk_records`].
+    offset: i64,
+    /// The batch's base timestamp plus the record's delta, wrapping as the encoder
+    /// subtracted it.
+    timestamp_ms: i64,
     key: Option<&'a [u8]>,
     value: Option<&'a [u8]>,
     /// `header_count` (key, value) pairs, already checked by [`walk_records`].
@@ -588,12 +615,20 @@ fn walk_records<'a>(
                 "record length disagrees with its fields",
             ));
         }
+        // Checked: the record's offset delta is its own field, not bounded by the
+        // header's. Timestamps wrap instead (see `encode`); both sums overflowed here
+        // before (found by fuzz/fuzz_targets/record_batch.rs).
+        let offset = header
+            .base_offset
+            .checked_add(i64::from(offset_delta))
+            .ok_or(BatchError::MalformedRecords("record offset overflows"))?;
         visit(
             &header,
             RawRecord {
                 bytes: &body[record_start..end],
-                timestamp_delta,
                 offset_delta,
+                offset,
+                timestamp_ms: header.base_timestamp.wrapping_add(timestamp_delta),
                 key,
                 value,
                 header_bytes: &body[headers_start..end],
@@ -982,6 +1017,112 @@ mod tests {
         };
         let buf = encode(producer, 0, &[rec("a", "1", 0), rec("b", "2", 0)]);
         assert_eq!(decode_header(&buf).expect("header").last_sequence(), 0);
+    }
+
+    /// Found by fuzz/fuzz_targets/record_batch.rs: a batch whose base timestamp plus its
+    /// record's timestamp delta overflows i64 (both large negatives) panicked `records`
+    /// in a debug build ("attempt to add with overflow").
+    const FUZZ_TIMESTAMP_OVERFLOW: [u8; 100] = [
+        0xdd, 0xdd, 0xdd, 0xdd, 0x9d, 0xdc, 0xdd, 0x00, 0x00, 0x00, 0x00, 0x52, 0x91, 0xdd, 0xe9,
+        0xff, 0x01, 0x22, 0x22, 0x00, 0x00, 0x2a, 0x37, 0x21, 0xf3, 0x82, 0x39, 0xdd, 0xdd, 0xdd,
+        0xdd, 0xdd, 0xdd, 0xcd, 0x5e, 0x00, 0xde, 0xde, 0xde, 0xe0, 0xe0, 0xe0, 0xe0, 0xe0, 0xe0,
+        0xe0, 0xe0, 0xe0, 0xe0, 0xe0, 0xe0, 0x00, 0x00, 0x00, 0x01, 0x22, 0x22, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00, 0x18, 0x9f, 0x0a, 0x05, 0x81, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xdd, 0x0a, 0x0a,
+    ];
+
+    #[test]
+    fn given_the_fuzzed_batch_whose_timestamp_overflowed_then_reading_it_is_an_error_not_a_panic() {
+        assert!(matches!(
+            records(&FUZZ_TIMESTAMP_OVERFLOW),
+            Err(BatchError::MalformedRecords(_) | BatchError::RecordCountMismatch { .. })
+        ));
+        assert!(validate_produced(&FUZZ_TIMESTAMP_OVERFLOW).is_err());
+    }
+
+    #[test]
+    fn given_timestamps_at_both_ends_of_i64_then_they_round_trip_exactly() {
+        let stamps = [i64::MAX, i64::MIN, 0, -1];
+        let batch = encode(ProducerInfo::NONE, 0, &stamps.map(|ts| rec("k", "v", ts)));
+        validate_produced(&batch).expect("valid");
+        let read: Vec<i64> = records(&batch)
+            .expect("records")
+            .iter()
+            .map(|r| r.timestamp_ms)
+            .collect();
+        assert_eq!(read, stamps);
+    }
+
+    #[test]
+    fn given_a_base_offset_whose_last_offset_overflows_then_the_header_is_refused() {
+        let mut buf = encode(ProducerInfo::NONE, 0, &[rec("a", "1", 0), rec("b", "2", 0)]).to_vec();
+        assign(&mut buf, i64::MAX - 1, 0);
+        assert_eq!(
+            decode_header(&buf),
+            Err(BatchError::OffsetOverflow {
+                base_offset: i64::MAX - 1,
+                last_offset_delta: 1
+            })
+        );
+        assert!(validate_produced(&buf).is_err());
+        assign(&mut buf, i64::MAX - 2, 0);
+        let header = validate_produced(&buf).expect("the last offset is i64::MAX - 1");
+        assert_eq!(header.next_offset(), i64::MAX);
+    }
+
+    /// Found by fuzz/fuzz_targets/record_batch.rs: base offset i64::MIN and last offset
+    /// delta -1 passed the header's overflow check (`base + (delta + 1)`) and then
+    /// panicked `last_offset()`.
+    const FUZZ_LAST_OFFSET_UNDERFLOW: [u8; 91] = [
+        0x80, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x4f, 0xff, 0xff, 0xff,
+        0xff, 0x01, 0xc7, 0x03, 0x00, 0x23, 0x00, 0xcf, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+        0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0xe2, 0x67,
+        0x05, 0x00, 0x00, 0x7e, 0x00, 0x01, 0x8b, 0xcf, 0xe5, 0x68, 0x00, 0x00, 0x00, 0x01, 0x8b,
+        0xcf, 0xe5, 0x68, 0x00, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+        0xff, 0xff, 0xff, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x1a, 0x00, 0x00, 0x00, 0x00,
+        0x40,
+    ];
+
+    #[test]
+    fn given_the_fuzzed_header_whose_last_offset_underflowed_then_it_is_refused() {
+        assert_eq!(
+            decode_header(&FUZZ_LAST_OFFSET_UNDERFLOW),
+            Err(BatchError::OffsetOverflow {
+                base_offset: i64::MIN,
+                last_offset_delta: -1
+            })
+        );
+    }
+
+    #[test]
+    fn given_a_record_offset_delta_past_i64_then_its_records_are_malformed() {
+        // One record whose own offset delta (bytes 16..20 of the record) says 7 while the
+        // header's last offset delta says 0: base + 7 overflows, base + 0 does not.
+        let mut buf = encode(ProducerInfo::NONE, 0, &[rec("a", "1", 0)]).to_vec();
+        assign(&mut buf, i64::MAX - 1, 0);
+        buf[HEADER_LEN + 12..HEADER_LEN + 16].copy_from_slice(&7i32.to_be_bytes());
+        assert_eq!(
+            records(&buf),
+            Err(BatchError::MalformedRecords("record offset overflows"))
+        );
+    }
+
+    #[test]
+    fn given_a_header_claiming_i32_min_records_then_its_last_sequence_does_not_panic() {
+        let mut buf = encode(
+            ProducerInfo {
+                producer_id: 1,
+                producer_epoch: 0,
+                base_sequence: 5,
+            },
+            0,
+            &[rec("a", "1", 0)],
+        )
+        .to_vec();
+        buf[OFF_RECORD_COUNT..OFF_RECORD_COUNT + 4].copy_from_slice(&i32::MIN.to_be_bytes());
+        let header = decode_header(&buf).expect("the header itself decodes");
+        assert_eq!(header.last_sequence(), sequence_add(5, i32::MIN));
     }
 
     #[test]

@@ -10,17 +10,18 @@ use std::path::{Path, PathBuf};
 
 use super::error::{IoContext, LogError};
 
-pub(crate) const ENTRY_LEN: usize = 8;
+pub const ENTRY_LEN: usize = 8;
 
 /// A batch whose base offset is `segment base + relative_offset` starts at `position`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct IndexEntry {
+pub struct IndexEntry {
     pub relative_offset: u32,
     pub position: u32,
 }
 
 impl IndexEntry {
-    fn encode(self) -> [u8; ENTRY_LEN] {
+    /// The entry's 8 bytes in the file.
+    pub fn encode(self) -> [u8; ENTRY_LEN] {
         let mut out = [0u8; ENTRY_LEN];
         out[..4].copy_from_slice(&self.relative_offset.to_be_bytes());
         out[4..].copy_from_slice(&self.position.to_be_bytes());
@@ -29,7 +30,7 @@ impl IndexEntry {
 }
 
 /// Decodes an index file; `Err` says why it cannot be used.
-pub(crate) fn decode(bytes: &[u8]) -> Result<Vec<IndexEntry>, String> {
+pub fn decode(bytes: &[u8]) -> Result<Vec<IndexEntry>, String> {
     if !bytes.chunks_exact(ENTRY_LEN).remainder().is_empty() {
         return Err(format!(
             "length {} is not a multiple of {ENTRY_LEN}",

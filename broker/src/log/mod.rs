@@ -15,7 +15,9 @@ pub mod compaction;
 mod config;
 mod error;
 mod file_ops;
-mod index;
+/// Public for the fuzz target of its file decoder (fuzz/); the index itself stays
+/// crate-private.
+pub mod index;
 pub mod retention;
 mod segment;
 mod segment_swap;
