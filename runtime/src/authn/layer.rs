@@ -1,9 +1,11 @@
 //! The authentication layer [`crate::grpc_server`] puts in front of every server's
 //! routes: it reads `authorization: Bearer <token>`, checks the token against the
 //! token file and puts the [`Principal`] into the request's extensions. A token the
-//! file does not hold is answered UNAUTHENTICATED before any service sees the request;
-//! no credential is `User:ANONYMOUS`. Without a token file, tokens are not checked and
-//! every request is anonymous.
+//! file does not hold is answered UNAUTHENTICATED before any service sees the request.
+//! Without a token (or without a token file), a client certificate the TLS listener
+//! verified (mutual TLS) names the principal, `User:<CN>`
+//! ([`super::certificate`]); one without a common name is refused. No credential at
+//! all is `User:ANONYMOUS`.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -11,6 +13,9 @@ use std::task::{Context, Poll};
 
 use tower::{Layer, Service};
 
+use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
+
+use super::certificate::principal_from_certificate;
 use super::principal::Principal;
 use super::token_file::TokenFile;
 
@@ -46,12 +51,30 @@ pub struct Authn<S> {
 #[derive(Debug, PartialEq, Eq)]
 enum Authenticated {
     As(Principal),
-    Refused(&'static str),
+    Refused(String),
 }
 
-fn authenticate(header: Option<&http::HeaderValue>, tokens: Option<&TokenFile>) -> Authenticated {
+/// The leaf of the client's certificate chain, when the connection is TLS and the
+/// client presented one (the listener verified it against `--tls-ca`).
+fn client_certificate<B>(request: &http::Request<B>) -> Option<Vec<u8>> {
+    let info = request
+        .extensions()
+        .get::<TlsConnectInfo<TcpConnectInfo>>()?;
+    let chain = info.peer_certs()?;
+    chain.first().map(|leaf| leaf.as_ref().to_vec())
+}
+
+fn authenticate(
+    header: Option<&http::HeaderValue>,
+    tokens: Option<&TokenFile>,
+    certificate: Option<&[u8]>,
+) -> Authenticated {
     let (Some(header), Some(tokens)) = (header, tokens) else {
-        return Authenticated::As(Principal::anonymous());
+        return match certificate.map(principal_from_certificate) {
+            Some(Ok(principal)) => Authenticated::As(principal),
+            Some(Err(e)) => Authenticated::Refused(e.to_string()),
+            None => Authenticated::As(Principal::anonymous()),
+        };
     };
     let Some(token) = header
         .to_str()
@@ -60,12 +83,14 @@ fn authenticate(header: Option<&http::HeaderValue>, tokens: Option<&TokenFile>) 
         .map(str::trim)
     else {
         return Authenticated::Refused(
-            "the authorization header is not of the form `Bearer <token>`",
+            "the authorization header is not of the form `Bearer <token>`".to_string(),
         );
     };
     match tokens.tokens().principal(token) {
         Some(principal) => Authenticated::As(principal.clone()),
-        None => Authenticated::Refused("invalid bearer token: this server does not know it"),
+        None => {
+            Authenticated::Refused("invalid bearer token: this server does not know it".to_string())
+        }
     }
 }
 
@@ -85,9 +110,11 @@ where
     }
 
     fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
+        let certificate = client_certificate(&request);
         match authenticate(
             request.headers().get(http::header::AUTHORIZATION),
             self.tokens.as_ref(),
+            certificate.as_deref(),
         ) {
             Authenticated::As(principal) => {
                 request.extensions_mut().insert(principal);
@@ -118,7 +145,7 @@ mod tests {
     fn a_known_token_names_its_principal() {
         let header = http::HeaderValue::from_static("Bearer t-a");
         assert_eq!(
-            authenticate(Some(&header), Some(&tokens())),
+            authenticate(Some(&header), Some(&tokens()), None),
             Authenticated::As(Principal::user("alice"))
         );
     }
@@ -127,12 +154,12 @@ mod tests {
     fn an_unknown_token_or_a_malformed_header_is_refused() {
         let unknown = http::HeaderValue::from_static("Bearer nope");
         assert!(matches!(
-            authenticate(Some(&unknown), Some(&tokens())),
+            authenticate(Some(&unknown), Some(&tokens()), None),
             Authenticated::Refused(why) if why.contains("invalid bearer token")
         ));
         let basic = http::HeaderValue::from_static("Basic YTpi");
         assert!(matches!(
-            authenticate(Some(&basic), Some(&tokens())),
+            authenticate(Some(&basic), Some(&tokens()), None),
             Authenticated::Refused(_)
         ));
     }
@@ -140,8 +167,52 @@ mod tests {
     #[test]
     fn no_credential_is_anonymous() {
         assert_eq!(
-            authenticate(None, Some(&tokens())),
+            authenticate(None, Some(&tokens()), None),
             Authenticated::As(Principal::anonymous())
         );
+    }
+
+    fn certificate(common_name: Option<&str>) -> Vec<u8> {
+        let mut params =
+            rcgen::CertificateParams::new(vec!["localhost".to_string()]).expect("params");
+        let mut name = rcgen::DistinguishedName::new();
+        name.push(rcgen::DnType::OrganizationName, "Example");
+        if let Some(cn) = common_name {
+            name.push(rcgen::DnType::CommonName, cn);
+        }
+        params.distinguished_name = name;
+        let key = rcgen::KeyPair::generate().expect("key");
+        params
+            .self_signed(&key)
+            .expect("certificate")
+            .der()
+            .to_vec()
+    }
+
+    #[test]
+    fn a_client_certificate_names_the_principal_unless_a_token_does() {
+        let bob = certificate(Some("bob"));
+        assert_eq!(
+            authenticate(None, Some(&tokens()), Some(&bob)),
+            Authenticated::As(Principal::user("bob"))
+        );
+        assert_eq!(
+            authenticate(None, None, Some(&bob)),
+            Authenticated::As(Principal::user("bob"))
+        );
+        // A token the server checks is the credential the client chose to present.
+        let header = http::HeaderValue::from_static("Bearer t-a");
+        assert_eq!(
+            authenticate(Some(&header), Some(&tokens()), Some(&bob)),
+            Authenticated::As(Principal::user("alice"))
+        );
+    }
+
+    #[test]
+    fn a_client_certificate_without_a_common_name_is_refused() {
+        assert!(matches!(
+            authenticate(None, None, Some(&certificate(None))),
+            Authenticated::Refused(why) if why.contains("no common name")
+        ));
     }
 }
