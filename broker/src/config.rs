@@ -126,6 +126,17 @@ pub struct BrokerConfig {
     #[arg(long, env = "IDEM_NULL_PRODUCE", default_value_t = false)]
     pub null_produce: bool,
 
+    /// Most new producer ids one principal is handed by this broker per minute (KIP-936:
+    /// a client asking for a fresh id per message fills every leader's producer state);
+    /// more are refused with THROTTLING_QUOTA_EXCEEDED. Epoch bumps do not count. 0, the
+    /// default: no cap.
+    #[arg(
+        long,
+        env = "IDEM_MAX_NEW_PRODUCER_IDS_PER_MINUTE",
+        default_value_t = 0
+    )]
+    pub max_new_producer_ids_per_minute: usize,
+
     /// PEM certificate chain every gRPC listener (internal and external) presents. With
     /// it the listeners accept TLS only, and this process presents it as its client
     /// certificate to the members it connects to. Needs --tls-key and --tls-ca. Unset:
@@ -270,6 +281,7 @@ impl BrokerConfig {
             etcd_prefix: "/idem".into(),
             coordinator: None,
             null_produce: false,
+            max_new_producer_ids_per_minute: 0,
             tls_cert: None,
             tls_key: None,
             tls_ca: None,

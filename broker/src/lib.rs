@@ -12,6 +12,7 @@ pub mod internal_topics;
 pub mod log;
 pub mod partition;
 pub mod partition_health;
+pub mod producer_id_cap;
 pub mod producer_state;
 pub mod replication;
 pub mod retention_flags;

@@ -265,6 +265,7 @@ impl BoundBroker {
         .with_membership(membership.clone())
         .with_coordinator(config.coordinator.clone())
         .with_null_produce(config.null_produce)
+        .with_producer_id_cap(config.max_new_producer_ids_per_minute)
         .with_authorizer(authorizer)
         .with_acl_store(acl_store);
         if config.coordinator.is_some() && membership.is_some() {

@@ -29,6 +29,7 @@ use tonic::{Request, Response, Status};
 
 use crate::cluster::membership::Membership;
 use crate::coordinators::Coordinators;
+use crate::producer_id_cap::ProducerIdCap;
 use crate::topics::TopicRegistry;
 
 mod access;
@@ -64,6 +65,8 @@ pub struct BrokerService {
     authorizer: Authorizer,
     /// Where CreateAcls / DeleteAcls store ACLs (`None` without etcd).
     acl_store: Option<EtcdAclStore>,
+    /// `--max-new-producer-ids-per-minute` (`None`: no cap).
+    producer_id_cap: Option<std::sync::Mutex<ProducerIdCap>>,
 }
 
 impl BrokerService {
@@ -89,7 +92,15 @@ impl BrokerService {
             null_produce: None,
             authorizer: Authorizer::open(),
             acl_store: None,
+            producer_id_cap: None,
         }
+    }
+
+    /// At most `per_minute` new producer ids per principal per minute (0: no cap).
+    pub fn with_producer_id_cap(mut self, per_minute: usize) -> Self {
+        self.producer_id_cap =
+            (per_minute > 0).then(|| std::sync::Mutex::new(ProducerIdCap::new(per_minute)));
+        self
     }
 
     /// Checks every RPC against `authorizer` (open by default).
@@ -253,6 +264,15 @@ impl Broker for BrokerService {
                 principal,
                 [(Operation::Write, Resource::transactional_id(id))],
             )?,
+        }
+        let asks_new_id = {
+            let r = request.get_ref();
+            r.transactional_id.is_empty() && r.producer_id.is_none()
+        };
+        if asks_new_id {
+            if let Some(refused) = self.over_producer_id_cap(principal) {
+                return Ok(Response::new(refused));
+            }
         }
         Ok(Response::new(
             self.serve_init_producer_id(request.into_inner()).await,

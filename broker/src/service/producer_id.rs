@@ -1,6 +1,7 @@
 //! InitProducerId for idempotent producers: a fresh producer id from this broker's
 //! leased block, or the next epoch of one the producer already has (KIP-360).
-//! Transactional ids belong to the transaction coordinator and are refused here.
+//! Transactional ids belong to the transaction coordinator and are refused here. A
+//! principal past its cap of new ids per minute is refused (`producer_id_cap.rs`).
 
 use idem_proto::v1::{InitProducerIdRequest, InitProducerIdResponse};
 use idem_proto::ErrorCode;
@@ -9,6 +10,32 @@ use super::BrokerService;
 use crate::error::BrokerError;
 
 impl BrokerService {
+    /// The refusal for `principal` when it was handed its cap of new producer ids in
+    /// the last minute (`--max-new-producer-ids-per-minute`); `None` counts one more.
+    pub(super) fn over_producer_id_cap(&self, principal: &str) -> Option<InitProducerIdResponse> {
+        let cap = self.producer_id_cap.as_ref()?;
+        let verdict = cap
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .admit(principal, idem_runtime::clock::now_ms());
+        let retry_ms = verdict.err()?;
+        metrics::counter!("idem_producer_ids_refused_total").increment(1);
+        tracing::warn!(
+            principal,
+            retry_ms,
+            "refused a new producer id over the cap"
+        );
+        Some(InitProducerIdResponse {
+            error_code: ErrorCode::ThrottlingQuotaExceeded as i32,
+            error_message: format!(
+                "{principal} was handed its cap of new producer ids in the last minute \
+                 (--max-new-producer-ids-per-minute); the next in {retry_ms} ms"
+            ),
+            producer_id: -1,
+            producer_epoch: -1,
+        })
+    }
+
     pub(super) async fn serve_init_producer_id(
         &self,
         request: InitProducerIdRequest,

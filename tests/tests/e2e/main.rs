@@ -29,6 +29,7 @@ mod membership;
 mod metrics;
 mod network_partitions;
 mod pipeline;
+mod producer_id_cap;
 mod producer_ids;
 mod reassignment;
 mod replication;
