@@ -86,7 +86,7 @@ mod tests {
                 prop_assert_eq!(verdict, own.admit(&principal, now));
                 match verdict {
                     Ok(()) => grants.entry(who).or_default().push(now),
-                    Err(wait) => prop_assert!(wait >= 1 && wait <= WINDOW_MS),
+                    Err(wait) => prop_assert!((1..=WINDOW_MS).contains(&wait)),
                 }
             }
             for times in grants.values() {
