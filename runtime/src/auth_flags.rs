@@ -43,8 +43,10 @@ impl AuthFlags {
             tokens.spawn_reload(stop.child_token());
         }
         match self.authorizer {
+            // INFO, not WARN: open is the default, as in Kafka without an authorizer, and
+            // a warning on every start of every server would be noise (idem dev prints it).
             AuthorizerKind::None => {
-                tracing::warn!("authorization is off (--authorizer none): every request is allowed")
+                tracing::info!("authorization is off (--authorizer none): every request is allowed")
             }
             AuthorizerKind::Acl => tracing::info!(
                 super_users = ?self.super_users,
