@@ -6,7 +6,6 @@
 
 use anyhow::Context;
 use idem_client::admin::acls::{AclBinding, AclFilter};
-use idem_client::credentials::Credentials;
 use idem_client::Admin;
 
 #[derive(Debug, clap::Subcommand)]
@@ -106,11 +105,10 @@ fn line(acl: &AclBinding) -> String {
 
 pub async fn run(
     bootstrap: &str,
-    credentials: Credentials,
-    tls: Option<idem_client::TlsConfig>,
+    access: &crate::access::Access,
     command: AclCommand,
 ) -> anyhow::Result<()> {
-    let admin = Admin::connect_with(bootstrap, credentials, tls)
+    let admin = Admin::connect_with(bootstrap, access.credentials.clone(), access.tls.clone())
         .await
         .with_context(|| format!("connecting to {bootstrap}"))?;
     match command {

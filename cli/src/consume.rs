@@ -4,14 +4,12 @@
 //! committed offsets, and the positions are committed after each batch printed (and
 //! the member leaves the group when it stops).
 
-use idem_client::TlsConfig;
+use crate::access::Access;
 use std::io::Write;
 use std::time::Duration;
 
 use anyhow::Context;
-use idem_client::{
-    Admin, Consumer, ConsumerConfig, GroupConfig, GroupConsumer, Isolation, OffsetSpec,
-};
+use idem_client::{Consumer, ConsumerConfig, GroupConfig, GroupConsumer, Isolation, OffsetSpec};
 
 /// A partition as the group consumer names it: (topic, partition).
 type TopicPartition = (String, i32);
@@ -44,21 +42,11 @@ pub struct ConsumeArgs {
     assignor: Option<String>,
 }
 
-pub async fn run(
-    bootstrap: &str,
-    tls: Option<&TlsConfig>,
-    args: ConsumeArgs,
-) -> anyhow::Result<()> {
+pub async fn run(bootstrap: &str, access: &Access, args: ConsumeArgs) -> anyhow::Result<()> {
     if let Some(group) = args.group.clone() {
-        return run_in_group(bootstrap, tls, &group, args).await;
+        return run_in_group(bootstrap, access, &group, args).await;
     }
-    let admin = Admin::connect_with(
-        bootstrap,
-        idem_client::credentials::Credentials::none(),
-        tls.cloned(),
-    )
-    .await
-    .with_context(|| format!("connecting to {bootstrap}"))?;
+    let admin = access.admin(bootstrap).await?;
     let metadata = admin.metadata(&[args.topic.as_str()]).await?;
     let topic = metadata
         .topic(&args.topic)
@@ -73,7 +61,8 @@ pub async fn run(
     };
     let config = ConsumerConfig {
         isolation: args.isolation,
-        tls: tls.cloned(),
+        credentials: access.credentials.clone(),
+        tls: access.tls.clone(),
         ..ConsumerConfig::default()
     };
     let mut consumer = Consumer::connect(bootstrap, config).await?;
@@ -114,14 +103,15 @@ pub async fn run(
 /// `--group`: the group assigns, the positions are committed after each batch.
 async fn run_in_group(
     bootstrap: &str,
-    tls: Option<&TlsConfig>,
+    access: &Access,
     group: &str,
     args: ConsumeArgs,
 ) -> anyhow::Result<()> {
     let mut config = GroupConfig::new(group);
     config.assignor = args.assignor.clone();
     config.consumer.isolation = args.isolation;
-    config.consumer.tls = tls.cloned();
+    config.consumer.credentials = access.credentials.clone();
+    config.consumer.tls = access.tls.clone();
     config.consumer.start = if args.from_beginning {
         OffsetSpec::Earliest
     } else {

@@ -5,9 +5,9 @@
 //! for a group with members (their progress would be overwritten); every command exits
 //! non-zero on a refusal, naming it.
 
+use crate::access::Access;
 use anyhow::Context;
-use idem_client::TlsConfig;
-use idem_client::{Admin, Isolation, OffsetSpec};
+use idem_client::{Isolation, OffsetSpec};
 
 #[derive(Debug, clap::Subcommand)]
 pub enum GroupCommand {
@@ -34,18 +34,8 @@ pub enum GroupCommand {
     Delete { group: String },
 }
 
-pub async fn run(
-    bootstrap: &str,
-    tls: Option<&TlsConfig>,
-    command: GroupCommand,
-) -> anyhow::Result<()> {
-    let admin = Admin::connect_with(
-        bootstrap,
-        idem_client::credentials::Credentials::none(),
-        tls.cloned(),
-    )
-    .await
-    .with_context(|| format!("connecting to {bootstrap}"))?;
+pub async fn run(bootstrap: &str, access: &Access, command: GroupCommand) -> anyhow::Result<()> {
+    let admin = access.admin(bootstrap).await?;
     match command {
         GroupCommand::List => {
             let groups = admin.list_groups().await.context("listing groups")?;

@@ -5,6 +5,7 @@
 //! `idem`: the command line for idem. `dev` runs a whole single-node idem in this
 //! process; the other commands are clients of a running cluster (`--bootstrap`).
 
+mod access;
 mod acl;
 mod bench;
 mod consume;
@@ -40,7 +41,8 @@ struct Cli {
     )]
     bootstrap: String,
     /// A file holding the bearer token to present (`authorization: Bearer`); without
-    /// it, requests are `User:ANONYMOUS`. Used by `idem acl`.
+    /// it, requests are `User:ANONYMOUS`. Used by the topic, produce, consume, txn,
+    /// group and acl commands.
     #[arg(long, global = true, env = "IDEM_AUTH_TOKEN")]
     auth_token: Option<std::path::PathBuf>,
     /// PEM CA the servers' certificates must be signed by: with it every connection
@@ -128,26 +130,31 @@ async fn main() -> std::process::ExitCode {
     exit_code(result)
 }
 
-/// A command that is a client of a running cluster.
+/// A command that is a client of a running cluster: the topic, record, transaction,
+/// group and ACL commands present `--auth-token` and the TLS settings; `bench` and
+/// `health` only the TLS settings (health checks are open to every principal).
 async fn run_client(
     bootstrap: &str,
     auth_token: Option<&std::path::Path>,
     tls: Option<&TlsConfig>,
     command: Command,
 ) -> anyhow::Result<()> {
+    let access = || -> anyhow::Result<access::Access> {
+        Ok(access::Access {
+            credentials: idem_client::credentials::Credentials::from_token_path(auth_token)?,
+            tls: tls.cloned(),
+        })
+    };
     match command {
         Command::Dev(_) => anyhow::bail!("idem dev runs servers, it is no client"),
-        Command::Topic(command) => topic::run(bootstrap, tls, command).await,
-        Command::Produce(args) => produce::run(bootstrap, tls, args).await,
-        Command::Consume(args) => consume::run(bootstrap, tls, args).await,
-        Command::Txn(command) => txn::run(bootstrap, tls, command).await,
-        Command::Group(command) => group::run(bootstrap, tls, command).await,
+        Command::Topic(command) => topic::run(bootstrap, &access()?, command).await,
+        Command::Produce(args) => produce::run(bootstrap, &access()?, args).await,
+        Command::Consume(args) => consume::run(bootstrap, &access()?, args).await,
+        Command::Txn(command) => txn::run(bootstrap, &access()?, command).await,
+        Command::Group(command) => group::run(bootstrap, &access()?, command).await,
         Command::Bench(command) => bench::run(bootstrap, tls, command).await,
         Command::Health(args) => health::run(tls, args).await,
-        Command::Acl(command) => {
-            let credentials = idem_client::credentials::Credentials::from_token_path(auth_token)?;
-            acl::run(bootstrap, credentials, tls.cloned(), command).await
-        }
+        Command::Acl(command) => acl::run(bootstrap, &access()?, command).await,
     }
 }
 

@@ -3,7 +3,7 @@
 //! record was not acknowledged. With `--transactional-id` the records are written in
 //! transactions (see [`crate::produce_txn`]).
 
-use idem_client::TlsConfig;
+use crate::access::Access;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -38,15 +38,11 @@ pub struct ProduceArgs {
     transaction_timeout_ms: u64,
 }
 
-pub async fn run(
-    bootstrap: &str,
-    tls: Option<&TlsConfig>,
-    args: ProduceArgs,
-) -> anyhow::Result<()> {
+pub async fn run(bootstrap: &str, access: &Access, args: ProduceArgs) -> anyhow::Result<()> {
     if let Some(transactional_id) = &args.transactional_id {
         return crate::produce_txn::run(
             bootstrap,
-            tls,
+            access,
             crate::produce_txn::TxnProduce {
                 topic: &args.topic,
                 transactional_id,
@@ -60,7 +56,8 @@ pub async fn run(
     }
     let config = ProducerConfig {
         delivery_timeout: Duration::from_millis(args.delivery_timeout_ms),
-        tls: tls.cloned(),
+        credentials: access.credentials.clone(),
+        tls: access.tls.clone(),
         ..ProducerConfig::new(bootstrap).with_delivery(args.delivery)
     };
     let producer = Producer::connect(config)

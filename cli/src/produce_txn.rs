@@ -4,7 +4,7 @@
 //! read_committed consumer sees. The first transaction that cannot commit is aborted
 //! and the command exits non-zero; the transactions before it stay committed.
 
-use idem_client::TlsConfig;
+use crate::access::Access;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -26,15 +26,12 @@ pub struct TxnProduce<'a> {
     pub transaction_timeout: Duration,
 }
 
-pub async fn run(
-    bootstrap: &str,
-    tls: Option<&TlsConfig>,
-    args: TxnProduce<'_>,
-) -> anyhow::Result<()> {
+pub async fn run(bootstrap: &str, access: &Access, args: TxnProduce<'_>) -> anyhow::Result<()> {
     let config = TransactionalConfig {
         delivery_timeout: args.delivery_timeout,
         transaction_timeout: args.transaction_timeout,
-        tls: tls.cloned(),
+        credentials: access.credentials.clone(),
+        tls: access.tls.clone(),
         ..TransactionalConfig::new(bootstrap, args.transactional_id)
     };
     let producer = TransactionalProducer::connect(config)

@@ -1,7 +1,7 @@
 //! `idem topic create | list | describe | alter-config | reassign | reassignments |
 //! delete-records | add-partitions | delete`.
 
-use idem_client::TlsConfig;
+use crate::access::Access;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -106,18 +106,8 @@ pub enum TopicCommand {
     },
 }
 
-pub async fn run(
-    bootstrap: &str,
-    tls: Option<&TlsConfig>,
-    command: TopicCommand,
-) -> anyhow::Result<()> {
-    let admin = Admin::connect_with(
-        bootstrap,
-        idem_client::credentials::Credentials::none(),
-        tls.cloned(),
-    )
-    .await
-    .with_context(|| format!("connecting to {bootstrap}"))?;
+pub async fn run(bootstrap: &str, access: &Access, command: TopicCommand) -> anyhow::Result<()> {
+    let admin = access.admin(bootstrap).await?;
     match command {
         TopicCommand::Create {
             name,
@@ -180,7 +170,7 @@ pub async fn run(
                 // we asked does not lead the partition.
                 let p = match p.log_end_offset {
                     end if end >= 0 => p.clone(),
-                    _ => offsets_from_leader(&metadata, &name, p, tls)
+                    _ => offsets_from_leader(&metadata, &name, p, access)
                         .await
                         .unwrap_or_else(|| p.clone()),
                 };
@@ -401,19 +391,13 @@ async fn offsets_from_leader(
     metadata: &idem_client::ClusterMetadata,
     topic: &str,
     partition: &idem_client::PartitionMetadata,
-    tls: Option<&TlsConfig>,
+    access: &Access,
 ) -> Option<idem_client::PartitionMetadata> {
     let leader = metadata
         .brokers
         .iter()
         .find(|b| b.broker_id == partition.leader_id)?;
-    let admin = Admin::connect_with(
-        &leader.address,
-        idem_client::credentials::Credentials::none(),
-        tls.cloned(),
-    )
-    .await
-    .ok()?;
+    let admin = access.admin(&leader.address).await.ok()?;
     let answer = admin.metadata(&[topic]).await.ok()?;
     answer
         .topic(topic)?

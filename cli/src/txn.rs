@@ -4,12 +4,12 @@
 //! not be asked. `slices` shows whether every partition of the transaction log is owned
 //! and served (exiting non-zero when one is not); `list` warns about those that are not.
 
-use idem_client::TlsConfig;
+use crate::access::Access;
 use std::time::Duration;
 
 use anyhow::Context;
 use idem_client::clock::now_ms;
-use idem_client::{Admin, SliceStatus, TopicPartition};
+use idem_client::{SliceStatus, TopicPartition};
 use idem_proto::txn::TXN_LOG_TOPIC;
 
 #[derive(Debug, clap::Subcommand)]
@@ -32,18 +32,8 @@ pub enum TxnCommand {
     Slices,
 }
 
-pub async fn run(
-    bootstrap: &str,
-    tls: Option<&TlsConfig>,
-    command: TxnCommand,
-) -> anyhow::Result<()> {
-    let admin = Admin::connect_with(
-        bootstrap,
-        idem_client::credentials::Credentials::none(),
-        tls.cloned(),
-    )
-    .await
-    .with_context(|| format!("connecting to {bootstrap}"))?;
+pub async fn run(bootstrap: &str, access: &Access, command: TxnCommand) -> anyhow::Result<()> {
+    let admin = access.admin(bootstrap).await?;
     match command {
         TxnCommand::List => {
             let transactions = admin

@@ -29,7 +29,7 @@ use idem_proto::v1::{
 };
 use idem_proto::ErrorCode;
 use idem_runtime::authn::NodeCredential;
-use idem_tests::cli::idem;
+use idem_tests::cli::{idem, idem_with_input};
 use idem_tests::raw;
 use idem_tests::wait::{wait_until, PATIENCE};
 use idem_tests::Cluster;
@@ -707,6 +707,42 @@ async fn given_the_cli_when_adding_listing_and_removing_an_acl_then_each_shows()
     assert!(
         listed.status.success() && out.contains("User:carol") && out.contains("pay"),
         "{out}"
+    );
+    // The other client commands present the token too: the admin creates a topic and
+    // produces to it; anonymously, the same create is refused naming the principal.
+    let anonymous = idem(&bootstrap, &["topic", "create", "cli-made"]);
+    assert!(!anonymous.status.success());
+    assert!(
+        String::from_utf8_lossy(&anonymous.stderr)
+            .contains("User:ANONYMOUS is not authorized to create"),
+        "{}",
+        String::from_utf8_lossy(&anonymous.stderr)
+    );
+    let created = run(&["topic", "create", "cli-made"]);
+    assert!(
+        created.status.success(),
+        "{}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+    let mut with_token = vec!["--auth-token", token.as_str()];
+    with_token.extend_from_slice(&["produce", "cli-made"]);
+    let produced = idem_with_input(&bootstrap, &with_token, "one\ntwo\n");
+    assert!(
+        produced.status.success(),
+        "{}",
+        String::from_utf8_lossy(&produced.stderr)
+    );
+    assert_eq!(
+        admin
+            .list_offsets(
+                "cli-made",
+                0,
+                OffsetSpec::Latest,
+                Isolation::ReadUncommitted
+            )
+            .await
+            .expect("log end"),
+        2
     );
 
     // Bad input: a clear error, nothing stored.
