@@ -54,9 +54,7 @@ impl GroupCoordinatorService {
         principal: &str,
         needs: impl IntoIterator<Item = (Operation, Resource)>,
     ) -> Result<(), Refusal> {
-        self.authorizer
-            .check_all(principal, needs)
-            .map_err(|denied| Refusal::new(denied.error_code(), denied.to_string()))
+        Refusal::unless_authorized(&self.authorizer, principal, needs)
     }
 
     /// Read on the group and on every topic whose offsets are committed (Kafka's

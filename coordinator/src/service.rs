@@ -56,9 +56,7 @@ impl TxnCoordinatorService {
         principal: &str,
         needs: impl IntoIterator<Item = (Operation, Resource)>,
     ) -> Result<(), Refusal> {
-        self.authorizer
-            .check_all(principal, needs)
-            .map_err(|denied| Refusal::new(denied.error_code(), denied.to_string()))
+        Refusal::unless_authorized(&self.authorizer, principal, needs)
     }
 
     pub fn with_listeners(mut self, bound: BoundListeners) -> Self {

@@ -20,6 +20,18 @@ impl Refusal {
             message: message.into(),
         }
     }
+
+    /// `Ok` when `authorizer` allows `principal` every one of `needs`; else the refusal
+    /// naming the first one denied (its authorization error code and message).
+    pub fn unless_authorized(
+        authorizer: &idem_runtime::acl::Authorizer,
+        principal: &str,
+        needs: impl IntoIterator<Item = (idem_runtime::acl::Operation, idem_runtime::acl::Resource)>,
+    ) -> Result<(), Refusal> {
+        authorizer
+            .check_all(principal, needs)
+            .map_err(|denied| Refusal::new(denied.error_code(), denied.to_string()))
+    }
 }
 
 /// The wire code of a decider error.
