@@ -15,7 +15,7 @@ use tower::{Layer, Service};
 
 use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
 
-use super::certificate::principal_from_certificate;
+use super::certificate::{principal_from_certificate, CertificateError};
 use super::principal::Principal;
 use super::token_file::TokenFile;
 
@@ -54,23 +54,30 @@ enum Authenticated {
     Refused(String),
 }
 
-/// The leaf of the client's certificate chain, when the connection is TLS and the
-/// client presented one (the listener verified it against `--tls-ca`).
-fn client_certificate<B>(request: &http::Request<B>) -> Option<Vec<u8>> {
+/// The principal of the client's certificate, when the connection is TLS and the
+/// client presented one (the listener verified it against `--tls-ca`): the leaf,
+/// parsed where it lies (the chain is shared with the connection, not copied).
+fn certificate_principal<B>(
+    request: &http::Request<B>,
+) -> Option<Result<Principal, CertificateError>> {
     let info = request
         .extensions()
         .get::<TlsConnectInfo<TcpConnectInfo>>()?;
     let chain = info.peer_certs()?;
-    chain.first().map(|leaf| leaf.as_ref().to_vec())
+    chain
+        .first()
+        .map(|leaf| principal_from_certificate(leaf.as_ref()))
 }
 
+/// Who a request is. `certificate` is asked only when no checked token names the
+/// principal, so a token-authenticated request (and a plaintext one) parses nothing.
 fn authenticate(
     header: Option<&http::HeaderValue>,
     tokens: Option<&TokenFile>,
-    certificate: Option<&[u8]>,
+    certificate: impl FnOnce() -> Option<Result<Principal, CertificateError>>,
 ) -> Authenticated {
     let (Some(header), Some(tokens)) = (header, tokens) else {
-        return match certificate.map(principal_from_certificate) {
+        return match certificate() {
             Some(Ok(principal)) => Authenticated::As(principal),
             Some(Err(e)) => Authenticated::Refused(e.to_string()),
             None => Authenticated::As(Principal::anonymous()),
@@ -110,12 +117,12 @@ where
     }
 
     fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
-        let certificate = client_certificate(&request);
-        match authenticate(
+        let authenticated = authenticate(
             request.headers().get(http::header::AUTHORIZATION),
             self.tokens.as_ref(),
-            certificate.as_deref(),
-        ) {
+            || certificate_principal(&request),
+        );
+        match authenticated {
             Authenticated::As(principal) => {
                 request.extensions_mut().insert(principal);
                 Box::pin(self.inner.call(request))
@@ -145,7 +152,7 @@ mod tests {
     fn a_known_token_names_its_principal() {
         let header = http::HeaderValue::from_static("Bearer t-a");
         assert_eq!(
-            authenticate(Some(&header), Some(&tokens()), None),
+            authenticate(Some(&header), Some(&tokens()), || None),
             Authenticated::As(Principal::user("alice"))
         );
     }
@@ -154,12 +161,12 @@ mod tests {
     fn an_unknown_token_or_a_malformed_header_is_refused() {
         let unknown = http::HeaderValue::from_static("Bearer nope");
         assert!(matches!(
-            authenticate(Some(&unknown), Some(&tokens()), None),
+            authenticate(Some(&unknown), Some(&tokens()), || None),
             Authenticated::Refused(why) if why.contains("invalid bearer token")
         ));
         let basic = http::HeaderValue::from_static("Basic YTpi");
         assert!(matches!(
-            authenticate(Some(&basic), Some(&tokens()), None),
+            authenticate(Some(&basic), Some(&tokens()), || None),
             Authenticated::Refused(_)
         ));
     }
@@ -167,7 +174,7 @@ mod tests {
     #[test]
     fn no_credential_is_anonymous() {
         assert_eq!(
-            authenticate(None, Some(&tokens()), None),
+            authenticate(None, Some(&tokens()), || None),
             Authenticated::As(Principal::anonymous())
         );
     }
@@ -193,17 +200,21 @@ mod tests {
     fn a_client_certificate_names_the_principal_unless_a_token_does() {
         let bob = certificate(Some("bob"));
         assert_eq!(
-            authenticate(None, Some(&tokens()), Some(&bob)),
+            authenticate(None, Some(&tokens()), || Some(principal_from_certificate(
+                &bob
+            ))),
             Authenticated::As(Principal::user("bob"))
         );
         assert_eq!(
-            authenticate(None, None, Some(&bob)),
+            authenticate(None, None, || Some(principal_from_certificate(&bob))),
             Authenticated::As(Principal::user("bob"))
         );
         // A token the server checks is the credential the client chose to present.
         let header = http::HeaderValue::from_static("Bearer t-a");
         assert_eq!(
-            authenticate(Some(&header), Some(&tokens()), Some(&bob)),
+            authenticate(Some(&header), Some(&tokens()), || unreachable!(
+                "a checked token names the principal: no certificate is parsed"
+            )),
             Authenticated::As(Principal::user("alice"))
         );
     }
@@ -211,7 +222,7 @@ mod tests {
     #[test]
     fn a_client_certificate_without_a_common_name_is_refused() {
         assert!(matches!(
-            authenticate(None, None, Some(&certificate(None))),
+            authenticate(None, None, || Some(principal_from_certificate(&certificate(None)))),
             Authenticated::Refused(why) if why.contains("no common name")
         ));
     }
