@@ -22,7 +22,6 @@
 //! - [`log_limit`]: a limit on how often a repeating failure is logged;
 //! - [`atomic_file`], [`clock`]: replacing a file crash-safely, and the wall clock;
 //! - [`config_error`]: a setting refused at start, naming its flag;
-//! - [`byte_rate`]: a byte-rate quota and the throttle it asks of a client over it;
 //! - [`tls`]: TLS on every listener (and mutual TLS), reloaded on SIGHUP;
 //! - [`topic_catalog`]: the etcd keys of the topic catalog, for its readers;
 //! - [`acl`], [`authn`]: ACL authorization (cached decisions) and who a request's
@@ -32,7 +31,6 @@ pub mod acl;
 pub mod atomic_file;
 pub mod auth_flags;
 pub mod authn;
-pub mod byte_rate;
 pub mod clock;
 pub mod config_error;
 pub mod deferred;
