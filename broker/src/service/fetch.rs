@@ -72,15 +72,20 @@ impl BrokerService {
         let mut topics = Vec::with_capacity(request.topics.len());
         for topic in &request.topics {
             let mut partitions = Vec::with_capacity(topic.partitions.len());
+            // A consumer reads a topic it may read; a follower's fetch was authorized for
+            // the cluster before (see `service/mod.rs`). Once per topic, not per
+            // partition: the answer is the topic's.
+            let topic_access = match request.replica_id {
+                Some(_) => Ok(()),
+                None => self
+                    .authorizer
+                    .check_topic(principal, Operation::Read, &topic.name),
+            };
             for wanted in &topic.partitions {
                 let limit = budget.next(wanted.partition_max_bytes);
-                // A consumer reads a topic it may read; a follower's fetch was
-                // authorized for the cluster before (see `service/mod.rs`).
-                let authorized = match request.replica_id {
-                    Some(_) => Ok(()),
-                    None => self.authorize_topic(principal, Operation::Read, &topic.name),
-                };
-                let result = authorized
+                let result = topic_access
+                    .clone()
+                    .map_err(BrokerError::Unauthorized)
                     .and_then(|()| check_fetch_sizes(request.max_bytes, wanted.partition_max_bytes))
                     .and_then(|()| self.topics.partition(&topic.name, wanted.partition))
                     .and_then(|p| match request.replica_id {
