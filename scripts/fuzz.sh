@@ -5,7 +5,7 @@
 # fuzz/corpus/<target>/ plus what earlier runs on this machine found
 # ($IDEM_FUZZ_CORPUS/<target>/, default fuzz/target/corpus/), and a crash, a timeout
 # (10 s for one input) or an allocation past 2 GiB fails the run and leaves the input
-# under fuzz/artifacts/<target>/: reproduce it with `cargo fuzz run -s none <target>
+# under fuzz/artifacts/<target>/: reproduce it with `fuzz/target/<host triple>/release/<target>
 # <file>`, then fix the decoder and keep the input as a unit test of its crate.
 #
 # Usage: scripts/fuzz.sh [--time SECONDS] [TARGET...]
@@ -14,11 +14,14 @@
 #   scripts/fuzz.sh --list                the targets
 # IDEM_FUZZ_SECONDS sets the default time per target.
 #
-# Stable Rust: cargo-fuzz runs with `--sanitizer none`, the only mode that needs no
-# nightly compiler flag (AddressSanitizer is `-Zsanitizer`). The decoders are safe Rust
-# (`unsafe_code = "forbid"`), so what AddressSanitizer would add is checks on the
-# dependencies' unsafe code; panics, overflows (debug assertions are on), hangs and huge
-# allocations are all caught without it.
+# Stable Rust, and no cargo-fuzz: the script builds the targets with cargo and the
+# flags cargo-fuzz 0.13 passes for `--sanitizer none` (coverage instrumentation through
+# LLVM's SanitizerCoverage, `--cfg fuzzing`, debug assertions, so overflow checks), then
+# runs each libFuzzer binary itself. Installing cargo-fuzz cost CI 4 min 50 s of a
+# 30-minute budget for what is one `cargo build` and one exec. AddressSanitizer would
+# need a nightly `-Zsanitizer`; the decoders are safe Rust (`unsafe_code = "forbid"`),
+# so what it would add is checks on the dependencies' unsafe code; panics, overflows,
+# hangs and huge allocations are all caught without it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -41,7 +44,7 @@ case "$seconds" in
 esac
 
 scripts/install-deps.sh protoc cc fuzz
-mapfile -t all < <(cargo fuzz list --fuzz-dir fuzz)
+mapfile -t all < <(sed -n 's/^path = "fuzz_targets\/\(.*\)\.rs"$/\1/p' fuzz/Cargo.toml)
 if [ "${list:-0}" -eq 1 ]; then printf '%s\n' "${all[@]}"; exit 0; fi
 if [ ${#targets[@]} -eq 0 ]; then targets=("${all[@]}"); fi
 for target in "${targets[@]}"; do
@@ -49,15 +52,28 @@ for target in "${targets[@]}"; do
     { echo "fuzz.sh: no target $target; there are: ${all[*]}" >&2; exit 2; }
 done
 
-corpus_root="${IDEM_FUZZ_CORPUS:-fuzz/target/corpus}"
+# cargo-fuzz's `build --sanitizer none` (src/project.rs, `fn cargo`), flag for flag: a
+# `--target` build, so the flags reach the targets but not build scripts; release with
+# line tables, one codegen unit (ThinLTO imports nothing across sancov-instrumented
+# units otherwise, ~3x slower runs).
+triple="$(rustc -vV | sed -n 's/^host: //p')"
+fuzz_flags="-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4"
+fuzz_flags+=" -Cllvm-args=-sanitizer-coverage-inline-8bit-counters"
+fuzz_flags+=" -Cllvm-args=-sanitizer-coverage-pc-table"
+fuzz_flags+=" -Cllvm-args=-sanitizer-coverage-trace-compares --cfg fuzzing"
+fuzz_flags+=" -Cllvm-args=-simplifycfg-branch-fold-threshold=0"
+fuzz_flags+=" -Cllvm-args=-sanitizer-coverage-stack-depth -Cdebug-assertions -Ccodegen-units=1"
 # One build for every target, then one run each.
-cargo fuzz build --fuzz-dir fuzz --sanitizer none
+RUSTFLAGS="$fuzz_flags ${RUSTFLAGS:-}" cargo build --manifest-path fuzz/Cargo.toml \
+  --target "$triple" --release --config 'profile.release.debug="line-tables-only"' --bins
+bin_dir="fuzz/target/$triple/release"
+corpus_root="${IDEM_FUZZ_CORPUS:-fuzz/target/corpus}"
 for target in "${targets[@]}"; do
-  mkdir -p "$corpus_root/$target"
+  mkdir -p "$corpus_root/$target" "fuzz/artifacts/$target"
   echo "fuzz.sh: $target for ${seconds}s"
   # The first corpus directory takes what the run finds; the committed seeds only feed
   # it. libFuzzer's line per new input is left out (thousands in a run); its summary stays.
-  cargo fuzz run --fuzz-dir fuzz --sanitizer none "$target" "$corpus_root/$target" \
-    "fuzz/corpus/$target" -- -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
-    -print_final_stats=1 2>&1 | { grep -v '^#[0-9]*[[:space:]]*\(NEW\|REDUCE\|pulse\)' || true; }
+  "$bin_dir/$target" -artifact_prefix="fuzz/artifacts/$target/" -max_total_time="$seconds" \
+    -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 "$corpus_root/$target" \
+    "fuzz/corpus/$target" 2>&1 | { grep -v '^#[0-9]*[[:space:]]*\(NEW\|REDUCE\|pulse\)' || true; }
 done

@@ -13,8 +13,8 @@
 #             walkthrough and the container tests); see install_compose below
 #   kubernetes-validate -> the PyPI package, pinned (deploy/k8s/validate.sh checks the
 #             manifests offline against the API schemas it ships, 1.25 to 1.37)
-#   fuzz    -> cargo-fuzz, pinned, from crates.io (scripts/fuzz.sh), and g++ (libfuzzer-sys
-#             builds libFuzzer from its C++ sources)
+#   fuzz    -> g++: libfuzzer-sys builds libFuzzer from its C++ sources (scripts/fuzz.sh
+#             builds and runs the targets with cargo alone; no cargo-fuzz)
 # Usage: scripts/install-deps.sh protoc [etcd] [cc] [script] [netns] [postgres]
 #        [compose] [kubernetes-validate] [fuzz]
 set -euo pipefail
@@ -68,19 +68,6 @@ kubernetes_validate() {
       "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION"
 }
 
-# Pinned: scripts/fuzz.sh passes its flags (`--fuzz-dir`, `--sanitizer none`).
-CARGO_FUZZ_VERSION=0.13.2
-
-# cargo-fuzz through cargo, unless this version is already installed. `--locked`: the
-# versions its release was tested with.
-cargo_fuzz() {
-  if [ "$(cargo fuzz --version 2>/dev/null || true)" = "cargo-fuzz $CARGO_FUZZ_VERSION" ]; then
-    return
-  fi
-  echo "installing: cargo-fuzz $CARGO_FUZZ_VERSION"
-  cargo install --quiet --locked --version "$CARGO_FUZZ_VERSION" cargo-fuzz
-}
-
 missing=()
 want_compose=0
 for need in "$@"; do
@@ -104,7 +91,6 @@ for need in "$@"; do
     kubernetes-validate) kubernetes_validate ;;
     fuzz)
       command -v c++ >/dev/null 2>&1 || missing+=(g++)
-      cargo_fuzz
       ;;
     *) echo "install-deps: unknown dependency $need" >&2; exit 2 ;;
   esac

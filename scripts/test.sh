@@ -16,7 +16,7 @@ deploy/build-images.sh --profile dev --tag test
 export IDEM_BROKER_BIN="$(realpath "${CARGO_TARGET_DIR:-target}")/debug/idem-broker"
 # Every decoder's fuzz target for a bounded time (docs/reliability.md, "Fuzzing"); a crash
 # fails the run before the tests, with the input left under fuzz/artifacts/. 5 s each in
-# the suite (the stage's build and cargo-fuzz's install cost ~10 minutes on a fresh
-# machine already); longer runs: scripts/fuzz.sh --time 3600 TARGET.
+# the suite (the stage's instrumented release build costs ~5 minutes on a fresh machine
+# already); longer runs: scripts/fuzz.sh --time 3600 TARGET.
 IDEM_FUZZ_SECONDS="${IDEM_FUZZ_SECONDS:-5}" scripts/fuzz.sh
 cargo test --workspace --no-fail-fast "$@"
