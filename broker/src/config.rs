@@ -9,8 +9,10 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use crate::log::FlushPolicy;
+use crate::quota::QuotaTable;
 use crate::retention_flags::RetentionFlags;
 use crate::topic_config::TopicDefaults;
+use idem_runtime::watched_file::FileContents;
 
 /// Broker settings. Every field has a default that makes a single-node broker work.
 #[derive(Debug, Clone, clap::Args)]
@@ -74,6 +76,9 @@ pub struct BrokerConfig {
     #[command(flatten)]
     pub auth: idem_runtime::auth_flags::AuthFlags,
 
+    #[command(flatten)]
+    pub connections: idem_runtime::connection_limit::ConnectionFlags,
+
     /// Idle time after which a producer id's state is forgotten (Kafka's
     /// `transactional.id.expiration.ms` analogue for idempotent producers; server clock).
     #[arg(long, env = "IDEM_PRODUCER_ID_EXPIRATION_MS", default_value_t = 7 * 24 * 3600 * 1000)]
@@ -136,6 +141,14 @@ pub struct BrokerConfig {
         default_value_t = 0
     )]
     pub max_new_producer_ids_per_minute: usize,
+
+    /// Produce and fetch byte rates per principal, one `PRINCIPAL produce=RATE
+    /// fetch=RATE` line each (`*` for everyone not listed; docs/operations.md,
+    /// "Quotas"). A principal over its rate has its responses held until it is back
+    /// under it, and told so in `throttle_time_ms`. Re-read within a second of a change.
+    /// Unset: no quotas.
+    #[arg(long, env = "IDEM_QUOTA_FILE")]
+    pub quota_file: Option<PathBuf>,
 
     /// PEM certificate chain every gRPC listener (internal and external) presents. With
     /// it the listeners accept TLS only, and this process presents it as its client
@@ -233,6 +246,9 @@ impl BrokerConfig {
         )?;
         self.pid_store()?;
         self.tls()?;
+        if let Some(path) = &self.quota_file {
+            QuotaTable::read(path).map_err(|e| ConfigError::new("--quota-file", e.to_string()))?;
+        }
         ConfigError::unless(
             self.lease_ttl_ms >= 1000,
             "--lease-ttl-ms",
@@ -271,6 +287,7 @@ impl BrokerConfig {
             limits: SizeLimits::default(),
             retention: RetentionFlags::default(),
             auth: Default::default(),
+            connections: Default::default(),
             producer_id_expiration_ms: 7 * 24 * 3600 * 1000,
             max_partitions_per_topic: 1000,
             pid_store_flag: None,
@@ -282,6 +299,7 @@ impl BrokerConfig {
             coordinator: None,
             null_produce: false,
             max_new_producer_ids_per_minute: 0,
+            quota_file: None,
             tls_cert: None,
             tls_key: None,
             tls_ca: None,

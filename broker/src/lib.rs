@@ -14,6 +14,7 @@ pub mod partition;
 pub mod partition_health;
 pub mod producer_id_cap;
 pub mod producer_state;
+pub mod quota;
 pub mod replication;
 pub mod retention_flags;
 pub mod server;

@@ -35,6 +35,7 @@ use crate::error::BrokerError;
 use crate::log::{FlushPolicy, LogConfig};
 use crate::partition::{now_ms, PartitionSettings};
 use crate::partition_health::partition_health;
+use crate::quota::Quotas;
 use crate::service::BrokerService;
 use crate::topics::{ClusterCatalog, TopicRegistry};
 
@@ -71,6 +72,8 @@ pub struct BoundBroker {
     advertised: Advertised,
     topics: Arc<TopicRegistry>,
     producer_ids: Arc<ProducerIdManager>,
+    /// `--quota-file`'s byte rates, followed.
+    quotas: Option<Quotas>,
     membership: Option<Arc<Membership>>,
     service: Deferred<BrokerGrpc>,
     /// `--authorizer`, kept current from the ACLs in etcd.
@@ -149,7 +152,11 @@ impl BoundBroker {
             Routes::new(service.clone()),
             BrokerGrpc::NAME,
             &health,
-            GrpcSettings::default(),
+            GrpcSettings {
+                connections: config.connections.limits(),
+                max_in_flight_per_connection: config.connections.max_in_flight_per_connection,
+                ..GrpcSettings::default()
+            },
             stop_on_failure.clone(),
         )?;
         let failed = stop_on_failure.drop_guard();
@@ -197,8 +204,15 @@ impl BoundBroker {
                 registry
             }
         };
+        let quotas = config
+            .quota_file
+            .as_deref()
+            .map(|path| Quotas::load(path, shutdown.child_token()))
+            .transpose()
+            .map_err(|e| ServerError::Config(ConfigError::new("--quota-file", e.to_string())))?;
         failed.disarm();
         Ok(BoundBroker {
+            quotas,
             config,
             bound,
             advertised,
@@ -246,6 +260,7 @@ impl BoundBroker {
             advertised,
             topics,
             producer_ids,
+            quotas,
             membership,
             service,
             authorizer,
@@ -266,6 +281,7 @@ impl BoundBroker {
         .with_coordinator(config.coordinator.clone())
         .with_null_produce(config.null_produce)
         .with_producer_id_cap(config.max_new_producer_ids_per_minute)
+        .with_quotas(quotas)
         .with_authorizer(authorizer)
         .with_acl_store(acl_store);
         if config.coordinator.is_some() && membership.is_some() {

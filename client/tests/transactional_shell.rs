@@ -139,7 +139,10 @@ impl Broker for Fake {
                 partitions,
             });
         }
-        Ok(Response::new(ProduceResponse { topics }))
+        Ok(Response::new(ProduceResponse {
+            topics,
+            throttle_time_ms: 0,
+        }))
     }
 
     async fn find_coordinator(

@@ -143,6 +143,9 @@ pub struct CoordinatorConfig {
     #[command(flatten)]
     pub auth: idem_runtime::auth_flags::AuthFlags,
 
+    #[command(flatten)]
+    pub connections: idem_runtime::connection_limit::ConnectionFlags,
+
     /// PEM certificate chain every gRPC listener (internal and external) presents. With
     /// it the listeners accept TLS only, and the coordinator presents it as its client
     /// certificate to the brokers. Needs --tls-key and --tls-ca. Unset: plaintext.
@@ -198,6 +201,7 @@ impl CoordinatorConfig {
             group_lag_interval_ms: 15_000,
             pid_prefetch: true,
             auth: Default::default(),
+            connections: Default::default(),
             tls_cert: None,
             tls_key: None,
             tls_ca: None,

@@ -253,7 +253,11 @@ impl BoundCoordinator {
             Routes::new(service).add_service(group_service),
             TxnCoordinatorServer::<TxnCoordinatorService>::NAME,
             &health,
-            GrpcSettings::default(),
+            GrpcSettings {
+                connections: config.connections.limits(),
+                max_in_flight_per_connection: config.connections.max_in_flight_per_connection,
+                ..GrpcSettings::default()
+            },
             shutdown.clone(),
         )?;
         let duties = Duties::under(&shutdown);

@@ -16,6 +16,7 @@ use tonic::service::Routes;
 use tonic::transport::server::TcpIncoming;
 
 use crate::authn::AuthnLayer;
+use crate::connection_limit::{ConnectionLimiter, ConnectionLimits};
 use crate::health::Health;
 use crate::listeners::BoundListeners;
 use crate::rpc_metrics::RpcMetricsLayer;
@@ -34,6 +35,13 @@ pub struct GrpcSettings {
     pub concurrency_limit: usize,
     /// How long a stopping server lets in-flight requests finish.
     pub grace: Duration,
+    /// Connections held at once, in all and per client address (0: no limit).
+    pub connections: ConnectionLimits,
+    /// RPCs one connection may have served at once; more wait their turn, so one
+    /// client cannot take the whole server's concurrency (0: no limit). A gRPC channel
+    /// multiplexes every call of a client over one connection: an idempotent producer
+    /// has up to 5 produces in flight per partition.
+    pub max_in_flight_per_connection: usize,
 }
 
 impl Default for GrpcSettings {
@@ -42,6 +50,8 @@ impl Default for GrpcSettings {
             request_timeout: Duration::from_secs(60),
             concurrency_limit: 10_000,
             grace: Duration::from_secs(2),
+            connections: ConnectionLimits::default(),
+            max_in_flight_per_connection: 0,
         }
     }
 }
@@ -150,6 +160,10 @@ impl GrpcListener {
             .map_err(|e| GrpcServerError::Reflection(e.to_string()))?;
         let routes = routes.add_service(health_service).add_service(reflection);
         let router = tonic::transport::Server::builder()
+            .concurrency_limit_per_connection(match settings.max_in_flight_per_connection {
+                0 => usize::MAX,
+                limit => limit,
+            })
             .trace_fn(|request| {
                 let path = request.uri().path();
                 let span = tracing::info_span!("rpc", path, otel.name = path, otel.kind = "server");
@@ -163,11 +177,12 @@ impl GrpcListener {
             .layer(RpcMetricsLayer)
             .layer(self.authn)
             .add_routes(routes);
-        let accepted = futures::stream::select_all(
-            std::iter::once(self.listener)
-                .chain(self.external.map(|(listener, _)| listener))
-                .map(accept_without_nagle),
-        );
+        let accepted =
+            ConnectionLimiter::new(settings.connections).limit(futures::stream::select_all(
+                std::iter::once(self.listener)
+                    .chain(self.external.map(|(listener, _)| listener))
+                    .map(accept_without_nagle),
+            ));
         let stopped = stop.clone().cancelled_owned();
         let server: futures::future::BoxFuture<'static, Result<(), tonic::transport::Error>> =
             match self.tls {

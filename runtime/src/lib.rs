@@ -25,7 +25,10 @@
 //! - [`tls`]: TLS on every listener (and mutual TLS), reloaded on SIGHUP;
 //! - [`topic_catalog`]: the etcd keys of the topic catalog, for its readers;
 //! - [`acl`], [`authn`]: ACL authorization (cached decisions) and who a request's
-//!   principal is (bearer token or client certificate).
+//!   principal is (bearer token or client certificate);
+//! - [`watched_file`]: a settings file followed while the server runs (tokens, quotas);
+//! - [`connection_limit`]: how many connections a server holds, in all and per client
+//!   address.
 
 pub mod acl;
 pub mod atomic_file;
@@ -33,6 +36,7 @@ pub mod auth_flags;
 pub mod authn;
 pub mod clock;
 pub mod config_error;
+pub mod connection_limit;
 pub mod deferred;
 pub mod etcd_call;
 pub mod grpc_server;
@@ -50,3 +54,4 @@ pub mod tls;
 pub mod topic_catalog;
 pub mod traces;
 pub mod until_deleted;
+pub mod watched_file;

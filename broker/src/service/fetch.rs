@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
+use idem_proto::internal::is_internal_topic;
 use idem_proto::v1::{
     FetchPartitionResponse, FetchRequest, FetchResponse, FetchTopicResponse, IsolationLevel,
     OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse,
@@ -20,6 +21,7 @@ use super::BrokerService;
 use crate::error::BrokerError;
 use crate::partition::long_poll::{long_poll, ReadSummary, Reader};
 use crate::partition::{stored_batches, FollowerRead, PartitionOffsets};
+use crate::quota::QuotaKind;
 use crate::topics::TopicRegistry;
 
 /// What one partition of a Fetch answers when it succeeds.
@@ -53,7 +55,25 @@ impl BrokerService {
             "consumer"
         };
         metrics::counter!("idem_bytes_out_total", "reader" => reader).increment(bytes as u64);
-        FetchResponse { topics }
+        // Replication and the coordinators' reads of their internal topics are the
+        // cluster's own traffic: only what a consumer reads of other topics counts.
+        let client_bytes: usize = if request.replica_id.is_some() {
+            0
+        } else {
+            topics
+                .iter()
+                .filter(|t| !is_internal_topic(&t.name))
+                .flat_map(|t| &t.partitions)
+                .map(|p| p.records.len())
+                .sum()
+        };
+        let throttle_time_ms = self
+            .hold_for_quota(QuotaKind::Fetch, principal, client_bytes)
+            .await;
+        FetchResponse {
+            topics,
+            throttle_time_ms,
+        }
     }
 
     /// Reads every requested partition once; returns the responses and what the

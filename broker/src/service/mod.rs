@@ -30,6 +30,7 @@ use tonic::{Request, Response, Status};
 use crate::cluster::membership::Membership;
 use crate::coordinators::Coordinators;
 use crate::producer_id_cap::ProducerIdCap;
+use crate::quota::{QuotaKind, Quotas};
 use crate::topics::TopicRegistry;
 
 mod access;
@@ -67,6 +68,8 @@ pub struct BrokerService {
     acl_store: Option<EtcdAclStore>,
     /// `--max-new-producer-ids-per-minute` (`None`: no cap).
     producer_id_cap: Option<std::sync::Mutex<ProducerIdCap>>,
+    /// `--quota-file`: produce and fetch byte rates per principal (`None`: unlimited).
+    quotas: Option<Quotas>,
 }
 
 impl BrokerService {
@@ -93,7 +96,26 @@ impl BrokerService {
             authorizer: Authorizer::open(),
             acl_store: None,
             producer_id_cap: None,
+            quotas: None,
         }
+    }
+
+    /// Holds produce and fetch responses of principals over their byte rates.
+    pub fn with_quotas(mut self, quotas: Option<Quotas>) -> Self {
+        self.quotas = quotas;
+        self
+    }
+
+    /// Counts `bytes` of `kind` against `principal`'s quota and, past it, holds the
+    /// caller that long; returns the time held, for the response's `throttle_time_ms`.
+    async fn hold_for_quota(&self, kind: QuotaKind, principal: &str, bytes: usize) -> i32 {
+        let Some(quotas) = &self.quotas else { return 0 };
+        let hold = quotas.hold(kind, principal, bytes);
+        if hold.is_zero() {
+            return 0;
+        }
+        tokio::time::sleep(hold).await;
+        i32::try_from(hold.as_millis()).unwrap_or(i32::MAX)
     }
 
     /// At most `per_minute` new producer ids per principal per minute (0: no cap).

@@ -19,6 +19,7 @@ use super::BrokerService;
 use crate::coordinators::Coordinators;
 use crate::error::BrokerError;
 use crate::internal_topics::{self, OwnerFacts};
+use crate::quota::QuotaKind;
 
 impl BrokerService {
     pub(super) async fn serve_produce(
@@ -79,7 +80,22 @@ impl BrokerService {
                 partitions,
             });
         }
-        ProduceResponse { topics }
+        // The coordinators' writes of their internal topics are the cluster's own
+        // traffic, not a client's: no quota counts them.
+        let client_bytes: usize = request
+            .topics
+            .iter()
+            .filter(|t| !is_internal_topic(&t.name))
+            .flat_map(|t| &t.partitions)
+            .map(|p| p.records.len())
+            .sum();
+        let throttle_time_ms = self
+            .hold_for_quota(QuotaKind::Produce, principal, client_bytes)
+            .await;
+        ProduceResponse {
+            topics,
+            throttle_time_ms,
+        }
     }
 
     /// What the catalog knows of the owner of an internal topic's partition: one claim

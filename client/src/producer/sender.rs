@@ -516,6 +516,7 @@ mod tests {
                     ..Default::default()
                 }],
             }],
+            throttle_time_ms: 0,
         }
     }
 

@@ -93,7 +93,7 @@ fn authenticate(
             "the authorization header is not of the form `Bearer <token>`".to_string(),
         );
     };
-    match tokens.tokens().principal(token) {
+    match tokens.current().principal(token) {
         Some(principal) => Authenticated::As(principal.clone()),
         None => {
             Authenticated::Refused("invalid bearer token: this server does not know it".to_string())

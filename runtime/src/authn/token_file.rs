@@ -1,20 +1,13 @@
 //! `--auth-token-file PATH`: the bearer tokens a server accepts, one `PRINCIPAL TOKEN`
-//! line each (`alice s3cret` or `User:alice s3cret`; `#` starts a comment). The file is
-//! re-read when its modification time or size changes (checked every second), so
-//! adding or revoking a token needs no restart and no signal; a file that fails to
-//! parse keeps the previous tokens in force and is logged.
+//! line each (`alice s3cret` or `User:alice s3cret`; `#` starts a comment). Followed
+//! as a [`WatchedFile`]: adding or revoking a token needs no restart and no signal; a
+//! file that fails to parse keeps the previous tokens in force and is logged.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
-use std::time::{Duration, SystemTime};
-
-use tokio_util::sync::CancellationToken;
 
 use super::principal::Principal;
-
-/// How often the file is checked for a change.
-const RELOAD_EVERY: Duration = Duration::from_secs(1);
+use crate::watched_file::{FileContents, WatchedFile};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TokenFileError {
@@ -81,73 +74,19 @@ impl Tokens {
     }
 }
 
-/// The tokens of a file, kept current. Cheap to clone (shared).
-#[derive(Debug, Clone)]
-pub struct TokenFile {
-    path: PathBuf,
-    tokens: Arc<RwLock<Arc<Tokens>>>,
-    /// The file's modification time and size when it was read: a change after the
-    /// load and before the reload task first looks is not missed.
-    loaded: Option<(SystemTime, u64)>,
-}
+/// The tokens of `--auth-token-file`, kept current as the file changes.
+pub type TokenFile = WatchedFile<Tokens>;
 
-fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
-    let metadata = std::fs::metadata(path).ok()?;
-    Some((metadata.modified().ok()?, metadata.len()))
-}
+impl FileContents for Tokens {
+    type Error = TokenFileError;
+    const WHAT: &'static str = "token file";
 
-fn read(path: &Path) -> Result<Tokens, TokenFileError> {
-    let text = std::fs::read_to_string(path).map_err(|source| TokenFileError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    Tokens::parse(&text, path)
-}
-
-impl TokenFile {
-    /// Reads the file; a server refuses to start on an error.
-    pub fn load(path: &Path) -> Result<TokenFile, TokenFileError> {
-        let loaded = stamp(path);
-        Ok(TokenFile {
-            loaded,
+    fn read(path: &Path) -> Result<Tokens, TokenFileError> {
+        let text = std::fs::read_to_string(path).map_err(|source| TokenFileError::Read {
             path: path.to_path_buf(),
-            tokens: Arc::new(RwLock::new(Arc::new(read(path)?))),
-        })
-    }
-
-    pub fn tokens(&self) -> Arc<Tokens> {
-        self.tokens
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-
-    /// Re-reads the file whenever it changes, until `stop`.
-    pub fn spawn_reload(&self, stop: CancellationToken) {
-        let file = self.clone();
-        tokio::spawn(async move {
-            let mut seen = file.loaded;
-            loop {
-                tokio::select! {
-                    () = stop.cancelled() => return,
-                    () = tokio::time::sleep(RELOAD_EVERY) => {}
-                }
-                let now = stamp(&file.path);
-                if now == seen {
-                    continue;
-                }
-                seen = now;
-                match read(&file.path) {
-                    Ok(tokens) => {
-                        *file.tokens.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(tokens);
-                        tracing::info!(path = %file.path.display(), "token file reloaded");
-                    }
-                    Err(error) => {
-                        tracing::warn!(%error, "token file not reloaded; previous tokens stay in force")
-                    }
-                }
-            }
-        });
+            source,
+        })?;
+        Tokens::parse(&text, path)
     }
 }
 
@@ -189,6 +128,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_changed_file_is_reloaded() {
+        use std::time::Duration;
+        use tokio_util::sync::CancellationToken;
+
         let dir = tempfile::tempdir().expect("dir");
         let path = dir.path().join("tokens");
         std::fs::write(&path, "alice t-a\n").expect("write");
@@ -197,7 +139,7 @@ mod tests {
         file.spawn_reload(stop.clone());
         std::fs::write(&path, "alice t-a\nbob t-bob-longer\n").expect("write");
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-        while file.tokens().principal("t-bob-longer").is_none() {
+        while file.current().principal("t-bob-longer").is_none() {
             assert!(tokio::time::Instant::now() < deadline, "not reloaded");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }

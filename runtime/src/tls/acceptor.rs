@@ -9,9 +9,9 @@
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use crate::connection_limit::LimitedStream;
 use futures::{Stream, StreamExt};
 use rustls::ServerConfig;
-use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
@@ -73,9 +73,9 @@ impl ServerTls {
         &self,
         accepted: S,
         stop: CancellationToken,
-    ) -> impl Stream<Item = std::io::Result<TlsStream<TcpStream>>> + Send + 'static
+    ) -> impl Stream<Item = std::io::Result<TlsStream<LimitedStream>>> + Send + 'static
     where
-        S: Stream<Item = std::io::Result<TcpStream>> + Send + Unpin + 'static,
+        S: Stream<Item = std::io::Result<LimitedStream>> + Send + Unpin + 'static,
     {
         let (ready, mut sessions) = mpsc::channel(READY_BACKLOG);
         tokio::spawn(accept_loop(self.clone(), accepted, ready, stop));
@@ -86,10 +86,10 @@ impl ServerTls {
 async fn accept_loop<S>(
     tls: ServerTls,
     mut accepted: S,
-    ready: mpsc::Sender<std::io::Result<TlsStream<TcpStream>>>,
+    ready: mpsc::Sender<std::io::Result<TlsStream<LimitedStream>>>,
     stop: CancellationToken,
 ) where
-    S: Stream<Item = std::io::Result<TcpStream>> + Send + Unpin + 'static,
+    S: Stream<Item = std::io::Result<LimitedStream>> + Send + Unpin + 'static,
 {
     loop {
         let next = tokio::select! {
