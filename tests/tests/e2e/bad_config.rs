@@ -22,7 +22,14 @@ fn run(program: &str, args: &[&str]) -> (Option<i32>, String) {
 fn given_bad_broker_flags_then_it_refuses_to_start_naming_each_flag() {
     let dir = tempfile::tempdir().expect("tempdir");
     let data_dir = dir.path().to_string_lossy().into_owned();
+    let files = tempfile::tempdir().expect("tempdir");
+    let bad_quotas = files.path().join("quotas");
+    std::fs::write(&bad_quotas, "alice produce=1MiB\nbob write=5\n").expect("quota file");
+    let bad_quotas = bad_quotas.to_string_lossy().into_owned();
+    let no_quotas = files.path().join("absent").to_string_lossy().into_owned();
     for (args, flag) in [
+        (vec!["--quota-file", bad_quotas.as_str()], "--quota-file"),
+        (vec!["--quota-file", no_quotas.as_str()], "--quota-file"),
         (vec!["--lease-ttl-ms", "10"], "--lease-ttl-ms"),
         (vec!["--advertise", "broker-0"], "--advertise"),
         (
