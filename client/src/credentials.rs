@@ -98,6 +98,10 @@ impl Service<http::Request<tonic::body::Body>> for AuthChannel {
                 .headers_mut()
                 .insert(http::header::AUTHORIZATION, value.clone());
         }
+        // The caller's span continues on the node called (the coordinator's marker
+        // rounds on the brokers that write them).
+        #[cfg(feature = "otel")]
+        crate::trace_context::inject_rpc(request.headers_mut());
         self.channel.call(request)
     }
 }

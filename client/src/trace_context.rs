@@ -58,6 +58,17 @@ pub(crate) fn inject_current(headers: &mut Vec<(String, Bytes)>) {
     TraceContextPropagator::new().inject_context(&context, &mut HeadersOut(headers));
 }
 
+/// Writes the current span's trace context into an RPC's `headers`, so the node called
+/// continues this trace; nothing outside an exported span.
+pub(crate) fn inject_rpc(headers: &mut tonic::codegen::http::HeaderMap) {
+    let context = tracing::Span::current().context();
+    if !context.span().span_context().is_valid() {
+        return;
+    }
+    TraceContextPropagator::new()
+        .inject_context(&context, &mut opentelemetry_http::HeaderInjector(headers));
+}
+
 /// The trace context `headers` carry, if they carry a valid one.
 pub(crate) fn extract(headers: &[(String, Bytes)]) -> Option<opentelemetry::Context> {
     let context = TraceContextPropagator::new().extract(&HeadersIn(headers));

@@ -1,6 +1,8 @@
 //! Traces (issue 29): the process's `tracing` spans exported over OTLP/gRPC to a
 //! collector when `--otlp-endpoint` names one, and the W3C trace context (`traceparent`)
-//! read from a request's headers so an RPC's span continues its caller's trace.
+//! read from a request's headers so an RPC's span continues its caller's trace, and
+//! written into the headers of a node's own calls to other nodes (replica fetches;
+//! the coordinator's through the SDK's channel) so one trace crosses the cluster.
 //!
 //! Which spans: every RPC (`grpc_server.rs`, named by its path) and the internal steps
 //! at DEBUG level (append, fsync, replicate, marker round; docs/operations.md lists
@@ -10,8 +12,10 @@
 
 use std::time::Duration;
 
-use opentelemetry::propagation::{Extractor, TextMapPropagator};
+use opentelemetry::propagation::TextMapPropagator;
+use opentelemetry::trace::TraceContextExt;
 use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_http::{HeaderExtractor, HeaderInjector};
 use opentelemetry_otlp::WithExportConfig;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::runtime;
@@ -73,28 +77,26 @@ pub fn tracer(provider: &SdkTracerProvider) -> opentelemetry_sdk::trace::SdkTrac
     provider.tracer("idem")
 }
 
-/// A request's headers, read as a carrier of trace context.
-struct Headers<'a>(&'a http::HeaderMap);
-
-impl Extractor for Headers<'_> {
-    fn get(&self, key: &str) -> Option<&str> {
-        self.0.get(key).and_then(|v| v.to_str().ok())
-    }
-
-    fn keys(&self) -> Vec<&str> {
-        self.0.keys().map(http::HeaderName::as_str).collect()
-    }
-}
-
 /// Makes `span` a child of the trace the caller sent in `headers` (W3C `traceparent`,
 /// `tracestate`), if it sent one; otherwise `span` starts a trace of its own.
 pub fn continue_remote_trace(span: &tracing::Span, headers: &http::HeaderMap) {
     if headers.get("traceparent").is_none() {
         return;
     }
-    let parent = TraceContextPropagator::new().extract(&Headers(headers));
+    let parent = TraceContextPropagator::new().extract(&HeaderExtractor(headers));
     // An error only says the span is disabled (no exporter): nothing to continue.
     let _ = span.set_parent(parent);
+}
+
+/// Writes the current span's trace context into `headers` (W3C `traceparent`,
+/// `tracestate`), so the node called continues this trace; nothing when there is no
+/// span being exported (no `--otlp-endpoint`, or a span the filter left out).
+pub fn inject_current(headers: &mut http::HeaderMap) {
+    let context = tracing::Span::current().context();
+    if !context.span().span_context().is_valid() {
+        return;
+    }
+    TraceContextPropagator::new().inject_context(&context, &mut HeaderInjector(headers));
 }
 
 #[cfg(test)]
@@ -111,7 +113,7 @@ mod tests {
                 "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
             ),
         );
-        let parent = TraceContextPropagator::new().extract(&Headers(&headers));
+        let parent = TraceContextPropagator::new().extract(&HeaderExtractor(&headers));
         let span = parent.span();
         let context = span.span_context();
         assert!(context.is_remote());
@@ -126,7 +128,7 @@ mod tests {
     fn given_a_malformed_traceparent_then_no_parent_is_taken() {
         let mut headers = http::HeaderMap::new();
         headers.insert("traceparent", http::HeaderValue::from_static("00-zz-00-01"));
-        let parent = TraceContextPropagator::new().extract(&Headers(&headers));
+        let parent = TraceContextPropagator::new().extract(&HeaderExtractor(&headers));
         assert!(!parent.span().span_context().is_valid());
     }
 }

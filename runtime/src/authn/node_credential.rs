@@ -1,6 +1,8 @@
 //! The credential a server presents on its own calls to other nodes (replica
 //! fetches): `authorization: Bearer <token>` from `--auth-token`, as a tonic
-//! interceptor. No token: the call is `User:ANONYMOUS`.
+//! interceptor. No token: the call is `User:ANONYMOUS`. The interceptor also writes
+//! the caller's trace context ([`crate::traces::inject_current`]): it is the one place
+//! every inter-node call of a broker passes.
 
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::Interceptor;
@@ -48,6 +50,9 @@ impl Interceptor for NodeCredential {
                 .metadata_mut()
                 .insert("authorization", value.clone());
         }
+        let mut headers = std::mem::take(request.metadata_mut()).into_headers();
+        crate::traces::inject_current(&mut headers);
+        *request.metadata_mut() = tonic::metadata::MetadataMap::from_headers(headers);
         Ok(request)
     }
 }

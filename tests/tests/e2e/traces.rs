@@ -4,7 +4,8 @@
 //! append under it names the producer id, partition and offset, with its fsync and its
 //! wait for the in-sync replicas below; the follower's copy and the coordinator's
 //! marker rounds of a committed transaction (its BEGIN and its COMMIT) are exported
-//! with their ids.
+//! with their ids, and each round's WriteTxnMarkers continues the round's trace on the
+//! broker that writes the marker.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -163,6 +164,16 @@ async fn given_an_otlp_endpoint_when_a_traced_produce_and_a_transaction_run_then
                 .map(|p| p.producer_id.to_string())
                 .unwrap_or_default()
         );
+        // The round's WriteTxnMarkers continues its trace on the leader: one trace
+        // from the coordinator's decision to the broker's write of the marker.
+        let written = wait_for_span(
+            &collector,
+            &format!("the broker's WriteTxnMarkers under the {control} round"),
+            |s| s.trace_id == round.trace_id && s.name == "/idem.v1.Broker/WriteTxnMarkers",
+        )
+        .await;
+        assert_eq!(written.service, "idem-broker", "{control}");
+        assert_eq!(written.parent_span_id, round.span_id, "{control}");
     }
 
     // Every exported span has ids; the RPCs name their path.
