@@ -15,7 +15,7 @@ use idem_runtime::log_limit::LogLimit;
 use idem_runtime::metrics_endpoint::{self, MetricsError};
 use idem_runtime::shutdown::{CancellationToken, Duties};
 use idem_runtime::stop::serve_then_stop;
-use idem_runtime::tls::{LoadedTls, ServerTls};
+use idem_runtime::tls::{PeerTls, ServerTls};
 use idem_runtime::warn_limited;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -129,15 +129,22 @@ impl BoundBroker {
         }
         // Loaded again here (validate() checked it): the files a start uses are read once.
         let tls = config.tls()?;
+        // What the listeners accept with and what followers dial leaders with: a SIGHUP
+        // reloads both.
+        let server_tls = tls
+            .as_ref()
+            .map(|tls| ServerTls::new(config.tls_files(), tls.server.clone()));
+        let peer_tls = tls.as_ref().map(PeerTls::new);
+        if let (Some(server_tls), Some(peer_tls)) = (&server_tls, &peer_tls) {
+            let peer_tls = peer_tls.clone();
+            server_tls.on_reload(move |loaded| peer_tls.replace(loaded));
+        }
         let listener = GrpcListener::bind(config.listen)
             .await?
             .with_external(config.external_listen)
             .await?
             .with_authentication(authn)
-            .with_tls(
-                tls.as_ref()
-                    .map(|tls| ServerTls::new(config.tls_files(), tls.server.clone())),
-            );
+            .with_tls(server_tls);
         let bound = listener.bound();
         let advertised = Advertised::resolve(
             bound,
@@ -192,7 +199,7 @@ impl BoundBroker {
                     broker_id: config.broker_id,
                     catalog,
                     membership: membership.clone(),
-                    peer_tls: tls.as_ref().map(LoadedTls::peer_client_config),
+                    peer_tls: peer_tls.clone(),
                 };
                 let registry = TopicRegistry::clustered(
                     &config.data_dir,

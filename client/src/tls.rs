@@ -4,6 +4,7 @@
 //! verifies the server's certificate for the host name or IP address it dials.
 
 use std::path::Path;
+use std::sync::{Arc, RwLock};
 
 use tonic::transport::{Certificate, ClientTlsConfig, Identity};
 
@@ -11,16 +12,33 @@ use crate::error::ClientError;
 
 /// PEM trust anchors and an optional PEM client identity.
 #[derive(Clone, PartialEq, Eq)]
-pub struct TlsConfig {
+struct Pems {
     ca_pem: Vec<u8>,
     identity: Option<(Vec<u8>, Vec<u8>)>,
 }
+
+/// PEM trust anchors and an optional PEM client identity. Clones share one value, which
+/// [`TlsConfig::replace`] changes for all of them: a server that rotates its
+/// certificate (an idem coordinator on SIGHUP) makes every connection its clients dial
+/// afterwards present the new one; connections already open keep their session.
+#[derive(Clone)]
+pub struct TlsConfig {
+    pems: Arc<RwLock<Pems>>,
+}
+
+impl PartialEq for TlsConfig {
+    fn eq(&self, other: &TlsConfig) -> bool {
+        *self.current() == *other.current()
+    }
+}
+
+impl Eq for TlsConfig {}
 
 impl std::fmt::Debug for TlsConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Never the key.
         f.debug_struct("TlsConfig")
-            .field("client_certificate", &self.identity.is_some())
+            .field("client_certificate", &self.current().identity.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -30,20 +48,41 @@ impl TlsConfig {
     /// certificate.
     pub fn new(ca_pem: impl Into<Vec<u8>>) -> TlsConfig {
         TlsConfig {
-            ca_pem: ca_pem.into(),
-            identity: None,
+            pems: Arc::new(RwLock::new(Pems {
+                ca_pem: ca_pem.into(),
+                identity: None,
+            })),
         }
+    }
+
+    fn current(&self) -> std::sync::RwLockReadGuard<'_, Pems> {
+        self.pems
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Presents `cert_pem` (with its private key `key_pem`) to servers that ask for a
     /// client certificate.
     pub fn with_client_identity(
-        mut self,
+        self,
         cert_pem: impl Into<Vec<u8>>,
         key_pem: impl Into<Vec<u8>>,
     ) -> TlsConfig {
-        self.identity = Some((cert_pem.into(), key_pem.into()));
+        self.pems
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .identity = Some((cert_pem.into(), key_pem.into()));
         self
+    }
+
+    /// Makes what `other` holds what this config and every clone of it dial with from
+    /// now on.
+    pub fn replace(&self, other: &TlsConfig) {
+        let new = other.current().clone();
+        *self
+            .pems
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = new;
     }
 
     /// Reads the files (the CLI's `--tls-ca`, `--tls-cert`, `--tls-key`): `None` when
@@ -85,15 +124,18 @@ impl TlsConfig {
                 )),
             };
         };
-        let mut config = TlsConfig::new(read("the TLS CA", ca)?);
-        config.identity = identity;
-        Ok(Some(config))
+        let config = TlsConfig::new(read("the TLS CA", ca)?);
+        Ok(Some(match identity {
+            Some((cert, key)) => config.with_client_identity(cert, key),
+            None => config,
+        }))
     }
 
     /// tonic's client TLS for one endpoint; the server name is the endpoint's host.
     pub fn client_config(&self) -> ClientTlsConfig {
-        let config = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&self.ca_pem));
-        match &self.identity {
+        let pems = self.current();
+        let config = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&pems.ca_pem));
+        match &pems.identity {
             Some((cert, key)) => config.identity(Identity::from_pem(cert, key)),
             None => config,
         }

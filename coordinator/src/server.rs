@@ -25,7 +25,7 @@ use idem_runtime::listeners::Advertised;
 use idem_runtime::metrics_endpoint;
 use idem_runtime::shutdown::{CancellationToken, Duties};
 use idem_runtime::stop::serve_then_stop;
-use idem_runtime::tls::ServerTls;
+use idem_runtime::tls::{LoadedTls, ServerTls};
 use tokio::sync::mpsc;
 use tonic::server::NamedService;
 use tonic::service::Routes;
@@ -111,15 +111,15 @@ impl BoundCoordinator {
                 .await
                 .map_err(|e| auth_error(&e))?;
         }
+        let server_tls = tls
+            .as_ref()
+            .map(|tls| ServerTls::new(config.tls_files(), tls.server.clone()));
         let listener = GrpcListener::bind(config.listen)
             .await?
             .with_external(config.external_listen)
             .await?
             .with_authentication(authn)
-            .with_tls(
-                tls.as_ref()
-                    .map(|tls| ServerTls::new(config.tls_files(), tls.server.clone())),
-            );
+            .with_tls(server_tls.clone());
         let Advertised {
             internal: address,
             external: external_address,
@@ -129,10 +129,12 @@ impl BoundCoordinator {
             config.external_advertise.as_deref(),
         );
         // The brokers are dialled with this coordinator's own certificate and CA.
-        let broker_tls = tls.as_ref().map(|tls| {
-            TlsConfig::new(tls.ca_pem.clone())
-                .with_client_identity(tls.cert_pem.clone(), tls.key_pem.clone())
-        });
+        let broker_tls = tls.as_ref().map(peer_tls);
+        // A SIGHUP that rotates the listeners' certificate rotates this one too.
+        if let (Some(server_tls), Some(broker_tls)) = (&server_tls, &broker_tls) {
+            let broker_tls = broker_tls.clone();
+            server_tls.on_reload(move |loaded| broker_tls.replace(&peer_tls(loaded)));
+        }
         let conn = Connection::connect_lazy_with(
             &config.bootstrap,
             BROKER_REQUEST_TIMEOUT,
@@ -510,4 +512,10 @@ async fn expire_group_offsets(groups: Arc<Groups>, every: Duration) {
         tick.tick().await;
         groups.expire_offsets().await;
     }
+}
+
+/// The SDK TLS this coordinator dials brokers with: its own certificate and CA.
+fn peer_tls(loaded: &LoadedTls) -> TlsConfig {
+    TlsConfig::new(loaded.ca_pem.clone())
+        .with_client_identity(loaded.cert_pem.clone(), loaded.key_pem.clone())
 }

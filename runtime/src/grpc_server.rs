@@ -51,7 +51,7 @@ impl Default for GrpcSettings {
             concurrency_limit: 10_000,
             grace: Duration::from_secs(2),
             connections: ConnectionLimits::default(),
-            max_in_flight_per_connection: 0,
+            max_in_flight_per_connection: 1000,
         }
     }
 }
@@ -159,11 +159,13 @@ impl GrpcListener {
             .build_v1()
             .map_err(|e| GrpcServerError::Reflection(e.to_string()))?;
         let routes = routes.add_service(health_service).add_service(reflection);
-        let router = tonic::transport::Server::builder()
-            .concurrency_limit_per_connection(match settings.max_in_flight_per_connection {
-                0 => usize::MAX,
-                limit => limit,
-            })
+        let mut builder = tonic::transport::Server::builder();
+        // 0 is no limit: no layer (a semaphore cannot hold usize::MAX permits).
+        if settings.max_in_flight_per_connection > 0 {
+            builder =
+                builder.concurrency_limit_per_connection(settings.max_in_flight_per_connection);
+        }
+        let router = builder
             .trace_fn(|request| {
                 let path = request.uri().path();
                 let span = tracing::info_span!("rpc", path, otel.name = path, otel.kind = "server");

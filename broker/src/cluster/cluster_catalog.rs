@@ -15,7 +15,7 @@ pub struct ClusterCatalog {
     pub membership: Arc<Membership>,
     /// TLS for this broker's connections to other brokers (replica fetches): its own
     /// certificate as client certificate, its CA as trust anchor. `None`: plaintext.
-    pub peer_tls: Option<tonic::transport::ClientTlsConfig>,
+    pub peer_tls: Option<idem_runtime::tls::PeerTls>,
 }
 
 impl ClusterCatalog {

@@ -25,12 +25,13 @@ use idem_proto::ErrorCode;
 use idem_runtime::authn::NodeCredential;
 use idem_runtime::log_limit::LogLimit;
 use idem_runtime::shutdown::CancellationToken;
+use idem_runtime::tls::PeerTls;
 use idem_runtime::warn_limited;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
+use tonic::transport::{Channel, Endpoint};
 
 /// A client of the leader, presenting this broker's credential on every fetch.
 type LeaderClient = BrokerClient<InterceptedService<Channel, NodeCredential>>;
@@ -95,7 +96,7 @@ pub async fn run(
     leader: i32,
     shared: Arc<FetcherShared>,
     membership: Arc<Membership>,
-    peer_tls: Option<ClientTlsConfig>,
+    peer_tls: Option<PeerTls>,
     stop: CancellationToken,
 ) {
     let mut version = shared.subscribe();
@@ -147,7 +148,7 @@ pub async fn run(
 async fn leader_client(
     membership: &Membership,
     leader: i32,
-    tls: Option<&ClientTlsConfig>,
+    tls: Option<&PeerTls>,
 ) -> Result<LeaderClient, String> {
     let brokers = membership
         .live_brokers()
@@ -165,7 +166,8 @@ async fn leader_client(
         .connect_timeout(Duration::from_secs(2));
     let endpoint = match tls {
         Some(tls) => endpoint
-            .tls_config(tls.clone())
+            // The TLS of now: a SIGHUP may have rotated the certificate since.
+            .tls_config(tls.client_config())
             .map_err(|e| format!("TLS to leader {leader} at {address}: {e}"))?,
         None => endpoint,
     };

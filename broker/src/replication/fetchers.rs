@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use idem_runtime::shutdown::{CancellationToken, Duties};
-use tonic::transport::ClientTlsConfig;
+use idem_runtime::tls::PeerTls;
 
 use crate::cluster::membership::Membership;
 use crate::partition::Partition;
@@ -59,7 +59,7 @@ impl Fetchers {
         me: i32,
         wanted: HashMap<PartitionKey, (Following, Arc<Partition>)>,
         membership: &Arc<Membership>,
-        peer_tls: Option<&ClientTlsConfig>,
+        peer_tls: Option<&PeerTls>,
     ) {
         let mut by_leader: HashMap<i32, Assignment> = HashMap::new();
         for (key, (following, partition)) in wanted {

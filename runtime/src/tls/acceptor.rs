@@ -17,18 +17,22 @@ use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
-use crate::tls::files::TlsFiles;
+use crate::tls::files::{LoadedTls, TlsFiles};
 
 /// Longest a client may take to finish its handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Finished handshakes waiting for the gRPC server to take them.
 const READY_BACKLOG: usize = 128;
 
+/// What else follows a reload of the files (the TLS a server dials members with).
+type OnReload = Arc<dyn Fn(&LoadedTls) + Send + Sync>;
+
 /// A server's TLS: the files it was started with and the config built from them last.
 #[derive(Clone)]
 pub struct ServerTls {
     files: TlsFiles,
     current: Arc<RwLock<Arc<ServerConfig>>>,
+    on_reload: Arc<RwLock<Vec<OnReload>>>,
 }
 
 impl std::fmt::Debug for ServerTls {
@@ -44,6 +48,31 @@ impl ServerTls {
         ServerTls {
             files,
             current: Arc::new(RwLock::new(config)),
+            on_reload: Arc::default(),
+        }
+    }
+
+    /// Calls `then` with the files each time they are reloaded successfully: the
+    /// clients this process dials other members with must present the rotated
+    /// certificate too ([`crate::tls::PeerTls::replace`]).
+    pub fn on_reload(&self, then: impl Fn(&LoadedTls) + Send + Sync + 'static) {
+        self.on_reload
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(Arc::new(then));
+    }
+
+    /// Makes `loaded` what the listeners accept with and what every follower of
+    /// [`ServerTls::on_reload`] dials with, from now on.
+    pub fn reloaded(&self, loaded: &LoadedTls) {
+        self.replace(loaded.server.clone());
+        let followers = self
+            .on_reload
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        for then in followers {
+            then(loaded);
         }
     }
 

@@ -1,6 +1,6 @@
 //! Certificate rotation without a restart: on SIGHUP the server reads its TLS files
-//! again and, if they load, accepts every new connection with them; connections already
-//! open keep their session. Files that do not load (a half-written certificate, a key
+//! again and, if they load, accepts every new connection with them and dials every new
+//! connection to another member with them; connections already open keep their session. Files that do not load (a half-written certificate, a key
 //! of another certificate) are refused with an error log and the old ones stay in use.
 //! Each attempt counts in `idem_tls_reloads_total{result="ok"|"error"}`.
 
@@ -14,7 +14,7 @@ pub fn reload(tls: &ServerTls) -> Result<(), ConfigError> {
     let loaded = tls.files().load();
     let result = match loaded {
         Ok(Some(loaded)) => {
-            tls.replace(loaded.server);
+            tls.reloaded(&loaded);
             Ok(())
         }
         // The files were given at start, so they cannot all be gone from the settings.

@@ -5,6 +5,7 @@
 //! it goes on serving; its certificate rotates on SIGHUP without a restart.
 
 mod peer_certs;
+mod peer_rotation;
 mod principals;
 
 use std::time::Duration;
