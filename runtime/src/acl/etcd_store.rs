@@ -28,6 +28,8 @@ const REWATCH_AFTER: Duration = Duration::from_millis(500);
 pub enum AclStoreError {
     #[error(transparent)]
     Etcd(#[from] EtcdCallError),
+    #[error("embedded ACL store: {0}")]
+    Embedded(String),
     #[error("ACL key {key} holds no valid ACL: {reason}")]
     Corrupt { key: String, reason: String },
 }

@@ -103,7 +103,7 @@ fn bearer(token: &str) -> NodeCredential {
     NodeCredential::bearer(Some(token)).expect("token")
 }
 
-async fn broker_as(address: &str, token: &str) -> BrokerClient<Authed> {
+pub(crate) async fn broker_as(address: &str, token: &str) -> BrokerClient<Authed> {
     BrokerClient::with_interceptor(channel(address).await, bearer(token))
 }
 
@@ -267,7 +267,7 @@ async fn committed(cluster: &Cluster) -> Vec<(i32, i64)> {
         .collect()
 }
 
-fn produce_request(values: &[&str]) -> ProduceRequest {
+pub(crate) fn produce_request(values: &[&str]) -> ProduceRequest {
     ProduceRequest {
         acks: -1,
         timeout_ms: 5000,

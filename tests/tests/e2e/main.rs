@@ -15,6 +15,7 @@ mod consumer_groups;
 mod dashboards;
 mod delivery;
 mod deploy_manifests;
+mod dev_acls;
 mod etcd_faults;
 mod failover;
 mod group_commits;
