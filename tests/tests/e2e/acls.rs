@@ -44,7 +44,7 @@ const GROUP: &str = "orders-app";
 type Authed = InterceptedService<Channel, NodeCredential>;
 
 /// Tokens, the nodes' own tokens, and the flags every node gets.
-struct Secrets {
+pub(crate) struct Secrets {
     _dir: tempfile::TempDir,
     tokens: PathBuf,
     broker_token: PathBuf,
@@ -53,7 +53,7 @@ struct Secrets {
 }
 
 impl Secrets {
-    fn new() -> Secrets {
+    pub(crate) fn new() -> Secrets {
         let dir = tempfile::tempdir().expect("dir");
         let write = |name: &str, text: &str| {
             let path = dir.path().join(name);
@@ -115,7 +115,7 @@ async fn group_as(address: &str, token: &str) -> GroupCoordinatorClient<Authed> 
     GroupCoordinatorClient::with_interceptor(channel(address).await, bearer(token))
 }
 
-fn binding(
+pub(crate) fn binding(
     principal: &str,
     resource_type: &str,
     name: &str,
@@ -150,7 +150,7 @@ fn scenario_acls() -> Vec<AclBinding> {
 
 /// A cluster of one broker and one coordinator checking ACLs, topic `orders` (2
 /// partitions) created and the scenario's ACLs stored, and an admin client.
-async fn secured_cluster(secrets: &Secrets) -> (Cluster, Admin) {
+pub(crate) async fn secured_cluster(secrets: &Secrets) -> (Cluster, Admin) {
     secured_cluster_of(secrets, 1).await
 }
 

@@ -5,6 +5,7 @@ mod acls;
 mod bad_config;
 mod bad_input;
 mod bench;
+mod bench_acls;
 mod bootstrap_list;
 mod chaos;
 mod cli;
