@@ -107,7 +107,7 @@ pub(crate) async fn broker_as(address: &str, token: &str) -> BrokerClient<Authed
     BrokerClient::with_interceptor(channel(address).await, bearer(token))
 }
 
-async fn txn_as(address: &str, token: &str) -> TxnCoordinatorClient<Authed> {
+pub(crate) async fn txn_as(address: &str, token: &str) -> TxnCoordinatorClient<Authed> {
     TxnCoordinatorClient::with_interceptor(channel(address).await, bearer(token))
 }
 
@@ -203,7 +203,7 @@ fn as_strs(args: &[String]) -> Vec<&str> {
 
 /// The latest offset of each partition of `orders`, asked of its leader as the
 /// operator.
-async fn log_ends(admin: &Admin) -> Vec<i64> {
+pub(crate) async fn log_ends(admin: &Admin) -> Vec<i64> {
     let mut ends = Vec::new();
     for partition in 0..2 {
         let end = admin
