@@ -47,7 +47,7 @@ type Authed = InterceptedService<Channel, NodeCredential>;
 pub(crate) struct Secrets {
     _dir: tempfile::TempDir,
     tokens: PathBuf,
-    broker_token: PathBuf,
+    pub(crate) broker_token: PathBuf,
     coordinator_token: PathBuf,
     admin_token: PathBuf,
 }
@@ -73,7 +73,7 @@ impl Secrets {
         }
     }
 
-    fn flags(&self, own_token: &Path) -> Vec<String> {
+    pub(crate) fn flags(&self, own_token: &Path) -> Vec<String> {
         [
             "--authorizer",
             "acl",

@@ -44,6 +44,7 @@ mod topic_growth;
 mod traces;
 mod transactions;
 mod unclean_election;
+mod wide_acls;
 mod wide_pipeline;
 mod wide_retention;
 mod wide_topics;
