@@ -1,7 +1,8 @@
 //! `idem dev` checks ACLs when asked (issue 29): open by default and saying so at
 //! start; with `--authorizer acl` a produce the ACLs do not allow is refused naming the
 //! topic and writes nothing, and `idem acl add|remove` against the dev node changes
-//! that before it answers, with no restart; a restart enforces the stored ACLs.
+//! that before it answers, with no restart; transactions work (the dev coordinator
+//! reaches its broker as its own principal); a restart enforces the stored ACLs.
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -200,11 +201,52 @@ async fn given_idem_dev_with_acls_when_an_acl_is_added_and_removed_then_produce_
     assert!(consumed.status.success(), "{}", stderr(&consumed));
     assert_eq!(String::from_utf8_lossy(&consumed.stdout), "a-2\na-3\n");
 
+    // A transaction too: the dev coordinator writes its log and the COMMIT marker
+    // through the dev broker as its own node principal, which the ACLs never name.
+    let txn_acl = idem_as(
+        &dev,
+        &tokens.admin,
+        &[
+            "acl",
+            "add",
+            "--principal",
+            "User:alice",
+            "--operation",
+            "write",
+            "--transactional-id",
+            "alice-txn",
+        ],
+    );
+    assert!(txn_acl.status.success(), "{}", stderr(&txn_acl));
+    let alice_token = tokens.alice.display().to_string();
+    let in_txn = idem_with_input(
+        &dev.addr,
+        &[
+            "--auth-token",
+            &alice_token,
+            "produce",
+            TOPIC,
+            "--transactional-id",
+            "alice-txn",
+        ],
+        "t-1\n",
+    );
+    assert!(in_txn.status.success(), "{}", stderr(&in_txn));
+    // The BEGIN marker, the record and the COMMIT marker.
+    assert_eq!(log_end(&admin).await, 5);
+    let consumed = idem_as(
+        &dev,
+        &tokens.admin,
+        &["consume", TOPIC, "--from-beginning", "--max-messages", "3"],
+    );
+    assert!(consumed.status.success(), "{}", stderr(&consumed));
+    assert_eq!(String::from_utf8_lossy(&consumed.stdout), "a-2\na-3\nt-1\n");
+
     // Removed: refused again at once, nothing more written.
     let removed = idem_as(&dev, &tokens.admin, &acl_args("remove"));
     assert!(removed.status.success(), "{}", stderr(&removed));
     assert_refused(&dev, &tokens, "a-4").await;
-    assert_eq!(log_end(&admin).await, 2, "a refused produce wrote");
+    assert_eq!(log_end(&admin).await, 5, "a refused produce wrote");
 
     // alice may not change ACLs herself.
     let herself = idem_as(&dev, &tokens.alice, &acl_args("add"));
@@ -224,5 +266,5 @@ async fn given_idem_dev_with_acls_when_an_acl_is_added_and_removed_then_produce_
     let dev = start_secured(&data_dir, &tokens);
     let produced = produce_as(&dev, &tokens.alice, "a-5\n");
     assert!(produced.status.success(), "{}", stderr(&produced));
-    assert_eq!(log_end(&self::admin(&dev).await).await, 3);
+    assert_eq!(log_end(&self::admin(&dev).await).await, 6);
 }
