@@ -4,7 +4,7 @@
 
 use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 use idem_proto::transport::MAX_MESSAGE_BYTES;
-use idem_runtime::acl::{Authorizer, EtcdAclStore};
+use idem_runtime::acl::{AclStore, Authorizer, EtcdAclStore};
 use idem_runtime::authn::NodeCredential;
 use idem_runtime::config_error::ConfigError;
 use idem_runtime::deferred::Deferred;
@@ -76,9 +76,9 @@ pub struct BoundBroker {
     quotas: Option<Quotas>,
     membership: Option<Arc<Membership>>,
     service: Deferred<BrokerGrpc>,
-    /// `--authorizer`, kept current from the ACLs in etcd.
+    /// `--authorizer`, kept current from the ACLs in etcd (or `idem dev`'s store).
     authorizer: Authorizer,
-    acl_store: Option<EtcdAclStore>,
+    acl_store: Option<AclStore>,
     server: RunningServer,
     health: Health,
     duties: Duties,
@@ -122,9 +122,9 @@ impl BoundBroker {
                 NodeCredential::bearer(token.as_deref())
                     .map_err(|e| ServerError::Auth(e.to_string()))
             })?;
-        if !authorizer.is_open() && config.etcd_endpoints.is_empty() {
+        if !authorizer.is_open() && config.etcd_endpoints.is_empty() && config.auth.dev.is_none() {
             return Err(ServerError::Auth(
-                "--authorizer acl needs --etcd: ACLs are stored there".to_string(),
+                "--authorizer acl needs --etcd: ACLs are stored there (or idem dev, which keeps them in its data dir)".to_string(),
             ));
         }
         // Loaded again here (validate() checked it): the files a start uses are read once.
@@ -170,7 +170,17 @@ impl BoundBroker {
         let membership = join_cluster(&config, &advertised, &shutdown, credential).await?;
         // Before the first RPC is served: the stored ACLs, then their changes.
         let acl_store = match &membership {
-            None => None,
+            None => match &config.auth.dev {
+                None => None,
+                Some(dev) => {
+                    if !authorizer.is_open() {
+                        dev.acls
+                            .feed(&authorizer)
+                            .map_err(|e| ServerError::Auth(e.to_string()))?;
+                    }
+                    Some(AclStore::Embedded(dev.acls.clone()))
+                }
+            },
             Some(_) => {
                 let store = EtcdAclStore::connect(&config.etcd_endpoints, &config.etcd_prefix)
                     .await
@@ -181,7 +191,7 @@ impl BoundBroker {
                         .await
                         .map_err(|e| ServerError::Auth(e.to_string()))?;
                 }
-                Some(store)
+                Some(AclStore::Etcd(Box::new(store)))
             }
         };
         let topics = match &membership {

@@ -1,7 +1,9 @@
 //! `idem dev`: a whole idem in one process on the embedded store, for trying idem and
 //! for examples: one broker and one transaction coordinator (solo mode: it owns every
 //! partition of `__transaction_state`). Ctrl-C stops both cleanly; a restart on the
-//! same data dir keeps the data and the transaction state.
+//! same data dir keeps the data and the transaction state. Open by default (said at
+//! start); `--authorizer acl` checks every request against ACLs kept in the data dir
+//! (`acls/`), changed by `idem acl` with effect before it answers.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -12,6 +14,8 @@ use idem_broker::retention_flags::RetentionFlags;
 use idem_broker::server::BoundBroker;
 use idem_coordinator::config::CoordinatorConfig;
 use idem_coordinator::server::BoundCoordinator;
+use idem_runtime::acl::{AuthorizerKind, EmbeddedAclStore};
+use idem_runtime::auth_flags::{AuthFlags, DevAuth};
 use idem_runtime::tls::ClientAuth;
 
 #[derive(Debug, clap::Args)]
@@ -42,6 +46,19 @@ pub struct DevArgs {
     /// --tls-ca (mutual TLS). Default `none`.
     #[arg(long, env = "IDEM_TLS_CLIENT_AUTH", default_value = "none")]
     tls_client_auth: ClientAuth,
+    /// `none` (the default: every request is allowed) or `acl`: every request of both
+    /// servers is checked against the ACLs kept in the data dir, which `idem acl
+    /// add|remove` change with effect before they answer.
+    #[arg(long, env = "IDEM_AUTHORIZER", default_value = "none")]
+    authorizer: AuthorizerKind,
+    /// Principals allowed everything whatever the ACLs say, comma-separated (e.g.
+    /// `User:admin`, who can then add the others' ACLs).
+    #[arg(long, env = "IDEM_SUPER_USERS", value_delimiter = ',')]
+    super_users: Vec<String>,
+    /// Bearer tokens accepted, one `PRINCIPAL TOKEN` line each, as `idem-broker`'s;
+    /// re-read when the file changes.
+    #[arg(long, env = "IDEM_AUTH_TOKEN_FILE")]
+    auth_token_file: Option<PathBuf>,
 }
 
 /// The servers' TLS files of `idem dev`: the CLI's global TLS flags.
@@ -53,7 +70,20 @@ pub struct DevTls {
 }
 
 pub async fn run(args: DevArgs, tls: DevTls) -> anyhow::Result<()> {
+    // Opened whatever the authorizer: `idem acl add` against an open dev stores ACLs
+    // that a start with --authorizer acl enforces.
+    let acls_dir = args.data_dir.join("acls");
+    let acls = EmbeddedAclStore::open(&acls_dir)
+        .with_context(|| format!("opening the ACL store in {}", acls_dir.display()))?;
+    let auth = AuthFlags {
+        authorizer: args.authorizer,
+        super_users: args.super_users.clone(),
+        auth_token_file: args.auth_token_file.clone(),
+        auth_token: None,
+        dev: Some(DevAuth::new(acls)),
+    };
     let config = BrokerConfig {
+        auth: auth.clone(),
         limits: args.limits,
         retention: args.retention,
         tls_cert: tls.cert.clone(),
@@ -73,6 +103,7 @@ pub async fn run(args: DevArgs, tls: DevTls) -> anyhow::Result<()> {
         tls_key: tls.key,
         tls_ca: tls.ca,
         tls_client_auth: args.tls_client_auth,
+        auth,
         ..CoordinatorConfig::solo(
             args.data_dir.join("coordinator"),
             args.coordinator_listen,
@@ -86,6 +117,7 @@ pub async fn run(args: DevArgs, tls: DevTls) -> anyhow::Result<()> {
     let broker = broker.with_coordinator(Some(coordinator_addr.to_string()));
     let coordinator_task = tokio::spawn(coordinator.serve());
     let data_dir = args.data_dir.clone();
+    let authorization = authorization_line(&args, &acls_dir);
     // Announced once the broker serves its RPCs: the commands below work from then on.
     let announce = move || {
         println!(
@@ -97,9 +129,7 @@ pub async fn run(args: DevArgs, tls: DevTls) -> anyhow::Result<()> {
         println!("  seq 1 5 | idem --bootstrap {addr} produce demo --transactional-id demo-txn");
         println!("  idem --bootstrap {addr} consume demo --from-beginning --max-messages 10");
         println!("Ctrl-C stops it; the data stays for the next start.");
-        println!(
-            "Open: no authentication, no authorization (every request is allowed); ACLs need a cluster with etcd (docs/operations.md)."
-        );
+        println!("{authorization}");
     };
     broker
         .serve_announcing(announce)
@@ -111,6 +141,31 @@ pub async fn run(args: DevArgs, tls: DevTls) -> anyhow::Result<()> {
         .context("serving the coordinator")?;
     println!("idem dev: stopped cleanly");
     Ok(())
+}
+
+/// The banner's last line: whether requests are checked, and how to change that.
+fn authorization_line(args: &DevArgs, acls_dir: &std::path::Path) -> String {
+    match args.authorizer {
+        AuthorizerKind::None => "Authorization: open, every request is allowed (--authorizer acl \
+             checks ACLs; docs/operations.md)."
+            .to_string(),
+        AuthorizerKind::Acl => format!(
+            "Authorization: ACLs, every request is checked against the ACLs in {} \
+             (tokens: {}; super users: {}); `idem --auth-token FILE acl add ...` changes \
+             them at once.",
+            acls_dir.display(),
+            args.auth_token_file
+                .as_ref()
+                .map_or("none, every client is User:ANONYMOUS".to_string(), |f| f
+                    .display()
+                    .to_string()),
+            if args.super_users.is_empty() {
+                "none".to_string()
+            } else {
+                args.super_users.join(",")
+            }
+        ),
+    }
 }
 
 #[cfg(test)]

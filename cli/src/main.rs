@@ -42,7 +42,7 @@ struct Cli {
     bootstrap: String,
     /// A file holding the bearer token to present (`authorization: Bearer`); without
     /// it, requests are `User:ANONYMOUS`. Used by the topic, produce, consume, txn,
-    /// group and acl commands.
+    /// group, acl and bench commands.
     #[arg(long, global = true, env = "IDEM_AUTH_TOKEN")]
     auth_token: Option<std::path::PathBuf>,
     /// PEM CA the servers' certificates must be signed by: with it every connection
@@ -131,8 +131,8 @@ async fn main() -> std::process::ExitCode {
 }
 
 /// A command that is a client of a running cluster: the topic, record, transaction,
-/// group and ACL commands present `--auth-token` and the TLS settings; `bench` and
-/// `health` only the TLS settings (health checks are open to every principal).
+/// group, ACL and bench commands present `--auth-token` and the TLS settings; `health`
+/// only the TLS settings (health checks are open to every principal).
 async fn run_client(
     bootstrap: &str,
     auth_token: Option<&std::path::Path>,
@@ -152,7 +152,7 @@ async fn run_client(
         Command::Consume(args) => consume::run(bootstrap, &access()?, args).await,
         Command::Txn(command) => txn::run(bootstrap, &access()?, command).await,
         Command::Group(command) => group::run(bootstrap, &access()?, command).await,
-        Command::Bench(command) => bench::run(bootstrap, tls, command).await,
+        Command::Bench(command) => bench::run(bootstrap, &access()?, command).await,
         Command::Health(args) => health::run(tls, args).await,
         Command::Acl(command) => acl::run(bootstrap, &access()?, command).await,
     }

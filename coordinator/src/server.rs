@@ -67,7 +67,7 @@ pub struct BoundCoordinator {
     groups: Arc<Groups>,
     ownership: Arc<dyn Ownership>,
     health: Health,
-    /// `--authorizer`, kept current from the ACLs in etcd.
+    /// `--authorizer`, kept current from the ACLs in etcd (or `idem dev`'s store).
     authorizer: Authorizer,
     shutdown: CancellationToken,
 }
@@ -98,18 +98,25 @@ impl BoundCoordinator {
             .map_or(Ok(Credentials::none()), |token| Credentials::bearer(&token))
             .map_err(|e| auth_error(&e))?;
         if !authorizer.is_open() {
-            if mode != Mode::Etcd {
-                return Err(CoordinatorError::Auth(
-                    "--authorizer acl needs --etcd: ACLs are stored there".to_string(),
-                ));
-            }
             // Before the first RPC is served: the stored ACLs, then their changes.
-            EtcdAclStore::connect(&config.etcd_endpoints, &config.etcd_prefix)
-                .await
-                .map_err(|e| auth_error(&e))?
-                .load_and_watch(&authorizer, shutdown.child_token())
-                .await
-                .map_err(|e| auth_error(&e))?;
+            match (&mode, &config.auth.dev) {
+                (Mode::Etcd, _) => {
+                    EtcdAclStore::connect(&config.etcd_endpoints, &config.etcd_prefix)
+                        .await
+                        .map_err(|e| auth_error(&e))?
+                        .load_and_watch(&authorizer, shutdown.child_token())
+                        .await
+                        .map_err(|e| auth_error(&e))?;
+                }
+                (Mode::Solo(_), Some(dev)) => {
+                    dev.acls.feed(&authorizer).map_err(|e| auth_error(&e))?;
+                }
+                (Mode::Solo(_), None) => {
+                    return Err(CoordinatorError::Auth(
+                        "--authorizer acl needs --etcd: ACLs are stored there (or idem dev, which keeps them in its data dir)".to_string(),
+                    ));
+                }
+            }
         }
         let server_tls = tls
             .as_ref()

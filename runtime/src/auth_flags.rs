@@ -3,9 +3,10 @@
 //! authorizer, and the credential the server itself presents to other nodes.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
-use crate::acl::{Authorizer, AuthorizerKind};
-use crate::authn::{AuthnLayer, TokenFile, TokenFileError};
+use crate::acl::{Authorizer, AuthorizerKind, EmbeddedAclStore};
+use crate::authn::{AuthnLayer, NodeToken, Principal, TokenFile, TokenFileError};
 
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct AuthFlags {
@@ -25,6 +26,39 @@ pub struct AuthFlags {
     /// nodes (replica fetches, markers, the transaction log).
     #[arg(long, env = "IDEM_AUTH_TOKEN")]
     pub auth_token: Option<PathBuf>,
+    /// Set by `idem dev` only (no flag): where its ACLs are kept, and the identity its
+    /// two servers present to each other.
+    #[arg(skip)]
+    pub dev: Option<DevAuth>,
+}
+
+/// The principal `idem dev`'s servers present to each other, a super user. The space
+/// keeps it apart from every token-file principal (a name is one word there).
+pub const DEV_NODE_PRINCIPAL: &str = "User:idem-dev node";
+
+/// What `idem dev` gives both of its servers: the embedded ACL store, and a token made
+/// for this run that names [`DEV_NODE_PRINCIPAL`] (its coordinator writes the
+/// transaction log and markers through its broker as that principal).
+#[derive(Debug, Clone)]
+pub struct DevAuth {
+    pub acls: EmbeddedAclStore,
+    node: NodeToken,
+}
+
+impl DevAuth {
+    /// A fresh random node token (128 bits) for this run.
+    pub fn new(acls: EmbeddedAclStore) -> DevAuth {
+        let token: String = (0..32)
+            .map(|_| char::from_digit(rand::random::<u32>() % 16, 16).unwrap_or('0'))
+            .collect();
+        DevAuth {
+            acls,
+            node: NodeToken {
+                token: Arc::from(token),
+                principal: Principal(Arc::from(DEV_NODE_PRINCIPAL)),
+            },
+        }
+    }
 }
 
 impl AuthFlags {
@@ -54,12 +88,21 @@ impl AuthFlags {
                 "every RPC is checked against the ACLs (--authorizer acl)"
             ),
         }
-        let authorizer = Authorizer::new(self.authorizer, self.super_users.iter().cloned());
-        Ok((AuthnLayer::new(tokens), authorizer))
+        let node = self.dev.as_ref().map(|dev| dev.node.clone());
+        let super_users = self.super_users.iter().cloned().chain(
+            node.as_ref()
+                .map(|node| node.principal.as_str().to_string()),
+        );
+        let authorizer = Authorizer::new(self.authorizer, super_users);
+        Ok((AuthnLayer::new(tokens).with_node_token(node), authorizer))
     }
 
-    /// The token this server presents, read from `--auth-token`.
+    /// The token this server presents, read from `--auth-token` (in `idem dev`, the
+    /// run's node token).
     pub fn own_token(&self) -> Result<Option<String>, TokenFileError> {
+        if let Some(dev) = &self.dev {
+            return Ok(Some(dev.node.token.to_string()));
+        }
         self.auth_token
             .as_deref()
             .map(|path| {

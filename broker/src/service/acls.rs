@@ -1,5 +1,5 @@
-//! CreateAcls, DescribeAcls, DeleteAcls: the wire form of ACLs onto the etcd store
-//! every server watches. Each binding is parsed before anything is stored, so one bad
+//! CreateAcls, DescribeAcls, DeleteAcls: the wire form of ACLs onto the store every
+//! server follows (etcd, or `idem dev`'s embedded store). Each binding is parsed before anything is stored, so one bad
 //! word stores nothing; the answer names it.
 
 use idem_proto::v1::{
@@ -7,7 +7,7 @@ use idem_proto::v1::{
     DescribeAclsRequest, DescribeAclsResponse,
 };
 use idem_proto::ErrorCode;
-use idem_runtime::acl::{Acl, AclParseError, EtcdAclStore, ResourceType};
+use idem_runtime::acl::{Acl, AclParseError, AclStore, ResourceType};
 
 use super::BrokerService;
 
@@ -66,10 +66,11 @@ fn matches_filter(acl: &Acl, filter: &DescribeAclsRequest) -> Result<bool, AclPa
 }
 
 impl BrokerService {
-    fn acl_store(&self) -> Result<&EtcdAclStore, (ErrorCode, String)> {
+    fn acl_store(&self) -> Result<&AclStore, (ErrorCode, String)> {
         self.acl_store.as_ref().ok_or((
             ErrorCode::InvalidRequest,
-            "this broker keeps no ACLs: ACLs are stored in etcd (--etcd)".to_string(),
+            "this broker keeps no ACLs: ACLs are stored in etcd (--etcd) or by idem dev"
+                .to_string(),
         ))
     }
 
@@ -143,7 +144,7 @@ impl BrokerService {
     ) -> DescribeAclsResponse {
         let listed = async {
             let store = self.acl_store()?;
-            let (acls, _) = store
+            let acls = store
                 .list()
                 .await
                 .map_err(|e| (ErrorCode::RequestTimedOut, e.to_string()))?;

@@ -22,7 +22,7 @@ use idem_proto::v1::{
     OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, ProduceRequest, ProduceResponse,
     WriteTxnMarkersRequest, WriteTxnMarkersResponse,
 };
-use idem_runtime::acl::{Authorizer, EtcdAclStore, Operation, Resource};
+use idem_runtime::acl::{AclStore, Authorizer, Operation, Resource};
 use idem_runtime::authn::principal_of;
 use idem_runtime::listeners::{Advertised, BoundListeners, Listener};
 use tonic::{Request, Response, Status};
@@ -65,7 +65,7 @@ pub struct BrokerService {
     /// `--authorizer`: open, or ACL checks on every RPC (see `access.rs`).
     authorizer: Authorizer,
     /// Where CreateAcls / DeleteAcls store ACLs (`None` without etcd).
-    acl_store: Option<EtcdAclStore>,
+    acl_store: Option<AclStore>,
     /// `--max-new-producer-ids-per-minute` (`None`: no cap).
     producer_id_cap: Option<std::sync::Mutex<ProducerIdCap>>,
     /// `--quota-file`: produce and fetch byte rates per principal (`None`: unlimited).
@@ -132,7 +132,7 @@ impl BrokerService {
     }
 
     /// Serves CreateAcls / DescribeAcls / DeleteAcls from `store`.
-    pub fn with_acl_store(mut self, store: Option<EtcdAclStore>) -> Self {
+    pub fn with_acl_store(mut self, store: Option<AclStore>) -> Self {
         self.acl_store = store;
         self
     }

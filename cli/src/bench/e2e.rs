@@ -18,6 +18,7 @@ use super::progress::{self, Progress};
 use super::target::{Target, TargetTls};
 use super::topic;
 use super::verify::{Checker, Verification};
+use crate::access::Access;
 
 /// After the producer finished, how long the consumer may go without a record before
 /// it stops waiting for the rest.
@@ -59,7 +60,13 @@ pub async fn run(bootstrap: &str, args: E2eArgs) -> anyhow::Result<()> {
         args.rate.is_finite() && args.rate > 0.0,
         "--rate must be a positive number of records per second"
     );
-    let target = Target::open(&args.load, bootstrap, false, TargetTls::AsGiven(None)).await?;
+    let target = Target::open(
+        &args.load,
+        bootstrap,
+        false,
+        TargetTls::AsGiven(&Access::default()),
+    )
+    .await?;
     let result = measure(&target, &args).await;
     target.close().await;
     let report = result?;
@@ -73,12 +80,17 @@ pub async fn run(bootstrap: &str, args: E2eArgs) -> anyhow::Result<()> {
 
 async fn measure(target: &Target, args: &E2eArgs) -> anyhow::Result<E2eReport> {
     let load = &args.load;
-    let topic =
-        topic::create_for_run(&target.bootstrap, None, load, &format!("e2e-{}", args.mode)).await?;
+    let topic = topic::create_for_run(
+        &target.bootstrap,
+        &target.access,
+        load,
+        &format!("e2e-{}", args.mode),
+    )
+    .await?;
     let driver = Driver::connect(
         args.mode,
         &target.bootstrap,
-        None,
+        &target.access,
         load,
         &format!("{topic}-0"),
     )

@@ -6,7 +6,7 @@
 //! What counts as acknowledged: a record whose delivery succeeded; in the
 //! transactional mode, only the records of transactions that committed.
 
-use idem_client::TlsConfig;
+use crate::access::Access;
 use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -129,13 +129,14 @@ impl Driver {
     pub async fn connect(
         mode: Mode,
         bootstrap: &str,
-        tls: Option<&TlsConfig>,
+        access: &Access,
         load: &LoadArgs,
         transactional_id: &str,
     ) -> anyhow::Result<Driver> {
         match mode.producer_config(bootstrap) {
             Some(mut config) => {
-                config.tls = tls.cloned();
+                config.tls = access.tls.clone();
+                config.credentials = access.credentials.clone();
                 config.linger = load.linger().unwrap_or(config.linger);
                 config.batch_size = load.batch_size.unwrap_or(config.batch_size);
                 let per_partition = PRODUCER_BUFFER_BYTES / load.partitions.max(1) as usize;
@@ -147,7 +148,8 @@ impl Driver {
             }
             None => {
                 let mut config = TransactionalConfig::new(bootstrap, transactional_id);
-                config.tls = tls.cloned();
+                config.tls = access.tls.clone();
+                config.credentials = access.credentials.clone();
                 config.linger = load.linger().unwrap_or(config.linger);
                 config.batch_size = load.batch_size.unwrap_or(config.batch_size);
                 let producer = TransactionalProducer::connect(config)

@@ -38,21 +38,25 @@ pub enum BenchCommand {
 
 pub async fn run(
     bootstrap: &str,
-    tls: Option<&idem_client::TlsConfig>,
+    access: &crate::access::Access,
     command: BenchCommand,
 ) -> anyhow::Result<()> {
-    // `e2e` and `pipeline` are not wired for TLS yet: better a refusal than a plaintext
-    // run that claims to be a TLS one.
+    // `e2e` and `pipeline` are not wired for TLS nor tokens yet: better a refusal than
+    // a run that claims to be over TLS, or as a principal, and is not.
     let plaintext_only = |what: &str| {
         anyhow::ensure!(
-            tls.is_none(),
+            access.tls.is_none(),
             "idem bench {what} does not run over TLS yet (--tls-ca, --tls-cert, --tls-key); \
              idem bench produce does"
+        );
+        anyhow::ensure!(
+            access.credentials == idem_client::credentials::Credentials::none(),
+            "idem bench {what} does not present --auth-token yet; idem bench produce does"
         );
         Ok(())
     };
     match command {
-        BenchCommand::Produce(args) => produce::run(bootstrap, tls, args).await,
+        BenchCommand::Produce(args) => produce::run(bootstrap, access, args).await,
         BenchCommand::E2e(args) => {
             plaintext_only("e2e")?;
             e2e::run(bootstrap, args).await

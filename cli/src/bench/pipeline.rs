@@ -32,6 +32,7 @@ use super::progress::{self, Progress};
 use super::target::{Target, TargetTls};
 use super::topic;
 use super::verify::Checker;
+use crate::access::Access;
 
 /// How long the output may go without a new record before the read-back stops.
 const STALL: Duration = Duration::from_secs(15);
@@ -74,7 +75,13 @@ pub async fn run(bootstrap: &str, args: PipelineArgs) -> anyhow::Result<()> {
         args.commit_interval_ms > 0,
         "--commit-interval-ms must be positive"
     );
-    let target = Target::open(&args.load, bootstrap, false, TargetTls::AsGiven(None)).await?;
+    let target = Target::open(
+        &args.load,
+        bootstrap,
+        false,
+        TargetTls::AsGiven(&Access::default()),
+    )
+    .await?;
     let result = measure(&target.bootstrap, &args).await;
     target.close().await;
     let report = result?;
@@ -92,13 +99,13 @@ async fn measure(bootstrap: &str, args: &PipelineArgs) -> anyhow::Result<Pipelin
     let commit_every = Duration::from_millis(args.commit_interval_ms);
 
     // 1. Transactional produce-only, into the stage's future input.
-    let input = topic::create_for_run(bootstrap, None, load, "pipeline-in").await?;
+    let input = topic::create_for_run(bootstrap, &Access::default(), load, "pipeline-in").await?;
     let (sent, produce_elapsed) = produce(bootstrap, load, &input, None, commit_every).await?;
     let records = sent.acked.len();
     let produce_txn_rate = records as f64 / produce_elapsed.as_secs_f64();
 
     // 2. The stage over that backlog.
-    let output = topic::create_for_run(bootstrap, None, load, "pipeline-out").await?;
+    let output = topic::create_for_run(bootstrap, &Access::default(), load, "pipeline-out").await?;
     let stage = Stage::start(bootstrap, &input, &output, load.partitions, commit_every).await?;
     let started = Instant::now();
     stage.wait_for(records).await?;
@@ -121,8 +128,10 @@ async fn measure(bootstrap: &str, args: &PipelineArgs) -> anyhow::Result<Pipelin
 
     // 3. Latency at a fixed rate, through a fresh pair of topics.
     let rate = args.rate.unwrap_or(pipeline_rate / 2.0).max(1.0);
-    let input2 = topic::create_for_run(bootstrap, None, load, "pipeline-lat-in").await?;
-    let output2 = topic::create_for_run(bootstrap, None, load, "pipeline-lat-out").await?;
+    let input2 =
+        topic::create_for_run(bootstrap, &Access::default(), load, "pipeline-lat-in").await?;
+    let output2 =
+        topic::create_for_run(bootstrap, &Access::default(), load, "pipeline-lat-out").await?;
     let stage = Stage::start(bootstrap, &input2, &output2, load.partitions, commit_every).await?;
     let start = Instant::now();
     let producing = produce_at(bootstrap, load, &input2, rate, commit_every, start);
@@ -179,7 +188,7 @@ async fn produce(
     let driver = Driver::connect(
         Mode::Transactional,
         bootstrap,
-        None,
+        &Access::default(),
         load,
         &format!("{topic}-0"),
     )
@@ -220,7 +229,7 @@ async fn produce_at(
     let driver = Driver::connect(
         Mode::ExactlyOnce,
         bootstrap,
-        None,
+        &Access::default(),
         load,
         &format!("{topic}-0"),
     )

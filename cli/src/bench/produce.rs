@@ -3,7 +3,7 @@
 //! back and checked; one row per mode. `--null` measures the transport limit instead:
 //! an embedded broker that validates and discards every batch.
 
-use idem_client::TlsConfig;
+use crate::access::Access;
 use std::time::Instant;
 
 use anyhow::Context;
@@ -86,13 +86,9 @@ impl ProduceArgs {
     }
 }
 
-pub async fn run(
-    bootstrap: &str,
-    tls: Option<&TlsConfig>,
-    args: ProduceArgs,
-) -> anyhow::Result<()> {
+pub async fn run(bootstrap: &str, access: &Access, args: ProduceArgs) -> anyhow::Result<()> {
     let modes = args.modes()?;
-    let mut rows = report::median_of_rounds(run_modes(bootstrap, tls, &args, &modes).await?);
+    let mut rows = report::median_of_rounds(run_modes(bootstrap, access, &args, &modes).await?);
     report::add_ratios(&mut rows);
     let checks = targets::check(&rows);
     if args.load.json {
@@ -109,7 +105,7 @@ pub async fn run(
 /// rounds of the same mode differed by 3x.
 async fn run_modes(
     bootstrap: &str,
-    tls: Option<&TlsConfig>,
+    access: &Access,
     args: &ProduceArgs,
     modes: &[Mode],
 ) -> anyhow::Result<Vec<ModeReport>> {
@@ -127,7 +123,7 @@ async fn run_modes(
     let shared = if args.load.embedded {
         None
     } else {
-        Some(Target::open(&args.load, bootstrap, false, TargetTls::AsGiven(tls)).await?)
+        Some(Target::open(&args.load, bootstrap, false, TargetTls::AsGiven(access)).await?)
     };
     if !args.load.json {
         let amount = match args.load.amount() {
@@ -163,7 +159,7 @@ async fn run_modes(
                     let target_tls = if *over_tls {
                         TargetTls::Generated
                     } else {
-                        TargetTls::AsGiven(None)
+                        TargetTls::AsGiven(&Access::default())
                     };
                     let target = Target::open(&args.load, bootstrap, *null, target_tls).await?;
                     let result = run_mode(&target, args, *mode, *null).await;
@@ -196,7 +192,7 @@ async fn run_mode(
     null: bool,
 ) -> anyhow::Result<ModeReport> {
     let load = &args.load;
-    let label = match (null, target.tls.is_some() && load.embedded) {
+    let label = match (null, target.access.tls.is_some() && load.embedded) {
         (true, _) => format!("null/{mode}"),
         (false, true) => format!("tls/{mode}"),
         (false, false) => mode.name().to_string(),
@@ -206,8 +202,7 @@ async fn run_mode(
         (false, pid) => pid.map(BrokerProcess::Pid),
     };
     let memory = broker.and_then(BrokerProcess::start);
-    let topic =
-        topic::create_for_run(&target.bootstrap, target.tls.as_ref(), load, mode.name()).await?;
+    let topic = topic::create_for_run(&target.bootstrap, &target.access, load, mode.name()).await?;
     let mut drivers = Vec::with_capacity(args.producers as usize);
     for index in 0..args.producers {
         let transactional_id = format!("{topic}-{index}");
@@ -215,7 +210,7 @@ async fn run_mode(
             Driver::connect(
                 mode,
                 &target.bootstrap,
-                target.tls.as_ref(),
+                &target.access,
                 load,
                 &transactional_id,
             )
@@ -257,7 +252,7 @@ async fn run_mode(
     } else {
         let read = verify::verify(ReadBack {
             bootstrap: &target.bootstrap,
-            tls: target.tls.as_ref(),
+            access: &target.access,
             topic: &topic,
             partitions: load.partitions,
             sent: &sent,

@@ -5,23 +5,27 @@ use anyhow::Context;
 use tempfile::TempDir;
 
 use super::args::LoadArgs;
-use idem_client::TlsConfig;
+use idem_client::credentials::Credentials;
+
+use crate::access::Access;
 
 use super::embedded::{start_embedded, Embedded};
 use super::run_certs;
 
 pub struct Target {
     pub bootstrap: String,
-    /// How the bench's clients dial it (`None`: plaintext).
-    pub tls: Option<TlsConfig>,
+    /// What the bench's clients present: the CLI's token and TLS settings for a
+    /// cluster; none, or the run's certificates, for an embedded broker.
+    pub access: Access,
     embedded: Option<(Embedded, TempDir)>,
 }
 
 /// Whether a target is dialled over TLS.
 #[derive(Debug, Clone, Copy)]
 pub enum TargetTls<'a> {
-    /// A cluster: with the CLI's TLS settings, if any; an embedded broker: plaintext.
-    AsGiven(Option<&'a TlsConfig>),
+    /// A cluster: with the CLI's token and TLS settings, if any; an embedded broker:
+    /// plaintext and open.
+    AsGiven(&'a Access),
     /// An embedded broker and coordinator with mutual TLS, on certificates made for the
     /// run (`--compare-tls`).
     Generated,
@@ -35,15 +39,15 @@ impl Target {
         tls: TargetTls<'_>,
     ) -> anyhow::Result<Target> {
         if !load.embedded {
-            let tls = match tls {
-                TargetTls::AsGiven(tls) => tls.cloned(),
+            let access = match tls {
+                TargetTls::AsGiven(access) => access.clone(),
                 TargetTls::Generated => {
                     anyhow::bail!("--compare-tls needs --embedded: it makes its own certificates")
                 }
             };
             return Ok(Target {
                 bootstrap: bootstrap.to_string(),
-                tls,
+                access,
                 embedded: None,
             });
         }
@@ -61,7 +65,10 @@ impl Target {
         let embedded = start_embedded(dir.path(), null_produce, load.flush, certs.as_ref()).await?;
         Ok(Target {
             bootstrap: embedded.broker.to_string(),
-            tls: certs.map(|c| c.client),
+            access: Access {
+                credentials: Credentials::none(),
+                tls: certs.map(|c| c.client),
+            },
             embedded: Some((embedded, dir)),
         })
     }

@@ -1,7 +1,7 @@
 //! Each run writes to a topic of its own, created fresh, so that reading it back shows
 //! exactly what that run wrote.
 
-use idem_client::TlsConfig;
+use crate::access::Access;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -22,14 +22,14 @@ fn fresh_name(prefix: &str, what: &str) -> String {
 /// partitions and replication factor, ready to serve; returns its name.
 pub async fn create_for_run(
     bootstrap: &str,
-    tls: Option<&TlsConfig>,
+    access: &Access,
     load: &LoadArgs,
     what: &str,
 ) -> anyhow::Result<String> {
     let name = fresh_name(&load.topic_prefix, what);
     create(
         bootstrap,
-        tls,
+        access,
         &name,
         load.partitions,
         load.replication_factor,
@@ -41,18 +41,12 @@ pub async fn create_for_run(
 /// Creates `name` and waits until every partition's leader serves it.
 async fn create(
     bootstrap: &str,
-    tls: Option<&TlsConfig>,
+    access: &Access,
     name: &str,
     partitions: i32,
     replication_factor: i32,
 ) -> anyhow::Result<()> {
-    let admin = Admin::connect_with(
-        bootstrap,
-        idem_client::credentials::Credentials::none(),
-        tls.cloned(),
-    )
-    .await
-    .with_context(|| format!("connecting to {bootstrap}"))?;
+    let admin = access.admin(bootstrap).await?;
     admin
         .create_topic_with(NewTopic::new(name, partitions).replication_factor(replication_factor))
         .await

@@ -7,13 +7,13 @@
 //! The read is timed (from the first poll to the last), which gives the consumer's
 //! read-back throughput.
 
-use idem_client::TlsConfig;
+use crate::access::Access;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use idem_client::{Admin, Consumer, ConsumerConfig, Isolation, OffsetSpec};
+use idem_client::{Consumer, ConsumerConfig, Isolation, OffsetSpec};
 
 use super::args::Amount;
 use super::load::Sent;
@@ -55,7 +55,7 @@ impl Verification {
 /// What a reader needs to know of the run: its topic and what each producer did.
 pub struct ReadBack<'a> {
     pub bootstrap: &'a str,
-    pub tls: Option<&'a TlsConfig>,
+    pub access: &'a Access,
     pub topic: &'a str,
     pub partitions: i32,
     pub sent: &'a [Sent],
@@ -74,13 +74,7 @@ pub struct ReadOutcome {
 }
 
 pub async fn verify(run: ReadBack<'_>) -> anyhow::Result<ReadOutcome> {
-    let admin = Admin::connect_with(
-        run.bootstrap,
-        idem_client::credentials::Credentials::none(),
-        run.tls.cloned(),
-    )
-    .await
-    .with_context(|| format!("connecting to {}", run.bootstrap))?;
+    let admin = run.access.admin(run.bootstrap).await?;
     let mut ends = Vec::with_capacity(run.partitions as usize);
     for p in 0..run.partitions {
         let end = admin
@@ -95,7 +89,8 @@ pub async fn verify(run: ReadBack<'_>) -> anyhow::Result<ReadOutcome> {
         max_bytes: 8 * 1024 * 1024,
         partition_max_bytes: 4 * 1024 * 1024,
         start: OffsetSpec::Earliest,
-        tls: run.tls.cloned(),
+        tls: run.access.tls.clone(),
+        credentials: run.access.credentials.clone(),
         ..ConsumerConfig::default()
     };
     let mut consumer = Consumer::connect(run.bootstrap, config)

@@ -9,25 +9,34 @@
 //!
 //! The watch re-reads the whole prefix on every event (ACL sets are small) and
 //! replaces the authorizer's set at once, dropping its cached decisions: a removed ACL
-//! stops applying as soon as the event arrives (milliseconds), with no restart.
+//! stops applying as soon as the event arrives (milliseconds), with no restart. A
+//! broken watch (etcd restarted, cancelled by etcd) is re-read and re-watched; until
+//! then the last ACLs read stay in force ([`EtcdAclStore::load_and_watch`]).
 
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 use etcd_client::{GetOptions, WatchOptions};
 use tokio_util::sync::CancellationToken;
 
 use super::authorizer::Authorizer;
 use super::model::Acl;
 use crate::etcd_call::{bounded, EtcdCallError};
-
-/// How long a broken watch waits before reading and watching again.
-const REWATCH_AFTER: Duration = Duration::from_millis(500);
+use crate::log_limit::LogLimit;
+use crate::warn_limited;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AclStoreError {
     #[error(transparent)]
     Etcd(#[from] EtcdCallError),
+    #[error("etcd cancelled the ACL watch (compacted to revision {compact_revision}): {reason}")]
+    WatchCancelled {
+        compact_revision: i64,
+        reason: String,
+    },
+    #[error("embedded ACL store: {0}")]
+    Embedded(String),
     #[error("ACL key {key} holds no valid ACL: {reason}")]
     Corrupt { key: String, reason: String },
 }
@@ -142,6 +151,14 @@ impl EtcdAclStore {
     /// Loads the stored ACLs into `authorizer` once (a server refuses to start when it
     /// cannot: serving with no ACLs would refuse everyone, serving with stale ones is
     /// worse), then keeps them current until `stop`.
+    ///
+    /// While etcd is unreachable the authorizer keeps deciding on the last ACLs it was
+    /// given (as Kafka's authorizer keeps its cache while ZooKeeper is away): refusing
+    /// everyone would turn an etcd outage into a cluster outage, and allowing everyone
+    /// would turn it into a breach. A broken or cancelled watch is followed by a full
+    /// re-read before watching again from the revision read, so a change made while no
+    /// watch was open (an ACL removed during the outage) is applied, never missed;
+    /// retries back off from 250 ms to 2 s (jittered).
     pub async fn load_and_watch(
         &self,
         authorizer: &Authorizer,
@@ -154,37 +171,46 @@ impl EtcdAclStore {
         let authorizer = authorizer.clone();
         tokio::spawn(async move {
             let mut from = revision + 1;
+            let mut failures = LogLimit::for_repeated_failures();
             loop {
                 let watched = tokio::select! {
                     () = stop.cancelled() => return,
                     watched = store.follow(&authorizer, from) => watched,
                 };
                 match watched {
-                    Ok(next) => from = next,
+                    Ok(()) => tracing::info!("ACL watch ended; reading and watching again"),
                     Err(error) => {
-                        tracing::warn!(%error, "ACL watch broken; reading and watching again")
+                        warn_limited!(failures, %error, "ACL watch broken; reading and watching again")
                     }
                 }
-                tokio::select! {
-                    () = stop.cancelled() => return,
-                    () = tokio::time::sleep(REWATCH_AFTER) => {}
-                }
-                // Catch up on what the broken watch missed.
-                match store.list().await {
-                    Ok((acls, revision)) => {
-                        authorizer.replace_acls(acls);
-                        from = revision + 1;
+                // Catch up on what the broken watch missed, however long that takes.
+                let mut pauses = rewatch_pauses();
+                loop {
+                    let pause = pauses.next().unwrap_or(REWATCH_PAUSE_MAX);
+                    tokio::select! {
+                        () = stop.cancelled() => return,
+                        () = tokio::time::sleep(pause) => {}
                     }
-                    Err(error) => tracing::warn!(%error, "cannot read the ACLs"),
+                    match store.list().await {
+                        Ok((acls, revision)) => {
+                            tracing::info!(acls = acls.len(), revision, "ACLs read again");
+                            authorizer.replace_acls(acls);
+                            from = revision + 1;
+                            break;
+                        }
+                        Err(error) => {
+                            warn_limited!(failures, %error, "cannot read the ACLs; the last ones read stay in force")
+                        }
+                    }
                 }
             }
         });
         Ok(())
     }
 
-    /// Applies every change from `from` on until the watch ends; the revision to
-    /// watch from next.
-    async fn follow(&self, authorizer: &Authorizer, from: i64) -> Result<i64, AclStoreError> {
+    /// Applies every change from `from` on until the watch ends (`Ok`) or breaks; the
+    /// caller reads everything again either way. Public for the etcd-fault tests.
+    pub async fn follow(&self, authorizer: &Authorizer, from: i64) -> Result<(), AclStoreError> {
         let mut client = self.client.clone();
         let options = WatchOptions::new().with_prefix().with_start_revision(from);
         let mut stream = bounded(
@@ -192,7 +218,6 @@ impl EtcdAclStore {
             client.watch(acls_dir(&self.prefix), Some(options)),
         )
         .await?;
-        let mut next = from;
         loop {
             let message = stream.message().await.map_err(|source| {
                 AclStoreError::Etcd(EtcdCallError::Failed {
@@ -201,17 +226,39 @@ impl EtcdAclStore {
                 })
             })?;
             let Some(response) = message else {
-                return Ok(next);
+                return Ok(());
             };
+            // etcd cancels a watch (a compacted start revision, say) and sends nothing
+            // more on it while the stream stays open: waiting on would miss every change.
+            if response.canceled() {
+                return Err(AclStoreError::WatchCancelled {
+                    compact_revision: response.compact_revision(),
+                    reason: response.cancel_reason().to_string(),
+                });
+            }
             if response.events().is_empty() {
                 continue;
             }
             let (acls, revision) = self.list().await?;
             tracing::info!(acls = acls.len(), revision, "ACLs changed");
             authorizer.replace_acls(acls);
-            next = revision + 1;
         }
     }
+}
+
+/// Longest pause between two attempts to read the ACLs again, before jitter.
+const REWATCH_PAUSE_MAX: Duration = Duration::from_secs(2);
+
+/// Pauses before reading the ACLs again after a broken watch: 250 ms doubling to 2 s
+/// while etcd stays away, jittered (up to as much again) so the servers of a cluster
+/// that lost etcd together do not return to it in lock step.
+fn rewatch_pauses() -> ExponentialBackoff {
+    ExponentialBuilder::new()
+        .with_min_delay(Duration::from_millis(250))
+        .with_max_delay(REWATCH_PAUSE_MAX)
+        .without_max_times()
+        .with_jitter()
+        .build()
 }
 
 #[cfg(test)]

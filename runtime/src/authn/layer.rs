@@ -9,6 +9,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use tower::{Layer, Service};
@@ -22,11 +23,32 @@ use super::token_file::TokenFile;
 #[derive(Debug, Clone, Default)]
 pub struct AuthnLayer {
     tokens: Option<TokenFile>,
+    node: Option<NodeToken>,
+}
+
+/// A token no file holds, naming the process's own principal: what `idem dev`'s
+/// coordinator presents to its broker (made at start, never written anywhere).
+#[derive(Clone)]
+pub struct NodeToken {
+    pub token: Arc<str>,
+    pub principal: Principal,
+}
+
+impl std::fmt::Debug for NodeToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "NodeToken({})", self.principal.as_str())
+    }
 }
 
 impl AuthnLayer {
     pub fn new(tokens: Option<TokenFile>) -> AuthnLayer {
-        AuthnLayer { tokens }
+        AuthnLayer { tokens, node: None }
+    }
+
+    /// Also accepts `node`'s token, as its principal.
+    pub fn with_node_token(mut self, node: Option<NodeToken>) -> AuthnLayer {
+        self.node = node;
+        self
     }
 }
 
@@ -37,6 +59,7 @@ impl<S> Layer<S> for AuthnLayer {
         Authn {
             inner,
             tokens: self.tokens.clone(),
+            node: self.node.clone(),
         }
     }
 }
@@ -45,6 +68,7 @@ impl<S> Layer<S> for AuthnLayer {
 pub struct Authn<S> {
     inner: S,
     tokens: Option<TokenFile>,
+    node: Option<NodeToken>,
 }
 
 /// What a request's credentials say.
@@ -67,6 +91,22 @@ fn certificate_principal<B>(
     chain
         .first()
         .map(|leaf| principal_from_certificate(leaf.as_ref()))
+}
+
+/// The node's own principal, when the request presents the node's token.
+fn node_principal(
+    header: Option<&http::HeaderValue>,
+    node: Option<&NodeToken>,
+) -> Option<Principal> {
+    let node = node?;
+    let token = header?.to_str().ok()?.strip_prefix("Bearer ")?.trim();
+    same_secret(token.as_bytes(), node.token.as_bytes()).then(|| node.principal.clone())
+}
+
+/// Whether two secrets are equal, in a time that does not depend on where they differ:
+/// the node token names a super user, so a caller must not learn it byte by byte.
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |diff, (x, y)| diff | (x ^ y)) == 0
 }
 
 /// Who a request is. `certificate` is asked only when no checked token names the
@@ -117,11 +157,13 @@ where
     }
 
     fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
-        let authenticated = authenticate(
-            request.headers().get(http::header::AUTHORIZATION),
-            self.tokens.as_ref(),
-            || certificate_principal(&request),
-        );
+        let header = request.headers().get(http::header::AUTHORIZATION);
+        let authenticated = match node_principal(header, self.node.as_ref()) {
+            Some(node) => Authenticated::As(node),
+            None => authenticate(header, self.tokens.as_ref(), || {
+                certificate_principal(&request)
+            }),
+        };
         match authenticated {
             Authenticated::As(principal) => {
                 request.extensions_mut().insert(principal);
@@ -169,6 +211,27 @@ mod tests {
             authenticate(Some(&basic), Some(&tokens()), || None),
             Authenticated::Refused(_)
         ));
+    }
+
+    #[test]
+    fn the_node_token_names_the_node_and_no_other_token_does() {
+        let node = NodeToken {
+            token: Arc::from("n-1"),
+            principal: Principal::user("node"),
+        };
+        let header = http::HeaderValue::from_static("Bearer n-1");
+        assert_eq!(
+            node_principal(Some(&header), Some(&node)),
+            Some(Principal::user("node"))
+        );
+        let other = http::HeaderValue::from_static("Bearer t-a");
+        assert_eq!(node_principal(Some(&other), Some(&node)), None);
+        let longer = http::HeaderValue::from_static("Bearer n-12");
+        assert_eq!(node_principal(Some(&longer), Some(&node)), None);
+        let same_length = http::HeaderValue::from_static("Bearer n-2");
+        assert_eq!(node_principal(Some(&same_length), Some(&node)), None);
+        assert_eq!(node_principal(Some(&header), None), None);
+        assert_eq!(node_principal(None, Some(&node)), None);
     }
 
     #[test]

@@ -9,7 +9,7 @@ pub mod node_credential;
 pub mod principal;
 pub mod token_file;
 
-pub use layer::AuthnLayer;
+pub use layer::{AuthnLayer, NodeToken};
 pub use node_credential::NodeCredential;
 pub use principal::{principal_of, Principal};
 pub use token_file::{TokenFile, TokenFileError, Tokens};

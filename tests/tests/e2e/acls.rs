@@ -44,16 +44,16 @@ const GROUP: &str = "orders-app";
 type Authed = InterceptedService<Channel, NodeCredential>;
 
 /// Tokens, the nodes' own tokens, and the flags every node gets.
-struct Secrets {
+pub(crate) struct Secrets {
     _dir: tempfile::TempDir,
     tokens: PathBuf,
-    broker_token: PathBuf,
+    pub(crate) broker_token: PathBuf,
     coordinator_token: PathBuf,
     admin_token: PathBuf,
 }
 
 impl Secrets {
-    fn new() -> Secrets {
+    pub(crate) fn new() -> Secrets {
         let dir = tempfile::tempdir().expect("dir");
         let write = |name: &str, text: &str| {
             let path = dir.path().join(name);
@@ -73,7 +73,7 @@ impl Secrets {
         }
     }
 
-    fn flags(&self, own_token: &Path) -> Vec<String> {
+    pub(crate) fn flags(&self, own_token: &Path) -> Vec<String> {
         [
             "--authorizer",
             "acl",
@@ -103,11 +103,11 @@ fn bearer(token: &str) -> NodeCredential {
     NodeCredential::bearer(Some(token)).expect("token")
 }
 
-async fn broker_as(address: &str, token: &str) -> BrokerClient<Authed> {
+pub(crate) async fn broker_as(address: &str, token: &str) -> BrokerClient<Authed> {
     BrokerClient::with_interceptor(channel(address).await, bearer(token))
 }
 
-async fn txn_as(address: &str, token: &str) -> TxnCoordinatorClient<Authed> {
+pub(crate) async fn txn_as(address: &str, token: &str) -> TxnCoordinatorClient<Authed> {
     TxnCoordinatorClient::with_interceptor(channel(address).await, bearer(token))
 }
 
@@ -115,7 +115,7 @@ async fn group_as(address: &str, token: &str) -> GroupCoordinatorClient<Authed> 
     GroupCoordinatorClient::with_interceptor(channel(address).await, bearer(token))
 }
 
-fn binding(
+pub(crate) fn binding(
     principal: &str,
     resource_type: &str,
     name: &str,
@@ -150,7 +150,7 @@ fn scenario_acls() -> Vec<AclBinding> {
 
 /// A cluster of one broker and one coordinator checking ACLs, topic `orders` (2
 /// partitions) created and the scenario's ACLs stored, and an admin client.
-async fn secured_cluster(secrets: &Secrets) -> (Cluster, Admin) {
+pub(crate) async fn secured_cluster(secrets: &Secrets) -> (Cluster, Admin) {
     secured_cluster_of(secrets, 1).await
 }
 
@@ -203,7 +203,7 @@ fn as_strs(args: &[String]) -> Vec<&str> {
 
 /// The latest offset of each partition of `orders`, asked of its leader as the
 /// operator.
-async fn log_ends(admin: &Admin) -> Vec<i64> {
+pub(crate) async fn log_ends(admin: &Admin) -> Vec<i64> {
     let mut ends = Vec::new();
     for partition in 0..2 {
         let end = admin
@@ -267,7 +267,7 @@ async fn committed(cluster: &Cluster) -> Vec<(i32, i64)> {
         .collect()
 }
 
-fn produce_request(values: &[&str]) -> ProduceRequest {
+pub(crate) fn produce_request(values: &[&str]) -> ProduceRequest {
     ProduceRequest {
         acks: -1,
         timeout_ms: 5000,

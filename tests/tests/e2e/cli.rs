@@ -14,10 +14,17 @@ use idem_tests::cli::idem_with_input;
 pub(crate) struct DevServer {
     child: Child,
     pub(crate) addr: String,
+    /// The banner's `Authorization: ...` line: what `idem dev` said it enforces.
+    pub(crate) authorization: String,
 }
 
 impl DevServer {
     pub(crate) fn start(data_dir: &Path, listen: &str) -> Self {
+        DevServer::start_with(data_dir, listen, &[])
+    }
+
+    /// [`DevServer::start`] with `extra` flags of `idem dev`.
+    pub(crate) fn start_with(data_dir: &Path, listen: &str, extra: &[&str]) -> Self {
         let mut child = Command::new(binary("idem"))
             .args([
                 "dev",
@@ -28,6 +35,7 @@ impl DevServer {
                 "--data-dir",
             ])
             .arg(data_dir)
+            .args(extra)
             .stdout(Stdio::piped())
             .spawn()
             .expect("spawn idem dev");
@@ -41,8 +49,17 @@ impl DevServer {
             .and_then(|rest| rest.split([' ', ',']).next())
             .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
             .to_string();
+        let authorization = lines
+            .by_ref()
+            .map(|line| line.expect("stdout line"))
+            .find(|line| line.starts_with("Authorization: "))
+            .expect("idem dev says whether it checks requests");
         std::thread::spawn(move || for _ in lines {});
-        DevServer { child, addr }
+        DevServer {
+            child,
+            addr,
+            authorization,
+        }
     }
 
     /// Ctrl-C, and the exit status it produced.

@@ -6,6 +6,7 @@
 //! ISR within a stated bound, no transaction hangs, and transactional producers that ran
 //! throughout lost and duplicated nothing.
 
+mod acl_watch;
 mod one_process_cut_off;
 mod single_member;
 mod three_members;
