@@ -29,6 +29,13 @@ pub struct DevArgs {
         default_value = "127.0.0.1:9093"
     )]
     coordinator_listen: SocketAddr,
+    /// Address the broker's Kafka-protocol listener serves on (docs/kafka.md): kcat,
+    /// confluent-kafka and other Kafka clients produce and fetch through it.
+    #[arg(long, env = "IDEM_KAFKA_LISTEN", default_value = "127.0.0.1:9094")]
+    kafka_listen: SocketAddr,
+    /// No Kafka-protocol listener.
+    #[arg(long, env = "IDEM_NO_KAFKA", default_value_t = false)]
+    no_kafka: bool,
     /// The broker's size limits: the same flags, environment and defaults as
     /// `idem-broker`.
     #[command(flatten)]
@@ -60,6 +67,7 @@ pub async fn run(args: DevArgs, tls: DevTls) -> anyhow::Result<()> {
         tls_key: tls.key.clone(),
         tls_ca: tls.ca.clone(),
         tls_client_auth: args.tls_client_auth,
+        kafka_listen: (!args.no_kafka).then_some(args.kafka_listen),
         ..BrokerConfig::single_node(args.data_dir.clone(), args.listen)
     };
     // One Ctrl-C stops both servers: each gets a child of the process's root token.
@@ -68,6 +76,7 @@ pub async fn run(args: DevArgs, tls: DevTls) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("starting the dev broker in {}", args.data_dir.display()))?;
     let addr = broker.local_addr();
+    let kafka_addr = broker.kafka_addr();
     let coordinator_config = CoordinatorConfig {
         tls_cert: tls.cert,
         tls_key: tls.key,
@@ -96,6 +105,12 @@ pub async fn run(args: DevArgs, tls: DevTls) -> anyhow::Result<()> {
         println!("  seq 1 5 | idem --bootstrap {addr} produce demo");
         println!("  seq 1 5 | idem --bootstrap {addr} produce demo --transactional-id demo-txn");
         println!("  idem --bootstrap {addr} consume demo --from-beginning --max-messages 10");
+        if let Some(kafka) = kafka_addr {
+            println!("kafka listener on {kafka}");
+            println!("  kcat -b {kafka} -L");
+            println!("  seq 1 5 | kcat -b {kafka} -P -t demo");
+            println!("  kcat -b {kafka} -C -t demo -e");
+        }
         println!("Ctrl-C stops it; the data stays for the next start.");
         println!(
             "Open: no authentication, no authorization (every request is allowed); ACLs need a cluster with etcd (docs/operations.md)."

@@ -21,7 +21,7 @@ use crate::error::BrokerError;
 use crate::internal_topics::{self, OwnerFacts};
 
 impl BrokerService {
-    pub(super) async fn serve_produce(
+    pub(crate) async fn serve_produce(
         &self,
         principal: &str,
         request: ProduceRequest,
