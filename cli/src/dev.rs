@@ -156,6 +156,18 @@ mod tests {
     }
 
     #[test]
+    fn given_no_flags_then_dev_serves_kafka_on_9094_and_no_kafka_turns_it_off() {
+        let dev = Dev::try_parse_from(["dev"]).expect("parses");
+        assert_eq!(dev.args.kafka_listen.to_string(), "127.0.0.1:9094");
+        assert!(!dev.args.no_kafka);
+        let off = Dev::try_parse_from(["dev", "--no-kafka"]).expect("parses");
+        assert!(off.args.no_kafka);
+        // The broker alone serves no Kafka unless asked.
+        let broker = Broker::try_parse_from(["broker"]).expect("parses");
+        assert_eq!(broker.config.kafka_listen, None);
+    }
+
+    #[test]
     fn given_size_flags_then_dev_takes_them_as_the_broker_does() {
         let flags = [
             "--max-batch-bytes",

@@ -632,3 +632,60 @@ async fn given_acls_when_an_anonymous_kafka_client_produces_then_it_is_refused_u
         in_order(3)
     );
 }
+
+/// `idem dev` with its Kafka listener (on by default at 9094; port 0 here, as tests
+/// run side by side): it prints the address, and kcat produces and consumes through it.
+#[tokio::test]
+async fn given_idem_dev_when_kcat_produces_and_consumes_through_its_kafka_listener_then_records_round_trip(
+) {
+    /// Reaps idem dev even when an assertion fails.
+    struct Reaped(std::process::Child);
+    impl Drop for Reaped {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut dev = std::process::Command::new(idem_tests::binaries::binary("idem"))
+        .args([
+            "dev",
+            "--listen",
+            "127.0.0.1:0",
+            "--coordinator-listen",
+            "127.0.0.1:0",
+            "--kafka-listen",
+            "127.0.0.1:0",
+            "--data-dir",
+        ])
+        .arg(tmp.path().join("data"))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .map(Reaped)
+        .expect("spawn idem dev");
+    let stdout = dev.0.stdout.take().expect("stdout");
+    let kafka = tokio::task::spawn_blocking(move || {
+        use std::io::BufRead;
+        let mut lines = std::io::BufReader::new(stdout).lines();
+        let kafka = lines
+            .by_ref()
+            .map_while(Result::ok)
+            .find_map(|line| line.strip_prefix("kafka listener on ").map(str::to_string));
+        // Keep draining so idem dev never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        kafka
+    })
+    .await
+    .expect("reader");
+    let kafka = kafka.expect("idem dev prints its kafka listener line");
+    assert_eq!(create_topic(&kafka, "demo", 3).await["error"], Value::Null);
+    kcat(&["-b", &kafka, "-P", "-t", "demo", "-p", "2"], "1\n2\n3\n").await;
+    assert_eq!(
+        kcat_read(&kafka, "demo", 2, "read_committed").await,
+        [
+            (0, "1".to_string()),
+            (1, "2".to_string()),
+            (2, "3".to_string())
+        ]
+    );
+}
