@@ -2,8 +2,9 @@
 //! the request header and body), answered one at a time and in order, as Kafka's own
 //! brokers do. A frame that cannot be served is closed on, never half-answered: a size
 //! under a header's or over `--max-request-bytes`, a truncated frame, a header or body
-//! that does not decode, an API or version not advertised (except ApiVersions, which
-//! answers UNSUPPORTED_VERSION: `versions.rs`). Other connections never notice.
+//! that does not decode, an API or version neither served nor parsed by the codec (one
+//! it parses gets UNSUPPORTED_VERSION: `versions.rs`, `unsupported.rs`). Other
+//! connections never notice.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -21,7 +22,7 @@ use tokio::net::TcpStream;
 
 use super::versions::{route, Route};
 use super::{api_versions, create_topics, fetch, init_producer_id, list_offsets, metadata};
-use super::{produce, KafkaContext};
+use super::{produce, unsupported, KafkaContext};
 
 /// The smallest request header: api key, api version, correlation id.
 const MIN_FRAME: usize = 8;
@@ -109,6 +110,31 @@ async fn answer(context: &KafkaContext, frame: Bytes) -> Result<Option<BytesMut>
             let body = api_versions::response(ResponseError::UnsupportedVersion.code());
             return respond(correlation_id, 0, &body, 0).map(Some);
         }
+        Route::Unsupported(key) => {
+            let mut buf = frame;
+            RequestHeader::decode(&mut buf, key.request_header_version(version)).map_err(|e| {
+                FrameError::Decode {
+                    api_key,
+                    version,
+                    reason: format!("{e:#}"),
+                }
+            })?;
+            let body = unsupported::answer(key, version, &mut buf).map_err(|reason| {
+                FrameError::Decode {
+                    api_key,
+                    version,
+                    reason,
+                }
+            })?;
+            tracing::debug!(?key, version, "answered UNSUPPORTED_VERSION");
+            return respond(
+                correlation_id,
+                key.response_header_version(version),
+                &Encoded(body),
+                version,
+            )
+            .map(Some);
+        }
         Route::Serve(key) => key,
     };
     let decode_error = |e: anyhow::Error| FrameError::Decode {
@@ -167,6 +193,24 @@ async fn answer(context: &KafkaContext, frame: Bytes) -> Result<Option<BytesMut>
         _ => return Err(FrameError::NotServed { api_key, version }),
     };
     response.map(Some)
+}
+
+/// A body already encoded (`unsupported.rs`).
+struct Encoded(BytesMut);
+
+impl Encodable for Encoded {
+    fn encode<B: kafka_protocol::protocol::buf::ByteBufMut>(
+        &self,
+        buf: &mut B,
+        _version: i16,
+    ) -> anyhow::Result<()> {
+        buf.put_slice(&self.0);
+        Ok(())
+    }
+
+    fn compute_size(&self, _version: i16) -> anyhow::Result<usize> {
+        Ok(self.0.len())
+    }
 }
 
 /// A response frame: size, header (of `header_version`), `body` at `version`.

@@ -25,6 +25,7 @@ pub mod list_offsets;
 pub mod metadata;
 pub mod produce;
 pub mod records;
+pub mod unsupported;
 pub mod versions;
 
 /// What every connection serves with.

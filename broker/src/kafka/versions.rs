@@ -1,11 +1,14 @@
 //! Which Kafka APIs and versions this listener serves, and the decision for each
-//! request header: serve it, answer ApiVersions' UNSUPPORTED_VERSION (KIP-511: the
-//! client learns the ranges and retries), or close the connection (what Apache Kafka
-//! does for any other request it cannot parse: the client's schema for an error
-//! response at a version nobody agreed on is unknown). ApiVersions advertises exactly
-//! this table, so a client that negotiates never meets the last case.
+//! request header: serve it; answer ApiVersions' UNSUPPORTED_VERSION (KIP-511: the
+//! client learns the ranges and retries); answer UNSUPPORTED_VERSION in the request's
+//! own schema where the codec parses it (`unsupported.rs`); or close the connection,
+//! where nothing can be parsed (an API key or version the codec does not know), as
+//! Apache Kafka does. ApiVersions advertises exactly this table, so a client that
+//! negotiates meets neither of the last two.
 
 use kafka_protocol::messages::ApiKey;
+
+use super::unsupported::answerable;
 
 /// One served API: its key and the versions handled, inclusive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,7 +68,10 @@ pub enum Route {
     /// ApiVersions at a version not served: answer UNSUPPORTED_VERSION in v0's schema
     /// with the served ranges.
     ApiVersionsUnsupported,
-    /// An API or version not served: close the connection.
+    /// An API or version not served that the codec parses: answer UNSUPPORTED_VERSION
+    /// in its schema.
+    Unsupported(ApiKey),
+    /// Neither served nor parsed: close the connection.
     Close,
 }
 
@@ -75,7 +81,12 @@ pub fn route(api_key: i16, version: i16) -> Route {
     match served {
         Some(s) if (s.min..=s.max).contains(&version) => Route::Serve(s.key),
         Some(s) if s.key == ApiKey::ApiVersions => Route::ApiVersionsUnsupported,
-        _ => Route::Close,
+        _ => match ApiKey::try_from(api_key) {
+            Ok(key) if answerable(key).is_some_and(|r| (r.min..=r.max).contains(&version)) => {
+                Route::Unsupported(key)
+            }
+            _ => Route::Close,
+        },
     }
 }
 
@@ -113,15 +124,19 @@ mod tests {
     fn given_a_header_then_the_route_follows_the_table() {
         assert_eq!(route(0, 3), Route::Serve(ApiKey::Produce));
         assert_eq!(route(0, 9), Route::Serve(ApiKey::Produce));
+        // Produce v2 is older than the codec's record batch v2 support.
         assert_eq!(route(0, 2), Route::Close);
-        assert_eq!(route(0, 10), Route::Close);
+        assert_eq!(route(0, 10), Route::Unsupported(ApiKey::Produce));
         assert_eq!(route(1, 12), Route::Serve(ApiKey::Fetch));
-        assert_eq!(route(1, 13), Route::Close);
+        assert_eq!(route(1, 13), Route::Unsupported(ApiKey::Fetch));
+        assert_eq!(route(3, 99), Route::Close);
         assert_eq!(route(18, 0), Route::Serve(ApiKey::ApiVersions));
         assert_eq!(route(18, 4), Route::ApiVersionsUnsupported);
         assert_eq!(route(18, -1), Route::ApiVersionsUnsupported);
-        // JoinGroup: a Kafka API not served yet; 999: no Kafka API at all.
-        assert_eq!(route(11, 5), Route::Close);
+        // JoinGroup: a Kafka API not served yet; DescribeAcls: not answered either;
+        // 999: no Kafka API at all.
+        assert_eq!(route(11, 5), Route::Unsupported(ApiKey::JoinGroup));
+        assert_eq!(route(29, 1), Route::Close);
         assert_eq!(route(999, 0), Route::Close);
         assert_eq!(route(-1, 0), Route::Close);
     }

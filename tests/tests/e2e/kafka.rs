@@ -19,7 +19,10 @@ use idem_tests::BrokerProcess;
 use kafka_protocol::messages::produce_request::{
     PartitionProduceData, ProduceRequest, TopicProduceData,
 };
-use kafka_protocol::messages::{ProduceResponse, RequestHeader, ResponseHeader, TopicName};
+use kafka_protocol::messages::{
+    ApiKey, GroupId, JoinGroupRequest, JoinGroupResponse, MetadataRequest, MetadataResponse,
+    ProduceResponse, RequestHeader, ResponseHeader, TopicName,
+};
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use kafka_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
@@ -316,8 +319,12 @@ async fn given_bad_frames_when_sent_then_each_is_answered_or_closed_and_the_brok
     };
     let cases: Vec<(&str, Vec<u8>)> = vec![
         ("an unknown API key", header_only(999, 0)),
-        ("Metadata at a version not advertised", header_only(3, 99)),
-        ("JoinGroup, not served yet", header_only(11, 5)),
+        ("Metadata at a version no codec knows", header_only(3, 99)),
+        ("a JoinGroup body that does not decode", header_only(11, 5)),
+        (
+            "DescribeAcls, neither served nor answered",
+            header_only(29, 1),
+        ),
         ("a Metadata body that does not decode", header_only(3, 9)),
         ("a truncated frame", {
             let mut frame = api_versions_v0(0, 1);
@@ -346,7 +353,50 @@ async fn given_bad_frames_when_sent_then_each_is_answered_or_closed_and_the_brok
         );
         assert_still_serving(&address).await;
     }
+
+    // Well-formed requests the listener does not serve but parses: UNSUPPORTED_VERSION
+    // in their own schema, on a connection that stays usable.
+    let metadata = MetadataRequest::default().with_topics(None);
+    let answer = exchange(&address, &request_frame(3, 13, &metadata)).await;
+    let answer: MetadataResponse = read_response(&answer, 3, 13);
+    assert_eq!(answer.error_code, 35, "Metadata v13 (advertised: up to 12)");
+    let join = JoinGroupRequest::default()
+        .with_group_id(GroupId(StrBytes::from_static_str("g")))
+        .with_session_timeout_ms(10_000)
+        .with_protocol_type(StrBytes::from_static_str("consumer"));
+    let answer = exchange(&address, &request_frame(11, 5, &join)).await;
+    let answer: JoinGroupResponse = read_response(&answer, 11, 5);
+    assert_eq!(answer.error_code, 35, "JoinGroup: not served yet");
+    assert_still_serving(&address).await;
     assert!(broker.is_running());
+}
+
+/// A request frame: size, header (the version `api_key` needs), `body` at `version`.
+fn request_frame(api_key: i16, version: i16, body: &impl Encodable) -> Vec<u8> {
+    let key = ApiKey::try_from(api_key).expect("a Kafka API");
+    let mut out = BytesMut::new();
+    out.put_i32(0);
+    RequestHeader::default()
+        .with_request_api_key(api_key)
+        .with_request_api_version(version)
+        .with_correlation_id(41)
+        .encode(&mut out, key.request_header_version(version))
+        .expect("header");
+    body.encode(&mut out, version).expect("body");
+    let size = (out.len() - 4) as i32;
+    out[..4].copy_from_slice(&size.to_be_bytes());
+    out.to_vec()
+}
+
+/// The one response frame in `answer`, to a request of `api_key` at `version`.
+fn read_response<T: Decodable>(answer: &[u8], api_key: i16, version: i16) -> T {
+    let key = ApiKey::try_from(api_key).expect("a Kafka API");
+    assert!(answer.len() > 4, "an answer");
+    let mut body = Bytes::copy_from_slice(&answer[4..]);
+    let header = ResponseHeader::decode(&mut body, key.response_header_version(version))
+        .expect("response header");
+    assert_eq!(header.correlation_id, 41);
+    T::decode(&mut body, version).expect("response body")
 }
 
 /// One record batch v2 with `values`, as a Kafka client sends it.
