@@ -447,6 +447,21 @@ mod tests {
                 },
             ),
             (
+                "--kafka-advertise",
+                BrokerConfig {
+                    kafka_advertise: Some("broker-0:9094".into()),
+                    ..single_node()
+                },
+            ),
+            (
+                "--kafka-advertise",
+                BrokerConfig {
+                    kafka_listen: Some("127.0.0.1:9094".parse().expect("address")),
+                    kafka_advertise: Some("broker-0".into()),
+                    ..single_node()
+                },
+            ),
+            (
                 "--segment-bytes",
                 BrokerConfig {
                     segment_bytes: 0,
