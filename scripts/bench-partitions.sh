@@ -61,7 +61,7 @@ listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 # Starts a fresh `idem dev`; sets `target` to the flags that point the bench at it.
 start_dev() {
   "$idem" dev --data-dir "$out/dev-data" --listen 127.0.0.1:19592 \
-    --coordinator-listen 127.0.0.1:19593 >"$out/dev.log" 2>&1 &
+    --coordinator-listen 127.0.0.1:19593 --kafka-listen 127.0.0.1:0 >"$out/dev.log" 2>&1 &
   dev_pid=$!
   for _ in $(seq 300); do
     if listening 19592 && listening 19593; then

@@ -13,10 +13,13 @@
 #             walkthrough and the container tests); see install_compose below
 #   kubernetes-validate -> the PyPI package, pinned (deploy/k8s/validate.sh checks the
 #             manifests offline against the API schemas it ships, 1.25 to 1.37)
+#   kafka-clients -> kcat (Debian package) and confluent-kafka (PyPI, pinned, in the
+#             venv $IDEM_KAFKA_VENV, default /opt/idem/kafka-clients): the third-party
+#             Kafka clients the Kafka-listener tests drive (tests/tests/e2e/kafka.rs)
 #   fuzz    -> g++: libfuzzer-sys builds libFuzzer from its C++ sources (scripts/fuzz.sh
 #             builds and runs the targets with cargo alone; no cargo-fuzz)
 # Usage: scripts/install-deps.sh protoc [etcd] [cc] [script] [netns] [postgres]
-#        [compose] [kubernetes-validate] [fuzz]
+#        [compose] [kubernetes-validate] [kafka-clients] [fuzz]
 set -euo pipefail
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
@@ -68,6 +71,24 @@ kubernetes_validate() {
       "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION"
 }
 
+# Pinned: a release bundles its own librdkafka, whose negotiated API versions the
+# Kafka-listener tests meet.
+CONFLUENT_KAFKA_VERSION=2.16.1
+KAFKA_VENV="${IDEM_KAFKA_VENV:-/opt/idem/kafka-clients}"
+
+# confluent-kafka in its own venv (Debian's python3 refuses pip installs outside one,
+# PEP 668), unless this version is already there. Wheels bundle librdkafka: no compiler.
+confluent_kafka() {
+  if [ "$("$KAFKA_VENV/bin/python" -c 'import confluent_kafka; print(confluent_kafka.__version__)' 2>/dev/null || true)" = "$CONFLUENT_KAFKA_VERSION" ]; then
+    return
+  fi
+  echo "installing: confluent-kafka==$CONFLUENT_KAFKA_VERSION into $KAFKA_VENV"
+  as_root mkdir -p "$(dirname "$KAFKA_VENV")"
+  as_root python3 -m venv "$KAFKA_VENV"
+  as_root "$KAFKA_VENV/bin/python" -m pip install -q --disable-pip-version-check \
+    "confluent-kafka==$CONFLUENT_KAFKA_VERSION"
+}
+
 missing=()
 want_compose=0
 for need in "$@"; do
@@ -89,6 +110,10 @@ for need in "$@"; do
       ;;
     compose) docker compose version >/dev/null 2>&1 || want_compose=1 ;;
     kubernetes-validate) kubernetes_validate ;;
+    kafka-clients)
+      command -v kcat >/dev/null 2>&1 || missing+=(kcat)
+      confluent_kafka
+      ;;
     fuzz)
       command -v c++ >/dev/null 2>&1 || missing+=(g++)
       ;;

@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/install-deps.sh protoc etcd cc script netns postgres compose kubernetes-validate fuzz
+scripts/install-deps.sh protoc etcd cc script netns postgres compose kubernetes-validate kafka-clients fuzz
 # No two files may import each other (see the script); cheap, so it runs first.
 scripts/import-cycles.sh
 cargo build --workspace --bins --examples

@@ -39,6 +39,18 @@ pub struct BrokerConfig {
     #[arg(long, env = "IDEM_EXTERNAL_ADVERTISE")]
     pub external_advertise: Option<String>,
 
+    /// Address the Kafka-protocol listener binds (docs/kafka.md): Kafka clients
+    /// (librdkafka, the Java client) produce and fetch through it. Plaintext, no SASL:
+    /// its requests act as `User:ANONYMOUS` under `--authorizer acl`. Unset: no Kafka
+    /// listener.
+    #[arg(long, env = "IDEM_KAFKA_LISTEN")]
+    pub kafka_listen: Option<SocketAddr>,
+
+    /// Address Kafka clients dial, named in the Kafka Metadata of every broker
+    /// (defaults to the Kafka listener's bound address). Needs --kafka-listen.
+    #[arg(long, env = "IDEM_KAFKA_ADVERTISE")]
+    pub kafka_advertise: Option<String>,
+
     /// Address of the Prometheus endpoint (`http://ADDR/metrics`; docs/operations.md
     /// lists the metrics). Unset: no metrics are served.
     #[arg(long, env = "IDEM_METRICS_LISTEN")]
@@ -226,6 +238,12 @@ impl BrokerConfig {
         )?;
         check_advertised("--advertise", self.advertise.as_deref())?;
         check_otlp_endpoint("--otlp-endpoint", self.otlp_endpoint.as_deref())?;
+        check_advertised("--kafka-advertise", self.kafka_advertise.as_deref())?;
+        ConfigError::unless(
+            self.kafka_advertise.is_none() || self.kafka_listen.is_some(),
+            "--kafka-advertise",
+            "needs --kafka-listen",
+        )?;
         check_external(
             ("--external-listen", "--external-advertise"),
             self.listen,
@@ -279,6 +297,8 @@ impl BrokerConfig {
             advertise: None,
             external_listen: None,
             external_advertise: None,
+            kafka_listen: None,
+            kafka_advertise: None,
             metrics_listen: None,
             otlp_endpoint: None,
             data_dir,
@@ -441,6 +461,21 @@ mod tests {
                 "--advertise",
                 BrokerConfig {
                     advertise: Some("broker-0".into()),
+                    ..single_node()
+                },
+            ),
+            (
+                "--kafka-advertise",
+                BrokerConfig {
+                    kafka_advertise: Some("broker-0:9094".into()),
+                    ..single_node()
+                },
+            ),
+            (
+                "--kafka-advertise",
+                BrokerConfig {
+                    kafka_listen: Some("127.0.0.1:9094".parse().expect("address")),
+                    kafka_advertise: Some("broker-0".into()),
                     ..single_node()
                 },
             ),

@@ -9,6 +9,7 @@ pub mod coordinators;
 pub mod error;
 pub mod fsutil;
 pub mod internal_topics;
+pub mod kafka;
 pub mod log;
 pub mod partition;
 pub mod partition_health;

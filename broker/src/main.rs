@@ -56,8 +56,15 @@ async fn main() -> anyhow::Result<()> {
     // Tests and scripts read this line to learn the port when they pass port 0, and take
     // it to mean the broker serves: printed once its RPCs are installed.
     let address = broker.local_addr();
+    let kafka_address = broker.kafka_addr();
     broker
-        .serve_announcing(|| println!("idem-broker listening on {address}"))
+        .serve_announcing(|| {
+            // Before the gRPC line, which tests take to mean the broker serves.
+            if let Some(kafka) = kafka_address {
+                println!("kafka listener on {kafka}");
+            }
+            println!("idem-broker listening on {address}");
+        })
         .await
         .context("serving")?;
     traces.shutdown().await;

@@ -32,6 +32,7 @@ use crate::cluster::data_dir_id;
 use crate::cluster::membership::{Membership, MembershipConfig, MembershipError, Registration};
 use crate::config::{BrokerConfig, PidStoreKind};
 use crate::error::BrokerError;
+use crate::kafka;
 use crate::log::{FlushPolicy, LogConfig};
 use crate::partition::{now_ms, PartitionSettings};
 use crate::partition_health::partition_health;
@@ -82,6 +83,8 @@ pub struct BoundBroker {
     server: RunningServer,
     health: Health,
     duties: Duties,
+    /// `--kafka-listen`, bound; served once the broker's RPCs are.
+    kafka: Option<(tokio::net::TcpListener, SocketAddr)>,
 }
 
 impl BoundBroker {
@@ -151,6 +154,25 @@ impl BoundBroker {
             config.advertise.as_deref(),
             config.external_advertise.as_deref(),
         );
+        // Bound before joining the cluster: the registration names its address.
+        let kafka = match config.kafka_listen {
+            None => None,
+            Some(addr) => {
+                let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+                    ServerError::Config(ConfigError::new(
+                        "--kafka-listen",
+                        format!("cannot bind {addr}: {e}"),
+                    ))
+                })?;
+                let bound = listener.local_addr().map_err(|e| {
+                    ServerError::Config(ConfigError::new("--kafka-listen", e.to_string()))
+                })?;
+                Some((listener, bound))
+            }
+        };
+        let kafka_advertised = kafka
+            .as_ref()
+            .map(|(_, bound)| kafka::advertised(*bound, config.kafka_advertise.as_deref()));
         let health = Health::new();
         let service = Deferred::new();
         // Stops the server already answering health if loading fails below.
@@ -167,7 +189,14 @@ impl BoundBroker {
             stop_on_failure.clone(),
         )?;
         let failed = stop_on_failure.drop_guard();
-        let membership = join_cluster(&config, &advertised, &shutdown, credential).await?;
+        let membership = join_cluster(
+            &config,
+            &advertised,
+            kafka_advertised.clone(),
+            &shutdown,
+            credential,
+        )
+        .await?;
         // Before the first RPC is served: the stored ACLs, then their changes.
         let acl_store = match &membership {
             None => match &config.auth.dev {
@@ -242,11 +271,17 @@ impl BoundBroker {
             server,
             health,
             duties: Duties::under(&shutdown),
+            kafka,
         })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
         self.bound.internal
+    }
+
+    /// The Kafka listener's bound address (`--kafka-listen`), if any.
+    pub fn kafka_addr(&self) -> Option<SocketAddr> {
+        self.kafka.as_ref().map(|(_, bound)| *bound)
     }
 
     /// What this broker publishes about its readiness (health reads the same).
@@ -285,6 +320,7 @@ impl BoundBroker {
             server,
             health,
             duties,
+            kafka,
         } = self;
         let broker = BrokerService::new(
             config.broker_id,
@@ -300,12 +336,18 @@ impl BoundBroker {
         .with_producer_id_cap(config.max_new_producer_ids_per_minute)
         .with_quotas(quotas)
         .with_authorizer(authorizer)
-        .with_acl_store(acl_store);
+        .with_acl_store(acl_store)
+        .with_kafka_advertised(
+            kafka
+                .as_ref()
+                .map(|(_, bound)| kafka::advertised(*bound, config.kafka_advertise.as_deref())),
+        );
+        let broker = Arc::new(broker);
         if config.coordinator.is_some() && membership.is_some() {
             tracing::warn!("--coordinator is ignored in a cluster: coordinators are found in etcd");
         }
         service.install(
-            BrokerServer::new(broker)
+            BrokerServer::from_arc(broker.clone())
                 .max_decoding_message_size(config.limits.max_request_bytes)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
         );
@@ -315,6 +357,17 @@ impl BoundBroker {
             partition_health(config.broker_id, &topics.partition_facts()).out_of_isr == 0,
         );
         health.set_loaded(true);
+        if let Some((listener, bound)) = kafka {
+            let context = Arc::new(kafka::KafkaContext {
+                service: broker.clone(),
+                max_request_bytes: config.limits.max_request_bytes,
+            });
+            tracing::info!(address = %bound, "Kafka listener serving");
+            duties.spawn(
+                "accept Kafka connections",
+                kafka::accept(listener, context, duties.clone()),
+            );
+        }
         announce();
 
         {
@@ -422,6 +475,7 @@ async fn report_lease(membership: Arc<Membership>, health: Health) {
 async fn join_cluster(
     config: &BrokerConfig,
     advertised: &Advertised,
+    kafka_address: Option<String>,
     shutdown: &CancellationToken,
     credential: NodeCredential,
 ) -> Result<Option<Arc<Membership>>, ServerError> {
@@ -442,6 +496,7 @@ async fn join_cluster(
         broker_id: config.broker_id,
         address: advertised.internal.clone(),
         external_address: advertised.external.clone(),
+        kafka_address,
         data_dir_id,
     };
     let membership_config = MembershipConfig {

@@ -33,6 +33,13 @@ pub struct DevArgs {
         default_value = "127.0.0.1:9093"
     )]
     coordinator_listen: SocketAddr,
+    /// Address the broker's Kafka-protocol listener serves on (docs/kafka.md): kcat,
+    /// confluent-kafka and other Kafka clients produce and fetch through it.
+    #[arg(long, env = "IDEM_KAFKA_LISTEN", default_value = "127.0.0.1:9094")]
+    kafka_listen: SocketAddr,
+    /// No Kafka-protocol listener.
+    #[arg(long, env = "IDEM_NO_KAFKA", default_value_t = false)]
+    no_kafka: bool,
     /// The broker's size limits: the same flags, environment and defaults as
     /// `idem-broker`.
     #[command(flatten)]
@@ -90,6 +97,7 @@ pub async fn run(args: DevArgs, tls: DevTls) -> anyhow::Result<()> {
         tls_key: tls.key.clone(),
         tls_ca: tls.ca.clone(),
         tls_client_auth: args.tls_client_auth,
+        kafka_listen: (!args.no_kafka).then_some(args.kafka_listen),
         ..BrokerConfig::single_node(args.data_dir.clone(), args.listen)
     };
     // One Ctrl-C stops both servers: each gets a child of the process's root token.
@@ -98,6 +106,7 @@ pub async fn run(args: DevArgs, tls: DevTls) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("starting the dev broker in {}", args.data_dir.display()))?;
     let addr = broker.local_addr();
+    let kafka_addr = broker.kafka_addr();
     let coordinator_config = CoordinatorConfig {
         tls_cert: tls.cert,
         tls_key: tls.key,
@@ -128,6 +137,12 @@ pub async fn run(args: DevArgs, tls: DevTls) -> anyhow::Result<()> {
         println!("  seq 1 5 | idem --bootstrap {addr} produce demo");
         println!("  seq 1 5 | idem --bootstrap {addr} produce demo --transactional-id demo-txn");
         println!("  idem --bootstrap {addr} consume demo --from-beginning --max-messages 10");
+        if let Some(kafka) = kafka_addr {
+            println!("kafka listener on {kafka}");
+            println!("  kcat -b {kafka} -L");
+            println!("  seq 1 5 | kcat -b {kafka} -P -t demo");
+            println!("  kcat -b {kafka} -C -t demo -e");
+        }
         println!("Ctrl-C stops it; the data stays for the next start.");
         println!("{authorization}");
     };
@@ -193,6 +208,18 @@ mod tests {
         let broker = Broker::try_parse_from(["broker"]).expect("parses");
         assert_eq!(dev.args.limits, broker.config.limits);
         assert_eq!(dev.args.limits, SizeLimits::default());
+    }
+
+    #[test]
+    fn given_no_flags_then_dev_serves_kafka_on_9094_and_no_kafka_turns_it_off() {
+        let dev = Dev::try_parse_from(["dev"]).expect("parses");
+        assert_eq!(dev.args.kafka_listen.to_string(), "127.0.0.1:9094");
+        assert!(!dev.args.no_kafka);
+        let off = Dev::try_parse_from(["dev", "--no-kafka"]).expect("parses");
+        assert!(off.args.no_kafka);
+        // The broker alone serves no Kafka unless asked.
+        let broker = Broker::try_parse_from(["broker"]).expect("parses");
+        assert_eq!(broker.config.kafka_listen, None);
     }
 
     #[test]

@@ -37,3 +37,4 @@ pub use proxy::FaultyProxy;
 pub use server_process::{BrokerProcess, CoordinatorProcess, ServerProcess};
 pub mod etcd;
 pub mod groups;
+pub mod kafka_clients;

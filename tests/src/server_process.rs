@@ -45,6 +45,9 @@ pub struct ServerProcess {
     program: Program,
     child: Option<Child>,
     addr: SocketAddr,
+    /// The Kafka listener's address, when started with `--kafka-listen` (it printed
+    /// "kafka listener on ADDR").
+    kafka_addr: Option<SocketAddr>,
     data_dir: PathBuf,
     extra_args: Vec<String>,
     /// The lab host it runs on, if any.
@@ -82,7 +85,7 @@ impl ServerProcess {
         let data_dir = tmp.path().join("data");
         let extra_args: Vec<String> = extra_args.iter().map(|s| s.to_string()).collect();
         let log = Arc::default();
-        let (child, addr) = try_spawn(
+        let (child, addr, kafka_addr) = try_spawn(
             Program::Broker,
             host,
             &data_dir,
@@ -94,6 +97,7 @@ impl ServerProcess {
             program: Program::Broker,
             child: Some(child),
             addr,
+            kafka_addr,
             data_dir,
             extra_args,
             host: host.cloned(),
@@ -121,7 +125,7 @@ impl ServerProcess {
             .map(|s| s.replace("{data_dir}", &data_dir.display().to_string()))
             .collect();
         let log = Arc::default();
-        let (child, addr) = try_spawn(
+        let (child, addr, kafka_addr) = try_spawn(
             Program::Coordinator,
             host,
             &data_dir,
@@ -134,6 +138,7 @@ impl ServerProcess {
             program: Program::Coordinator,
             child: Some(child),
             addr,
+            kafka_addr,
             data_dir,
             extra_args,
             host: host.cloned(),
@@ -144,6 +149,13 @@ impl ServerProcess {
 
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// `host:port` of the Kafka listener (`--kafka-listen`); panics without one.
+    pub fn kafka_bootstrap(&self) -> String {
+        self.kafka_addr
+            .expect("the process was started with --kafka-listen")
+            .to_string()
     }
 
     /// `host:port` for a client's bootstrap setting.
@@ -217,7 +229,7 @@ impl ServerProcess {
     /// Starts the broker again on the same port and data dir.
     pub fn restart(&mut self) {
         self.kill();
-        let (child, addr) = try_spawn(
+        let (child, addr, kafka_addr) = try_spawn(
             self.program,
             self.host.as_ref(),
             &self.data_dir,
@@ -227,6 +239,7 @@ impl ServerProcess {
         )
         .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(addr, self.addr, "a restarted process must keep its port");
+        self.kafka_addr = kafka_addr;
         self.child = Some(child);
     }
 
@@ -276,7 +289,7 @@ fn try_spawn(
     listen: &str,
     extra_args: &[String],
     log: &Arc<Mutex<String>>,
-) -> Result<(Child, SocketAddr), String> {
+) -> Result<(Child, SocketAddr, Option<SocketAddr>), String> {
     let name = program.binary();
     let mut command = match host {
         Some(host) => host.command(binary(name)),
@@ -313,9 +326,18 @@ fn try_spawn(
     let stdout = child.stdout.take().ok_or("stdout")?;
     let mut lines = BufReader::new(stdout).lines();
     // The broker prints its address once it is bound; until then it accepts nothing.
+    let mut kafka_addr = None;
     let addr = loop {
         match lines.next() {
             Some(Ok(line)) => {
+                // Printed just before the banner by a broker with --kafka-listen.
+                if let Some(addr) = line.strip_prefix("kafka listener on ") {
+                    kafka_addr = Some(
+                        addr.trim()
+                            .parse()
+                            .map_err(|e| format!("{name} Kafka address {addr:?}: {e}"))?,
+                    );
+                }
                 if let Some(addr) = line.strip_prefix(program.banner()) {
                     break addr
                         .trim()
@@ -336,5 +358,5 @@ fn try_spawn(
     };
     // Keep draining stdout so the process never blocks on a full pipe.
     std::thread::spawn(move || for _ in lines {});
-    Ok((child, addr))
+    Ok((child, addr, kafka_addr))
 }

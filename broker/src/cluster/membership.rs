@@ -48,6 +48,10 @@ pub struct Registration {
     /// the cluster's network; absent in registrations of brokers without one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub external_address: Option<String>,
+    /// `host:port` of its Kafka-protocol listener (`--kafka-listen`), which Kafka
+    /// clients' Metadata names; absent for brokers without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kafka_address: Option<String>,
     /// Identifies the data dir, so a restart can recognise its own stale registration.
     pub data_dir_id: String,
 }

@@ -24,7 +24,7 @@ pub(super) fn denied_status(denied: &Denied) -> Status {
 
 impl BrokerService {
     /// Whether `principal` may do every one of `needs`; the first refusal otherwise.
-    pub(super) fn require(
+    pub(crate) fn require(
         &self,
         principal: &str,
         needs: impl IntoIterator<Item = (Operation, Resource)>,
@@ -59,7 +59,7 @@ impl BrokerService {
     }
 
     /// One topic's check, as a per-partition refusal.
-    pub(super) fn authorize_topic(
+    pub(crate) fn authorize_topic(
         &self,
         principal: &str,
         operation: Operation,
@@ -72,7 +72,7 @@ impl BrokerService {
 
     /// An idempotent producer id (Kafka's IDEMPOTENT_WRITE): write on the cluster, or
     /// write on some topic.
-    pub(super) fn require_idempotent_write(&self, principal: &str) -> Result<(), Status> {
+    pub(crate) fn require_idempotent_write(&self, principal: &str) -> Result<(), Status> {
         if self.authorizer.is_open()
             || self
                 .authorizer
@@ -85,7 +85,7 @@ impl BrokerService {
 
     /// Leaves out of a Metadata answer the topics `principal` may not describe; a topic
     /// asked for by name is kept, marked TOPIC_AUTHORIZATION_FAILED and emptied.
-    pub(super) fn filter_metadata(
+    pub(crate) fn filter_metadata(
         &self,
         principal: &str,
         named: bool,

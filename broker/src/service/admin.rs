@@ -55,7 +55,7 @@ pub const EARLIEST_TIMESTAMP: i64 = -2;
 pub const LATEST_TIMESTAMP: i64 = -1;
 
 impl BrokerService {
-    pub(super) async fn serve_metadata(
+    pub(crate) async fn serve_metadata(
         &self,
         request: MetadataRequest,
         listener: Listener,
@@ -121,7 +121,7 @@ impl BrokerService {
         })
     }
 
-    pub(super) async fn serve_create_topics(
+    pub(crate) async fn serve_create_topics(
         &self,
         request: CreateTopicsRequest,
     ) -> CreateTopicsResponse {
@@ -229,7 +229,7 @@ impl BrokerService {
         IncrementalAlterConfigsResponse { topics }
     }
 
-    pub(super) fn serve_list_offsets(&self, request: ListOffsetsRequest) -> ListOffsetsResponse {
+    pub(crate) fn serve_list_offsets(&self, request: ListOffsetsRequest) -> ListOffsetsResponse {
         let isolation = IsolationLevel::try_from(request.isolation_level);
         let topics = request
             .topics
@@ -393,6 +393,30 @@ impl BrokerService {
                 )))
             }
         }
+    }
+
+    /// Every live broker's Kafka listener address (`None` for one without a Kafka
+    /// listener), as the gRPC Metadata lists the brokers: this broker alone outside a
+    /// cluster; UNAVAILABLE when the cluster's brokers cannot be read from etcd.
+    pub(crate) async fn kafka_brokers(&self) -> Result<Vec<(i32, Option<String>)>, Status> {
+        let Some(membership) = &self.membership else {
+            return Ok(vec![(self.broker_id, self.kafka_advertised.clone())]);
+        };
+        if !membership.holds_lease() {
+            return Err(Status::unavailable(
+                "this broker does not hold its etcd lease",
+            ));
+        }
+        membership
+            .live_brokers()
+            .await
+            .map(|registered| {
+                registered
+                    .into_iter()
+                    .map(|r| (r.broker_id, r.kafka_address))
+                    .collect()
+            })
+            .map_err(|e| Status::unavailable(e.to_string()))
     }
 
     /// A partition's place in the cluster; offsets only where this broker leads it.

@@ -32,7 +32,7 @@ struct Served {
 }
 
 impl BrokerService {
-    pub(super) async fn serve_fetch(
+    pub(crate) async fn serve_fetch(
         &self,
         principal: &str,
         request: FetchRequest,

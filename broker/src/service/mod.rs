@@ -70,6 +70,9 @@ pub struct BrokerService {
     producer_id_cap: Option<std::sync::Mutex<ProducerIdCap>>,
     /// `--quota-file`: produce and fetch byte rates per principal (`None`: unlimited).
     quotas: Option<Quotas>,
+    /// `--kafka-advertise`: what Kafka clients dial for this broker (`None`: no Kafka
+    /// listener).
+    kafka_advertised: Option<String>,
 }
 
 impl BrokerService {
@@ -97,6 +100,7 @@ impl BrokerService {
             acl_store: None,
             producer_id_cap: None,
             quotas: None,
+            kafka_advertised: None,
         }
     }
 
@@ -122,6 +126,17 @@ impl BrokerService {
     pub fn with_producer_id_cap(mut self, per_minute: usize) -> Self {
         self.producer_id_cap =
             (per_minute > 0).then(|| std::sync::Mutex::new(ProducerIdCap::new(per_minute)));
+        self
+    }
+
+    /// This broker's id.
+    pub fn broker_id(&self) -> i32 {
+        self.broker_id
+    }
+
+    /// The address Kafka clients dial for this broker (`--kafka-listen`).
+    pub fn with_kafka_advertised(mut self, address: Option<String>) -> Self {
+        self.kafka_advertised = address;
         self
     }
 

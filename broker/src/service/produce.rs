@@ -22,7 +22,7 @@ use crate::internal_topics::{self, OwnerFacts};
 use crate::quota::QuotaKind;
 
 impl BrokerService {
-    pub(super) async fn serve_produce(
+    pub(crate) async fn serve_produce(
         &self,
         principal: &str,
         request: ProduceRequest,

@@ -12,7 +12,7 @@ use crate::error::BrokerError;
 impl BrokerService {
     /// The refusal for `principal` when it was handed its cap of new producer ids in
     /// the last minute (`--max-new-producer-ids-per-minute`); `None` counts one more.
-    pub(super) fn over_producer_id_cap(&self, principal: &str) -> Option<InitProducerIdResponse> {
+    pub(crate) fn over_producer_id_cap(&self, principal: &str) -> Option<InitProducerIdResponse> {
         let cap = self.producer_id_cap.as_ref()?;
         let verdict = cap
             .lock()
@@ -36,7 +36,7 @@ impl BrokerService {
         })
     }
 
-    pub(super) async fn serve_init_producer_id(
+    pub(crate) async fn serve_init_producer_id(
         &self,
         request: InitProducerIdRequest,
     ) -> InitProducerIdResponse {

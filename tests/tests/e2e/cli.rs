@@ -32,6 +32,9 @@ impl DevServer {
                 listen,
                 "--coordinator-listen",
                 "127.0.0.1:0",
+                // Not the default 9094: tests run side by side.
+                "--kafka-listen",
+                "127.0.0.1:0",
                 "--data-dir",
             ])
             .arg(data_dir)

@@ -27,6 +27,7 @@ mod health;
 mod idempotence;
 mod inbox;
 mod internal_topics;
+mod kafka;
 mod listeners;
 mod membership;
 mod metrics;

@@ -1,0 +1,235 @@
+//! One Kafka client connection: length-prefixed frames (a 4-byte big-endian size, then
+//! the request header and body), answered one at a time and in order, as Kafka's own
+//! brokers do. A frame that cannot be served is closed on, never half-answered: a size
+//! under a header's or over `--max-request-bytes`, a truncated frame, a header or body
+//! that does not decode, an API or version neither served nor parsed by the codec (one
+//! it parses gets UNSUPPORTED_VERSION: `versions.rs`, `unsupported.rs`). Other
+//! connections never notice.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use idem_runtime::shutdown::CancellationToken;
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, CreateTopicsRequest, FetchRequest, InitProducerIdRequest,
+    ListOffsetsRequest, MetadataRequest, ProduceRequest, RequestHeader, ResponseHeader,
+};
+use kafka_protocol::protocol::{Decodable, Encodable};
+use kafka_protocol::ResponseError;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::versions::{route, Route};
+use super::{api_versions, create_topics, fetch, init_producer_id, list_offsets, metadata};
+use super::{produce, unsupported, KafkaContext};
+
+/// The smallest request header: api key, api version, correlation id.
+const MIN_FRAME: usize = 8;
+
+/// Why a connection was closed.
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    #[error("frame size {size} is outside 8..={max} bytes")]
+    Size { size: i64, max: usize },
+    #[error("connection closed mid-frame: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("API key {api_key} version {version} is not served")]
+    NotServed { api_key: i16, version: i16 },
+    #[error("API key {api_key} version {version} does not decode: {reason}")]
+    Decode {
+        api_key: i16,
+        version: i16,
+        reason: String,
+    },
+    #[error("response does not encode: {0}")]
+    Encode(String),
+}
+
+/// Serves `stream` until the client closes it, a frame cannot be served, or `stop`.
+pub async fn serve(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    context: Arc<KafkaContext>,
+    stop: CancellationToken,
+) {
+    loop {
+        // A stop ends the connection between requests, never during one.
+        let frame = tokio::select! {
+            () = stop.cancelled() => return,
+            frame = read_frame(&mut stream, context.max_request_bytes) => frame,
+        };
+        let answered = match frame {
+            Ok(None) => return,
+            Ok(Some(frame)) => answer(&context, frame).await,
+            Err(e) => Err(e),
+        };
+        let outcome = match answered {
+            Ok(Some(response)) => stream.write_all(&response).await.map_err(FrameError::Io),
+            Ok(None) => Ok(()),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = outcome {
+            tracing::info!(%peer, error = %e, "closing Kafka connection");
+            metrics::counter!("idem_kafka_connections_closed_on_error_total").increment(1);
+            return;
+        }
+    }
+}
+
+/// The next frame's bytes after its size; `None` when the client closed between frames.
+async fn read_frame(stream: &mut TcpStream, max: usize) -> Result<Option<Bytes>, FrameError> {
+    let mut size = [0u8; 4];
+    match stream.read_exact(&mut size).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e.into()),
+    }
+    let size = i32::from_be_bytes(size);
+    let len = usize::try_from(size)
+        .ok()
+        .filter(|len| (MIN_FRAME..=max).contains(len))
+        .ok_or(FrameError::Size {
+            size: i64::from(size),
+            max,
+        })?;
+    let mut frame = vec![0u8; len];
+    stream.read_exact(&mut frame).await?;
+    Ok(Some(Bytes::from(frame)))
+}
+
+/// The response frame to `frame`, `None` when none is due (Produce with acks=0).
+async fn answer(context: &KafkaContext, frame: Bytes) -> Result<Option<BytesMut>, FrameError> {
+    let api_key = i16::from_be_bytes([frame[0], frame[1]]);
+    let version = i16::from_be_bytes([frame[2], frame[3]]);
+    let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
+    let key = match route(api_key, version) {
+        Route::Close => return Err(FrameError::NotServed { api_key, version }),
+        Route::ApiVersionsUnsupported => {
+            // KIP-511: v0's schema and header, which every client reads.
+            let body = api_versions::response(ResponseError::UnsupportedVersion.code());
+            return respond(correlation_id, 0, &body, 0).map(Some);
+        }
+        Route::Unsupported(key) => {
+            let mut buf = frame;
+            RequestHeader::decode(&mut buf, key.request_header_version(version)).map_err(|e| {
+                FrameError::Decode {
+                    api_key,
+                    version,
+                    reason: format!("{e:#}"),
+                }
+            })?;
+            let body = unsupported::answer(key, version, &mut buf).map_err(|reason| {
+                FrameError::Decode {
+                    api_key,
+                    version,
+                    reason,
+                }
+            })?;
+            tracing::debug!(?key, version, "answered UNSUPPORTED_VERSION");
+            return respond(
+                correlation_id,
+                key.response_header_version(version),
+                &Encoded(body),
+                version,
+            )
+            .map(Some);
+        }
+        Route::Serve(key) => key,
+    };
+    let decode_error = |e: anyhow::Error| FrameError::Decode {
+        api_key,
+        version,
+        reason: format!("{e:#}"),
+    };
+    let mut buf = frame;
+    let header = RequestHeader::decode(&mut buf, key.request_header_version(version))
+        .map_err(decode_error)?;
+    let header_version = key.response_header_version(version);
+    let service = &context.service;
+    tracing::trace!(?key, version, correlation_id, client_id = ?header.client_id, "Kafka request");
+    let response = match key {
+        ApiKey::ApiVersions => {
+            ApiVersionsRequest::decode(&mut buf, version).map_err(decode_error)?;
+            respond(
+                correlation_id,
+                header_version,
+                &api_versions::response(0),
+                version,
+            )
+        }
+        ApiKey::Metadata => {
+            let request = MetadataRequest::decode(&mut buf, version).map_err(decode_error)?;
+            let body = metadata::serve(service, request).await;
+            respond(correlation_id, header_version, &body, version)
+        }
+        ApiKey::Produce => {
+            let request = ProduceRequest::decode(&mut buf, version).map_err(decode_error)?;
+            match produce::serve(service, request).await {
+                Some(body) => respond(correlation_id, header_version, &body, version),
+                None => return Ok(None),
+            }
+        }
+        ApiKey::Fetch => {
+            let request = FetchRequest::decode(&mut buf, version).map_err(decode_error)?;
+            let body = fetch::serve(service, request).await;
+            respond(correlation_id, header_version, &body, version)
+        }
+        ApiKey::ListOffsets => {
+            let request = ListOffsetsRequest::decode(&mut buf, version).map_err(decode_error)?;
+            let body = list_offsets::serve(service, request);
+            respond(correlation_id, header_version, &body, version)
+        }
+        ApiKey::InitProducerId => {
+            let request = InitProducerIdRequest::decode(&mut buf, version).map_err(decode_error)?;
+            let body = init_producer_id::serve(service, request).await;
+            respond(correlation_id, header_version, &body, version)
+        }
+        ApiKey::CreateTopics => {
+            let request = CreateTopicsRequest::decode(&mut buf, version).map_err(decode_error)?;
+            let body = create_topics::serve(service, request).await;
+            respond(correlation_id, header_version, &body, version)
+        }
+        _ => return Err(FrameError::NotServed { api_key, version }),
+    };
+    response.map(Some)
+}
+
+/// A body already encoded (`unsupported.rs`).
+struct Encoded(BytesMut);
+
+impl Encodable for Encoded {
+    fn encode<B: kafka_protocol::protocol::buf::ByteBufMut>(
+        &self,
+        buf: &mut B,
+        _version: i16,
+    ) -> anyhow::Result<()> {
+        buf.put_slice(&self.0);
+        Ok(())
+    }
+
+    fn compute_size(&self, _version: i16) -> anyhow::Result<usize> {
+        Ok(self.0.len())
+    }
+}
+
+/// A response frame: size, header (of `header_version`), `body` at `version`.
+fn respond(
+    correlation_id: i32,
+    header_version: i16,
+    body: &impl Encodable,
+    version: i16,
+) -> Result<BytesMut, FrameError> {
+    let mut out = BytesMut::new();
+    out.put_i32(0); // the size, set below
+    ResponseHeader::default()
+        .with_correlation_id(correlation_id)
+        .encode(&mut out, header_version)
+        .map_err(|e| FrameError::Encode(format!("{e:#}")))?;
+    body.encode(&mut out, version)
+        .map_err(|e| FrameError::Encode(format!("{e:#}")))?;
+    let size = i32::try_from(out.len() - 4)
+        .map_err(|_| FrameError::Encode("response over 2 GiB".into()))?;
+    out[..4].copy_from_slice(&size.to_be_bytes());
+    Ok(out)
+}

@@ -1,0 +1,65 @@
+//! The Kafka-protocol listener (issue 30; docs/kafka.md): Kafka clients (librdkafka,
+//! the Java client) produce, idempotently too, and fetch through it. Every request is
+//! translated onto the same `BrokerService` calls the gRPC service makes, so ACLs,
+//! producer state, replication and read_committed behave as they do for idem's SDK;
+//! the codecs are the `kafka-protocol` crate's. One file per idea: `connection`
+//! (framing, dispatch), `versions` (what is served), `records` (batch conversion),
+//! `errors` (code mapping), and one per API.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use idem_runtime::shutdown::Duties;
+use tokio::net::TcpListener;
+
+use crate::service::BrokerService;
+
+pub mod api_versions;
+pub mod connection;
+pub mod create_topics;
+pub mod errors;
+pub mod fetch;
+pub mod init_producer_id;
+pub mod list_offsets;
+pub mod metadata;
+pub mod produce;
+pub mod records;
+pub mod unsupported;
+pub mod versions;
+
+/// What every connection serves with.
+pub struct KafkaContext {
+    pub service: Arc<BrokerService>,
+    /// `--max-request-bytes`: larger frames are closed on before they are read.
+    pub max_request_bytes: usize,
+}
+
+/// Accepts Kafka connections on `listener` until the duties stop; each connection is
+/// a duty of its own that ends between requests.
+pub async fn accept(listener: TcpListener, context: Arc<KafkaContext>, duties: Duties) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, peer)) => {
+                // Small requests and answers: Nagle would add its delay to each.
+                if let Err(e) = stream.set_nodelay(true) {
+                    tracing::debug!(%peer, error = %e, "TCP_NODELAY not set");
+                }
+                let context = context.clone();
+                duties
+                    .spawn_cooperative(move |stop| connection::serve(stream, peer, context, stop));
+            }
+            Err(e) => {
+                // Out of file descriptors, typically: wait rather than spin on it.
+                tracing::warn!(error = %e, "Kafka listener cannot accept");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+/// The address a bound Kafka listener advertises: `--kafka-advertise`, else the bound
+/// address.
+pub fn advertised(bound: SocketAddr, advertise: Option<&str>) -> String {
+    advertise.map_or_else(|| bound.to_string(), str::to_string)
+}

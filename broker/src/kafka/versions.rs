@@ -1,0 +1,143 @@
+//! Which Kafka APIs and versions this listener serves, and the decision for each
+//! request header: serve it; answer ApiVersions' UNSUPPORTED_VERSION (KIP-511: the
+//! client learns the ranges and retries); answer UNSUPPORTED_VERSION in the request's
+//! own schema where the codec parses it (`unsupported.rs`); or close the connection,
+//! where nothing can be parsed (an API key or version the codec does not know), as
+//! Apache Kafka does. ApiVersions advertises exactly this table, so a client that
+//! negotiates meets neither of the last two.
+
+use kafka_protocol::messages::ApiKey;
+
+use super::unsupported::answerable;
+
+/// One served API: its key and the versions handled, inclusive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Served {
+    pub key: ApiKey,
+    pub min: i16,
+    pub max: i16,
+}
+
+/// Every API served, with the versions handled. Produce starts at 3 and Fetch at 4
+/// (record batch v2, isolation level); Fetch stops at 12 and Metadata at 12 because
+/// later versions name topics by id only; ApiVersions stops at 3 (v4 adds nothing we
+/// use).
+pub const SERVED: &[Served] = &[
+    Served {
+        key: ApiKey::Produce,
+        min: 3,
+        max: 9,
+    },
+    Served {
+        key: ApiKey::Fetch,
+        min: 4,
+        max: 12,
+    },
+    Served {
+        key: ApiKey::ListOffsets,
+        min: 1,
+        max: 7,
+    },
+    Served {
+        key: ApiKey::Metadata,
+        min: 1,
+        max: 12,
+    },
+    Served {
+        key: ApiKey::ApiVersions,
+        min: 0,
+        max: 3,
+    },
+    Served {
+        key: ApiKey::CreateTopics,
+        min: 2,
+        max: 7,
+    },
+    Served {
+        key: ApiKey::InitProducerId,
+        min: 0,
+        max: 4,
+    },
+];
+
+/// What to do with a request, from its header's API key and version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// Decode and serve it.
+    Serve(ApiKey),
+    /// ApiVersions at a version not served: answer UNSUPPORTED_VERSION in v0's schema
+    /// with the served ranges.
+    ApiVersionsUnsupported,
+    /// An API or version not served that the codec parses: answer UNSUPPORTED_VERSION
+    /// in its schema.
+    Unsupported(ApiKey),
+    /// Neither served nor parsed: close the connection.
+    Close,
+}
+
+/// The route of a request with `api_key` at `version`.
+pub fn route(api_key: i16, version: i16) -> Route {
+    let served = SERVED.iter().find(|s| s.key as i16 == api_key);
+    match served {
+        Some(s) if (s.min..=s.max).contains(&version) => Route::Serve(s.key),
+        Some(s) if s.key == ApiKey::ApiVersions => Route::ApiVersionsUnsupported,
+        _ => match ApiKey::try_from(api_key) {
+            Ok(key) if answerable(key).is_some_and(|r| (r.min..=r.max).contains(&version)) => {
+                Route::Unsupported(key)
+            }
+            _ => Route::Close,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::messages::*;
+    use kafka_protocol::protocol::{Message, VersionRange};
+
+    /// Every advertised version must be one the codec crate encodes and decodes.
+    #[test]
+    fn every_served_version_is_within_the_codecs_range() {
+        let codec: [(ApiKey, VersionRange); 7] = [
+            (ApiKey::Produce, ProduceRequest::VERSIONS),
+            (ApiKey::Fetch, FetchRequest::VERSIONS),
+            (ApiKey::ListOffsets, ListOffsetsRequest::VERSIONS),
+            (ApiKey::Metadata, MetadataRequest::VERSIONS),
+            (ApiKey::ApiVersions, ApiVersionsRequest::VERSIONS),
+            (ApiKey::CreateTopics, CreateTopicsRequest::VERSIONS),
+            (ApiKey::InitProducerId, InitProducerIdRequest::VERSIONS),
+        ];
+        for served in SERVED {
+            let (_, range) = codec
+                .iter()
+                .find(|(k, _)| *k == served.key)
+                .expect("every served API has a codec");
+            assert!(
+                range.min <= served.min && served.max <= range.max,
+                "{served:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn given_a_header_then_the_route_follows_the_table() {
+        assert_eq!(route(0, 3), Route::Serve(ApiKey::Produce));
+        assert_eq!(route(0, 9), Route::Serve(ApiKey::Produce));
+        // Produce v2 is older than the codec's record batch v2 support.
+        assert_eq!(route(0, 2), Route::Close);
+        assert_eq!(route(0, 10), Route::Unsupported(ApiKey::Produce));
+        assert_eq!(route(1, 12), Route::Serve(ApiKey::Fetch));
+        assert_eq!(route(1, 13), Route::Unsupported(ApiKey::Fetch));
+        assert_eq!(route(3, 99), Route::Close);
+        assert_eq!(route(18, 0), Route::Serve(ApiKey::ApiVersions));
+        assert_eq!(route(18, 4), Route::ApiVersionsUnsupported);
+        assert_eq!(route(18, -1), Route::ApiVersionsUnsupported);
+        // JoinGroup: a Kafka API not served yet; DescribeAcls: not answered either;
+        // 999: no Kafka API at all.
+        assert_eq!(route(11, 5), Route::Unsupported(ApiKey::JoinGroup));
+        assert_eq!(route(29, 1), Route::Close);
+        assert_eq!(route(999, 0), Route::Close);
+        assert_eq!(route(-1, 0), Route::Close);
+    }
+}
