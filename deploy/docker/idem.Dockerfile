@@ -18,8 +18,8 @@ ENV PATH=/usr/local/bin \
 USER 10001:10001
 WORKDIR /data
 VOLUME ["/data"]
-# 9092: a broker's clients; 9093: a coordinator's (or `idem dev`'s).
-EXPOSE 9092 9093
+# 9092: a broker's clients; 9093: a coordinator's (or `idem dev`'s); 9094: Kafka clients.
+EXPOSE 9092 9093 9094
 # Which server runs is the orchestrator's choice (compose, Kubernetes): the image names
 # none, so a bare `docker run` shows the CLI's help.
 CMD ["idem", "--help"]

@@ -94,6 +94,7 @@ impl ComposeCluster {
         let mut ports = Vec::new();
         for i in 1..=3 {
             ports.push((format!("IDEM_BROKER_{i}_PORT"), free_port()));
+            ports.push((format!("IDEM_BROKER_{i}_KAFKA_PORT"), free_port()));
         }
         for i in 1..=2 {
             ports.push((format!("IDEM_COORDINATOR_{i}_PORT"), free_port()));
@@ -150,6 +151,14 @@ impl ComposeCluster {
     /// The external address of broker `id` (1..=3), as this host dials it.
     pub fn broker_address(&self, id: usize) -> String {
         format!("127.0.0.1:{}", self.port(&format!("IDEM_BROKER_{id}_PORT")))
+    }
+
+    /// The Kafka-protocol address of broker `id` (1..=3), as this host dials it.
+    pub fn kafka_address(&self, id: usize) -> String {
+        format!(
+            "127.0.0.1:{}",
+            self.port(&format!("IDEM_BROKER_{id}_KAFKA_PORT"))
+        )
     }
 
     /// The external address of coordinator `id` (1..=2).

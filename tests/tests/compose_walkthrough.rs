@@ -16,6 +16,7 @@ use std::process::Output;
 use idem_proto::v1::MetadataRequest;
 use idem_tests::cli::idem_with_input;
 use idem_tests::compose::{ComposeCluster, BROKERS, UP_WITHIN};
+use idem_tests::kafka_clients::kcat;
 use idem_tests::raw;
 
 const TOPIC: &str = "orders";
@@ -131,6 +132,40 @@ async fn given_the_compose_cluster_when_used_from_the_host_then_the_walkthrough_
     let mut inside: Vec<String> = inside.lines().map(str::to_string).collect();
     inside.sort();
     assert_eq!(inside, everything, "read inside the compose network");
+
+    // A Kafka client on the host (kcat): told every broker's published Kafka address,
+    // it reads the same records, read_committed.
+    let kafka_bootstrap = cluster.kafka_address(1);
+    let listed = kcat(&["-b", &kafka_bootstrap, "-L"], "").await;
+    for id in 1..=3 {
+        let address = cluster.kafka_address(id);
+        assert!(
+            listed.contains(&address),
+            "kcat -L lacks {address}: {listed}"
+        );
+    }
+    let read = kcat(
+        &[
+            "-b",
+            &kafka_bootstrap,
+            "-C",
+            "-t",
+            TOPIC,
+            "-o",
+            "beginning",
+            "-e",
+            "-q",
+            "-f",
+            "%s\\n",
+            "-X",
+            "isolation.level=read_committed",
+        ],
+        "",
+    )
+    .await;
+    let mut read: Vec<String> = read.lines().map(str::to_string).collect();
+    read.sort();
+    assert_eq!(read, everything, "read by kcat through the Kafka listeners");
 
     // The logs live on the named volumes: every broker stopped and started again
     // still has them.
