@@ -12,8 +12,9 @@ use std::sync::Arc;
 use bytes::{BufMut, Bytes, BytesMut};
 use idem_runtime::shutdown::CancellationToken;
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, CreateTopicsRequest, FetchRequest, InitProducerIdRequest,
-    ListOffsetsRequest, MetadataRequest, ProduceRequest, RequestHeader, ResponseHeader,
+    ApiKey, ApiVersionsRequest, CreateTopicsRequest, DeleteTopicsRequest, FetchRequest,
+    InitProducerIdRequest, ListOffsetsRequest, MetadataRequest, ProduceRequest, RequestHeader,
+    ResponseHeader,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 use kafka_protocol::ResponseError;
@@ -21,7 +22,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::versions::{route, Route};
-use super::{api_versions, create_topics, fetch, init_producer_id, list_offsets, metadata};
+use super::{
+    api_versions, create_topics, delete_topics, fetch, init_producer_id, list_offsets, metadata,
+};
 use super::{produce, unsupported, KafkaContext};
 
 /// The smallest request header: api key, api version, correlation id.
@@ -188,6 +191,11 @@ async fn answer(context: &KafkaContext, frame: Bytes) -> Result<Option<BytesMut>
         ApiKey::CreateTopics => {
             let request = CreateTopicsRequest::decode(&mut buf, version).map_err(decode_error)?;
             let body = create_topics::serve(service, request).await;
+            respond(correlation_id, header_version, &body, version)
+        }
+        ApiKey::DeleteTopics => {
+            let request = DeleteTopicsRequest::decode(&mut buf, version).map_err(decode_error)?;
+            let body = delete_topics::serve(service, request).await;
             respond(correlation_id, header_version, &body, version)
         }
         _ => return Err(FrameError::NotServed { api_key, version }),

@@ -18,6 +18,7 @@ use crate::service::BrokerService;
 pub mod api_versions;
 pub mod connection;
 pub mod create_topics;
+pub mod delete_topics;
 pub mod errors;
 pub mod fetch;
 pub mod init_producer_id;

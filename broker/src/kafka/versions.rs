@@ -58,6 +58,11 @@ pub const SERVED: &[Served] = &[
         min: 0,
         max: 4,
     },
+    Served {
+        key: ApiKey::DeleteTopics,
+        min: 1,
+        max: 6,
+    },
 ];
 
 /// What to do with a request, from its header's API key and version.
@@ -99,7 +104,7 @@ mod tests {
     /// Every advertised version must be one the codec crate encodes and decodes.
     #[test]
     fn every_served_version_is_within_the_codecs_range() {
-        let codec: [(ApiKey, VersionRange); 7] = [
+        let codec: [(ApiKey, VersionRange); 8] = [
             (ApiKey::Produce, ProduceRequest::VERSIONS),
             (ApiKey::Fetch, FetchRequest::VERSIONS),
             (ApiKey::ListOffsets, ListOffsetsRequest::VERSIONS),
@@ -107,6 +112,7 @@ mod tests {
             (ApiKey::ApiVersions, ApiVersionsRequest::VERSIONS),
             (ApiKey::CreateTopics, CreateTopicsRequest::VERSIONS),
             (ApiKey::InitProducerId, InitProducerIdRequest::VERSIONS),
+            (ApiKey::DeleteTopics, DeleteTopicsRequest::VERSIONS),
         ];
         for served in SERVED {
             let (_, range) = codec

@@ -7,7 +7,7 @@ use idem_proto::ErrorCode;
 use super::BrokerService;
 
 impl BrokerService {
-    pub(super) async fn serve_delete_topics(
+    pub(crate) async fn serve_delete_topics(
         &self,
         request: DeleteTopicsRequest,
     ) -> DeleteTopicsResponse {

@@ -101,6 +101,47 @@ async fn given_a_broker_when_kcat_lists_metadata_then_it_shows_the_broker_topics
 }
 
 #[tokio::test]
+async fn given_a_topic_when_a_kafka_admin_deletes_it_then_it_is_gone_and_errors_name_the_rest() {
+    let broker = BrokerProcess::start_with(&KAFKA_LISTEN);
+    let bootstrap = broker.kafka_bootstrap();
+    assert_eq!(
+        create_topic(&bootstrap, "doomed", 2).await["error"],
+        Value::Null
+    );
+    kcat(
+        &["-b", &bootstrap, "-P", "-t", "doomed", "-p", "0"],
+        "a\nb\n",
+    )
+    .await;
+
+    let deleted = python("delete_topic.py", &[&bootstrap, "doomed"]).await;
+    assert_eq!(deleted["error"], Value::Null, "{deleted}");
+    let after = kcat_metadata(&bootstrap).await;
+    assert_eq!(after["topics"].as_array().map(Vec::len), Some(0), "{after}");
+    // Gone for the gRPC side too: its name is free again, and empty.
+    assert_eq!(
+        create_topic(&bootstrap, "doomed", 1).await["error"],
+        Value::Null
+    );
+    assert!(kcat_read(&bootstrap, "doomed", 0, "read_uncommitted")
+        .await
+        .is_empty());
+
+    // librdkafka prints the Kafka error code as `val=N`.
+    for (topic, code) in [
+        ("never-was", "val=3,"), // UNKNOWN_TOPIC_OR_PARTITION
+        // Internal topics hold the coordinators' state: refused, as over gRPC.
+        ("__transaction_state", "val=17,"), // INVALID_TOPIC_EXCEPTION
+    ] {
+        let refused = python("delete_topic.py", &[&bootstrap, topic]).await;
+        assert!(
+            refused["error"].as_str().unwrap_or_default().contains(code),
+            "{topic}: {refused}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn given_kcat_when_it_produces_then_kcat_consumes_the_same_values_at_consecutive_offsets() {
     let broker = BrokerProcess::start_with(&KAFKA_LISTEN);
     let bootstrap = broker.kafka_bootstrap();
@@ -653,6 +694,20 @@ async fn given_acls_when_an_anonymous_kafka_client_produces_then_it_is_refused_u
         let error = report["error"].as_str().unwrap_or_default().to_lowercase();
         assert!(error.contains("authorization"), "{report}");
     }
+    // Nor may it delete the topic: TOPIC_AUTHORIZATION_FAILED (29), and it stays.
+    let refused = python("delete_topic.py", &[&kafka, "guarded"]).await;
+    assert!(
+        refused["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("val=29,"),
+        "{refused}"
+    );
+    let still = admin.metadata(&["guarded"]).await.expect("metadata");
+    assert!(
+        still.topic("guarded").is_some(),
+        "the refused delete removed it"
+    );
 
     let allow = |operation: &str| AclBinding {
         principal: "User:ANONYMOUS".into(),
