@@ -7,7 +7,7 @@
 //! the transactional bit pass through unchanged, so an idempotent Kafka producer's
 //! retry is the same batch to the producer state as an SDK retry (docs/kafka.md).
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use idem_proto::batch::{self, ProducerInfo, Record, HEADER_LEN, LOG_OVERHEAD};
 use kafka_protocol::records::RecordBatchDecoder;
 
@@ -44,18 +44,6 @@ pub enum ConversionError {
     Stored(#[from] batch::BatchError),
 }
 
-fn be_i16(buf: &[u8], at: usize) -> i16 {
-    i16::from_be_bytes([buf[at], buf[at + 1]])
-}
-fn be_i32(buf: &[u8], at: usize) -> i32 {
-    i32::from_be_bytes([buf[at], buf[at + 1], buf[at + 2], buf[at + 3]])
-}
-fn be_i64(buf: &[u8], at: usize) -> i64 {
-    let mut b = [0u8; 8];
-    b.copy_from_slice(&buf[at..at + 8]);
-    i64::from_be_bytes(b)
-}
-
 /// The idem batch for one produced Kafka v2 batch: decompressed, records re-encoded,
 /// producer id, epoch, base sequence and the transactional/control bits kept.
 pub fn produced_to_idem(kafka: &Bytes) -> Result<Bytes, ConversionError> {
@@ -66,7 +54,9 @@ pub fn produced_to_idem(kafka: &Bytes) -> Result<Bytes, ConversionError> {
     if magic != KAFKA_MAGIC {
         return Err(ConversionError::Magic(magic));
     }
-    let batch_length = be_i32(kafka, OFF_BATCH_LENGTH);
+    // Big-endian header fields, read by `Buf` (the length was checked above).
+    let field = |at: usize| &kafka[at..];
+    let batch_length = field(OFF_BATCH_LENGTH).get_i32();
     let declared = usize::try_from(batch_length)
         .map(|l| l + LOG_OVERHEAD)
         .unwrap_or(0);
@@ -77,12 +67,12 @@ pub fn produced_to_idem(kafka: &Bytes) -> Result<Bytes, ConversionError> {
         });
     }
     let producer = ProducerInfo {
-        producer_id: be_i64(kafka, OFF_PRODUCER_ID),
-        producer_epoch: be_i16(kafka, OFF_PRODUCER_EPOCH),
-        base_sequence: be_i32(kafka, OFF_BASE_SEQUENCE),
+        producer_id: field(OFF_PRODUCER_ID).get_i64(),
+        producer_epoch: field(OFF_PRODUCER_EPOCH).get_i16(),
+        base_sequence: field(OFF_BASE_SEQUENCE).get_i32(),
     };
-    let attributes = u16::from_be_bytes([kafka[OFF_ATTRIBUTES], kafka[OFF_ATTRIBUTES + 1]]);
-    let base_offset = be_i64(kafka, 0);
+    let attributes = field(OFF_ATTRIBUTES).get_u16();
+    let base_offset = field(0).get_i64();
     // The crate checks the CRC and undoes the compression.
     let mut buf = kafka.clone();
     let set = RecordBatchDecoder::decode(&mut buf)
@@ -170,19 +160,15 @@ fn len_i32(len: usize) -> i32 {
     i32::try_from(len).unwrap_or(i32::MAX)
 }
 
-// Kafka's zigzag varints, written here because the crate keeps its `Encoder` trait
-// private (0.18); the tests read every converted batch back with the crate's decoder.
+// Kafka's zigzag varints: the zigzag mapping here, the base-128 varint from prost (the
+// same encoding protobuf uses), since kafka-protocol keeps its `Encoder` private (0.18);
+// the tests read every converted batch back with the crate's decoder.
 fn put_varint(buf: &mut BytesMut, value: i32) {
     put_varlong(buf, i64::from(value));
 }
 
 fn put_varlong(buf: &mut BytesMut, value: i64) {
-    let mut zigzag = ((value << 1) ^ (value >> 63)) as u64;
-    while zigzag >= 0x80 {
-        buf.put_u8((zigzag as u8 & 0x7f) | 0x80);
-        zigzag >>= 7;
-    }
-    buf.put_u8(zigzag as u8);
+    prost::encoding::encode_varint(((value << 1) ^ (value >> 63)) as u64, buf);
 }
 
 fn put_bytes(buf: &mut BytesMut, bytes: Option<&[u8]>) {
@@ -357,6 +343,10 @@ mod tests {
         assert_eq!(infos.len(), 1);
         assert_eq!(infos[0].min_offset, 10);
         assert_eq!(infos[0].record_count, 0);
-        assert_eq!(be_i32(&out, 23), 14, "last offset delta spans 10..=24");
+        assert_eq!(
+            (&out[23..]).get_i32(),
+            14,
+            "last offset delta spans 10..=24"
+        );
     }
 }

@@ -17,6 +17,16 @@ use tokio_util::sync::CancellationToken;
 use byte_rate::ByteRateLimiter;
 pub use quota_file::{QuotaFile, QuotaFileError, QuotaKind, QuotaTable};
 
+/// Holds the response `hold` long (none when zero); the time held, for its
+/// `throttle_time_ms`.
+pub async fn hold_response(hold: Duration) -> i32 {
+    if hold.is_zero() {
+        return 0;
+    }
+    tokio::time::sleep(hold).await;
+    i32::try_from(hold.as_millis()).unwrap_or(i32::MAX)
+}
+
 /// The quotas of one broker: the file's rates and a bucket per principal and kind.
 #[derive(Debug)]
 pub struct Quotas {

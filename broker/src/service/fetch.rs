@@ -6,7 +6,6 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use idem_proto::internal::is_internal_topic;
 use idem_proto::v1::{
     FetchPartitionResponse, FetchRequest, FetchResponse, FetchTopicResponse, IsolationLevel,
     OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse,
@@ -21,7 +20,7 @@ use super::BrokerService;
 use crate::error::BrokerError;
 use crate::partition::long_poll::{long_poll, ReadSummary, Reader};
 use crate::partition::{stored_batches, FollowerRead, PartitionOffsets};
-use crate::quota::QuotaKind;
+use crate::quota::{hold_response, QuotaKind};
 use crate::topics::TopicRegistry;
 
 /// What one partition of a Fetch answers when it succeeds.
@@ -55,21 +54,18 @@ impl BrokerService {
             "consumer"
         };
         metrics::counter!("idem_bytes_out_total", "reader" => reader).increment(bytes as u64);
-        // Replication and the coordinators' reads of their internal topics are the
-        // cluster's own traffic: only what a consumer reads of other topics counts.
-        let client_bytes: usize = if request.replica_id.is_some() {
-            0
+        // Replication is the cluster's own traffic: only consumers' reads count.
+        let hold = if request.replica_id.is_some() {
+            Duration::ZERO
         } else {
-            topics
-                .iter()
-                .filter(|t| !is_internal_topic(&t.name))
-                .flat_map(|t| &t.partitions)
-                .map(|p| p.records.len())
-                .sum()
+            let read = topics.iter().flat_map(|t| {
+                t.partitions
+                    .iter()
+                    .map(move |p| (t.name.as_str(), p.records.len()))
+            });
+            self.quota_hold(QuotaKind::Fetch, principal, read)
         };
-        let throttle_time_ms = self
-            .hold_for_quota(QuotaKind::Fetch, principal, client_bytes)
-            .await;
+        let throttle_time_ms = hold_response(hold).await;
         FetchResponse {
             topics,
             throttle_time_ms,

@@ -5,6 +5,7 @@
 //! this one holds the service's state and hands every RPC to its family.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use idem_pidstore::ProducerIdManager;
 use idem_proto::v1::broker_server::Broker;
@@ -32,6 +33,7 @@ use crate::coordinators::Coordinators;
 use crate::producer_id_cap::ProducerIdCap;
 use crate::quota::{QuotaKind, Quotas};
 use crate::topics::TopicRegistry;
+use idem_proto::internal::is_internal_topic;
 
 mod access;
 mod acls;
@@ -110,16 +112,23 @@ impl BrokerService {
         self
     }
 
-    /// Counts `bytes` of `kind` against `principal`'s quota and, past it, holds the
-    /// caller that long; returns the time held, for the response's `throttle_time_ms`.
-    async fn hold_for_quota(&self, kind: QuotaKind, principal: &str, bytes: usize) -> i32 {
-        let Some(quotas) = &self.quotas else { return 0 };
-        let hold = quotas.hold(kind, principal, bytes);
-        if hold.is_zero() {
-            return 0;
-        }
-        tokio::time::sleep(hold).await;
-        i32::try_from(hold.as_millis()).unwrap_or(i32::MAX)
+    /// Counts the bytes of `kind` that `topics` carry for clients (internal topics are
+    /// the cluster's own traffic) against `principal`'s quota: how long to hold the
+    /// response. Without `--quota-file` it costs nothing: the bytes are not even summed.
+    fn quota_hold<'a>(
+        &self,
+        kind: QuotaKind,
+        principal: &str,
+        topics: impl Iterator<Item = (&'a str, usize)>,
+    ) -> Duration {
+        let Some(quotas) = &self.quotas else {
+            return Duration::ZERO;
+        };
+        let bytes = topics
+            .filter(|(name, _)| !is_internal_topic(name))
+            .map(|(_, bytes)| bytes)
+            .sum();
+        quotas.hold(kind, principal, bytes)
     }
 
     /// At most `per_minute` new producer ids per principal per minute (0: no cap).

@@ -19,7 +19,7 @@ use super::BrokerService;
 use crate::coordinators::Coordinators;
 use crate::error::BrokerError;
 use crate::internal_topics::{self, OwnerFacts};
-use crate::quota::QuotaKind;
+use crate::quota::{hold_response, QuotaKind};
 
 impl BrokerService {
     pub(crate) async fn serve_produce(
@@ -80,18 +80,13 @@ impl BrokerService {
                 partitions,
             });
         }
-        // The coordinators' writes of their internal topics are the cluster's own
-        // traffic, not a client's: no quota counts them.
-        let client_bytes: usize = request
-            .topics
-            .iter()
-            .filter(|t| !is_internal_topic(&t.name))
-            .flat_map(|t| &t.partitions)
-            .map(|p| p.records.len())
-            .sum();
-        let throttle_time_ms = self
-            .hold_for_quota(QuotaKind::Produce, principal, client_bytes)
-            .await;
+        let sent = request.topics.iter().flat_map(|t| {
+            t.partitions
+                .iter()
+                .map(move |p| (t.name.as_str(), p.records.len()))
+        });
+        let hold = self.quota_hold(QuotaKind::Produce, principal, sent);
+        let throttle_time_ms = hold_response(hold).await;
         ProduceResponse {
             topics,
             throttle_time_ms,
