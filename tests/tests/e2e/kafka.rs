@@ -141,6 +141,58 @@ async fn given_a_topic_when_a_kafka_admin_deletes_it_then_it_is_gone_and_errors_
     }
 }
 
+/// Users run hundreds of partitions: kcat spreads 2000 keyed records over a
+/// 120-partition topic, then reads the whole topic back in one consumer (a fetch of
+/// every partition per round): every record once, every partition used.
+#[tokio::test]
+async fn given_a_120_partition_topic_when_kcat_produces_keyed_records_then_one_consumer_reads_every_one_once(
+) {
+    let broker = BrokerProcess::start_with(&KAFKA_LISTEN);
+    let bootstrap = broker.kafka_bootstrap();
+    assert_eq!(
+        create_topic(&bootstrap, "wide", 120).await["error"],
+        Value::Null
+    );
+    let lines: Vec<String> = (0..2000).map(|i| format!("k{i}:v{i}")).collect();
+    kcat(
+        &[
+            "-b", &bootstrap, "-P", "-t", "wide", "-K", ":", "-X", "acks=all",
+        ],
+        &(lines.join("\n") + "\n"),
+    )
+    .await;
+    let read = kcat(
+        &[
+            "-b",
+            &bootstrap,
+            "-C",
+            "-t",
+            "wide",
+            "-o",
+            "beginning",
+            "-e",
+            "-q",
+            "-f",
+            "%p %s\\n",
+        ],
+        "",
+    )
+    .await;
+    let mut values = Vec::new();
+    let mut partitions = BTreeSet::new();
+    for line in read.lines() {
+        let (partition, value) = line.split_once(' ').unwrap_or((line, ""));
+        partitions.insert(partition.to_string());
+        values.push(value.to_string());
+    }
+    values.sort();
+    let mut expected: Vec<String> = (0..2000).map(|i| format!("v{i}")).collect();
+    expected.sort();
+    assert_eq!(values, expected, "every record once");
+    // 2000 keys over 120 partitions: librdkafka's hash leaves none empty.
+    assert_eq!(partitions.len(), 120, "partitions read: {partitions:?}");
+}
+
 #[tokio::test]
 async fn given_kcat_when_it_produces_then_kcat_consumes_the_same_values_at_consecutive_offsets() {
     let broker = BrokerProcess::start_with(&KAFKA_LISTEN);
