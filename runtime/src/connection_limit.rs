@@ -32,6 +32,10 @@ pub struct ConnectionLimits {
     pub max_connections_per_ip: usize,
 }
 
+/// RPCs one connection may have served at once unless told otherwise: 200 partitions
+/// of one idempotent producer at its full pipeline of 5.
+pub const DEFAULT_MAX_IN_FLIGHT_PER_CONNECTION: usize = 1000;
+
 /// The flags every server takes for its connections (broker and coordinator alike).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::Args)]
 pub struct ConnectionFlags {
@@ -50,7 +54,7 @@ pub struct ConnectionFlags {
     #[arg(
         long,
         env = "IDEM_MAX_IN_FLIGHT_PER_CONNECTION",
-        default_value_t = 1000
+        default_value_t = DEFAULT_MAX_IN_FLIGHT_PER_CONNECTION
     )]
     pub max_in_flight_per_connection: usize,
 }
@@ -60,7 +64,7 @@ impl Default for ConnectionFlags {
         ConnectionFlags {
             max_connections: 0,
             max_connections_per_ip: 0,
-            max_in_flight_per_connection: 1000,
+            max_in_flight_per_connection: DEFAULT_MAX_IN_FLIGHT_PER_CONNECTION,
         }
     }
 }

@@ -16,7 +16,9 @@ use tonic::service::Routes;
 use tonic::transport::server::TcpIncoming;
 
 use crate::authn::AuthnLayer;
-use crate::connection_limit::{ConnectionLimiter, ConnectionLimits};
+use crate::connection_limit::{
+    ConnectionLimiter, ConnectionLimits, DEFAULT_MAX_IN_FLIGHT_PER_CONNECTION,
+};
 use crate::health::Health;
 use crate::listeners::BoundListeners;
 use crate::rpc_metrics::RpcMetricsLayer;
@@ -51,7 +53,7 @@ impl Default for GrpcSettings {
             concurrency_limit: 10_000,
             grace: Duration::from_secs(2),
             connections: ConnectionLimits::default(),
-            max_in_flight_per_connection: 1000,
+            max_in_flight_per_connection: DEFAULT_MAX_IN_FLIGHT_PER_CONNECTION,
         }
     }
 }
