@@ -5,11 +5,12 @@
 # fuzz/corpus/<target>/ plus what earlier runs on this machine found
 # ($IDEM_FUZZ_CORPUS/<target>/, default fuzz/target/corpus/), and a crash, a timeout
 # (10 s for one input) or an allocation past 2 GiB fails the run and leaves the input
-# under fuzz/artifacts/<target>/: reproduce it with `fuzz/target/<host triple>/release/<target>
+# under fuzz/artifacts/<target>/: reproduce it with `fuzz/target/<host triple>/<profile>/<target>
 # <file>`, then fix the decoder and keep the input as a unit test of its crate.
 #
-# Usage: scripts/fuzz.sh [--time SECONDS] [TARGET...]
-#   scripts/fuzz.sh                       every target, 15 s each (the CI bound; scripts/test.sh)
+# Usage: scripts/fuzz.sh [--time SECONDS] [--quick] [TARGET...]
+#   scripts/fuzz.sh                       every target, 15 s each
+#   scripts/fuzz.sh --quick               dependencies unoptimised (scripts/test.sh, 5 s each)
 #   scripts/fuzz.sh --time 3600 TARGET    the long run of one target
 #   scripts/fuzz.sh --list                the targets
 # IDEM_FUZZ_SECONDS sets the default time per target.
@@ -25,15 +26,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-usage() { sed -n 's/^# \{0,1\}//;11,16p' "$0"; }
+usage() { sed -n 's/^# \{0,1\}//;11,17p' "$0"; }
 
 seconds="${IDEM_FUZZ_SECONDS:-15}"
+profile=release
 targets=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --time) [ $# -ge 2 ] || { usage >&2; exit 2; }; seconds="$2"; shift 2 ;;
     --time=*) seconds="${1#--time=}"; shift ;;
     --list) list=1; shift ;;
+    --quick) profile=quick; shift ;;
     -h|--help) usage; exit 0 ;;
     -*) echo "fuzz.sh: unknown option $1" >&2; usage >&2; exit 2 ;;
     *) targets+=("$1"); shift ;;
@@ -53,20 +56,20 @@ for target in "${targets[@]}"; do
 done
 
 # cargo-fuzz's `build --sanitizer none` (src/project.rs, `fn cargo`), flag for flag: a
-# `--target` build, so the flags reach the targets but not build scripts; release with
-# line tables, one codegen unit (ThinLTO imports nothing across sancov-instrumented
-# units otherwise, ~3x slower runs).
+# `--target` build, so the flags reach the targets but not build scripts; the profiles
+# are in fuzz/Cargo.toml (`release`: cargo-fuzz's; `quick`: dependencies unoptimised).
+# The wrapper leaves the registry's crates uninstrumented (see it for why).
 triple="$(rustc -vV | sed -n 's/^host: //p')"
 fuzz_flags="-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4"
 fuzz_flags+=" -Cllvm-args=-sanitizer-coverage-inline-8bit-counters"
 fuzz_flags+=" -Cllvm-args=-sanitizer-coverage-pc-table"
 fuzz_flags+=" -Cllvm-args=-sanitizer-coverage-trace-compares --cfg fuzzing"
 fuzz_flags+=" -Cllvm-args=-simplifycfg-branch-fold-threshold=0"
-fuzz_flags+=" -Cllvm-args=-sanitizer-coverage-stack-depth -Cdebug-assertions -Ccodegen-units=1"
+fuzz_flags+=" -Cllvm-args=-sanitizer-coverage-stack-depth -Cdebug-assertions"
 # One build for every target, then one run each.
-RUSTFLAGS="$fuzz_flags ${RUSTFLAGS:-}" cargo build --manifest-path fuzz/Cargo.toml \
-  --target "$triple" --release --config 'profile.release.debug="line-tables-only"' --bins
-bin_dir="fuzz/target/$triple/release"
+RUSTC_WRAPPER="$PWD/scripts/fuzz-rustc.sh" RUSTFLAGS="$fuzz_flags ${RUSTFLAGS:-}" cargo build --manifest-path fuzz/Cargo.toml \
+  --target "$triple" --profile "$profile" --bins
+bin_dir="fuzz/target/$triple/$profile"
 corpus_root="${IDEM_FUZZ_CORPUS:-fuzz/target/corpus}"
 for target in "${targets[@]}"; do
   mkdir -p "$corpus_root/$target" "fuzz/artifacts/$target"
