@@ -13,8 +13,8 @@ use bytes::{BufMut, Bytes, BytesMut};
 use idem_runtime::shutdown::CancellationToken;
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, CreateTopicsRequest, DeleteTopicsRequest, FetchRequest,
-    InitProducerIdRequest, ListOffsetsRequest, MetadataRequest, ProduceRequest, RequestHeader,
-    ResponseHeader,
+    FindCoordinatorRequest, InitProducerIdRequest, ListOffsetsRequest, MetadataRequest,
+    ProduceRequest, RequestHeader, ResponseHeader,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 use kafka_protocol::ResponseError;
@@ -23,7 +23,8 @@ use tokio::net::TcpStream;
 
 use super::versions::{route, Route};
 use super::{
-    api_versions, create_topics, delete_topics, fetch, init_producer_id, list_offsets, metadata,
+    api_versions, create_topics, delete_topics, fetch, find_coordinator, init_producer_id,
+    list_offsets, metadata,
 };
 use super::{produce, unsupported, KafkaContext};
 
@@ -196,6 +197,12 @@ async fn answer(context: &KafkaContext, frame: Bytes) -> Result<Option<BytesMut>
         ApiKey::DeleteTopics => {
             let request = DeleteTopicsRequest::decode(&mut buf, version).map_err(decode_error)?;
             let body = delete_topics::serve(service, request).await;
+            respond(correlation_id, header_version, &body, version)
+        }
+        ApiKey::FindCoordinator => {
+            let request =
+                FindCoordinatorRequest::decode(&mut buf, version).map_err(decode_error)?;
+            let body = find_coordinator::serve(service, request, version);
             respond(correlation_id, header_version, &body, version)
         }
         _ => return Err(FrameError::NotServed { api_key, version }),

@@ -63,6 +63,11 @@ pub const SERVED: &[Served] = &[
         min: 1,
         max: 6,
     },
+    Served {
+        key: ApiKey::FindCoordinator,
+        min: 0,
+        max: 6,
+    },
 ];
 
 /// What to do with a request, from its header's API key and version.
@@ -104,7 +109,7 @@ mod tests {
     /// Every advertised version must be one the codec crate encodes and decodes.
     #[test]
     fn every_served_version_is_within_the_codecs_range() {
-        let codec: [(ApiKey, VersionRange); 8] = [
+        let codec: [(ApiKey, VersionRange); 9] = [
             (ApiKey::Produce, ProduceRequest::VERSIONS),
             (ApiKey::Fetch, FetchRequest::VERSIONS),
             (ApiKey::ListOffsets, ListOffsetsRequest::VERSIONS),
@@ -113,6 +118,7 @@ mod tests {
             (ApiKey::CreateTopics, CreateTopicsRequest::VERSIONS),
             (ApiKey::InitProducerId, InitProducerIdRequest::VERSIONS),
             (ApiKey::DeleteTopics, DeleteTopicsRequest::VERSIONS),
+            (ApiKey::FindCoordinator, FindCoordinatorRequest::VERSIONS),
         ];
         for served in SERVED {
             let (_, range) = codec

@@ -17,9 +17,17 @@ use idem_runtime::listeners::{pick, Listener};
 use super::produce::replication_timeout;
 use super::refusal::log_refusal;
 use super::BrokerService;
+use crate::coordinators::FoundCoordinator;
 use crate::error::BrokerError;
 
 impl BrokerService {
+    /// The coordinator owning `id` (a transactional id or a group id: both hash to the
+    /// same slice), as FindCoordinator finds it; the Kafka listener forwards there.
+    pub(crate) fn coordinator_of(&self, id: &str) -> Result<FoundCoordinator, BrokerError> {
+        self.coordinators()
+            .find(id, self.topics.partition_count(TXN_LOG_TOPIC))
+    }
+
     pub(super) fn serve_find_coordinator(
         &self,
         request: FindCoordinatorRequest,
