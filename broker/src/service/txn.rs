@@ -19,6 +19,7 @@ use super::refusal::log_refusal;
 use super::BrokerService;
 use crate::coordinators::FoundCoordinator;
 use crate::error::BrokerError;
+use crate::producer_state::MarkerEpoch;
 
 impl BrokerService {
     /// The coordinator owning `id` (a transactional id or a group id: both hash to the
@@ -125,11 +126,17 @@ impl BrokerService {
         let result = match marker_of(request, topic) {
             Ok((producer_epoch, control_type)) => match self.topics.partition(topic, partition) {
                 Ok(p) => {
+                    let end_epoch = if request.at_transaction_epoch {
+                        MarkerEpoch::Transaction
+                    } else {
+                        MarkerEpoch::Next
+                    };
                     p.append_marker(
                         request.producer_id,
                         producer_epoch,
                         control_type,
                         request.coordinator_epoch,
+                        end_epoch,
                         timeout,
                     )
                     .await
