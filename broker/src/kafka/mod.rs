@@ -16,19 +16,24 @@ use tokio::net::TcpListener;
 
 use crate::service::BrokerService;
 
+pub mod add_offsets_to_txn;
+pub mod add_partitions_to_txn;
 pub mod api_versions;
 pub mod connection;
 pub mod coordinator_link;
 pub mod create_topics;
 pub mod delete_topics;
+pub mod end_txn;
 pub mod errors;
 pub mod fetch;
 pub mod find_coordinator;
+pub mod forward;
 pub mod init_producer_id;
 pub mod list_offsets;
 pub mod metadata;
 pub mod produce;
 pub mod records;
+pub mod txn_offset_commit;
 pub mod unsupported;
 pub mod versions;
 

@@ -29,6 +29,8 @@ pub fn answerable(key: ApiKey) -> Option<VersionRange> {
         ApiKey::ListGroups => ListGroupsRequest::VERSIONS,
         ApiKey::AddOffsetsToTxn => AddOffsetsToTxnRequest::VERSIONS,
         ApiKey::EndTxn => EndTxnRequest::VERSIONS,
+        ApiKey::AddPartitionsToTxn => AddPartitionsToTxnRequest::VERSIONS,
+        ApiKey::TxnOffsetCommit => TxnOffsetCommitRequest::VERSIONS,
         _ => return None,
     })
 }
@@ -228,6 +230,37 @@ pub fn answer(key: ApiKey, version: i16, buf: &mut Bytes) -> Result<BytesMut, Fa
                 .with_producer_epoch(-1)
                 .encode(&mut out, version)
         }
+        ApiKey::AddPartitionsToTxn => {
+            AddPartitionsToTxnRequest::decode(buf, version).map_err(text)?;
+            // v4+ (the only versions not served) carry a top-level code.
+            AddPartitionsToTxnResponse::default()
+                .with_error_code(UNSUPPORTED)
+                .encode(&mut out, version)
+        }
+        ApiKey::TxnOffsetCommit => {
+            let request = TxnOffsetCommitRequest::decode(buf, version).map_err(text)?;
+            let topics = request
+                .topics
+                .into_iter()
+                .map(|t| {
+                    txn_offset_commit_response::TxnOffsetCommitResponseTopic::default()
+                        .with_name(t.name)
+                        .with_partitions(
+                            t.partitions
+                                .iter()
+                                .map(|p| {
+                                    txn_offset_commit_response::TxnOffsetCommitResponsePartition::default()
+                                        .with_partition_index(p.partition_index)
+                                        .with_error_code(UNSUPPORTED)
+                                })
+                                .collect(),
+                        )
+                })
+                .collect();
+            TxnOffsetCommitResponse::default()
+                .with_topics(topics)
+                .encode(&mut out, version)
+        }
         _ => return Err(format!("{key:?} has no UNSUPPORTED_VERSION answer")),
     };
     encoded.map_err(text)?;
@@ -261,6 +294,8 @@ mod tests {
             ApiKey::ListGroups,
             ApiKey::AddOffsetsToTxn,
             ApiKey::EndTxn,
+            ApiKey::AddPartitionsToTxn,
+            ApiKey::TxnOffsetCommit,
         ];
         let mut answered_versions = 0;
         for key in keys {
@@ -296,6 +331,12 @@ mod tests {
                         AddOffsetsToTxnRequest::default().encode(&mut request, version)
                     }
                     ApiKey::EndTxn => EndTxnRequest::default().encode(&mut request, version),
+                    ApiKey::AddPartitionsToTxn => {
+                        AddPartitionsToTxnRequest::default().encode(&mut request, version)
+                    }
+                    ApiKey::TxnOffsetCommit => {
+                        TxnOffsetCommitRequest::default().encode(&mut request, version)
+                    }
                     _ => unreachable!("listed above"),
                 };
                 if encoded.is_err() {
