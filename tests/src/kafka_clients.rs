@@ -302,3 +302,130 @@ fn lose(faults: &Faults) -> bool {
     }
     taken
 }
+
+/// `transactional.py` running its steps against a Kafka listener: the line each step
+/// printed, read as it comes, so a test can act on the cluster at a `["wait"]` step
+/// (the script waits for [`TransactionalSession::proceed`]). Killed when dropped.
+pub struct TransactionalSession {
+    child: tokio::process::Child,
+    stdin: Option<tokio::process::ChildStdin>,
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl TransactionalSession {
+    /// Starts the script with `steps` (see its doc) and librdkafka `settings`.
+    pub fn start(bootstrap: &str, steps: &serde_json::Value, settings: &[&str]) -> Self {
+        let script = script("transactional.py");
+        let steps = steps.to_string();
+        let mut args = vec![
+            script.to_str().expect("UTF-8 path"),
+            bootstrap,
+            steps.as_str(),
+        ];
+        args.extend_from_slice(settings);
+        let mut child = tokio::process::Command::new(python_bin())
+            .args(&args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("spawn transactional.py: {e} (scripts/install-deps.sh kafka-clients)")
+            });
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().expect("piped stdout");
+        let stderr = Arc::new(Mutex::new(String::new()));
+        if let Some(mut err) = child.stderr.take() {
+            let stderr = stderr.clone();
+            // librdkafka's log, kept for the failure message of a test.
+            tokio::spawn(async move {
+                let mut text = String::new();
+                let _ = err.read_to_string(&mut text).await;
+                stderr
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push_str(&text);
+            });
+        }
+        TransactionalSession {
+            child,
+            stdin,
+            lines: tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout)),
+            stderr,
+        }
+    }
+
+    fn stderr(&self) -> String {
+        self.stderr
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The next line the script printed.
+    pub async fn next(&mut self) -> serde_json::Value {
+        let line = tokio::time::timeout(CLIENT_PATIENCE, self.lines.next_line()).await;
+        match line {
+            Ok(Ok(Some(line))) => serde_json::from_str(&line)
+                .unwrap_or_else(|e| panic!("transactional.py printed {line:?}: {e}")),
+            Ok(Ok(None)) | Ok(Err(_)) => {
+                // Give the stderr reader a moment to take the last of it.
+                let _ = tokio::time::timeout(Duration::from_secs(2), self.child.wait()).await;
+                panic!("transactional.py ended early; stderr:\n{}", self.stderr())
+            }
+            Err(_) => panic!(
+                "transactional.py printed nothing for {CLIENT_PATIENCE:?}; stderr:\n{}",
+                self.stderr()
+            ),
+        }
+    }
+
+    /// The step lines up to the next `["wait"]` step.
+    pub async fn until_waiting(&mut self) -> Vec<serde_json::Value> {
+        let mut steps = Vec::new();
+        loop {
+            let line = self.next().await;
+            if line["waiting"] == serde_json::Value::Bool(true) {
+                return steps;
+            }
+            assert!(line.get("done").is_none(), "no wait step came: {steps:?}");
+            steps.push(line);
+        }
+    }
+
+    /// Lets the script go on past its wait step.
+    pub async fn proceed(&mut self) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        stdin.write_all(b"go\n").await.expect("write stdin");
+        stdin.flush().await.expect("flush stdin");
+    }
+
+    /// The remaining step lines, and the delivery reports of the last line.
+    pub async fn finish(mut self) -> (Vec<serde_json::Value>, Vec<serde_json::Value>) {
+        let mut steps = Vec::new();
+        loop {
+            let line = self.next().await;
+            if line["done"] == serde_json::Value::Bool(true) {
+                let reports = line["reports"].as_array().cloned().unwrap_or_default();
+                drop(self.stdin.take());
+                let _ = tokio::time::timeout(CLIENT_PATIENCE, self.child.wait()).await;
+                return (steps, reports);
+            }
+            steps.push(line);
+        }
+    }
+}
+
+/// `transactional.py` with `steps` (none of them a wait) to the end: the step lines
+/// and the delivery reports.
+pub async fn transactional(
+    bootstrap: &str,
+    steps: &serde_json::Value,
+    settings: &[&str],
+) -> (Vec<serde_json::Value>, Vec<serde_json::Value>) {
+    TransactionalSession::start(bootstrap, steps, settings)
+        .finish()
+        .await
+}
