@@ -1,7 +1,8 @@
 //! UNSUPPORTED_VERSION in the request's own schema, for a well-formed request the
 //! listener does not serve but can parse: a served API at a version outside the
-//! advertised range (within what the codec crate handles), or an API of the next
-//! slices whose answer has a top-level error code (the group and transaction APIs).
+//! advertised range (within what the codec crate handles: KIP-890's EndTxn v5 and
+//! TxnOffsetCommit v4+, AddPartitionsToTxn's broker-to-broker v4+), or a group API of
+//! the next slice.
 //! The client reads an error, not a dropped connection. What cannot be parsed (an API
 //! key unknown to the codec, a version outside the codec's range) is still closed on.
 

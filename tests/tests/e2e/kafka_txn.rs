@@ -215,7 +215,7 @@ async fn given_three_brokers_when_the_coordinator_is_killed_between_kafka_transa
     txn::wait_until_stable(&grpc, "spread", &[0, 1, 2]).await;
     for partition in 0..3 {
         let expected: Vec<String> = (0..3)
-            .flat_map(|round| records(round))
+            .flat_map(&records)
             .filter(|(_, p)| *p == partition)
             .map(|(value, _)| value)
             .collect();
