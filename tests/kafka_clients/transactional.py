@@ -10,6 +10,9 @@ Steps, each naming a producer of this process:
   ["flush", name]                    flush(): every produced record sent and acknowledged
                                      (abort_transaction() drops what is still queued)
   ["commit", name] / ["abort", name] commit_transaction() / abort_transaction()
+  ["send_offsets", name, group, topic, partition, offset]
+                                     send_offsets_to_transaction() with the metadata of a
+                                     consumer of `group` that never joins it
   ["wait"]                           prints {"waiting": true}, then reads a line of stdin
                                      (the test acts on the cluster meanwhile)
 
@@ -20,7 +23,7 @@ A step's line: {"step": [...], "ok": true} or, when librdkafka raised,
 import json
 import sys
 
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 # Each call's own limit, shorter than the test's patience with this script.
 CALL_TIMEOUT_S = 60
@@ -33,6 +36,7 @@ def main():
         key, value = setting.split("=", 1)
         settings[key] = value
     producers = {}
+    consumers = {}
     reports = []
 
     def delivered(err, msg):
@@ -68,6 +72,15 @@ def main():
                 producers[step[1]].commit_transaction(CALL_TIMEOUT_S)
             elif action == "abort":
                 producers[step[1]].abort_transaction(CALL_TIMEOUT_S)
+            elif action == "send_offsets":
+                group, topic, partition, offset = step[2], step[3], step[4], step[5]
+                if group not in consumers:
+                    consumers[group] = Consumer({"bootstrap.servers": bootstrap,
+                                                 "group.id": group,
+                                                 "enable.auto.commit": False})
+                metadata = consumers[group].consumer_group_metadata()
+                producers[step[1]].send_offsets_to_transaction(
+                    [TopicPartition(topic, partition, offset)], metadata, CALL_TIMEOUT_S)
             elif action == "wait":
                 print(json.dumps({"waiting": True}), flush=True)
                 sys.stdin.readline()
@@ -87,6 +100,8 @@ def main():
             producer.poll(0)  # the last delivery reports
         except KafkaException:
             pass  # a producer in a fatal state raises it again; its step said so
+    for consumer in consumers.values():
+        consumer.close()
     print(json.dumps({"done": True, "reports": reports}), flush=True)
 
 

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 
 use idem_client::credentials::Credentials;
 use idem_client::Admin;
+use idem_tests::groups::GroupClient;
 use idem_tests::kafka_clients::{kcat_read, transactional, TransactionalSession};
 use idem_tests::txn;
 use idem_tests::wait::{wait_until, Seen, PATIENCE};
@@ -90,13 +91,14 @@ async fn given_a_kafka_transactional_producer_when_it_commits_aborts_and_commits
     assert!(reports.iter().all(|r| r["error"].is_null()), "{reports:?}");
     // The producer kept the epoch init_transactions gave it through all three: it is
     // the one the coordinator still holds.
-    let described = txn::describe(&cluster.bootstrap(), "checkout")
-        .await
-        .expect("described");
-    assert_eq!(
-        (described.state.as_str(), described.producer_epoch),
-        ("CompleteCommit", 0)
-    );
+    let described = txn::wait_for_description(
+        &cluster.bootstrap(),
+        "checkout",
+        "completes its last commit",
+        |t| t.state == "CompleteCommit",
+    )
+    .await;
+    assert_eq!(described.producer_epoch, 0);
 
     let grpc = cluster.bootstrap();
     txn::wait_until_stable(&grpc, "orders", &[0, 1]).await;
@@ -121,6 +123,61 @@ async fn given_a_kafka_transactional_producer_when_it_commits_aborts_and_commits
     assert_eq!(
         values(&kafka, "audit", 0, "read_uncommitted").await,
         ["a1", "x2", "a3"]
+    );
+}
+
+/// KIP-447's consume-transform-produce step: confluent-kafka's
+/// send_offsets_to_transaction (AddOffsetsToTxn, then TxnOffsetCommit to the group's
+/// coordinator, both through the proxy) makes the offsets the group's only with the
+/// commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_offsets_sent_in_a_committed_and_an_aborted_kafka_transaction_then_the_group_has_only_the_committed_ones(
+) {
+    let cluster = Cluster::start_with_coordinators(1, 1, &KAFKA_LISTEN, &[]).await;
+    cluster.create_topic("incoming", 1, 1).await;
+    cluster.create_topic("outgoing", 1, 1).await;
+    let kafka = cluster.broker(1).kafka_bootstrap();
+    let grpc = cluster.bootstrap();
+
+    let steps = json!([
+        ["init", "p", "transformer"],
+        ["begin", "p"],
+        ["produce", "p", "outgoing", 0, "out-1"],
+        ["send_offsets", "p", "readers", "incoming", 0, 5],
+        ["commit", "p"],
+        ["begin", "p"],
+        ["produce", "p", "outgoing", 0, "out-2"],
+        ["send_offsets", "p", "readers", "incoming", 0, 9],
+        ["flush", "p"],
+        ["abort", "p"],
+    ]);
+    let (ran, _) = transactional(&kafka, &steps, &SETTINGS).await;
+    assert_all_ok(&ran);
+    txn::wait_until_stable(&grpc, "outgoing", &[0]).await;
+    let group = GroupClient::new(&grpc, "readers");
+    // The offsets become the group's with the COMMIT marker, written after EndTxn's
+    // answer; the aborted transaction's 9 never does.
+    wait_until(
+        PATIENCE,
+        "the committed offsets are the group's",
+        || async {
+            let committed = group.committed("incoming", 1).await;
+            if committed == [5] {
+                Seen::Reached(())
+            } else {
+                Seen::Not(format!("{committed:?}"))
+            }
+        },
+    )
+    .await;
+    txn::wait_for_description(&grpc, "transformer", "completes its abort", |t| {
+        t.state == "CompleteAbort"
+    })
+    .await;
+    assert_eq!(group.committed("incoming", 1).await, [5]);
+    assert_eq!(
+        values(&kafka, "outgoing", 0, "read_committed").await,
+        ["out-1"]
     );
 }
 
