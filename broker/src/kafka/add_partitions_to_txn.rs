@@ -118,3 +118,102 @@ fn answer<'a>(
         .collect();
     AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(results)
 }
+
+#[cfg(test)]
+mod tests {
+    use idem_runtime::acl::ResourceType;
+    use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+    use kafka_protocol::messages::{ProducerId, TransactionalId};
+    use kafka_protocol::protocol::StrBytes;
+
+    use super::*;
+    use crate::kafka::test_broker::{allow, context, service};
+
+    fn request(topics: &[(&'static str, &[i32])]) -> AddPartitionsToTxnRequest {
+        AddPartitionsToTxnRequest::default()
+            .with_v3_and_below_transactional_id(TransactionalId(StrBytes::from_static_str("tx")))
+            .with_v3_and_below_producer_id(ProducerId(5))
+            .with_v3_and_below_producer_epoch(0)
+            .with_v3_and_below_topics(
+                topics
+                    .iter()
+                    .map(|(name, partitions)| {
+                        AddPartitionsToTxnTopic::default()
+                            .with_name(StrBytes::from_static_str(name).into())
+                            .with_partitions(partitions.to_vec())
+                    })
+                    .collect(),
+            )
+    }
+
+    /// `(topic, partition, code)` of every result, in order.
+    fn codes(response: &AddPartitionsToTxnResponse) -> Vec<(String, i32, i16)> {
+        response
+            .results_by_topic_v3_and_below
+            .iter()
+            .flat_map(|t| {
+                t.results_by_partition.iter().map(|p| {
+                    (
+                        t.name.0.to_string(),
+                        p.partition_index,
+                        p.partition_error_code,
+                    )
+                })
+            })
+            .collect()
+    }
+
+    fn owned(rows: &[(&str, i32, i16)]) -> Vec<(String, i32, i16)> {
+        rows.iter()
+            .map(|(t, p, c)| (t.to_string(), *p, *c))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn given_no_write_on_the_transactional_id_then_every_partition_is_refused_53() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let acls = vec![allow(ResourceType::Topic, "orders", Operation::Write)];
+        let context = context(service(dir.path(), Some("127.0.0.1:1"), Some(acls)));
+        let answer = serve(&context, request(&[("orders", &[0, 1])]), 3).await;
+        assert_eq!(
+            codes(&answer),
+            owned(&[("orders", 0, 53), ("orders", 1, 53)])
+        );
+    }
+
+    #[tokio::test]
+    async fn given_a_topic_not_writable_then_its_partitions_29_the_others_55_and_nothing_forwarded()
+    {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let acls = vec![
+            allow(ResourceType::TransactionalId, "tx", Operation::Write),
+            allow(ResourceType::Topic, "orders", Operation::Write),
+        ];
+        // The coordinator's address is unreachable: a forwarded request would answer 15.
+        let context = context(service(dir.path(), Some("127.0.0.1:1"), Some(acls)));
+        let answer = serve(
+            &context,
+            request(&[("orders", &[0, 1]), ("secrets", &[0])]),
+            3,
+        )
+        .await;
+        assert_eq!(
+            codes(&answer),
+            owned(&[("orders", 0, 55), ("orders", 1, 55), ("secrets", 0, 29)])
+        );
+        assert_eq!(context.link.channel_count(), 0, "nothing was dialled");
+    }
+
+    #[tokio::test]
+    async fn given_an_unreachable_coordinator_then_every_partition_is_coordinator_not_available() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let address = listener.local_addr().expect("address").to_string();
+        drop(listener);
+        let context = context(service(dir.path(), Some(&address), None));
+        let answer = serve(&context, request(&[("orders", &[0])]), 3).await;
+        assert_eq!(codes(&answer), owned(&[("orders", 0, 15)]));
+    }
+}

@@ -51,3 +51,31 @@ pub async fn serve(context: &KafkaContext, request: EndTxnRequest, version: i16)
     };
     EndTxnResponse::default().with_error_code(code)
 }
+
+#[cfg(test)]
+mod tests {
+    use idem_runtime::acl::ResourceType;
+    use kafka_protocol::messages::{ProducerId, TransactionalId};
+    use kafka_protocol::protocol::StrBytes;
+
+    use super::*;
+    use crate::kafka::test_broker::{allow, context, service};
+
+    #[tokio::test]
+    async fn given_only_describe_on_the_transactional_id_then_end_txn_is_refused_53() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let acls = vec![allow(
+            ResourceType::TransactionalId,
+            "tx",
+            Operation::Describe,
+        )];
+        let context = context(service(dir.path(), Some("127.0.0.1:1"), Some(acls)));
+        let request = EndTxnRequest::default()
+            .with_transactional_id(TransactionalId(StrBytes::from_static_str("tx")))
+            .with_producer_id(ProducerId(5))
+            .with_committed(true);
+        let answer = serve(&context, request, 3).await;
+        assert_eq!(answer.error_code, 53);
+        assert_eq!(context.link.channel_count(), 0, "nothing was dialled");
+    }
+}

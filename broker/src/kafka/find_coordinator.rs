@@ -88,38 +88,10 @@ fn find(service: &BrokerService, key_type: i8, key: StrBytes) -> Coordinator {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
-    use idem_pidstore::{ProducerIdManager, SledPidStore};
-
     use super::*;
-    use crate::log::LogConfig;
-    use crate::partition::PartitionSettings;
-    use crate::topics::TopicRegistry;
 
-    /// A single-node broker told about a coordinator (or not), serving Kafka on 9094.
     fn broker(dir: &std::path::Path, coordinator: Option<&str>) -> BrokerService {
-        let settings = PartitionSettings {
-            log: LogConfig::default(),
-            max_batch_bytes: 1 << 20,
-            producer_id_expiration_ms: 60_000,
-            topic_defaults: crate::topic_config::TopicDefaults::new(
-                LogConfig::DEFAULT_SEGMENT_BYTES,
-                1 << 20,
-            ),
-        };
-        let topics = TopicRegistry::open(dir, 7, settings, 100).expect("registry");
-        let store = SledPidStore::open(dir.join("pidstore")).expect("pid store");
-        let producer_ids = Arc::new(ProducerIdManager::new(Arc::new(store), 7));
-        BrokerService::new(
-            7,
-            "127.0.0.1:9092".into(),
-            Arc::new(topics),
-            producer_ids,
-            1 << 20,
-        )
-        .with_coordinator(coordinator.map(str::to_string))
-        .with_kafka_advertised(Some("127.0.0.1:9094".into()))
+        crate::kafka::test_broker::service(dir, coordinator, None)
     }
 
     fn key(text: &'static str) -> StrBytes {

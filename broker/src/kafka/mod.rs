@@ -33,6 +33,8 @@ pub mod list_offsets;
 pub mod metadata;
 pub mod produce;
 pub mod records;
+#[cfg(test)]
+mod test_broker;
 pub mod txn_offset_commit;
 pub mod unsupported;
 pub mod versions;
