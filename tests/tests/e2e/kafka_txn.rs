@@ -8,9 +8,10 @@
 use std::collections::BTreeMap;
 
 use idem_client::credentials::Credentials;
-use idem_client::Admin;
+use idem_client::{Admin, TlsConfig};
 use idem_tests::groups::GroupClient;
 use idem_tests::kafka_clients::{kcat_read, transactional, TransactionalSession};
+use idem_tests::tls::{CertAuthority, TlsFiles};
 use idem_tests::txn;
 use idem_tests::wait::{wait_until, Seen, PATIENCE};
 use idem_tests::Cluster;
@@ -423,4 +424,50 @@ async fn kcat_read_checked(kafka: &str) -> Option<Vec<String>> {
     .await;
     (ran.success && !ran.stderr.to_lowercase().contains("authoriz"))
         .then(|| ran.stdout.lines().map(str::to_string).collect())
+}
+
+/// A cluster whose members speak mutual TLS to each other: the broker dials the
+/// coordinator it proxies with its peer certificate (the Kafka listener itself is
+/// plaintext, as every Kafka listener of idem so far).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_mutual_tls_cluster_when_a_kafka_producer_commits_then_the_broker_reaches_the_coordinator_over_tls(
+) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ca = CertAuthority::new("idem cluster CA");
+    let server = TlsFiles::write(dir.path(), "server", &ca.server(&[]), &ca);
+    let tls_flags = server.server_flags("required");
+    let mut broker_flags: Vec<&str> = tls_flags.iter().map(String::as_str).collect();
+    broker_flags.extend_from_slice(&KAFKA_LISTEN);
+    let coordinator_flags: Vec<&str> = tls_flags.iter().map(String::as_str).collect();
+    let mut cluster = Cluster::start(1, &broker_flags);
+    cluster.spawn_coordinators(1, &coordinator_flags);
+    let client = ca.client("operator");
+    let tls = TlsConfig::new(ca.cert_pem()).with_client_identity(client.cert_pem, client.key_pem);
+    let admin = Admin::connect_with(&cluster.bootstrap(), Credentials::none(), Some(tls))
+        .await
+        .expect("admin connects over mTLS");
+    admin
+        .create_topic("sealed", 1, 1)
+        .await
+        .expect("create topic");
+    let kafka = cluster.broker(1).kafka_bootstrap();
+
+    // init_transactions retries FindCoordinator until the coordinator owns the id.
+    let steps = plan([
+        vec![json!(["init", "p", "sealed-writer"])],
+        transaction("p", &[("sealed", 0, "s1")], true),
+        transaction("p", &[("sealed", 0, "s2")], true),
+    ]);
+    let (ran, _) = transactional(&kafka, &steps, &SETTINGS).await;
+    assert_all_ok(&ran);
+    wait_until(PATIENCE, "both commits are readable", || async {
+        let read = values(&kafka, "sealed", 0, "read_committed").await;
+        let both = read == ["s1", "s2"];
+        if both {
+            Seen::Reached(())
+        } else {
+            Seen::Not(format!("{read:?}"))
+        }
+    })
+    .await;
 }
