@@ -152,11 +152,13 @@ pub async fn python(script_name: &str, args: &[&str]) -> serde_json::Value {
 }
 
 struct Faults {
-    /// Lose every `every`-th Produce response (0: lose none) ...
+    /// The API whose responses are lost (Produce unless told otherwise).
+    api_key: std::sync::atomic::AtomicI16,
+    /// Lose every `every`-th response of it (0: lose none) ...
     every: AtomicUsize,
     /// ... until this many are lost.
     budget: AtomicUsize,
-    produce_responses: AtomicUsize,
+    responses: AtomicUsize,
     lost: AtomicUsize,
 }
 
@@ -178,9 +180,10 @@ impl KafkaProxy {
         let addr = listener.local_addr().expect("proxy address");
         let (upstream, watch_upstream) = watch::channel(None);
         let faults = Arc::new(Faults {
+            api_key: std::sync::atomic::AtomicI16::new(0),
             every: AtomicUsize::new(0),
             budget: AtomicUsize::new(0),
-            produce_responses: AtomicUsize::new(0),
+            responses: AtomicUsize::new(0),
             lost: AtomicUsize::new(0),
         });
         let task = {
@@ -221,6 +224,12 @@ impl KafkaProxy {
 
     /// Loses every `every`-th Produce response until `count` are lost.
     pub fn lose_produce_responses(&self, every: usize, count: usize) {
+        self.lose_responses(0, every, count);
+    }
+
+    /// Loses every `every`-th response to requests of `api_key` until `count` are lost.
+    pub fn lose_responses(&self, api_key: i16, every: usize, count: usize) {
+        self.faults.api_key.store(api_key, Ordering::SeqCst);
         self.faults.budget.store(count, Ordering::SeqCst);
         self.faults.every.store(every, Ordering::SeqCst);
     }
@@ -275,7 +284,7 @@ async fn relay(client: TcpStream, server: TcpStream, faults: Arc<Faults>) {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .pop_front();
-        if key == Some(0) && lose(&faults) {
+        if key == Some(faults.api_key.load(Ordering::SeqCst)) && lose(&faults) {
             break;
         }
         if client_write.write_all(&frame).await.is_err() {
@@ -285,9 +294,9 @@ async fn relay(client: TcpStream, server: TcpStream, faults: Arc<Faults>) {
     requests.abort();
 }
 
-/// Whether this Produce response is one to lose.
+/// Whether this response (of the API the faults name) is one to lose.
 fn lose(faults: &Faults) -> bool {
-    let n = faults.produce_responses.fetch_add(1, Ordering::SeqCst) + 1;
+    let n = faults.responses.fetch_add(1, Ordering::SeqCst) + 1;
     let every = faults.every.load(Ordering::SeqCst);
     // None for every == 0: lose nothing.
     if n.checked_rem(every) != Some(0) {

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use idem_client::credentials::Credentials;
 use idem_client::{Admin, TlsConfig};
 use idem_tests::groups::GroupClient;
-use idem_tests::kafka_clients::{kcat_read, transactional, TransactionalSession};
+use idem_tests::kafka_clients::{kcat_read, transactional, KafkaProxy, TransactionalSession};
 use idem_tests::tls::{CertAuthority, TlsFiles};
 use idem_tests::txn;
 use idem_tests::wait::{wait_until, Seen, PATIENCE};
@@ -470,4 +470,51 @@ async fn given_a_mutual_tls_cluster_when_a_kafka_producer_commits_then_the_broke
         }
     })
     .await;
+}
+
+/// EndTxn's answer lost on the way back (the connection closed after the coordinator
+/// decided): librdkafka sends the same EndTxn again, at the epoch it kept, and the
+/// coordinator answers it again rather than refusing it; every committed record once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_lost_end_txn_answers_when_librdkafka_retries_then_each_transaction_commits_once() {
+    let proxy = KafkaProxy::bind().await;
+    let advertised = proxy.addr().to_string();
+    // Metadata and FindCoordinator name the proxy: the coordinator connection too.
+    let cluster = Cluster::start_with_coordinators(
+        1,
+        1,
+        &[
+            KAFKA_LISTEN[0],
+            KAFKA_LISTEN[1],
+            "--kafka-advertise",
+            &advertised,
+        ],
+        &[],
+    )
+    .await;
+    proxy.forward_to(
+        cluster
+            .broker(1)
+            .kafka_bootstrap()
+            .parse()
+            .expect("address"),
+    );
+    cluster.create_topic("receipts", 1, 1).await;
+    const END_TXN: i16 = 26;
+    proxy.lose_responses(END_TXN, 1, 2);
+
+    let steps = plan([
+        vec![json!(["init", "p", "receipts-writer"])],
+        transaction("p", &[("receipts", 0, "r1")], true),
+        transaction("p", &[("receipts", 0, "r2")], true),
+        transaction("p", &[("receipts", 0, "r3")], true),
+    ]);
+    let (ran, _) = transactional(&advertised, &steps, &SETTINGS).await;
+    assert_eq!(proxy.lost_responses(), 2, "the faults happened");
+    assert_all_ok(&ran);
+    txn::wait_until_stable(&cluster.bootstrap(), "receipts", &[0]).await;
+    assert_eq!(
+        values(&advertised, "receipts", 0, "read_committed").await,
+        ["r1", "r2", "r3"]
+    );
 }
