@@ -55,13 +55,40 @@ pub enum LinkError {
     Tls { address: String, reason: String },
     #[error("coordinator at {address} did not answer: {status}")]
     Unreachable { address: String, status: String },
+    /// The coordinator refuses the broker itself: its credential is not a super user
+    /// there (an operator's mistake, which retrying does not mend).
+    #[error("coordinator at {address} refuses this broker's credential: {status}")]
+    BrokerRefused { address: String, status: String },
 }
 
 impl LinkError {
     /// What the Kafka client hears: the coordinator is not available (retriable: the
-    /// client finds the coordinator again, which may have moved).
+    /// client finds the coordinator again, which may have moved); a refused broker
+    /// credential is CLUSTER_AUTHORIZATION_FAILED, which stops the client with an error
+    /// instead of letting it retry for ever.
     pub fn kafka_code(&self) -> i16 {
-        ResponseError::CoordinatorNotAvailable.code()
+        match self {
+            LinkError::BrokerRefused { .. } => ResponseError::ClusterAuthorizationFailed.code(),
+            _ => ResponseError::CoordinatorNotAvailable.code(),
+        }
+    }
+
+    /// The failure of a call to `address` that ended with `status`.
+    fn of_status(address: &str, status: &tonic::Status) -> LinkError {
+        let address = address.to_string();
+        let text = format!("{:?}: {}", status.code(), status.message());
+        match status.code() {
+            tonic::Code::PermissionDenied | tonic::Code::Unauthenticated => {
+                LinkError::BrokerRefused {
+                    address,
+                    status: text,
+                }
+            }
+            _ => LinkError::Unreachable {
+                address,
+                status: text,
+            },
+        }
     }
 }
 
@@ -122,14 +149,20 @@ impl CoordinatorLink {
         answer: Result<tonic::Response<T>, tonic::Status>,
     ) -> Result<T, LinkError> {
         answer.map(tonic::Response::into_inner).map_err(|status| {
-            // A coordinator that went away may come back elsewhere, or at this address
-            // with a new certificate: nothing of this channel is worth keeping.
-            self.forget(address);
-            tracing::debug!(%address, code = ?status.code(), message = status.message(), "coordinator call failed");
-            LinkError::Unreachable {
-                address: address.to_string(),
-                status: format!("{:?}: {}", status.code(), status.message()),
+            let failure = LinkError::of_status(address, &status);
+            match &failure {
+                LinkError::BrokerRefused { .. } => {
+                    tracing::warn!(%address, error = %failure, "a coordinator refuses this broker's credential: Kafka coordinator requests fail until --auth-token names a super user there");
+                }
+                _ => {
+                    // A coordinator that went away may come back elsewhere, or at this
+                    // address with a new certificate: nothing of this channel is worth
+                    // keeping.
+                    self.forget(address);
+                    tracing::debug!(%address, code = ?status.code(), message = status.message(), "coordinator call failed");
+                }
             }
+            failure
         })
     }
 
@@ -267,6 +300,25 @@ mod tests {
         );
         assert!(started.elapsed() < Duration::from_secs(3));
         held.abort();
+    }
+
+    #[test]
+    fn given_the_broker_refused_then_cluster_authorization_failed_else_coordinator_not_available() {
+        let refused = LinkError::of_status("c:1", &tonic::Status::permission_denied("no"));
+        assert!(
+            matches!(refused, LinkError::BrokerRefused { .. }),
+            "{refused}"
+        );
+        assert_eq!(refused.kafka_code(), 31);
+        let unauthenticated = LinkError::of_status("c:1", &tonic::Status::unauthenticated("who?"));
+        assert_eq!(unauthenticated.kafka_code(), 31);
+        for status in [
+            tonic::Status::unavailable("gone"),
+            tonic::Status::deadline_exceeded("slow"),
+            tonic::Status::internal("broken"),
+        ] {
+            assert_eq!(LinkError::of_status("c:1", &status).kafka_code(), 15);
+        }
     }
 
     #[test]
