@@ -85,6 +85,10 @@ pub struct BoundBroker {
     duties: Duties,
     /// `--kafka-listen`, bound; served once the broker's RPCs are.
     kafka: Option<(tokio::net::TcpListener, SocketAddr)>,
+    /// What the Kafka listener dials coordinators with: the node's credential and, when
+    /// the cluster runs TLS, the peer TLS.
+    credential: NodeCredential,
+    peer_tls: Option<PeerTls>,
 }
 
 impl BoundBroker {
@@ -194,7 +198,7 @@ impl BoundBroker {
             &advertised,
             kafka_advertised.clone(),
             &shutdown,
-            credential,
+            credential.clone(),
         )
         .await?;
         // Before the first RPC is served: the stored ACLs, then their changes.
@@ -272,6 +276,8 @@ impl BoundBroker {
             health,
             duties: Duties::under(&shutdown),
             kafka,
+            credential,
+            peer_tls,
         })
     }
 
@@ -321,6 +327,8 @@ impl BoundBroker {
             health,
             duties,
             kafka,
+            credential,
+            peer_tls,
         } = self;
         let broker = BrokerService::new(
             config.broker_id,
@@ -361,6 +369,11 @@ impl BoundBroker {
             let context = Arc::new(kafka::KafkaContext {
                 service: broker.clone(),
                 max_request_bytes: config.limits.max_request_bytes,
+                link: Arc::new(kafka::coordinator_link::CoordinatorLink::new(
+                    credential,
+                    peer_tls,
+                    kafka::coordinator_link::LinkTimeouts::default(),
+                )),
             });
             tracing::info!(address = %bound, "Kafka listener serving");
             duties.spawn(

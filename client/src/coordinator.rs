@@ -478,6 +478,8 @@ impl CoordinatorLink {
             producer_id: producer.producer_id,
             producer_epoch: i32::from(producer.producer_epoch),
             commit,
+            // The SDK moves to the epoch the answer names (KIP-890's way).
+            keep_epoch: false,
         };
         let answer = self
             .call(transactional_id, deadline, |mut c| {

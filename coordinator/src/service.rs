@@ -391,6 +391,7 @@ impl TxnCoordinator for TxnCoordinatorService {
                             producer_id: request.producer_id,
                             producer_epoch: epoch,
                             commit: request.commit,
+                            keep_epoch: request.keep_epoch,
                         },
                     )
                     .await

@@ -156,6 +156,7 @@ fn txn_log_records() -> Seeds {
         txn_start_ms: 1_700_000_000_000,
         last_update_ms: 1_700_000_000_500,
         ended_by_producer: true,
+        kept_epoch: false,
         renewed_from: None,
         pending_end: None,
     };

@@ -152,11 +152,13 @@ pub async fn python(script_name: &str, args: &[&str]) -> serde_json::Value {
 }
 
 struct Faults {
-    /// Lose every `every`-th Produce response (0: lose none) ...
+    /// The API whose responses are lost (Produce unless told otherwise).
+    api_key: std::sync::atomic::AtomicI16,
+    /// Lose every `every`-th response of it (0: lose none) ...
     every: AtomicUsize,
     /// ... until this many are lost.
     budget: AtomicUsize,
-    produce_responses: AtomicUsize,
+    responses: AtomicUsize,
     lost: AtomicUsize,
 }
 
@@ -178,9 +180,10 @@ impl KafkaProxy {
         let addr = listener.local_addr().expect("proxy address");
         let (upstream, watch_upstream) = watch::channel(None);
         let faults = Arc::new(Faults {
+            api_key: std::sync::atomic::AtomicI16::new(0),
             every: AtomicUsize::new(0),
             budget: AtomicUsize::new(0),
-            produce_responses: AtomicUsize::new(0),
+            responses: AtomicUsize::new(0),
             lost: AtomicUsize::new(0),
         });
         let task = {
@@ -221,6 +224,12 @@ impl KafkaProxy {
 
     /// Loses every `every`-th Produce response until `count` are lost.
     pub fn lose_produce_responses(&self, every: usize, count: usize) {
+        self.lose_responses(0, every, count);
+    }
+
+    /// Loses every `every`-th response to requests of `api_key` until `count` are lost.
+    pub fn lose_responses(&self, api_key: i16, every: usize, count: usize) {
+        self.faults.api_key.store(api_key, Ordering::SeqCst);
         self.faults.budget.store(count, Ordering::SeqCst);
         self.faults.every.store(every, Ordering::SeqCst);
     }
@@ -275,7 +284,7 @@ async fn relay(client: TcpStream, server: TcpStream, faults: Arc<Faults>) {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .pop_front();
-        if key == Some(0) && lose(&faults) {
+        if key == Some(faults.api_key.load(Ordering::SeqCst)) && lose(&faults) {
             break;
         }
         if client_write.write_all(&frame).await.is_err() {
@@ -285,9 +294,9 @@ async fn relay(client: TcpStream, server: TcpStream, faults: Arc<Faults>) {
     requests.abort();
 }
 
-/// Whether this Produce response is one to lose.
+/// Whether this response (of the API the faults name) is one to lose.
 fn lose(faults: &Faults) -> bool {
-    let n = faults.produce_responses.fetch_add(1, Ordering::SeqCst) + 1;
+    let n = faults.responses.fetch_add(1, Ordering::SeqCst) + 1;
     let every = faults.every.load(Ordering::SeqCst);
     // None for every == 0: lose nothing.
     if n.checked_rem(every) != Some(0) {
@@ -301,4 +310,131 @@ fn lose(faults: &Faults) -> bool {
         faults.lost.fetch_add(1, Ordering::SeqCst);
     }
     taken
+}
+
+/// `transactional.py` running its steps against a Kafka listener: the line each step
+/// printed, read as it comes, so a test can act on the cluster at a `["wait"]` step
+/// (the script waits for [`TransactionalSession::proceed`]). Killed when dropped.
+pub struct TransactionalSession {
+    child: tokio::process::Child,
+    stdin: Option<tokio::process::ChildStdin>,
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl TransactionalSession {
+    /// Starts the script with `steps` (see its doc) and librdkafka `settings`.
+    pub fn start(bootstrap: &str, steps: &serde_json::Value, settings: &[&str]) -> Self {
+        let script = script("transactional.py");
+        let steps = steps.to_string();
+        let mut args = vec![
+            script.to_str().expect("UTF-8 path"),
+            bootstrap,
+            steps.as_str(),
+        ];
+        args.extend_from_slice(settings);
+        let mut child = tokio::process::Command::new(python_bin())
+            .args(&args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("spawn transactional.py: {e} (scripts/install-deps.sh kafka-clients)")
+            });
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().expect("piped stdout");
+        let stderr = Arc::new(Mutex::new(String::new()));
+        if let Some(mut err) = child.stderr.take() {
+            let stderr = stderr.clone();
+            // librdkafka's log, kept for the failure message of a test.
+            tokio::spawn(async move {
+                let mut text = String::new();
+                let _ = err.read_to_string(&mut text).await;
+                stderr
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push_str(&text);
+            });
+        }
+        TransactionalSession {
+            child,
+            stdin,
+            lines: tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout)),
+            stderr,
+        }
+    }
+
+    fn stderr(&self) -> String {
+        self.stderr
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The next line the script printed.
+    pub async fn next(&mut self) -> serde_json::Value {
+        let line = tokio::time::timeout(CLIENT_PATIENCE, self.lines.next_line()).await;
+        match line {
+            Ok(Ok(Some(line))) => serde_json::from_str(&line)
+                .unwrap_or_else(|e| panic!("transactional.py printed {line:?}: {e}")),
+            Ok(Ok(None)) | Ok(Err(_)) => {
+                // Give the stderr reader a moment to take the last of it.
+                let _ = tokio::time::timeout(Duration::from_secs(2), self.child.wait()).await;
+                panic!("transactional.py ended early; stderr:\n{}", self.stderr())
+            }
+            Err(_) => panic!(
+                "transactional.py printed nothing for {CLIENT_PATIENCE:?}; stderr:\n{}",
+                self.stderr()
+            ),
+        }
+    }
+
+    /// The step lines up to the next `["wait"]` step.
+    pub async fn until_waiting(&mut self) -> Vec<serde_json::Value> {
+        let mut steps = Vec::new();
+        loop {
+            let line = self.next().await;
+            if line["waiting"] == serde_json::Value::Bool(true) {
+                return steps;
+            }
+            assert!(line.get("done").is_none(), "no wait step came: {steps:?}");
+            steps.push(line);
+        }
+    }
+
+    /// Lets the script go on past its wait step.
+    pub async fn proceed(&mut self) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        stdin.write_all(b"go\n").await.expect("write stdin");
+        stdin.flush().await.expect("flush stdin");
+    }
+
+    /// The remaining step lines, and the delivery reports of the last line.
+    pub async fn finish(mut self) -> (Vec<serde_json::Value>, Vec<serde_json::Value>) {
+        let mut steps = Vec::new();
+        loop {
+            let line = self.next().await;
+            if line["done"] == serde_json::Value::Bool(true) {
+                let reports = line["reports"].as_array().cloned().unwrap_or_default();
+                drop(self.stdin.take());
+                let _ = tokio::time::timeout(CLIENT_PATIENCE, self.child.wait()).await;
+                return (steps, reports);
+            }
+            steps.push(line);
+        }
+    }
+}
+
+/// `transactional.py` with `steps` (none of them a wait) to the end: the step lines
+/// and the delivery reports.
+pub async fn transactional(
+    bootstrap: &str,
+    steps: &serde_json::Value,
+    settings: &[&str],
+) -> (Vec<serde_json::Value>, Vec<serde_json::Value>) {
+    TransactionalSession::start(bootstrap, steps, settings)
+        .finish()
+        .await
 }

@@ -310,6 +310,7 @@ pub async fn write_marker(client: &mut RawClient, marker: Marker<'_>) -> TxnMark
                 partitions: vec![marker.partition],
             }],
             timeout_ms: 5_000,
+            at_transaction_epoch: false,
         })
         .await
         .expect("WriteTxnMarkers")

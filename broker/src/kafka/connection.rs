@@ -12,9 +12,10 @@ use std::sync::Arc;
 use bytes::{BufMut, Bytes, BytesMut};
 use idem_runtime::shutdown::CancellationToken;
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, CreateTopicsRequest, DeleteTopicsRequest, FetchRequest,
+    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, ApiKey, ApiVersionsRequest,
+    CreateTopicsRequest, DeleteTopicsRequest, EndTxnRequest, FetchRequest, FindCoordinatorRequest,
     InitProducerIdRequest, ListOffsetsRequest, MetadataRequest, ProduceRequest, RequestHeader,
-    ResponseHeader,
+    ResponseHeader, TxnOffsetCommitRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 use kafka_protocol::ResponseError;
@@ -23,7 +24,8 @@ use tokio::net::TcpStream;
 
 use super::versions::{route, Route};
 use super::{
-    api_versions, create_topics, delete_topics, fetch, init_producer_id, list_offsets, metadata,
+    add_offsets_to_txn, add_partitions_to_txn, api_versions, create_topics, delete_topics, end_txn,
+    fetch, find_coordinator, init_producer_id, list_offsets, metadata, txn_offset_commit,
 };
 use super::{produce, unsupported, KafkaContext};
 
@@ -185,7 +187,7 @@ async fn answer(context: &KafkaContext, frame: Bytes) -> Result<Option<BytesMut>
         }
         ApiKey::InitProducerId => {
             let request = InitProducerIdRequest::decode(&mut buf, version).map_err(decode_error)?;
-            let body = init_producer_id::serve(service, request).await;
+            let body = init_producer_id::serve(context, request, version).await;
             respond(correlation_id, header_version, &body, version)
         }
         ApiKey::CreateTopics => {
@@ -196,6 +198,35 @@ async fn answer(context: &KafkaContext, frame: Bytes) -> Result<Option<BytesMut>
         ApiKey::DeleteTopics => {
             let request = DeleteTopicsRequest::decode(&mut buf, version).map_err(decode_error)?;
             let body = delete_topics::serve(service, request).await;
+            respond(correlation_id, header_version, &body, version)
+        }
+        ApiKey::FindCoordinator => {
+            let request =
+                FindCoordinatorRequest::decode(&mut buf, version).map_err(decode_error)?;
+            let body = find_coordinator::serve(service, request, version);
+            respond(correlation_id, header_version, &body, version)
+        }
+        ApiKey::AddPartitionsToTxn => {
+            let request =
+                AddPartitionsToTxnRequest::decode(&mut buf, version).map_err(decode_error)?;
+            let body = add_partitions_to_txn::serve(context, request, version).await;
+            respond(correlation_id, header_version, &body, version)
+        }
+        ApiKey::AddOffsetsToTxn => {
+            let request =
+                AddOffsetsToTxnRequest::decode(&mut buf, version).map_err(decode_error)?;
+            let body = add_offsets_to_txn::serve(context, request, version).await;
+            respond(correlation_id, header_version, &body, version)
+        }
+        ApiKey::EndTxn => {
+            let request = EndTxnRequest::decode(&mut buf, version).map_err(decode_error)?;
+            let body = end_txn::serve(context, request, version).await;
+            respond(correlation_id, header_version, &body, version)
+        }
+        ApiKey::TxnOffsetCommit => {
+            let request =
+                TxnOffsetCommitRequest::decode(&mut buf, version).map_err(decode_error)?;
+            let body = txn_offset_commit::serve(context, request, version).await;
             respond(correlation_id, header_version, &body, version)
         }
         _ => return Err(FrameError::NotServed { api_key, version }),

@@ -1,53 +1,110 @@
-//! InitProducerId for idempotent Kafka producers: the broker's own producer-id
-//! allocation (`BrokerService::serve_init_producer_id`, the leased block and KIP-360
-//! epoch bumps) with the same checks as the gRPC call: IDEMPOTENT_WRITE for
+//! InitProducerId. Without a transactional id (idempotent producers): the broker's own
+//! producer-id allocation (`BrokerService::serve_init_producer_id`, the leased block
+//! and KIP-360 epoch bumps) with the same checks as the gRPC call: IDEMPOTENT_WRITE for
 //! `User:ANONYMOUS` (else CLUSTER_AUTHORIZATION_FAILED) and the cap of new ids per
-//! principal. A transactional id is refused (NOT_COORDINATOR): transactions over the
-//! Kafka protocol are a later slice (docs/kafka.md).
+//! principal. With one: forwarded to the TxnCoordinator owning the id (`forward.rs`)
+//! after the coordinator's own check, write on the transactional id (else
+//! TRANSACTIONAL_ID_AUTHORIZATION_FAILED); v3+ carries the producer's current id and
+//! epoch (KIP-360), which the coordinator renews only if they are still current.
 
-use idem_proto::v1::InitProducerIdRequest as IdemRequest;
-use idem_runtime::acl::ANONYMOUS;
+use idem_proto::v1::{InitProducerIdRequest as IdemRequest, TxnInitProducerIdRequest};
+use idem_runtime::acl::{Operation, Resource, ANONYMOUS};
 use kafka_protocol::messages::init_producer_id_request::InitProducerIdRequest;
 use kafka_protocol::messages::init_producer_id_response::InitProducerIdResponse;
 use kafka_protocol::messages::ProducerId;
 use kafka_protocol::ResponseError;
 
 use super::errors::kafka_code;
-use crate::service::BrokerService;
+use super::forward::{for_version, to_txn_coordinator};
+use super::KafkaContext;
+
+/// KIP-588: PRODUCER_FENCED from InitProducerId v4 on.
+const FENCED_SINCE: i16 = 4;
 
 pub async fn serve(
-    service: &BrokerService,
+    context: &KafkaContext,
     request: InitProducerIdRequest,
+    version: i16,
 ) -> InitProducerIdResponse {
+    let service = &context.service;
     let transactional_id = request
         .transactional_id
         .as_ref()
         .map(|t| t.0.to_string())
         .unwrap_or_default();
-    if transactional_id.is_empty() && service.require_idempotent_write(ANONYMOUS).is_err() {
-        return refused(ResponseError::ClusterAuthorizationFailed.code());
-    }
     // v3+: a producer that has an id asks for its next epoch (-1: a new id).
     let producer_id = (request.producer_id.0 >= 0).then_some(request.producer_id.0);
+    if !transactional_id.is_empty() {
+        return transactional(context, transactional_id, request, producer_id, version).await;
+    }
+    if service.require_idempotent_write(ANONYMOUS).is_err() {
+        return refused(ResponseError::ClusterAuthorizationFailed.code());
+    }
     let idem = IdemRequest {
         transactional_id,
         transaction_timeout_ms: request.transaction_timeout_ms,
         producer_id,
         producer_epoch: i32::from(request.producer_epoch),
     };
-    let answer = match (idem.transactional_id.is_empty() && producer_id.is_none())
+    let answer = match producer_id
+        .is_none()
         .then(|| service.over_producer_id_cap(ANONYMOUS))
         .flatten()
     {
         Some(refusal) => refusal,
         None => service.serve_init_producer_id(idem).await,
     };
-    let Ok(producer_epoch) = i16::try_from(answer.producer_epoch) else {
+    answered(
+        kafka_code(answer.error_code),
+        answer.producer_id,
+        answer.producer_epoch,
+    )
+}
+
+async fn transactional(
+    context: &KafkaContext,
+    transactional_id: String,
+    request: InitProducerIdRequest,
+    producer_id: Option<i64>,
+    version: i16,
+) -> InitProducerIdResponse {
+    let needs = [(
+        Operation::Write,
+        Resource::transactional_id(&transactional_id),
+    )];
+    if let Err(denied) = context.service.check_all(ANONYMOUS, needs) {
+        return refused(kafka_code(denied.error_code() as i32));
+    }
+    let forwarded = TxnInitProducerIdRequest {
+        transactional_id: transactional_id.clone(),
+        transaction_timeout_ms: request.transaction_timeout_ms,
+        producer_id,
+        producer_epoch: i32::from(request.producer_epoch),
+    };
+    let answer = to_txn_coordinator(context, &transactional_id, |mut client| async move {
+        client.init_producer_id(forwarded).await
+    })
+    .await;
+    match answer {
+        Ok(answer) => answered(
+            for_version(answer.error_code, version, FENCED_SINCE),
+            answer.producer_id,
+            answer.producer_epoch,
+        ),
+        Err(refusal) => {
+            tracing::debug!(%transactional_id, code = refusal.code, reason = %refusal.message, "InitProducerId not forwarded");
+            refused(refusal.code)
+        }
+    }
+}
+
+fn answered(error_code: i16, producer_id: i64, producer_epoch: i32) -> InitProducerIdResponse {
+    let Ok(producer_epoch) = i16::try_from(producer_epoch) else {
         return refused(ResponseError::UnknownServerError.code());
     };
     InitProducerIdResponse::default()
-        .with_error_code(kafka_code(answer.error_code))
-        .with_producer_id(ProducerId(answer.producer_id))
+        .with_error_code(error_code)
+        .with_producer_id(ProducerId(producer_id))
         .with_producer_epoch(producer_epoch)
 }
 

@@ -4,7 +4,8 @@
 //! producer state, replication and read_committed behave as they do for idem's SDK;
 //! the codecs are the `kafka-protocol` crate's. One file per idea: `connection`
 //! (framing, dispatch), `versions` (what is served), `records` (batch conversion),
-//! `errors` (code mapping), and one per API.
+//! `errors` (code mapping), `coordinator_link` (the coordinators it proxies the
+//! coordinator APIs to), and one per API.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -15,17 +16,26 @@ use tokio::net::TcpListener;
 
 use crate::service::BrokerService;
 
+pub mod add_offsets_to_txn;
+pub mod add_partitions_to_txn;
 pub mod api_versions;
 pub mod connection;
+pub mod coordinator_link;
 pub mod create_topics;
 pub mod delete_topics;
+pub mod end_txn;
 pub mod errors;
 pub mod fetch;
+pub mod find_coordinator;
+pub mod forward;
 pub mod init_producer_id;
 pub mod list_offsets;
 pub mod metadata;
 pub mod produce;
 pub mod records;
+#[cfg(test)]
+mod test_broker;
+pub mod txn_offset_commit;
 pub mod unsupported;
 pub mod versions;
 
@@ -34,6 +44,8 @@ pub struct KafkaContext {
     pub service: Arc<BrokerService>,
     /// `--max-request-bytes`: larger frames are closed on before they are read.
     pub max_request_bytes: usize,
+    /// The coordinators this broker forwards the Kafka coordinator APIs to.
+    pub link: Arc<coordinator_link::CoordinatorLink>,
 }
 
 /// Accepts Kafka connections on `listener` until the duties stop; each connection is

@@ -1,7 +1,8 @@
 //! UNSUPPORTED_VERSION in the request's own schema, for a well-formed request the
 //! listener does not serve but can parse: a served API at a version outside the
-//! advertised range (within what the codec crate handles), or an API of the next
-//! slices whose answer has a top-level error code (the group and transaction APIs).
+//! advertised range (within what the codec crate handles: KIP-890's EndTxn v5 and
+//! TxnOffsetCommit v4+, AddPartitionsToTxn's broker-to-broker v4+), or a group API of
+//! the next slice.
 //! The client reads an error, not a dropped connection. What cannot be parsed (an API
 //! key unknown to the codec, a version outside the codec's range) is still closed on.
 
@@ -29,6 +30,8 @@ pub fn answerable(key: ApiKey) -> Option<VersionRange> {
         ApiKey::ListGroups => ListGroupsRequest::VERSIONS,
         ApiKey::AddOffsetsToTxn => AddOffsetsToTxnRequest::VERSIONS,
         ApiKey::EndTxn => EndTxnRequest::VERSIONS,
+        ApiKey::AddPartitionsToTxn => AddPartitionsToTxnRequest::VERSIONS,
+        ApiKey::TxnOffsetCommit => TxnOffsetCommitRequest::VERSIONS,
         _ => return None,
     })
 }
@@ -228,6 +231,37 @@ pub fn answer(key: ApiKey, version: i16, buf: &mut Bytes) -> Result<BytesMut, Fa
                 .with_producer_epoch(-1)
                 .encode(&mut out, version)
         }
+        ApiKey::AddPartitionsToTxn => {
+            AddPartitionsToTxnRequest::decode(buf, version).map_err(text)?;
+            // v4+ (the only versions not served) carry a top-level code.
+            AddPartitionsToTxnResponse::default()
+                .with_error_code(UNSUPPORTED)
+                .encode(&mut out, version)
+        }
+        ApiKey::TxnOffsetCommit => {
+            let request = TxnOffsetCommitRequest::decode(buf, version).map_err(text)?;
+            let topics = request
+                .topics
+                .into_iter()
+                .map(|t| {
+                    txn_offset_commit_response::TxnOffsetCommitResponseTopic::default()
+                        .with_name(t.name)
+                        .with_partitions(
+                            t.partitions
+                                .iter()
+                                .map(|p| {
+                                    txn_offset_commit_response::TxnOffsetCommitResponsePartition::default()
+                                        .with_partition_index(p.partition_index)
+                                        .with_error_code(UNSUPPORTED)
+                                })
+                                .collect(),
+                        )
+                })
+                .collect();
+            TxnOffsetCommitResponse::default()
+                .with_topics(topics)
+                .encode(&mut out, version)
+        }
         _ => return Err(format!("{key:?} has no UNSUPPORTED_VERSION answer")),
     };
     encoded.map_err(text)?;
@@ -261,6 +295,8 @@ mod tests {
             ApiKey::ListGroups,
             ApiKey::AddOffsetsToTxn,
             ApiKey::EndTxn,
+            ApiKey::AddPartitionsToTxn,
+            ApiKey::TxnOffsetCommit,
         ];
         let mut answered_versions = 0;
         for key in keys {
@@ -296,6 +332,12 @@ mod tests {
                         AddOffsetsToTxnRequest::default().encode(&mut request, version)
                     }
                     ApiKey::EndTxn => EndTxnRequest::default().encode(&mut request, version),
+                    ApiKey::AddPartitionsToTxn => {
+                        AddPartitionsToTxnRequest::default().encode(&mut request, version)
+                    }
+                    ApiKey::TxnOffsetCommit => {
+                        TxnOffsetCommitRequest::default().encode(&mut request, version)
+                    }
                     _ => unreachable!("listed above"),
                 };
                 if encoded.is_err() {

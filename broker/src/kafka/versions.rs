@@ -21,7 +21,11 @@ pub struct Served {
 /// Every API served, with the versions handled. Produce starts at 3 and Fetch at 4
 /// (record batch v2, isolation level); Fetch stops at 12 and Metadata at 12 because
 /// later versions name topics by id only; ApiVersions stops at 3 (v4 adds nothing we
-/// use).
+/// use). The transaction APIs stop before KIP-890 (transaction version 2): EndTxn v5
+/// answers the producer's next epoch, TxnOffsetCommit v5 and Produce v12 add
+/// partitions implicitly, AddPartitionsToTxn v4+ is broker-to-broker; their v4s (and
+/// AddOffsetsToTxn's) only add TRANSACTION_ABORTABLE, which librdkafka does not ask
+/// for. EndTxn stops at 4 for that reason (docs/kafka.md, "Transactions and epochs").
 pub const SERVED: &[Served] = &[
     Served {
         key: ApiKey::Produce,
@@ -62,6 +66,31 @@ pub const SERVED: &[Served] = &[
         key: ApiKey::DeleteTopics,
         min: 1,
         max: 6,
+    },
+    Served {
+        key: ApiKey::FindCoordinator,
+        min: 0,
+        max: 6,
+    },
+    Served {
+        key: ApiKey::AddPartitionsToTxn,
+        min: 0,
+        max: 3,
+    },
+    Served {
+        key: ApiKey::AddOffsetsToTxn,
+        min: 0,
+        max: 3,
+    },
+    Served {
+        key: ApiKey::EndTxn,
+        min: 0,
+        max: 4,
+    },
+    Served {
+        key: ApiKey::TxnOffsetCommit,
+        min: 0,
+        max: 3,
     },
 ];
 
@@ -104,7 +133,7 @@ mod tests {
     /// Every advertised version must be one the codec crate encodes and decodes.
     #[test]
     fn every_served_version_is_within_the_codecs_range() {
-        let codec: [(ApiKey, VersionRange); 8] = [
+        let codec: [(ApiKey, VersionRange); 13] = [
             (ApiKey::Produce, ProduceRequest::VERSIONS),
             (ApiKey::Fetch, FetchRequest::VERSIONS),
             (ApiKey::ListOffsets, ListOffsetsRequest::VERSIONS),
@@ -113,6 +142,14 @@ mod tests {
             (ApiKey::CreateTopics, CreateTopicsRequest::VERSIONS),
             (ApiKey::InitProducerId, InitProducerIdRequest::VERSIONS),
             (ApiKey::DeleteTopics, DeleteTopicsRequest::VERSIONS),
+            (ApiKey::FindCoordinator, FindCoordinatorRequest::VERSIONS),
+            (
+                ApiKey::AddPartitionsToTxn,
+                AddPartitionsToTxnRequest::VERSIONS,
+            ),
+            (ApiKey::AddOffsetsToTxn, AddOffsetsToTxnRequest::VERSIONS),
+            (ApiKey::EndTxn, EndTxnRequest::VERSIONS),
+            (ApiKey::TxnOffsetCommit, TxnOffsetCommitRequest::VERSIONS),
         ];
         for served in SERVED {
             let (_, range) = codec
@@ -143,6 +180,13 @@ mod tests {
         // 999: no Kafka API at all.
         assert_eq!(route(11, 5), Route::Unsupported(ApiKey::JoinGroup));
         assert_eq!(route(29, 1), Route::Close);
+        // EndTxn v5 is KIP-890's: answered UNSUPPORTED_VERSION, so librdkafka and the
+        // Java client stay at v4, where the producer keeps its epoch.
+        assert_eq!(route(26, 4), Route::Serve(ApiKey::EndTxn));
+        assert_eq!(route(26, 5), Route::Unsupported(ApiKey::EndTxn));
+        assert_eq!(route(24, 3), Route::Serve(ApiKey::AddPartitionsToTxn));
+        assert_eq!(route(24, 4), Route::Unsupported(ApiKey::AddPartitionsToTxn));
+        assert_eq!(route(28, 5), Route::Unsupported(ApiKey::TxnOffsetCommit));
         assert_eq!(route(999, 0), Route::Close);
         assert_eq!(route(-1, 0), Route::Close);
     }

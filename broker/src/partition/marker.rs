@@ -19,7 +19,7 @@ use idem_proto::v1::ControlType;
 
 use super::{now_ms, Partition};
 use crate::error::BrokerError;
-use crate::producer_state::MarkerDecision;
+use crate::producer_state::{MarkerDecision, MarkerEpoch};
 
 /// A transaction open in this partition (ListOpenTransactions).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,6 +46,7 @@ impl Partition {
         producer_epoch: i16,
         control_type: ControlType,
         coordinator_epoch: i32,
+        end_epoch: MarkerEpoch,
         timeout: Duration,
     ) -> Result<Option<i64>, BrokerError> {
         if let Some((isr, min)) = self.insync_shortfall() {
@@ -59,6 +60,7 @@ impl Partition {
                 producer_epoch,
                 control_type,
                 coordinator_epoch,
+                end_epoch,
             );
             match decision {
                 MarkerDecision::Append => {

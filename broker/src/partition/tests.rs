@@ -11,6 +11,7 @@ use idem_proto::v1::{ControlType, IsolationLevel};
 use idem_proto::ErrorCode;
 
 use crate::log::ReadLimit;
+use crate::producer_state::MarkerEpoch;
 use crate::txn_index::segment_file;
 
 use super::*;
@@ -63,8 +64,15 @@ async fn marker(
     epoch: i16,
     control_type: ControlType,
 ) -> Result<Option<i64>, BrokerError> {
-    p.append_marker(producer_id, epoch, control_type, 0, TIMEOUT)
-        .await
+    p.append_marker(
+        producer_id,
+        epoch,
+        control_type,
+        0,
+        MarkerEpoch::Next,
+        TIMEOUT,
+    )
+    .await
 }
 
 /// `(base_offset, producer_id)` of every batch a consumer fetch returns from `offset`.
@@ -168,20 +176,29 @@ async fn given_a_retried_marker_then_nothing_is_appended_and_the_answer_is_succe
 async fn given_refused_markers_then_their_codes_are_the_documented_ones() {
     let dir = tempfile::tempdir().expect("tempdir");
     let p = open("orders", dir.path());
-    p.append_marker(1, 3, ControlType::Begin, 5, TIMEOUT)
+    p.append_marker(1, 3, ControlType::Begin, 5, MarkerEpoch::Next, TIMEOUT)
         .await
         .expect("begin");
     let code = |r: Result<Option<i64>, BrokerError>| r.expect_err("refused").code();
     assert_eq!(
-        code(p.append_marker(1, 2, ControlType::Commit, 5, TIMEOUT).await),
+        code(
+            p.append_marker(1, 2, ControlType::Commit, 5, MarkerEpoch::Next, TIMEOUT)
+                .await
+        ),
         ErrorCode::InvalidProducerEpoch
     );
     assert_eq!(
-        code(p.append_marker(1, 4, ControlType::Commit, 4, TIMEOUT).await),
+        code(
+            p.append_marker(1, 4, ControlType::Commit, 4, MarkerEpoch::Next, TIMEOUT)
+                .await
+        ),
         ErrorCode::TransactionCoordinatorFenced
     );
     assert_eq!(
-        code(p.append_marker(1, 4, ControlType::Begin, 5, TIMEOUT).await),
+        code(
+            p.append_marker(1, 4, ControlType::Begin, 5, MarkerEpoch::Next, TIMEOUT)
+                .await
+        ),
         ErrorCode::InvalidTxnState
     );
     assert_eq!(
@@ -624,7 +641,7 @@ async fn given_a_follower_that_has_not_fetched_then_a_begin_is_answered_and_data
     // Waiting for broker 2 would run into TIMEOUT and fail: a BEGIN only orders the
     // transaction's data after it.
     let begin = leader
-        .append_marker(7, 0, ControlType::Begin, 0, TIMEOUT)
+        .append_marker(7, 0, ControlType::Begin, 0, MarkerEpoch::Next, TIMEOUT)
         .await
         .expect("BEGIN answered without the follower");
     assert_eq!(begin, Some(0));
@@ -650,7 +667,7 @@ async fn given_a_follower_that_has_not_fetched_then_a_begin_is_answered_and_data
         .expect("the follower holds offsets 0 to 2");
     assert_eq!(leader.offsets().high_watermark, 3);
     let commit = leader
-        .append_marker(7, 1, ControlType::Commit, 0, short)
+        .append_marker(7, 1, ControlType::Commit, 0, MarkerEpoch::Next, short)
         .await;
     assert!(
         matches!(commit, Err(BrokerError::ReplicationTimedOut { end: 4, .. })),

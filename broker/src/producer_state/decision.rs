@@ -44,6 +44,17 @@ pub enum TxnRefusal {
     OpenAtLowerEpoch { open_epoch: i16, begin_epoch: i16 },
 }
 
+/// Which epoch a COMMIT or ABORT carries (`WriteTxnMarkersRequest.at_transaction_epoch`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MarkerEpoch {
+    /// The epoch the producer moves to, one above the transaction's (KIP-890, the SDK):
+    /// it fences every late batch of the transaction.
+    Next,
+    /// The transaction's own epoch, which its producer keeps (Kafka's transaction
+    /// version 1, Kafka clients without KIP-890).
+    Transaction,
+}
+
 /// What to do with a transaction marker (`WriteTxnMarkers`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MarkerDecision {

@@ -25,7 +25,7 @@ use idem_proto::batch::{self, BatchHeader};
 use idem_proto::control::ControlMarker;
 use idem_proto::v1::ControlType;
 
-pub use decision::{Decision, MarkerDecision, TxnRefusal};
+pub use decision::{Decision, MarkerDecision, MarkerEpoch, TxnRefusal};
 pub use encoding::SnapshotError;
 pub use entry::{BatchMetadata, ProducerEntry, MAX_CACHED_BATCHES, NO_COORDINATOR_EPOCH};
 pub use kept_snapshots::SnapshotBounds;
@@ -146,9 +146,13 @@ impl ProducerStateTable {
                     ControlType::Begin => {
                         entry.txn_first_offset.get_or_insert(header.base_offset);
                     }
+                    // The batch cache stays: a marker at the next epoch already emptied
+                    // it (a new epoch starts at sequence 0), and one at the transaction's
+                    // own epoch (Kafka's transaction version 1) leaves the producer at
+                    // that epoch, where its sequences go on and a retry of its last
+                    // batches is still a duplicate.
                     ControlType::Commit | ControlType::Abort => {
                         entry.txn_first_offset = None;
-                        entry.batches.clear();
                     }
                 }
             }

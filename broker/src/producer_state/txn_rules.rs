@@ -9,7 +9,7 @@
 
 use idem_proto::v1::ControlType;
 
-use super::decision::{Decision, MarkerDecision, TxnRefusal};
+use super::decision::{Decision, MarkerDecision, MarkerEpoch, TxnRefusal};
 use super::ProducerStateTable;
 
 impl ProducerStateTable {
@@ -53,14 +53,16 @@ impl ProducerStateTable {
 
     /// Decides a marker of `control_type` for `producer_id` at `producer_epoch` from a
     /// coordinator at `coordinator_epoch`. BEGIN carries the transaction's epoch,
-    /// COMMIT/ABORT the epoch the producer moves to. A retry whose effect is in the log
-    /// already is `AlreadyApplied`, so the coordinator may resend markers freely.
+    /// COMMIT/ABORT the epoch the producer moves to, or with [`MarkerEpoch::Transaction`]
+    /// the transaction's own, which the producer keeps. A retry whose effect is in the
+    /// log already is `AlreadyApplied`, so the coordinator may resend markers freely.
     pub fn check_marker(
         &self,
         producer_id: i64,
         producer_epoch: i16,
         control_type: ControlType,
         coordinator_epoch: i32,
+        end_epoch: MarkerEpoch,
     ) -> MarkerDecision {
         let Some(entry) = self.get(producer_id) else {
             // Never seen (or expired without a transaction): BEGIN opens one; a lone
@@ -80,6 +82,16 @@ impl ProducerStateTable {
             };
         }
         let open = entry.in_transaction();
+        if end_epoch == MarkerEpoch::Transaction && control_type != ControlType::Begin {
+            // At the transaction's own epoch the marker closes the transaction open at
+            // exactly that epoch (or, at a lower one, fences it like any newer marker);
+            // with nothing open at its epoch it is a retry of itself.
+            return if !open && entry.producer_epoch == producer_epoch {
+                MarkerDecision::AlreadyApplied
+            } else {
+                MarkerDecision::Append
+            };
+        }
         match control_type {
             ControlType::Begin if open && entry.producer_epoch == producer_epoch => {
                 MarkerDecision::AlreadyApplied

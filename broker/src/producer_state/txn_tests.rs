@@ -51,9 +51,20 @@ impl Log {
         epoch: i16,
         coordinator_epoch: i32,
     ) -> (MarkerDecision, Option<i64>) {
-        let decision = self
-            .table
-            .check_marker(PID, epoch, control_type, coordinator_epoch);
+        self.marker_at(control_type, epoch, coordinator_epoch, MarkerEpoch::Next)
+    }
+
+    /// [`Self::marker`] with the end marker's epoch kind.
+    fn marker_at(
+        &mut self,
+        control_type: ControlType,
+        epoch: i16,
+        coordinator_epoch: i32,
+        end_epoch: MarkerEpoch,
+    ) -> (MarkerDecision, Option<i64>) {
+        let decision =
+            self.table
+                .check_marker(PID, epoch, control_type, coordinator_epoch, end_epoch);
         let offset = (decision == MarkerDecision::Append).then(|| {
             let marker = ControlMarker {
                 control_type,
@@ -260,7 +271,9 @@ fn given_a_transaction_at_the_last_epoch_then_its_saturated_abort_at_that_epoch_
     log.begin(i16::MAX, 0);
     log.data(i16::MAX, 0, 2, true);
     assert_eq!(log.abort(i16::MAX, 0), MarkerDecision::Append);
-    assert!(log.entry().batches.is_empty());
+    // A marker at the data's own epoch keeps the sequences (as Kafka's transaction
+    // version 1 markers do); nothing can follow at this epoch anyway.
+    assert_eq!(log.entry().last_seq(), Some(1));
     assert_eq!(log.entry().txn_first_offset, None);
 }
 
@@ -537,7 +550,7 @@ fn given_transaction_fields_when_snapshotted_then_they_round_trip() {
     );
     // Decided the same after the round trip.
     assert_eq!(
-        decoded.check_marker(PID, 3, ControlType::Begin, 11),
+        decoded.check_marker(PID, 3, ControlType::Begin, 11, MarkerEpoch::Next),
         MarkerDecision::AlreadyApplied
     );
 }
@@ -550,4 +563,83 @@ fn given_a_version_1_snapshot_then_it_is_not_used() {
         ProducerStateTable::decode_snapshot(&bytes),
         Err(SnapshotError::UnsupportedVersion(1))
     ));
+}
+
+// Kafka's transaction version 1: a Kafka client without KIP-890 keeps its epoch, and the
+// coordinator's markers carry the transaction's own epoch (`MarkerEpoch::Transaction`).
+
+#[test]
+fn given_markers_at_the_transactions_own_epoch_then_each_closes_its_transaction_and_sequences_go_on(
+) {
+    let mut log = Log::new();
+    assert_eq!(log.begin(0, 1), MarkerDecision::Append);
+    assert_eq!(log.data(0, 0, 3, true), Decision::Append);
+    let (commit, at) = log.marker_at(ControlType::Commit, 0, 1, MarkerEpoch::Transaction);
+    assert_eq!((commit, at), (MarkerDecision::Append, Some(4)));
+    assert!(
+        !log.entry().in_transaction(),
+        "the COMMIT at epoch 0 closed it"
+    );
+    // Its retry appends nothing.
+    assert_eq!(
+        log.marker_at(ControlType::Commit, 0, 1, MarkerEpoch::Transaction)
+            .0,
+        MarkerDecision::AlreadyApplied
+    );
+    // The next transaction at the same epoch: data before its BEGIN is refused, after
+    // it the sequence goes on from 3 (the client does not restart it).
+    assert!(matches!(
+        log.data(0, 3, 2, true),
+        Decision::InvalidTxnState(_)
+    ));
+    assert_eq!(log.begin(0, 1), MarkerDecision::Append);
+    assert_eq!(
+        log.data(0, 0, 3, true),
+        Decision::Duplicate(log.entry().find_batch(0, 2).expect("cached")),
+        "a retry of the first transaction's batch is still a duplicate"
+    );
+    assert_eq!(log.data(0, 3, 2, true), Decision::Append);
+    let (abort, _) = log.marker_at(ControlType::Abort, 0, 1, MarkerEpoch::Transaction);
+    assert_eq!(abort, MarkerDecision::Append);
+    assert!(!log.entry().in_transaction());
+    // Replay of the log rebuilds the same state.
+    let replayed = log.replayed();
+    let entry = replayed.get(PID).expect("entry");
+    assert_eq!(
+        (
+            entry.producer_epoch,
+            entry.last_seq(),
+            entry.in_transaction()
+        ),
+        (0, Some(4), false)
+    );
+}
+
+#[test]
+fn given_kept_epochs_when_a_new_instance_bumps_the_epoch_then_the_old_one_is_fenced() {
+    let mut log = Log::new();
+    log.begin(0, 1);
+    log.data(0, 0, 2, true);
+    log.marker_at(ControlType::Commit, 0, 1, MarkerEpoch::Transaction);
+    log.begin(0, 1);
+    log.data(0, 2, 1, true);
+    // The new instance's InitProducerId aborts the open transaction at the next epoch.
+    assert_eq!(log.abort(1, 1), MarkerDecision::Append);
+    assert!(!log.entry().in_transaction());
+    assert!(matches!(
+        log.data(0, 3, 1, true),
+        Decision::InvalidEpoch { current: 1, got: 0 }
+    ));
+    assert!(matches!(
+        log.marker_at(ControlType::Commit, 0, 1, MarkerEpoch::Transaction)
+            .0,
+        MarkerDecision::InvalidEpoch { current: 1, got: 0 }
+    ));
+    assert!(matches!(
+        log.begin(0, 1),
+        MarkerDecision::InvalidEpoch { .. }
+    ));
+    // The new instance starts at sequence 0 of epoch 1.
+    assert_eq!(log.begin(1, 1), MarkerDecision::Append);
+    assert_eq!(log.data(1, 0, 1, true), Decision::Append);
 }

@@ -40,6 +40,20 @@ impl BrokerService {
         Ok(())
     }
 
+    /// Every one of `needs`, as the refusal itself (the Kafka listener answers it with
+    /// the Kafka code of the resource's type: `Denied::error_code`).
+    pub(crate) fn check_all(
+        &self,
+        principal: &str,
+        needs: impl IntoIterator<Item = (Operation, Resource)>,
+    ) -> Result<(), Denied> {
+        self.authorizer.check_all(principal, needs).inspect_err(|denied| {
+            metrics::counter!("idem_authorization_denied_total", "resource" => denied.resource.resource_type.as_str())
+                .increment(1);
+            tracing::debug!(principal = %denied.principal, operation = %denied.operation, resource = %denied.resource, "request not authorized");
+        })
+    }
+
     /// [`Self::require`] for `operation` on each of `topics`.
     pub(super) fn require_topics<'a>(
         &self,

@@ -149,6 +149,11 @@ impl BrokerService {
         self
     }
 
+    /// What Kafka clients dial for this broker (`None`: no Kafka listener).
+    pub fn kafka_advertised(&self) -> Option<&str> {
+        self.kafka_advertised.as_deref()
+    }
+
     /// Checks every RPC against `authorizer` (open by default).
     pub fn with_authorizer(mut self, authorizer: Authorizer) -> Self {
         self.authorizer = authorizer;

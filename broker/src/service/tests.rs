@@ -74,6 +74,7 @@ fn markers(
             })
             .collect(),
         timeout_ms: 5_000,
+        at_transaction_epoch: false,
     }
 }
 

@@ -17,9 +17,18 @@ use idem_runtime::listeners::{pick, Listener};
 use super::produce::replication_timeout;
 use super::refusal::log_refusal;
 use super::BrokerService;
+use crate::coordinators::FoundCoordinator;
 use crate::error::BrokerError;
+use crate::producer_state::MarkerEpoch;
 
 impl BrokerService {
+    /// The coordinator owning `id` (a transactional id or a group id: both hash to the
+    /// same slice), as FindCoordinator finds it; the Kafka listener forwards there.
+    pub(crate) fn coordinator_of(&self, id: &str) -> Result<FoundCoordinator, BrokerError> {
+        self.coordinators()
+            .find(id, self.topics.partition_count(TXN_LOG_TOPIC))
+    }
+
     pub(super) fn serve_find_coordinator(
         &self,
         request: FindCoordinatorRequest,
@@ -117,11 +126,17 @@ impl BrokerService {
         let result = match marker_of(request, topic) {
             Ok((producer_epoch, control_type)) => match self.topics.partition(topic, partition) {
                 Ok(p) => {
+                    let end_epoch = if request.at_transaction_epoch {
+                        MarkerEpoch::Transaction
+                    } else {
+                        MarkerEpoch::Next
+                    };
                     p.append_marker(
                         request.producer_id,
                         producer_epoch,
                         control_type,
                         request.coordinator_epoch,
+                        end_epoch,
                         timeout,
                     )
                     .await

@@ -80,6 +80,7 @@ mod tests {
             control: ControlType::Commit,
             coordinator_epoch: 1,
             partitions: Default::default(),
+            at_transaction_epoch: false,
         }
     }
 

@@ -42,6 +42,9 @@ pub struct MarkerJob {
     pub control: ControlType,
     pub coordinator_epoch: i32,
     pub partitions: BTreeSet<TopicPartition>,
+    /// A COMMIT/ABORT at the transaction's own epoch, which the producer keeps (Kafka's
+    /// transaction version 1), rather than at the next one.
+    pub at_transaction_epoch: bool,
 }
 
 /// The request for one leader.
@@ -63,6 +66,7 @@ fn request(job: &MarkerJob, partitions: &[TopicPartition]) -> WriteTxnMarkersReq
         coordinator_epoch: job.coordinator_epoch,
         topics,
         timeout_ms: MARKER_TIMEOUT_MS,
+        at_transaction_epoch: job.at_transaction_epoch,
     }
 }
 
@@ -321,6 +325,7 @@ mod tests {
             control: ControlType::Commit,
             coordinator_epoch: 7,
             partitions: BTreeSet::new(),
+            at_transaction_epoch: false,
         };
         let built = request(&job, &[tp("a", 0), tp("b", 1), tp("a", 2)]);
         assert_eq!(

@@ -601,6 +601,7 @@ impl Coordinator {
                     producer_epoch,
                     commit,
                     partitions,
+                    at_transaction_epoch,
                 } => {
                     let job = end_job(
                         part,
@@ -609,6 +610,7 @@ impl Coordinator {
                         producer_epoch,
                         commit,
                         partitions,
+                        at_transaction_epoch,
                     );
                     // Registered under the id's lock: whoever takes it next finds it.
                     part.end_signals.start(&job);
@@ -634,6 +636,7 @@ impl Coordinator {
                         producer_epoch,
                         end.commit,
                         end.partitions,
+                        false,
                     );
                     self.begin_behind_end(part, begin, &end).await?;
                 }
@@ -996,6 +999,8 @@ fn end_markers(part: &LogPartition, meta: &TxnMetadata) -> MarkerJob {
             meta.producer_epoch,
             end.commit,
             end.partitions.clone(),
+            // Only an end that moved the epoch on has a transaction begin behind it.
+            false,
         ),
         None => end_job(
             part,
@@ -1004,6 +1009,7 @@ fn end_markers(part: &LogPartition, meta: &TxnMetadata) -> MarkerJob {
             meta.producer_epoch,
             meta.state == TxnState::PrepareCommit,
             meta.partitions.clone(),
+            meta.kept_epoch,
         ),
     }
 }
@@ -1025,6 +1031,7 @@ fn marker_job(
         control,
         coordinator_epoch: part.coordinator_epoch,
         partitions,
+        at_transaction_epoch: false,
     }
 }
 
@@ -1045,6 +1052,8 @@ fn begin_job(
     )
 }
 
+/// `at_transaction_epoch`: the marker carries the ended transaction's own epoch, which
+/// its producer keeps (`TxnMetadata::kept_epoch`), not the next one.
 fn end_job(
     part: &LogPartition,
     transactional_id: &str,
@@ -1052,18 +1061,22 @@ fn end_job(
     producer_epoch: i16,
     commit: bool,
     partitions: BTreeSet<TopicPartition>,
+    at_transaction_epoch: bool,
 ) -> MarkerJob {
     let control = if commit {
         ControlType::Commit
     } else {
         ControlType::Abort
     };
-    marker_job(
-        part,
-        transactional_id,
-        producer_id,
-        producer_epoch,
-        control,
-        partitions,
-    )
+    MarkerJob {
+        at_transaction_epoch,
+        ..marker_job(
+            part,
+            transactional_id,
+            producer_id,
+            producer_epoch,
+            control,
+            partitions,
+        )
+    }
 }

@@ -39,6 +39,10 @@ struct TxnValue {
     txn_start_ms: i64,
     last_update_ms: i64,
     ended_by_producer: bool,
+    /// Only when the producer's EndTxn kept its epoch (Kafka's transaction version 1);
+    /// absent otherwise, and in records written before it existed.
+    #[serde(default, skip_serializing_if = "is_false")]
+    kept_epoch: bool,
     /// Absent in records written before renewals existed, and in most records since.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     renewed_from: Option<IdentityValue>,
@@ -46,6 +50,10 @@ struct TxnValue {
     /// way, until they are written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pending_end: Option<PendingEndValue>,
+}
+
+fn is_false(value: &bool) -> bool {
+    !*value
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -110,6 +118,7 @@ impl LogRecord {
                     txn_start_ms: meta.txn_start_ms,
                     last_update_ms: meta.last_update_ms,
                     ended_by_producer: meta.ended_by_producer,
+                    kept_epoch: meta.kept_epoch,
                     renewed_from: meta.renewed_from.map(|r| IdentityValue {
                         producer_id: r.producer_id,
                         producer_epoch: r.producer_epoch,
@@ -167,6 +176,7 @@ impl LogRecord {
             txn_start_ms: txn.txn_start_ms,
             last_update_ms: txn.last_update_ms,
             ended_by_producer: txn.ended_by_producer,
+            kept_epoch: txn.kept_epoch,
             renewed_from: txn.renewed_from.map(|r| ProducerIdentity {
                 producer_id: r.producer_id,
                 producer_epoch: r.producer_epoch,
@@ -225,9 +235,26 @@ mod tests {
             txn_start_ms: 1_700_000_000_000,
             last_update_ms: 1_700_000_000_500,
             ended_by_producer: true,
+            kept_epoch: false,
             renewed_from: None,
             pending_end: None,
         }
+    }
+
+    #[test]
+    fn a_kept_epoch_round_trips_and_records_without_one_omit_it() {
+        let kept = TxnMetadata {
+            kept_epoch: true,
+            ..meta(TxnState::PrepareCommit)
+        };
+        let (key, value) = LogRecord::Txn(kept.clone()).encode();
+        let json: serde_json::Value =
+            serde_json::from_slice(value.as_deref().unwrap_or_default()).expect("json");
+        assert_eq!(json["kept_epoch"], serde_json::json!(true));
+        assert_eq!(
+            LogRecord::decode(Some(&key), value.as_deref()),
+            Ok(LogRecord::Txn(kept))
+        );
     }
 
     #[test]

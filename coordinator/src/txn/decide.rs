@@ -12,6 +12,14 @@
 //! carry that epoch), so a delayed write of transaction N is fenced by the broker and
 //! can never land in transaction N+1. A retried `EndTxn` of the previous epoch with the
 //! same outcome is answered again; anything older is fenced.
+//!
+//! The exception is an `EndTxn` that asks to keep the epoch (`keep_epoch`: Kafka's
+//! transaction version 1, for Kafka clients such as librdkafka that change their epoch
+//! only through InitProducerId; docs/kafka.md). Its markers carry the transaction's own
+//! epoch, the producer stays at it, a retry of that epoch and outcome is answered
+//! again, and the next transaction registers only once the markers are written (no
+//! BEGIN can go behind an end at the same epoch). A new instance and a timeout still
+//! move the epoch on and fence.
 
 use std::collections::BTreeSet;
 
@@ -39,6 +47,9 @@ pub struct TxnMetadata {
     /// The current outcome was asked for by the producer's EndTxn (not forced by a
     /// timeout or a new instance): only then is a retried EndTxn answered again.
     pub ended_by_producer: bool,
+    /// That EndTxn kept the producer's epoch (`keep_epoch`): its markers carry the
+    /// transaction's own epoch and its retry names the same epoch, not the one before.
+    pub kept_epoch: bool,
     /// The identity a renewal (an InitProducerId naming the caller's current producer
     /// id and epoch) replaced to reach this one: a retry of that renewal is answered
     /// with this identity again instead of being taken for a zombie.
@@ -76,6 +87,7 @@ impl TxnMetadata {
             txn_start_ms: -1,
             last_update_ms: 0,
             ended_by_producer: false,
+            kept_epoch: false,
             renewed_from: None,
             pending_end: None,
         }
@@ -118,6 +130,8 @@ pub enum Request {
         producer_id: i64,
         producer_epoch: i16,
         commit: bool,
+        /// Kafka's transaction version 1: the producer keeps its epoch (see the module).
+        keep_epoch: bool,
     },
     /// Internal: every marker of the prepared outcome is written.
     MarkersWritten,
@@ -172,6 +186,9 @@ pub enum Effect {
         producer_epoch: i16,
         commit: bool,
         partitions: BTreeSet<TopicPartition>,
+        /// The epoch is the transaction's own (kept), not the next one: the broker then
+        /// closes a transaction open at exactly this epoch.
+        at_transaction_epoch: bool,
     },
     /// Write a BEGIN control batch for this producer id and (the transaction's) epoch
     /// to every partition, and wait until every leader accepted it: only then may the
@@ -241,9 +258,19 @@ pub fn decide(
             producer_id,
             producer_epoch,
             commit,
+            keep_epoch,
         } => match current {
             None => reply(TxnError::InvalidProducerIdMapping),
-            Some(meta) => end_txn(meta, *producer_id, *producer_epoch, *commit, ctx),
+            Some(meta) => end_txn(
+                meta,
+                EndAsked {
+                    producer_id: *producer_id,
+                    producer_epoch: *producer_epoch,
+                    commit: *commit,
+                    keep_epoch: *keep_epoch,
+                },
+                ctx,
+            ),
         },
         Request::MarkersWritten => match current {
             Some(meta) => markers_written(meta, ctx),
@@ -375,6 +402,7 @@ fn start_empty(
         txn_start_ms: -1,
         last_update_ms: ctx.now_ms,
         ended_by_producer: false,
+        kept_epoch: false,
         renewed_from,
         pending_end: None,
     };
@@ -418,7 +446,10 @@ fn add_partitions(
         return reply(TxnError::ProducerFenced);
     }
     // Prepare* -> Complete* (pending) -> Ongoing, each step one the table allows.
+    // Not behind an end that kept the epoch: its markers and this BEGIN would carry the
+    // same epoch, and a broker could not tell the BEGIN from a repeat of the old one.
     let ended_by_this_producer = meta.ended_by_producer
+        && !meta.kept_epoch
         && meta
             .state
             .completion()
@@ -468,6 +499,7 @@ fn add_partitions(
         next.partitions.clear();
         next.txn_start_ms = ctx.now_ms;
         next.ended_by_producer = false;
+        next.kept_epoch = false;
     }
     next.state = TxnState::Ongoing;
     next.partitions.extend(partitions.iter().cloned());
@@ -513,13 +545,22 @@ fn begin_behind_end(meta: &TxnMetadata, partitions: &[TopicPartition], ctx: Cont
     ])
 }
 
-fn end_txn(
-    meta: &TxnMetadata,
+/// What an EndTxn asks.
+#[derive(Debug, Clone, Copy)]
+struct EndAsked {
     producer_id: i64,
     producer_epoch: i16,
     commit: bool,
-    ctx: Context,
-) -> Decision {
+    keep_epoch: bool,
+}
+
+fn end_txn(meta: &TxnMetadata, asked: EndAsked, ctx: Context) -> Decision {
+    let EndAsked {
+        producer_id,
+        producer_epoch,
+        commit,
+        keep_epoch,
+    } = asked;
     if producer_id != meta.producer_id {
         return reply(TxnError::InvalidProducerIdMapping);
     }
@@ -528,10 +569,15 @@ fn end_txn(
     } else {
         (TxnState::PrepareAbort, TxnState::CompleteAbort)
     };
-    // A retry of this producer's EndTxn that already moved it to the next epoch. After
-    // a timeout or a takeover the producer is fenced instead.
-    let retried =
-        meta.ended_by_producer && meta.producer_epoch.checked_sub(1) == Some(producer_epoch);
+    // A retry of this producer's EndTxn: of the epoch before, which the end moved it
+    // on from; or, when the end kept the epoch, of the same one. After a timeout or a
+    // takeover the producer is fenced instead.
+    let ended_at = if meta.kept_epoch {
+        Some(meta.producer_epoch)
+    } else {
+        meta.producer_epoch.checked_sub(1)
+    };
+    let retried = meta.ended_by_producer && ended_at == Some(producer_epoch);
     if retried && (meta.state == prepared || meta.state == completed) {
         return Decision::Act(vec![Effect::Reply(Reply::Ok {
             producer_epoch: meta.producer_epoch,
@@ -546,20 +592,27 @@ fn end_txn(
     match meta.state {
         _ if meta.pending_end.is_some() => reply(TxnError::ConcurrentTransactions),
         TxnState::Ongoing => {
-            let Some(epoch) = meta.producer_epoch.checked_add(1) else {
-                // Out of epochs: abort-only via InitProducerId, which takes a new id.
-                return reply(TxnError::ProducerFenced);
+            let epoch = if keep_epoch {
+                meta.producer_epoch
+            } else {
+                let Some(epoch) = meta.producer_epoch.checked_add(1) else {
+                    // Out of epochs: abort-only via InitProducerId, which takes a new id.
+                    return reply(TxnError::ProducerFenced);
+                };
+                epoch
             };
             let mut next = meta.clone();
             next.state = prepared;
             next.producer_epoch = epoch;
             next.last_update_ms = ctx.now_ms;
             next.ended_by_producer = true;
+            next.kept_epoch = keep_epoch;
             let markers = Effect::WriteMarkers {
                 producer_id,
                 producer_epoch: epoch,
                 commit,
                 partitions: next.partitions.clone(),
+                at_transaction_epoch: keep_epoch,
             };
             Decision::Act(vec![
                 Effect::Persist(next),
@@ -583,6 +636,7 @@ fn abort_with_next_epoch(meta: &TxnMetadata, ctx: Context, answer: Option<TxnErr
     next.state = TxnState::PrepareAbort;
     next.last_update_ms = ctx.now_ms;
     next.ended_by_producer = false;
+    next.kept_epoch = false;
     let mut effects = vec![
         Effect::Persist(next.clone()),
         Effect::WriteMarkers {
@@ -590,6 +644,7 @@ fn abort_with_next_epoch(meta: &TxnMetadata, ctx: Context, answer: Option<TxnErr
             producer_epoch: next.producer_epoch,
             commit: false,
             partitions: next.partitions.clone(),
+            at_transaction_epoch: false,
         },
     ];
     if let Some(error) = answer {

@@ -48,7 +48,7 @@ pub(crate) struct Secrets {
     _dir: tempfile::TempDir,
     tokens: PathBuf,
     pub(crate) broker_token: PathBuf,
-    coordinator_token: PathBuf,
+    pub(crate) coordinator_token: PathBuf,
     admin_token: PathBuf,
 }
 
@@ -373,6 +373,7 @@ async fn given_acls_when_each_principal_oversteps_then_it_is_refused_and_nothing
             producer_id: open.producer_id,
             producer_epoch: open.producer_epoch,
             commit: false,
+            keep_epoch: false,
         })
         .await
         .expect("EndTxn answered")

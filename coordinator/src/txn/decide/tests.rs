@@ -1,3 +1,5 @@
+use std::collections::BTreeMap;
+
 use proptest::prelude::*;
 
 use super::*;
@@ -114,6 +116,26 @@ fn end(current: &mut Option<TxnMetadata>, epoch: i16, commit: bool, now: i64) ->
             producer_id: 7,
             producer_epoch: epoch,
             commit,
+            keep_epoch: false,
+        },
+        ctx(now),
+    )
+}
+
+/// EndTxn of a Kafka client that keeps its epoch (transaction version 1).
+fn end_keeping(
+    current: &mut Option<TxnMetadata>,
+    epoch: i16,
+    commit: bool,
+    now: i64,
+) -> Vec<Effect> {
+    apply(
+        current,
+        Request::EndTxn {
+            producer_id: 7,
+            producer_epoch: epoch,
+            commit,
+            keep_epoch: true,
         },
         ctx(now),
     )
@@ -266,6 +288,7 @@ fn given_an_open_transaction_when_committed_then_prepare_is_persisted_first_and_
             producer_epoch: 1,
             commit: true,
             partitions: [tp("orders", 0), tp("stock", 1)].into_iter().collect(),
+            at_transaction_epoch: false,
         }
     );
     // While markers are written a new instance must wait.
@@ -340,6 +363,7 @@ fn given_a_new_instance_while_a_transaction_is_open_then_it_is_aborted_under_the
         producer_epoch: 1,
         commit: false,
         partitions: [tp("orders", 0)].into_iter().collect(),
+        at_transaction_epoch: false,
     }));
     assert_eq!(
         replies(&takeover),
@@ -427,7 +451,7 @@ struct TrafficStep {
 enum TrafficRequest {
     Init,
     AddPartition(i32),
-    EndTxn { commit: bool },
+    EndTxn { commit: bool, keep_epoch: bool },
     MarkersWritten,
     Abort,
     Tick,
@@ -443,10 +467,11 @@ impl TrafficStep {
                 producer_epoch: epoch,
                 partitions: vec![tp("t", partition)],
             },
-            TrafficRequest::EndTxn { commit } => Request::EndTxn {
+            TrafficRequest::EndTxn { commit, keep_epoch } => Request::EndTxn {
                 producer_id: 7,
                 producer_epoch: epoch,
                 commit,
+                keep_epoch,
             },
             TrafficRequest::MarkersWritten => Request::MarkersWritten,
             TrafficRequest::Abort => Request::Abort,
@@ -463,6 +488,108 @@ struct TrafficCounts {
     fenced: usize,
     began_behind: usize,
     joined_behind: usize,
+    /// Ends that kept the epoch, and their retries answered again.
+    kept: usize,
+    kept_retried: usize,
+}
+
+/// The partitions' leaders as the broker's marker rules see producer 7
+/// (broker/src/producer_state/txn_rules.rs, simplified): which partitions hold a
+/// transaction open, at which epoch. End markers travel until the coordinator reports
+/// them written (`MarkersWritten`), or until a BEGIN behind them needs them.
+#[derive(Debug, Default)]
+struct Leaders {
+    open: BTreeMap<TopicPartition, i16>,
+    seen: BTreeMap<TopicPartition, i16>,
+    travelling: Vec<(BTreeSet<TopicPartition>, i16, bool)>,
+}
+
+impl Leaders {
+    /// The partitions that refused the BEGIN (a transaction of a lower epoch is open).
+    fn begin(
+        &mut self,
+        partitions: &BTreeSet<TopicPartition>,
+        epoch: i16,
+    ) -> BTreeSet<TopicPartition> {
+        let mut refused = BTreeSet::new();
+        for p in partitions {
+            if self.seen.get(p).is_some_and(|seen| epoch < *seen) {
+                continue; // fenced
+            }
+            self.seen.insert(p.clone(), epoch);
+            // Open at this epoch: answered without appending; at a lower one: refused.
+            match self.open.get(p) {
+                Some(open) if *open < epoch => {
+                    refused.insert(p.clone());
+                }
+                Some(_) => {}
+                None => {
+                    self.open.insert(p.clone(), epoch);
+                }
+            }
+        }
+        refused
+    }
+
+    fn end(
+        &mut self,
+        partitions: &BTreeSet<TopicPartition>,
+        epoch: i16,
+        at_transaction_epoch: bool,
+    ) {
+        for p in partitions {
+            if self.seen.get(p).is_some_and(|seen| epoch < *seen) {
+                continue; // fenced
+            }
+            self.seen.insert(p.clone(), epoch);
+            let closes = self
+                .open
+                .get(p)
+                .is_some_and(|open| *open < epoch || (*open == epoch && at_transaction_epoch));
+            if closes {
+                self.open.remove(p);
+            }
+        }
+    }
+
+    fn deliver(&mut self) {
+        for (partitions, epoch, at) in std::mem::take(&mut self.travelling) {
+            self.end(&partitions, epoch, at);
+        }
+    }
+
+    /// No transaction open anywhere that the coordinator will not end: each open one is
+    /// either the id's Ongoing transaction (at its epoch, registered) or one that end
+    /// markers on their way close.
+    fn assert_nothing_hangs(&self, meta: Option<&TxnMetadata>) {
+        let Some(meta) = meta.filter(|m| m.producer_id == 7) else {
+            return;
+        };
+        for (p, epoch) in &self.open {
+            let ongoing = meta.state == TxnState::Ongoing
+                && meta.producer_epoch == *epoch
+                && meta.partitions.contains(p);
+            let closing = self.travelling.iter().any(|(partitions, end, at)| {
+                partitions.contains(p) && (*epoch < *end || (*epoch == *end && *at))
+            });
+            assert!(
+                ongoing || closing,
+                "{p:?} holds a transaction at epoch {epoch} that nothing will end: {meta:?}, travelling {:?}",
+                self.travelling
+            );
+        }
+        // And the Ongoing transaction is open wherever it registered (its BEGINs were
+        // neither swallowed by an earlier transaction at the same epoch nor lost).
+        if meta.state == TxnState::Ongoing && meta.pending_end.is_none() {
+            for p in &meta.partitions {
+                assert_eq!(
+                    self.open.get(p),
+                    Some(&meta.producer_epoch),
+                    "{p:?} registered in {meta:?} but not open there"
+                );
+            }
+        }
+    }
 }
 
 /// Plays `steps` against an initialised id and checks, at each step, that every
@@ -476,13 +603,19 @@ fn play_traffic(steps: &[TrafficStep], counts: &mut TrafficCounts) {
         fenced,
         began_behind,
         joined_behind,
+        kept,
+        kept_retried,
     } = counts;
     let mut current = initialised();
+    let mut leaders = Leaders::default();
     let mut now = 0;
     for step in steps {
         now += step.elapsed_ms;
         let request = step.request(&current);
         let before = current.clone();
+        if request == Request::MarkersWritten {
+            leaders.deliver();
+        }
         let effects = match decide("tx", current.as_ref(), &request, ctx(now)) {
             Decision::Act(_) => apply(&mut current, request.clone(), ctx(now)),
             Decision::NeedsFreshProducerId => continue,
@@ -566,6 +699,76 @@ fn play_traffic(steps: &[TrafficStep], counts: &mut TrafficCounts) {
                 assert!(partitions.is_subset(&meta.partitions));
             }
         }
+        for effect in &effects {
+            match effect {
+                Effect::WriteMarkers {
+                    producer_epoch,
+                    partitions,
+                    at_transaction_epoch,
+                    ..
+                } => leaders.travelling.push((
+                    partitions.clone(),
+                    *producer_epoch,
+                    *at_transaction_epoch,
+                )),
+                Effect::BeginPartitions {
+                    producer_epoch,
+                    partitions,
+                    ..
+                } => {
+                    leaders.begin(partitions, *producer_epoch);
+                }
+                Effect::BeginBehindEnd {
+                    producer_epoch,
+                    partitions,
+                    ..
+                } => {
+                    // As the shell does: BEGIN at once; where the end's marker has not
+                    // arrived (the leader refuses), again once it has.
+                    let refused = leaders.begin(partitions, *producer_epoch);
+                    leaders.deliver();
+                    leaders.begin(&refused, *producer_epoch);
+                }
+                _ => {}
+            }
+        }
+        leaders.assert_nothing_hangs(current.as_ref());
+        if let Request::EndTxn {
+            commit,
+            keep_epoch,
+            producer_epoch,
+            ..
+        } = &request
+        {
+            let answered_ok = replies(&effects)
+                .iter()
+                .any(|r| matches!(r, Reply::Ok { .. }));
+            let b = before.as_ref().expect("initialised");
+            if answered_ok && persisted(&effects) == 0 {
+                // A retry, answered again: the same outcome was decided by this
+                // producer at the epoch it names.
+                let outcome = if *commit {
+                    [TxnState::PrepareCommit, TxnState::CompleteCommit]
+                } else {
+                    [TxnState::PrepareAbort, TxnState::CompleteAbort]
+                };
+                assert!(b.ended_by_producer && outcome.contains(&b.state), "{b:?}");
+                if b.kept_epoch {
+                    assert_eq!(*producer_epoch, b.producer_epoch);
+                    *kept_retried += 1;
+                }
+            }
+            if answered_ok && persisted(&effects) > 0 && *keep_epoch {
+                *kept += 1;
+                let m = current.as_ref().expect("persisted");
+                assert_eq!(m.producer_epoch, b.producer_epoch, "a kept epoch moved");
+                assert!(effects.iter().any(|e| matches!(
+                    e,
+                    Effect::WriteMarkers { at_transaction_epoch: true, producer_epoch, .. }
+                        if *producer_epoch == b.producer_epoch
+                )));
+            }
+        }
         *fenced += replies(&effects)
             .iter()
             .filter(|r| **r == Reply::Error(TxnError::ProducerFenced))
@@ -588,7 +791,8 @@ fn traffic_step() -> impl Strategy<Value = TrafficStep> {
     let request = prop_oneof![
         1 => Just(TrafficRequest::Init),
         2 => (0..3i32).prop_map(TrafficRequest::AddPartition),
-        1 => any::<bool>().prop_map(|commit| TrafficRequest::EndTxn { commit }),
+        1 => (any::<bool>(), any::<bool>())
+            .prop_map(|(commit, keep_epoch)| TrafficRequest::EndTxn { commit, keep_epoch }),
         1 => Just(TrafficRequest::MarkersWritten),
         1 => Just(TrafficRequest::Abort),
         1 => Just(TrafficRequest::Tick),
@@ -615,7 +819,12 @@ proptest! {
 /// The traffic the hand-rolled model test drew from its xorshift seed `0x5eed` (200
 /// runs of 60 steps), kept as a regression case: it is the traffic the decider was
 /// first proven on, and it covers every interesting case many times.
-fn seeded_traffic(mut seed: u64, runs: usize, steps: usize) -> Vec<Vec<TrafficStep>> {
+fn seeded_traffic(
+    mut seed: u64,
+    runs: usize,
+    steps: usize,
+    draw_keep_epoch: bool,
+) -> Vec<Vec<TrafficStep>> {
     let mut next = move |n: u64| {
         seed ^= seed << 13;
         seed ^= seed >> 7;
@@ -633,6 +842,9 @@ fn seeded_traffic(mut seed: u64, runs: usize, steps: usize) -> Vec<Vec<TrafficSt
                         1 | 2 => TrafficRequest::AddPartition(next(3) as i32),
                         3 => TrafficRequest::EndTxn {
                             commit: next(2) == 0,
+                            // The original traffic predates kept epochs: drawn only
+                            // when asked, so it stays as it was.
+                            keep_epoch: draw_keep_epoch && next(2) == 0,
                         },
                         4 => TrafficRequest::MarkersWritten,
                         5 => TrafficRequest::Abort,
@@ -652,7 +864,7 @@ fn seeded_traffic(mut seed: u64, runs: usize, steps: usize) -> Vec<Vec<TrafficSt
 #[test]
 fn given_the_original_seeded_traffic_then_the_rules_hold_and_every_case_is_covered() {
     let mut counts = TrafficCounts::default();
-    for steps in seeded_traffic(0x5eed, 200, 60) {
+    for steps in seeded_traffic(0x5eed, 200, 60, false) {
         play_traffic(&steps, &mut counts);
     }
     let c = &counts;
@@ -662,6 +874,19 @@ fn given_the_original_seeded_traffic_then_the_rules_hold_and_every_case_is_cover
             && c.fenced > 50
             && c.began_behind > 50
             && c.joined_behind > 10,
+        "{c:?}"
+    );
+}
+
+#[test]
+fn given_seeded_traffic_with_kept_epochs_then_the_rules_hold_and_retries_are_answered() {
+    let mut counts = TrafficCounts::default();
+    for steps in seeded_traffic(0x7e1, 300, 60, true) {
+        play_traffic(&steps, &mut counts);
+    }
+    let c = &counts;
+    assert!(
+        c.kept > 50 && c.kept_retried > 20 && c.commits > 50 && c.aborts > 50 && c.fenced > 50,
         "{c:?}"
     );
 }
@@ -756,6 +981,7 @@ fn given_an_open_transaction_when_an_operator_aborts_then_it_aborts_under_the_ne
             producer_epoch: 1,
             commit: false,
             partitions: [tp("orders", 0)].into_iter().collect(),
+            at_transaction_epoch: false,
         }
     );
     assert_eq!(replies(&effects), vec![Reply::Ok { producer_epoch: 1 }]);
@@ -1007,6 +1233,7 @@ fn given_an_outcome_pending_then_only_its_markers_written_change_the_id_and_that
             producer_id: 7,
             producer_epoch: 1,
             commit: true,
+            keep_epoch: false,
         },
         Request::Abort,
     ];
@@ -1050,6 +1277,7 @@ fn given_an_outcome_pending_then_only_its_markers_written_change_the_id_and_that
         producer_epoch: 2,
         commit: true,
         partitions: [tp("audit", 0), tp("orders", 1)].into_iter().collect(),
+        at_transaction_epoch: false,
     }));
 }
 
@@ -1121,4 +1349,142 @@ fn given_an_abort_the_producer_did_not_ask_for_then_nothing_begins_behind_it() {
         assert_eq!(persisted(&effects), 0, "epoch {epoch}");
         assert!(begins(&effects).is_empty());
     }
+}
+
+// Kafka's transaction version 1 (`keep_epoch`): Kafka clients without KIP-890 keep
+// their epoch from one transaction to the next.
+
+#[test]
+fn given_a_kept_epoch_end_then_markers_carry_the_transactions_own_epoch_and_the_producer_stays_at_it(
+) {
+    let mut current = initialised();
+    add(&mut current, 0, &[tp("orders", 0), tp("stock", 1)], 10);
+    let effects = end_keeping(&mut current, 0, true, 20);
+    assert!(
+        matches!(&effects[0], Effect::Persist(m) if m.state == TxnState::PrepareCommit && m.producer_epoch == 0 && m.kept_epoch)
+    );
+    assert_eq!(effects[1], Effect::Reply(Reply::Ok { producer_epoch: 0 }));
+    assert_eq!(
+        effects[2],
+        Effect::WriteMarkers {
+            producer_id: 7,
+            producer_epoch: 0,
+            commit: true,
+            partitions: [tp("orders", 0), tp("stock", 1)].into_iter().collect(),
+            at_transaction_epoch: true,
+        }
+    );
+    // The next transaction waits for the markers: a BEGIN now would carry their epoch.
+    let early = add(&mut current, 0, &[tp("orders", 0)], 21);
+    assert_eq!(
+        early,
+        vec![Effect::Reply(Reply::Error(
+            TxnError::ConcurrentTransactions
+        ))]
+    );
+    apply(&mut current, Request::MarkersWritten, ctx(30));
+    assert_eq!(
+        current.as_ref().map(|m| (m.state, m.producer_epoch)),
+        Some((TxnState::CompleteCommit, 0))
+    );
+    // Then it runs at the same epoch, and ends the same way.
+    let next = add(&mut current, 0, &[tp("orders", 0)], 40);
+    assert_eq!(begins(&next), vec![[tp("orders", 0)].into_iter().collect()]);
+    assert_eq!(replies(&next), vec![Reply::Ok { producer_epoch: 0 }]);
+    assert!(
+        !current.as_ref().is_some_and(|m| m.kept_epoch),
+        "a new transaction"
+    );
+    let aborted = end_keeping(&mut current, 0, false, 50);
+    assert!(aborted.contains(&Effect::WriteMarkers {
+        producer_id: 7,
+        producer_epoch: 0,
+        commit: false,
+        partitions: [tp("orders", 0)].into_iter().collect(),
+        at_transaction_epoch: true,
+    }));
+}
+
+#[test]
+fn given_a_kept_epoch_end_retried_then_the_same_outcome_is_answered_again_and_the_other_is_refused()
+{
+    for complete_first in [false, true] {
+        let mut current = initialised();
+        add(&mut current, 0, &[tp("orders", 0)], 10);
+        end_keeping(&mut current, 0, true, 20);
+        if complete_first {
+            apply(&mut current, Request::MarkersWritten, ctx(25));
+        }
+        let again = end_keeping(&mut current, 0, true, 30);
+        assert_eq!(
+            again,
+            vec![Effect::Reply(Reply::Ok { producer_epoch: 0 })],
+            "no second prepare, no second markers"
+        );
+        let other = end_keeping(&mut current, 0, false, 30);
+        assert_eq!(
+            replies(&other),
+            vec![Reply::Error(TxnError::InvalidTxnState)]
+        );
+    }
+}
+
+#[test]
+fn given_kept_epochs_when_a_new_instance_initialises_then_it_still_bumps_and_fences_the_old_one() {
+    let mut current = initialised();
+    add(&mut current, 0, &[tp("orders", 0)], 10);
+    end_keeping(&mut current, 0, true, 20);
+    apply(&mut current, Request::MarkersWritten, ctx(25));
+    let fresh = apply(&mut current, init(60_000), ctx(30));
+    assert_eq!(
+        replies(&fresh),
+        vec![Reply::ProducerId {
+            producer_id: 7,
+            producer_epoch: 1
+        }]
+    );
+    // The zombie at epoch 0: its registration, its end, even a repeat of its last end.
+    assert_eq!(
+        replies(&add(&mut current, 0, &[tp("orders", 0)], 31)),
+        vec![Reply::Error(TxnError::ProducerFenced)]
+    );
+    assert_eq!(
+        replies(&end_keeping(&mut current, 0, true, 32)),
+        vec![Reply::Error(TxnError::ProducerFenced)]
+    );
+}
+
+#[test]
+fn given_kept_epochs_when_a_transaction_times_out_then_it_aborts_under_the_next_epoch() {
+    let mut current = None;
+    apply(&mut current, init(1_000), with_fresh(0, 7));
+    add(&mut current, 0, &[tp("orders", 0)], 100);
+    end_keeping(&mut current, 0, true, 200);
+    apply(&mut current, Request::MarkersWritten, ctx(250));
+    add(&mut current, 0, &[tp("orders", 0)], 300);
+    let aborted = apply(&mut current, Request::Tick, ctx(1_301));
+    assert!(aborted.contains(&Effect::WriteMarkers {
+        producer_id: 7,
+        producer_epoch: 1,
+        commit: false,
+        partitions: [tp("orders", 0)].into_iter().collect(),
+        at_transaction_epoch: false,
+    }));
+    assert_eq!(
+        replies(&end_keeping(&mut current, 0, true, 1_400)),
+        vec![Reply::Error(TxnError::ProducerFenced)]
+    );
+}
+
+#[test]
+fn given_an_end_that_moved_the_epoch_then_a_kept_epoch_end_at_the_new_one_is_no_retry() {
+    let mut current = initialised();
+    add(&mut current, 0, &[tp("orders", 0)], 10);
+    end(&mut current, 0, true, 20);
+    apply(&mut current, Request::MarkersWritten, ctx(25));
+    // Epoch 1 ended nothing: nothing is open to end.
+    assert_eq!(
+        replies(&end_keeping(&mut current, 1, true, 30)),
+        vec![Reply::Error(TxnError::InvalidTxnState)]
+    );
 }

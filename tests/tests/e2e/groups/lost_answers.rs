@@ -141,6 +141,7 @@ async fn given_lost_answers_to_txn_offset_commit_and_end_txn_then_retries_are_an
             producer_id: producer.0,
             producer_epoch: producer.1,
             commit,
+            keep_epoch: false,
         };
         txn = TxnCoordinatorClient::new(channel(&proxy.bootstrap()).await);
         assert!(

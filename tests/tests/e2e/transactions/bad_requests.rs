@@ -69,6 +69,7 @@ async fn end(
             producer_id,
             producer_epoch: epoch,
             commit,
+            keep_epoch: false,
         })
         .await
         .expect("EndTxn")

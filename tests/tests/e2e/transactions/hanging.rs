@@ -46,6 +46,7 @@ async fn end(coordinator: &mut RawCoordinator, producer_id: i64, epoch: i32, com
             producer_id,
             producer_epoch: epoch,
             commit,
+            keep_epoch: false,
         })
         .await
         .expect("EndTxn")

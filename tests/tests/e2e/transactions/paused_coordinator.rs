@@ -53,6 +53,7 @@ async fn given_a_coordinator_paused_past_its_lease_when_it_resumes_then_it_answe
             producer_id: epoch.producer_id,
             producer_epoch: i32::from(epoch.producer_epoch),
             commit: false,
+            keep_epoch: false,
         })
         .await
         .expect("EndTxn")
