@@ -12,9 +12,10 @@ use std::sync::Arc;
 use bytes::{BufMut, Bytes, BytesMut};
 use idem_runtime::shutdown::CancellationToken;
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, CreateTopicsRequest, DeleteTopicsRequest, FetchRequest,
+    ApiKey, ApiVersionsRequest, ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest,
+    CreateTopicsRequest, DeleteTopicsRequest, DescribeGroupsRequest, FetchRequest,
     FindCoordinatorRequest, InitProducerIdRequest, ListOffsetsRequest, MetadataRequest,
-    ProduceRequest, RequestHeader, ResponseHeader,
+    OffsetCommitRequest, OffsetFetchRequest, ProduceRequest, RequestHeader, ResponseHeader,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 use kafka_protocol::ResponseError;
@@ -26,6 +27,8 @@ use super::{
     api_versions, create_topics, delete_topics, fetch, find_coordinator, init_producer_id,
     list_offsets, metadata,
 };
+use super::{consumer_group_describe, consumer_group_heartbeat, describe_groups};
+use super::{offset_commit, offset_fetch};
 use super::{produce, unsupported, KafkaContext};
 
 /// The smallest request header: api key, api version, correlation id.
@@ -203,6 +206,33 @@ async fn answer(context: &KafkaContext, frame: Bytes) -> Result<Option<BytesMut>
             let request =
                 FindCoordinatorRequest::decode(&mut buf, version).map_err(decode_error)?;
             let body = find_coordinator::serve(service, request, version);
+            respond(correlation_id, header_version, &body, version)
+        }
+        ApiKey::ConsumerGroupHeartbeat => {
+            let request =
+                ConsumerGroupHeartbeatRequest::decode(&mut buf, version).map_err(decode_error)?;
+            let body = consumer_group_heartbeat::serve(context, request).await;
+            respond(correlation_id, header_version, &body, version)
+        }
+        ApiKey::OffsetCommit => {
+            let request = OffsetCommitRequest::decode(&mut buf, version).map_err(decode_error)?;
+            let body = offset_commit::serve(context, request).await;
+            respond(correlation_id, header_version, &body, version)
+        }
+        ApiKey::OffsetFetch => {
+            let request = OffsetFetchRequest::decode(&mut buf, version).map_err(decode_error)?;
+            let body = offset_fetch::serve(context, request, version).await;
+            respond(correlation_id, header_version, &body, version)
+        }
+        ApiKey::ConsumerGroupDescribe => {
+            let request =
+                ConsumerGroupDescribeRequest::decode(&mut buf, version).map_err(decode_error)?;
+            let body = consumer_group_describe::serve(context, request).await;
+            respond(correlation_id, header_version, &body, version)
+        }
+        ApiKey::DescribeGroups => {
+            let request = DescribeGroupsRequest::decode(&mut buf, version).map_err(decode_error)?;
+            let body = describe_groups::serve(context, request, version).await;
             respond(correlation_id, header_version, &body, version)
         }
         _ => return Err(FrameError::NotServed { api_key, version }),

@@ -18,17 +18,24 @@ use crate::service::BrokerService;
 
 pub mod api_versions;
 pub mod connection;
+pub mod consumer_group_describe;
+pub mod consumer_group_heartbeat;
 pub mod coordinator_link;
 pub mod create_topics;
 pub mod delete_topics;
+pub mod describe_groups;
 pub mod errors;
 pub mod fetch;
 pub mod find_coordinator;
+pub mod forward;
 pub mod init_producer_id;
 pub mod list_offsets;
 pub mod metadata;
+pub mod offset_commit;
+pub mod offset_fetch;
 pub mod produce;
 pub mod records;
+pub mod topic_ids;
 pub mod unsupported;
 pub mod versions;
 

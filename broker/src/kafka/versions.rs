@@ -68,6 +68,32 @@ pub const SERVED: &[Served] = &[
         min: 0,
         max: 6,
     },
+    // Consumer groups (kafka_groups in docs/kafka.md): KIP-848 members only.
+    Served {
+        key: ApiKey::ConsumerGroupHeartbeat,
+        min: 0,
+        max: 1,
+    },
+    Served {
+        key: ApiKey::OffsetCommit,
+        min: 2,
+        max: 9,
+    },
+    Served {
+        key: ApiKey::OffsetFetch,
+        min: 1,
+        max: 9,
+    },
+    Served {
+        key: ApiKey::ConsumerGroupDescribe,
+        min: 0,
+        max: 1,
+    },
+    Served {
+        key: ApiKey::DescribeGroups,
+        min: 0,
+        max: 6,
+    },
 ];
 
 /// What to do with a request, from its header's API key and version.
@@ -109,7 +135,7 @@ mod tests {
     /// Every advertised version must be one the codec crate encodes and decodes.
     #[test]
     fn every_served_version_is_within_the_codecs_range() {
-        let codec: [(ApiKey, VersionRange); 9] = [
+        let codec: [(ApiKey, VersionRange); 14] = [
             (ApiKey::Produce, ProduceRequest::VERSIONS),
             (ApiKey::Fetch, FetchRequest::VERSIONS),
             (ApiKey::ListOffsets, ListOffsetsRequest::VERSIONS),
@@ -119,6 +145,17 @@ mod tests {
             (ApiKey::InitProducerId, InitProducerIdRequest::VERSIONS),
             (ApiKey::DeleteTopics, DeleteTopicsRequest::VERSIONS),
             (ApiKey::FindCoordinator, FindCoordinatorRequest::VERSIONS),
+            (
+                ApiKey::ConsumerGroupHeartbeat,
+                ConsumerGroupHeartbeatRequest::VERSIONS,
+            ),
+            (ApiKey::OffsetCommit, OffsetCommitRequest::VERSIONS),
+            (ApiKey::OffsetFetch, OffsetFetchRequest::VERSIONS),
+            (
+                ApiKey::ConsumerGroupDescribe,
+                ConsumerGroupDescribeRequest::VERSIONS,
+            ),
+            (ApiKey::DescribeGroups, DescribeGroupsRequest::VERSIONS),
         ];
         for served in SERVED {
             let (_, range) = codec

@@ -1,0 +1,146 @@
+//! Kafka consumer groups work unchanged against idem (issue 30): confluent-kafka
+//! consumers with `group.protocol=consumer` (KIP-848) join a group through a broker's
+//! Kafka listener, which proxies ConsumerGroupHeartbeat, OffsetCommit and OffsetFetch to
+//! idem's group coordinator. Together the members read every record once, a partition
+//! belongs to one member at a time, commits land, and a member that leaves or dies
+//! hands its partitions on at the committed offsets.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use idem_tests::kafka_clients::python;
+use idem_tests::kafka_groups::{Events, GroupConsumer};
+use idem_tests::Cluster;
+use serde_json::Value;
+
+const KAFKA_LISTEN: [&str; 2] = ["--kafka-listen", "127.0.0.1:0"];
+
+/// A short session, so a killed member's partitions move within a test's patience.
+const SHORT_SESSION: [&str; 2] = ["--group-session-timeout-ms", "6000"];
+
+/// How long a group of consumers may take to read what a test produced.
+const READ_PATIENCE: Duration = Duration::from_secs(90);
+
+/// Produces `count` records (from `start`) to each of `partitions` partitions.
+async fn produce(kafka: &str, topic: &str, partitions: i32, count: usize, start: usize) {
+    let produced = python(
+        "group_produce.py",
+        &[
+            kafka,
+            topic,
+            &partitions.to_string(),
+            &count.to_string(),
+            &start.to_string(),
+        ],
+    )
+    .await;
+    assert_eq!(
+        produced["delivered"],
+        Value::from(count * partitions as usize),
+        "{produced}"
+    );
+}
+
+/// Every value `partition-i` for i in `range`, of every partition.
+fn expected(partitions: i32, range: std::ops::Range<usize>) -> BTreeSet<String> {
+    (0..partitions)
+        .flat_map(|p| range.clone().map(move |i| format!("{p}-{i}")))
+        .collect()
+}
+
+/// The values received by all `members`, with how often each was received.
+fn tally<'a>(members: impl IntoIterator<Item = &'a Events>) -> BTreeMap<String, usize> {
+    let mut seen = BTreeMap::new();
+    for events in members {
+        for (_, _, value) in events.received() {
+            *seen.entry(value).or_insert(0) += 1;
+        }
+    }
+    seen
+}
+
+/// The committed offsets of `group` for `partitions` partitions of `topic`, as
+/// confluent-kafka's committed() (OffsetFetch) reads them.
+async fn committed(kafka: &str, group: &str, topic: &str, partitions: i32) -> Vec<i64> {
+    let found = python(
+        "group_committed.py",
+        &[kafka, group, topic, &partitions.to_string()],
+    )
+    .await;
+    found["offsets"]
+        .as_array()
+        .unwrap_or_else(|| panic!("committed offsets: {found}"))
+        .iter()
+        .map(|o| o.as_i64().expect("an offset"))
+        .collect()
+}
+
+/// Waits until `members` together received every one of `want`.
+async fn read_all(members: &mut [&mut GroupConsumer], want: &BTreeSet<String>) {
+    let deadline = tokio::time::Instant::now() + READ_PATIENCE;
+    loop {
+        let seen = tally(
+            members
+                .iter()
+                .map(|m| m.events())
+                .collect::<Vec<_>>()
+                .iter(),
+        );
+        if want.iter().all(|v| seen.contains_key(v)) {
+            return;
+        }
+        let now = tokio::time::Instant::now();
+        assert!(
+            now < deadline,
+            "{} of {} records read: missing {:?}",
+            want.iter().filter(|v| seen.contains_key(*v)).count(),
+            want.len(),
+            want.iter()
+                .filter(|v| !seen.contains_key(*v))
+                .take(10)
+                .collect::<Vec<_>>()
+        );
+        // Wakes on any member's next event.
+        let count: usize = members.iter().map(|m| m.events().lines.len()).sum();
+        let first = &mut members[0];
+        let _ = tokio::time::timeout(
+            Duration::from_millis(500),
+            first.wait_for(READ_PATIENCE, "an event", move |e| {
+                e.lines.len() > count || e.ended
+            }),
+        )
+        .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_two_kip848_consumers_in_a_group_when_they_read_six_partitions_then_each_record_is_read_once_and_commits_land(
+) {
+    let cluster = Cluster::start_with_coordinators(1, 1, &KAFKA_LISTEN, &[]).await;
+    cluster.create_topic("orders", 6, 1).await;
+    let kafka = cluster.broker(1).kafka_bootstrap();
+    produce(&kafka, "orders", 6, 50, 0).await;
+
+    let mut a = GroupConsumer::start(&kafka, "billing", "orders", &[]);
+    let mut b = GroupConsumer::start(&kafka, "billing", "orders", &[]);
+    let want = expected(6, 0..50);
+    read_all(&mut [&mut a, &mut b], &want).await;
+    // Both members own partitions once the group settles: 3 each (uniform assignor).
+    let owns_three = |e: &Events| e.owned().len() == 3;
+    let a_events = a.wait_for(READ_PATIENCE, "3 partitions", owns_three).await;
+    let b_events = b.wait_for(READ_PATIENCE, "3 partitions", owns_three).await;
+    assert!(
+        a_events.owned().is_disjoint(&b_events.owned()),
+        "{:?} {:?}",
+        a_events.owned(),
+        b_events.owned()
+    );
+
+    let seen = tally([&a_events, &b_events]);
+    let twice: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "read more than once: {twice:?}");
+    assert_eq!(seen.keys().cloned().collect::<BTreeSet<_>>(), want);
+    a.close().await;
+    b.close().await;
+    assert_eq!(committed(&kafka, "billing", "orders", 6).await, vec![50; 6]);
+}
