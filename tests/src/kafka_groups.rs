@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::watch;
 
 use crate::kafka_clients::{python_bin, script};
@@ -122,13 +122,14 @@ impl GroupConsumer {
         let stderr = Arc::new(Mutex::new(String::new()));
         if let Some(mut err) = child.stderr.take() {
             let stderr = stderr.clone();
+            // Line by line: a test that fails while the consumer runs shows its log.
             tokio::spawn(async move {
-                let mut text = String::new();
-                let _ = err.read_to_string(&mut text).await;
-                stderr
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .push_str(&text);
+                let mut lines = BufReader::new(&mut err).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    let mut text = stderr.lock().unwrap_or_else(PoisonError::into_inner);
+                    text.push_str(&line);
+                    text.push('\n');
+                }
             });
         }
         GroupConsumer {

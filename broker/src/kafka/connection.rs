@@ -15,7 +15,8 @@ use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest,
     CreateTopicsRequest, DeleteTopicsRequest, DescribeGroupsRequest, FetchRequest,
     FindCoordinatorRequest, InitProducerIdRequest, ListOffsetsRequest, MetadataRequest,
-    OffsetCommitRequest, OffsetFetchRequest, ProduceRequest, RequestHeader, ResponseHeader,
+    OffsetCommitRequest, OffsetFetchRequest, OffsetForLeaderEpochRequest, ProduceRequest,
+    RequestHeader, ResponseHeader,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 use kafka_protocol::ResponseError;
@@ -28,7 +29,7 @@ use super::{
     list_offsets, metadata,
 };
 use super::{consumer_group_describe, consumer_group_heartbeat, describe_groups};
-use super::{offset_commit, offset_fetch};
+use super::{offset_commit, offset_fetch, offset_for_leader_epoch};
 use super::{produce, unsupported, KafkaContext};
 
 /// The smallest request header: api key, api version, correlation id.
@@ -233,6 +234,12 @@ async fn answer(context: &KafkaContext, frame: Bytes) -> Result<Option<BytesMut>
         ApiKey::DescribeGroups => {
             let request = DescribeGroupsRequest::decode(&mut buf, version).map_err(decode_error)?;
             let body = describe_groups::serve(context, request, version).await;
+            respond(correlation_id, header_version, &body, version)
+        }
+        ApiKey::OffsetForLeaderEpoch => {
+            let request =
+                OffsetForLeaderEpochRequest::decode(&mut buf, version).map_err(decode_error)?;
+            let body = offset_for_leader_epoch::serve(service, request);
             respond(correlation_id, header_version, &body, version)
         }
         _ => return Err(FrameError::NotServed { api_key, version }),

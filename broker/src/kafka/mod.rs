@@ -33,6 +33,7 @@ pub mod list_offsets;
 pub mod metadata;
 pub mod offset_commit;
 pub mod offset_fetch;
+pub mod offset_for_leader_epoch;
 pub mod produce;
 pub mod records;
 pub mod topic_ids;

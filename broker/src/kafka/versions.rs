@@ -94,6 +94,11 @@ pub const SERVED: &[Served] = &[
         min: 0,
         max: 6,
     },
+    Served {
+        key: ApiKey::OffsetForLeaderEpoch,
+        min: 2,
+        max: 4,
+    },
 ];
 
 /// What to do with a request, from its header's API key and version.
@@ -135,7 +140,7 @@ mod tests {
     /// Every advertised version must be one the codec crate encodes and decodes.
     #[test]
     fn every_served_version_is_within_the_codecs_range() {
-        let codec: [(ApiKey, VersionRange); 14] = [
+        let codec: [(ApiKey, VersionRange); 15] = [
             (ApiKey::Produce, ProduceRequest::VERSIONS),
             (ApiKey::Fetch, FetchRequest::VERSIONS),
             (ApiKey::ListOffsets, ListOffsetsRequest::VERSIONS),
@@ -156,6 +161,10 @@ mod tests {
                 ConsumerGroupDescribeRequest::VERSIONS,
             ),
             (ApiKey::DescribeGroups, DescribeGroupsRequest::VERSIONS),
+            (
+                ApiKey::OffsetForLeaderEpoch,
+                OffsetForLeaderEpochRequest::VERSIONS,
+            ),
         ];
         for served in SERVED {
             let (_, range) = codec

@@ -48,7 +48,7 @@ pub(crate) struct Secrets {
     _dir: tempfile::TempDir,
     tokens: PathBuf,
     pub(crate) broker_token: PathBuf,
-    coordinator_token: PathBuf,
+    pub(crate) coordinator_token: PathBuf,
     admin_token: PathBuf,
 }
 
