@@ -7,8 +7,9 @@ per event, flushed at once so a test acts on it as it happens:
   {"received": [partition, offset, value]} a record, before its commit
   {"committed": [partition, next_offset]} the commit of that record returned
   {"commit_error": [partition, offset, code]}
-  {"error": code, "fatal": bool}          an error event (the script ends on a
-                                          group or topic authorization error)
+  {"error": code, "fatal": bool, "reason": text}
+                                          an error event (the script ends on an
+                                          authorization or a fatal error)
   {"closed": true}                        after close(), which leaves the group
 
 It runs until stdin says "close" (then closes: a leave) or it is killed.
@@ -51,8 +52,10 @@ def main():
             continue
         if msg.error():
             code = msg.error().code()
-            say(error=msg.error().name(), fatal=msg.error().fatal())
-            if code in FATAL:
+            say(error=msg.error().name(), fatal=msg.error().fatal(), reason=msg.error().str())
+            # librdkafka reports a fatal group error as _FATAL, naming the cause in
+            # its reason ("Group authorization failed").
+            if code in FATAL or code == KafkaError._FATAL:
                 break
             continue
         say(received=[msg.partition(), msg.offset(), msg.value().decode()])

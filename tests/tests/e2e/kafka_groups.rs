@@ -8,10 +8,32 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use idem_client::credentials::Credentials;
+use idem_client::Admin;
 use idem_tests::kafka_clients::python;
 use idem_tests::kafka_groups::{Events, GroupConsumer};
+use idem_tests::wait::{wait_until, Seen, PATIENCE};
 use idem_tests::Cluster;
+use kafka_protocol::messages::consumer_group_describe_request::ConsumerGroupDescribeRequest;
+use kafka_protocol::messages::consumer_group_describe_response::ConsumerGroupDescribeResponse;
+use kafka_protocol::messages::consumer_group_heartbeat_request::ConsumerGroupHeartbeatRequest;
+use kafka_protocol::messages::consumer_group_heartbeat_response::ConsumerGroupHeartbeatResponse;
+use kafka_protocol::messages::describe_groups_request::DescribeGroupsRequest;
+use kafka_protocol::messages::describe_groups_response::DescribeGroupsResponse;
+use kafka_protocol::messages::metadata_request::{MetadataRequest, MetadataRequestTopic};
+use kafka_protocol::messages::metadata_response::MetadataResponse;
+use kafka_protocol::messages::offset_commit_request::{
+    OffsetCommitRequest, OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+};
+use kafka_protocol::messages::offset_commit_response::OffsetCommitResponse;
+use kafka_protocol::messages::offset_fetch_request::{OffsetFetchRequest, OffsetFetchRequestGroup};
+use kafka_protocol::messages::offset_fetch_response::OffsetFetchResponse;
+use kafka_protocol::messages::{GroupId, TopicName};
+use kafka_protocol::protocol::StrBytes;
 use serde_json::Value;
+
+use crate::acls::{binding, Secrets};
+use crate::kafka::{exchange, read_response, request_frame};
 
 const KAFKA_LISTEN: [&str; 2] = ["--kafka-listen", "127.0.0.1:0"];
 
@@ -315,4 +337,221 @@ async fn given_a_60_partition_topic_when_a_group_of_two_reads_it_then_each_recor
     )
     .await;
     assert_eq!(offsets["offsets"], Value::from(vec![10; 60]), "{offsets}");
+}
+
+/// `body` sent as one request of `api_key` at `version` to `kafka`; the answer.
+async fn ask<T: kafka_protocol::protocol::Decodable>(
+    kafka: &str,
+    api_key: i16,
+    version: i16,
+    body: &impl kafka_protocol::protocol::Encodable,
+) -> T {
+    let answer = exchange(kafka, &request_frame(api_key, version, body)).await;
+    read_response(&answer, api_key, version)
+}
+
+/// A raw OffsetCommit v9 of `offset` for `orders` partition `partition`; its code.
+async fn commit_v9(
+    kafka: &str,
+    group: &str,
+    member: &str,
+    epoch: i32,
+    partition: i32,
+    offset: i64,
+) -> i16 {
+    let request = OffsetCommitRequest::default()
+        .with_group_id(GroupId(StrBytes::from_string(group.to_string())))
+        .with_member_id(StrBytes::from_string(member.to_string()))
+        .with_generation_id_or_member_epoch(epoch)
+        .with_topics(vec![OffsetCommitRequestTopic::default()
+            .with_name(TopicName(StrBytes::from_static_str("orders")))
+            .with_partitions(vec![OffsetCommitRequestPartition::default()
+                .with_partition_index(partition)
+                .with_committed_offset(offset)
+                .with_committed_leader_epoch(-1)])]);
+    let answer: OffsetCommitResponse = ask(kafka, 8, 9, &request).await;
+    answer.topics[0].partitions[0].error_code
+}
+
+/// A raw OffsetFetch v8 of every offset of `group`: `(partition, offset)` of `orders`,
+/// or the group's error code.
+async fn fetch_v8(kafka: &str, group: &str) -> Result<Vec<(i32, i64)>, i16> {
+    let request =
+        OffsetFetchRequest::default().with_groups(vec![OffsetFetchRequestGroup::default()
+            .with_group_id(GroupId(StrBytes::from_string(group.to_string())))
+            .with_topics(None)]);
+    let answer: OffsetFetchResponse = ask(kafka, 9, 8, &request).await;
+    let group = &answer.groups[0];
+    if group.error_code != 0 {
+        return Err(group.error_code);
+    }
+    Ok(group
+        .topics
+        .iter()
+        .filter(|t| t.name.0.as_str() == "orders")
+        .flat_map(|t| {
+            t.partitions
+                .iter()
+                .map(|p| (p.partition_index, p.committed_offset))
+        })
+        .collect())
+}
+
+/// A raw ConsumerGroupHeartbeat v1.
+async fn heartbeat(
+    kafka: &str,
+    member: &str,
+    epoch: i32,
+    subscribe: bool,
+) -> ConsumerGroupHeartbeatResponse {
+    let request = ConsumerGroupHeartbeatRequest::default()
+        .with_group_id(GroupId(StrBytes::from_static_str("raw")))
+        .with_member_id(StrBytes::from_string(member.to_string()))
+        .with_member_epoch(epoch)
+        .with_rebalance_timeout_ms(30_000)
+        .with_subscribed_topic_names(
+            subscribe.then(|| vec![TopicName(StrBytes::from_static_str("orders"))]),
+        )
+        .with_topic_partitions(subscribe.then(Vec::new));
+    ask(kafka, 68, 1, &request).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_raw_group_requests_when_they_name_unknown_groups_or_stale_epochs_then_kafka_error_codes_and_nothing_committed(
+) {
+    let cluster = Cluster::start_with_coordinators(1, 1, &KAFKA_LISTEN, &[]).await;
+    cluster.create_topic("orders", 2, 1).await;
+    let kafka = cluster.broker(1).kafka_bootstrap();
+
+    // An unknown group: "Dead" before DescribeGroups v6, GROUP_ID_NOT_FOUND (69) from
+    // v6 and in ConsumerGroupDescribe.
+    let describe = DescribeGroupsRequest::default()
+        .with_groups(vec![GroupId(StrBytes::from_static_str("nobody"))]);
+    let v5: DescribeGroupsResponse = ask(&kafka, 15, 5, &describe).await;
+    assert_eq!(
+        (v5.groups[0].error_code, v5.groups[0].group_state.as_str()),
+        (0, "Dead")
+    );
+    let v6: DescribeGroupsResponse = ask(&kafka, 15, 6, &describe).await;
+    assert_eq!(v6.groups[0].error_code, 69);
+    let cg: ConsumerGroupDescribeResponse = ask(
+        &kafka,
+        69,
+        0,
+        &ConsumerGroupDescribeRequest::default()
+            .with_group_ids(vec![GroupId(StrBytes::from_static_str("nobody"))]),
+    )
+    .await;
+    assert_eq!(cg.groups[0].error_code, 69);
+
+    // A member joins; its assignment names "orders" by the id Metadata gives it.
+    let joined = heartbeat(&kafka, "m1", 0, true).await;
+    assert_eq!(joined.error_code, 0, "{joined:?}");
+    let epoch = joined.member_epoch;
+    assert!(epoch > 0);
+    let metadata: MetadataResponse = ask(
+        &kafka,
+        3,
+        12,
+        &MetadataRequest::default().with_topics(Some(vec![MetadataRequestTopic::default()
+            .with_name(Some(TopicName(StrBytes::from_static_str("orders"))))])),
+    )
+    .await;
+    let orders_id = metadata.topics[0].topic_id;
+    let assigned = joined.assignment.expect("an assignment");
+    assert_eq!(assigned.topic_partitions.len(), 1);
+    assert_eq!(assigned.topic_partitions[0].topic_id, orders_id);
+    assert_eq!(assigned.topic_partitions[0].partitions, vec![0, 1]);
+
+    // Stale and unknown memberships are refused and commit nothing.
+    assert_eq!(
+        commit_v9(&kafka, "raw", "m1", epoch + 1, 0, 7).await,
+        113,
+        "STALE_MEMBER_EPOCH"
+    );
+    assert_eq!(
+        commit_v9(&kafka, "raw", "ghost", epoch, 0, 7).await,
+        25,
+        "UNKNOWN_MEMBER_ID"
+    );
+    assert_eq!(fetch_v8(&kafka, "raw").await, Ok(vec![]));
+    assert_eq!(
+        heartbeat(&kafka, "m1", epoch + 5, false).await.error_code,
+        110,
+        "FENCED_MEMBER_EPOCH"
+    );
+    assert_eq!(
+        heartbeat(&kafka, "ghost", 3, false).await.error_code,
+        25,
+        "UNKNOWN_MEMBER_ID"
+    );
+
+    // The member's own epoch commits.
+    assert_eq!(commit_v9(&kafka, "raw", "m1", epoch, 1, 7).await, 0);
+    assert_eq!(fetch_v8(&kafka, "raw").await, Ok(vec![(1, 7)]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_acls_when_user_anonymous_lacks_group_read_then_its_consumer_gets_group_authorization_failed_and_commits_nothing(
+) {
+    let secrets = Secrets::new();
+    let mut broker_flags = secrets.flags(&secrets.broker_token);
+    broker_flags.extend(KAFKA_LISTEN.map(String::from));
+    let broker_flags: Vec<&str> = broker_flags.iter().map(String::as_str).collect();
+    let coordinator_flags = secrets.flags(&secrets.coordinator_token);
+    let coordinator_flags: Vec<&str> = coordinator_flags.iter().map(String::as_str).collect();
+    let mut cluster = Cluster::start(1, &broker_flags);
+    cluster.add_coordinators(1, &coordinator_flags).await;
+    let admin = Admin::connect_with(
+        &cluster.bootstrap(),
+        Credentials::bearer("t-admin").expect("token"),
+        None,
+    )
+    .await
+    .expect("admin connects");
+    admin
+        .create_topic("orders", 2, 1)
+        .await
+        .expect("topic created");
+    // The topic is readable and the group describable, but not readable.
+    admin
+        .create_acls(&[
+            binding("User:ANONYMOUS", "topic", "orders", "literal", "read"),
+            binding("User:ANONYMOUS", "topic", "orders", "literal", "describe"),
+            binding("User:ANONYMOUS", "group", "guarded", "literal", "describe"),
+        ])
+        .await
+        .expect("ACLs stored");
+    let kafka = cluster.broker(1).kafka_bootstrap();
+    wait_until(
+        PATIENCE,
+        "anonymous clients may describe the group",
+        || async {
+            match fetch_v8(&kafka, "guarded").await {
+                Ok(offsets) => Seen::Reached(offsets),
+                Err(code) => Seen::Not(format!("OffsetFetch: {code}")),
+            }
+        },
+    )
+    .await;
+
+    let mut consumer = GroupConsumer::start(&kafka, "guarded", "orders", &[]);
+    let refused = consumer
+        .wait_for(READ_PATIENCE, "GROUP_AUTHORIZATION_FAILED", |e| {
+            e.lines.iter().any(|l| {
+                l["reason"]
+                    .as_str()
+                    .is_some_and(|r| r.contains("Group authorization failed"))
+            })
+        })
+        .await;
+    assert!(refused.owned().is_empty(), "{:?}", refused.lines);
+    // A commit outside membership is refused too (code 30), and nothing is stored.
+    assert_eq!(commit_v9(&kafka, "guarded", "", -1, 0, 5).await, 30);
+    assert_eq!(fetch_v8(&kafka, "guarded").await, Ok(vec![]));
+    assert_eq!(
+        committed(&kafka, "guarded", "orders", 2).await,
+        vec![-1001, -1001],
+        "librdkafka's 'no offset'"
+    );
 }
