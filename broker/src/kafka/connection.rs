@@ -13,10 +13,10 @@ use bytes::{BufMut, Bytes, BytesMut};
 use idem_runtime::shutdown::CancellationToken;
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest,
-    CreateTopicsRequest, DeleteTopicsRequest, DescribeGroupsRequest, FetchRequest,
-    FindCoordinatorRequest, InitProducerIdRequest, ListOffsetsRequest, MetadataRequest,
-    OffsetCommitRequest, OffsetFetchRequest, OffsetForLeaderEpochRequest, ProduceRequest,
-    RequestHeader, ResponseHeader,
+    CreateTopicsRequest, DeleteGroupsRequest, DeleteTopicsRequest, DescribeGroupsRequest,
+    FetchRequest, FindCoordinatorRequest, InitProducerIdRequest, ListOffsetsRequest,
+    MetadataRequest, OffsetCommitRequest, OffsetFetchRequest, OffsetForLeaderEpochRequest,
+    ProduceRequest, RequestHeader, ResponseHeader,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 use kafka_protocol::ResponseError;
@@ -28,7 +28,7 @@ use super::{
     api_versions, create_topics, delete_topics, fetch, find_coordinator, init_producer_id,
     list_offsets, metadata,
 };
-use super::{consumer_group_describe, consumer_group_heartbeat, describe_groups};
+use super::{consumer_group_describe, consumer_group_heartbeat, delete_groups, describe_groups};
 use super::{offset_commit, offset_fetch, offset_for_leader_epoch};
 use super::{produce, unsupported, KafkaContext};
 
@@ -240,6 +240,11 @@ async fn answer(context: &KafkaContext, frame: Bytes) -> Result<Option<BytesMut>
             let request =
                 OffsetForLeaderEpochRequest::decode(&mut buf, version).map_err(decode_error)?;
             let body = offset_for_leader_epoch::serve(service, request);
+            respond(correlation_id, header_version, &body, version)
+        }
+        ApiKey::DeleteGroups => {
+            let request = DeleteGroupsRequest::decode(&mut buf, version).map_err(decode_error)?;
+            let body = delete_groups::serve(context, request).await;
             respond(correlation_id, header_version, &body, version)
         }
         _ => return Err(FrameError::NotServed { api_key, version }),

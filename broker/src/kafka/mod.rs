@@ -22,6 +22,7 @@ pub mod consumer_group_describe;
 pub mod consumer_group_heartbeat;
 pub mod coordinator_link;
 pub mod create_topics;
+pub mod delete_groups;
 pub mod delete_topics;
 pub mod describe_groups;
 pub mod errors;

@@ -99,6 +99,11 @@ pub const SERVED: &[Served] = &[
         min: 2,
         max: 4,
     },
+    Served {
+        key: ApiKey::DeleteGroups,
+        min: 0,
+        max: 2,
+    },
 ];
 
 /// What to do with a request, from its header's API key and version.
@@ -140,7 +145,7 @@ mod tests {
     /// Every advertised version must be one the codec crate encodes and decodes.
     #[test]
     fn every_served_version_is_within_the_codecs_range() {
-        let codec: [(ApiKey, VersionRange); 15] = [
+        let codec: [(ApiKey, VersionRange); 16] = [
             (ApiKey::Produce, ProduceRequest::VERSIONS),
             (ApiKey::Fetch, FetchRequest::VERSIONS),
             (ApiKey::ListOffsets, ListOffsetsRequest::VERSIONS),
@@ -165,6 +170,7 @@ mod tests {
                 ApiKey::OffsetForLeaderEpoch,
                 OffsetForLeaderEpochRequest::VERSIONS,
             ),
+            (ApiKey::DeleteGroups, DeleteGroupsRequest::VERSIONS),
         ];
         for served in SERVED {
             let (_, range) = codec

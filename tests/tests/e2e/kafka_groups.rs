@@ -18,6 +18,8 @@ use kafka_protocol::messages::consumer_group_describe_request::ConsumerGroupDesc
 use kafka_protocol::messages::consumer_group_describe_response::ConsumerGroupDescribeResponse;
 use kafka_protocol::messages::consumer_group_heartbeat_request::ConsumerGroupHeartbeatRequest;
 use kafka_protocol::messages::consumer_group_heartbeat_response::ConsumerGroupHeartbeatResponse;
+use kafka_protocol::messages::delete_groups_request::DeleteGroupsRequest;
+use kafka_protocol::messages::delete_groups_response::DeleteGroupsResponse;
 use kafka_protocol::messages::describe_groups_request::DescribeGroupsRequest;
 use kafka_protocol::messages::describe_groups_response::DescribeGroupsResponse;
 use kafka_protocol::messages::metadata_request::{MetadataRequest, MetadataRequestTopic};
@@ -489,6 +491,28 @@ async fn given_raw_group_requests_when_they_name_unknown_groups_or_stale_epochs_
     // The member's own epoch commits.
     assert_eq!(commit_v9(&kafka, "raw", "m1", epoch, 1, 7).await, 0);
     assert_eq!(fetch_v8(&kafka, "raw").await, Ok(vec![(1, 7)]));
+
+    // DeleteGroups: NON_EMPTY_GROUP (68) while m1 is a member, then, after it leaves
+    // (epoch -1), the group and its offsets go; an unknown group is 69.
+    let delete = |names: &[&'static str]| {
+        DeleteGroupsRequest::default().with_groups_names(
+            names
+                .iter()
+                .map(|n| GroupId(StrBytes::from_static_str(n)))
+                .collect(),
+        )
+    };
+    let busy: DeleteGroupsResponse = ask(&kafka, 42, 2, &delete(&["raw", "nobody"])).await;
+    let codes: Vec<i16> = busy.results.iter().map(|r| r.error_code).collect();
+    assert_eq!(codes, [68, 69]);
+    assert_eq!(
+        heartbeat(&kafka, "m1", -1, false).await.error_code,
+        0,
+        "leave"
+    );
+    let deleted: DeleteGroupsResponse = ask(&kafka, 42, 2, &delete(&["raw"])).await;
+    assert_eq!(deleted.results[0].error_code, 0);
+    assert_eq!(fetch_v8(&kafka, "raw").await, Ok(vec![]));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
