@@ -14,7 +14,8 @@ use super::errors::kafka_code;
 use super::KafkaContext;
 
 /// Why a forwarded request was not answered by the coordinator.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message} (Kafka error code {code})")]
 pub struct Refused {
     /// Kafka's code (COORDINATOR_NOT_AVAILABLE when no owner or no answer).
     pub code: i16,
