@@ -38,3 +38,4 @@ pub use server_process::{BrokerProcess, CoordinatorProcess, ServerProcess};
 pub mod etcd;
 pub mod groups;
 pub mod kafka_clients;
+pub mod kafka_groups;

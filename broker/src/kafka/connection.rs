@@ -13,9 +13,11 @@ use bytes::{BufMut, Bytes, BytesMut};
 use idem_runtime::shutdown::CancellationToken;
 use kafka_protocol::messages::{
     AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, ApiKey, ApiVersionsRequest,
-    CreateTopicsRequest, DeleteTopicsRequest, EndTxnRequest, FetchRequest, FindCoordinatorRequest,
-    InitProducerIdRequest, ListOffsetsRequest, MetadataRequest, ProduceRequest, RequestHeader,
-    ResponseHeader, TxnOffsetCommitRequest,
+    ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest, CreateTopicsRequest,
+    DeleteGroupsRequest, DeleteTopicsRequest, DescribeGroupsRequest, EndTxnRequest, FetchRequest,
+    FindCoordinatorRequest, InitProducerIdRequest, ListOffsetsRequest, MetadataRequest,
+    OffsetCommitRequest, OffsetFetchRequest, OffsetForLeaderEpochRequest, ProduceRequest,
+    RequestHeader, ResponseHeader, TxnOffsetCommitRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 use kafka_protocol::ResponseError;
@@ -27,6 +29,8 @@ use super::{
     add_offsets_to_txn, add_partitions_to_txn, api_versions, create_topics, delete_topics, end_txn,
     fetch, find_coordinator, init_producer_id, list_offsets, metadata, txn_offset_commit,
 };
+use super::{consumer_group_describe, consumer_group_heartbeat, delete_groups, describe_groups};
+use super::{offset_commit, offset_fetch, offset_for_leader_epoch};
 use super::{produce, unsupported, KafkaContext};
 
 /// The smallest request header: api key, api version, correlation id.
@@ -227,6 +231,44 @@ async fn answer(context: &KafkaContext, frame: Bytes) -> Result<Option<BytesMut>
             let request =
                 TxnOffsetCommitRequest::decode(&mut buf, version).map_err(decode_error)?;
             let body = txn_offset_commit::serve(context, request, version).await;
+            respond(correlation_id, header_version, &body, version)
+        }
+        ApiKey::ConsumerGroupHeartbeat => {
+            let request =
+                ConsumerGroupHeartbeatRequest::decode(&mut buf, version).map_err(decode_error)?;
+            let body = consumer_group_heartbeat::serve(context, request).await;
+            respond(correlation_id, header_version, &body, version)
+        }
+        ApiKey::OffsetCommit => {
+            let request = OffsetCommitRequest::decode(&mut buf, version).map_err(decode_error)?;
+            let body = offset_commit::serve(context, request).await;
+            respond(correlation_id, header_version, &body, version)
+        }
+        ApiKey::OffsetFetch => {
+            let request = OffsetFetchRequest::decode(&mut buf, version).map_err(decode_error)?;
+            let body = offset_fetch::serve(context, request, version).await;
+            respond(correlation_id, header_version, &body, version)
+        }
+        ApiKey::ConsumerGroupDescribe => {
+            let request =
+                ConsumerGroupDescribeRequest::decode(&mut buf, version).map_err(decode_error)?;
+            let body = consumer_group_describe::serve(context, request).await;
+            respond(correlation_id, header_version, &body, version)
+        }
+        ApiKey::DescribeGroups => {
+            let request = DescribeGroupsRequest::decode(&mut buf, version).map_err(decode_error)?;
+            let body = describe_groups::serve(context, request, version).await;
+            respond(correlation_id, header_version, &body, version)
+        }
+        ApiKey::OffsetForLeaderEpoch => {
+            let request =
+                OffsetForLeaderEpochRequest::decode(&mut buf, version).map_err(decode_error)?;
+            let body = offset_for_leader_epoch::serve(service, request);
+            respond(correlation_id, header_version, &body, version)
+        }
+        ApiKey::DeleteGroups => {
+            let request = DeleteGroupsRequest::decode(&mut buf, version).map_err(decode_error)?;
+            let body = delete_groups::serve(context, request).await;
             respond(correlation_id, header_version, &body, version)
         }
         _ => return Err(FrameError::NotServed { api_key, version }),

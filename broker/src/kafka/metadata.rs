@@ -16,17 +16,34 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use super::errors::kafka_code;
+use super::topic_ids::TopicIds;
 use crate::service::BrokerService;
 
 /// What Kafka clients see as the cluster id.
 const CLUSTER_ID: &str = "idem";
 
 pub async fn serve(service: &BrokerService, request: MetadataRequest) -> MetadataResponse {
-    // Kafka: a null list asks for every topic, an empty one for none.
+    // Kafka: a null list asks for every topic, an empty one for none. v10+ may name a
+    // topic by id only (a KIP-848 consumer resolving its assignment): the id's name, or
+    // a name no topic has, which answers UNKNOWN_TOPIC_OR_PARTITION.
+    let ids = request
+        .topics
+        .as_ref()
+        .is_some_and(|topics| topics.iter().any(|t| t.name.is_none()))
+        .then(|| TopicIds::of(service));
     let names: Option<Vec<String>> = request.topics.map(|topics| {
         topics
             .into_iter()
-            .filter_map(|t| t.name.map(|n| n.0.to_string()))
+            .filter_map(|t| match (t.name, &ids) {
+                (Some(name), _) => Some(name.0.to_string()),
+                (None, Some(ids)) if !t.topic_id.is_nil() => {
+                    Some(ids.name(&t.topic_id).map_or_else(
+                        || format!("<unknown topic id {}>", t.topic_id),
+                        str::to_string,
+                    ))
+                }
+                (None, _) => None,
+            })
             .collect()
     });
     let brokers = match service.kafka_brokers().await {

@@ -92,6 +92,42 @@ pub const SERVED: &[Served] = &[
         min: 0,
         max: 3,
     },
+    // Consumer groups (kafka_groups in docs/kafka.md): KIP-848 members only.
+    Served {
+        key: ApiKey::ConsumerGroupHeartbeat,
+        min: 0,
+        max: 1,
+    },
+    Served {
+        key: ApiKey::OffsetCommit,
+        min: 2,
+        max: 9,
+    },
+    Served {
+        key: ApiKey::OffsetFetch,
+        min: 1,
+        max: 9,
+    },
+    Served {
+        key: ApiKey::ConsumerGroupDescribe,
+        min: 0,
+        max: 1,
+    },
+    Served {
+        key: ApiKey::DescribeGroups,
+        min: 0,
+        max: 6,
+    },
+    Served {
+        key: ApiKey::OffsetForLeaderEpoch,
+        min: 2,
+        max: 4,
+    },
+    Served {
+        key: ApiKey::DeleteGroups,
+        min: 0,
+        max: 2,
+    },
 ];
 
 /// What to do with a request, from its header's API key and version.
@@ -133,7 +169,7 @@ mod tests {
     /// Every advertised version must be one the codec crate encodes and decodes.
     #[test]
     fn every_served_version_is_within_the_codecs_range() {
-        let codec: [(ApiKey, VersionRange); 13] = [
+        let codec: [(ApiKey, VersionRange); 20] = [
             (ApiKey::Produce, ProduceRequest::VERSIONS),
             (ApiKey::Fetch, FetchRequest::VERSIONS),
             (ApiKey::ListOffsets, ListOffsetsRequest::VERSIONS),
@@ -150,6 +186,22 @@ mod tests {
             (ApiKey::AddOffsetsToTxn, AddOffsetsToTxnRequest::VERSIONS),
             (ApiKey::EndTxn, EndTxnRequest::VERSIONS),
             (ApiKey::TxnOffsetCommit, TxnOffsetCommitRequest::VERSIONS),
+            (
+                ApiKey::ConsumerGroupHeartbeat,
+                ConsumerGroupHeartbeatRequest::VERSIONS,
+            ),
+            (ApiKey::OffsetCommit, OffsetCommitRequest::VERSIONS),
+            (ApiKey::OffsetFetch, OffsetFetchRequest::VERSIONS),
+            (
+                ApiKey::ConsumerGroupDescribe,
+                ConsumerGroupDescribeRequest::VERSIONS,
+            ),
+            (ApiKey::DescribeGroups, DescribeGroupsRequest::VERSIONS),
+            (
+                ApiKey::OffsetForLeaderEpoch,
+                OffsetForLeaderEpochRequest::VERSIONS,
+            ),
+            (ApiKey::DeleteGroups, DeleteGroupsRequest::VERSIONS),
         ];
         for served in SERVED {
             let (_, range) = codec

@@ -270,6 +270,22 @@ fn check_fetch_sizes(max_bytes: i32, partition_max_bytes: i32) -> Result<(), Bro
     Ok(())
 }
 
+impl BrokerService {
+    /// OffsetForLeaderEpoch for a Kafka consumer validating its position (KIP-320):
+    /// `current_leader_epoch` `None` when the client knows none (Kafka's -1).
+    pub(crate) fn epoch_end_offset(
+        &self,
+        topic: &str,
+        partition: i32,
+        current_leader_epoch: Option<i32>,
+        leader_epoch: i32,
+    ) -> Result<(i32, i64), BrokerError> {
+        let partition = self.topics.partition(topic, partition)?;
+        partition.check_epoch(current_leader_epoch)?;
+        Ok(partition.epoch_end(leader_epoch))
+    }
+}
+
 fn offset_for_leader_epoch(
     topics: &TopicRegistry,
     request: &OffsetForLeaderEpochRequest,

@@ -150,6 +150,16 @@ impl BrokerService {
     }
 
     /// What Kafka clients dial for this broker (`None`: no Kafka listener).
+    /// Every topic's name and id (KIP-516 topic ids, as Metadata v10+ names them to
+    /// Kafka clients); a topic created before ids existed has the zero id.
+    pub(crate) fn topic_ids(&self) -> Vec<(String, crate::topic_id::TopicId)> {
+        self.topics
+            .describe_with_ids(&[])
+            .into_iter()
+            .filter_map(|(name, found)| found.map(|(id, _)| (name, id)))
+            .collect()
+    }
+
     pub fn kafka_advertised(&self) -> Option<&str> {
         self.kafka_advertised.as_deref()
     }

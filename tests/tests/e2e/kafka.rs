@@ -334,7 +334,7 @@ fn api_versions_v0(version: i16, correlation_id: i32) -> Vec<u8> {
 /// Sends `bytes` on a new connection, half-closes it, and returns everything the
 /// broker answered before it closed. A reset counts as a close: the kernel resets
 /// rather than ends a connection closed with bytes still unread (an oversized frame's).
-async fn exchange(address: &str, bytes: &[u8]) -> Vec<u8> {
+pub(crate) async fn exchange(address: &str, bytes: &[u8]) -> Vec<u8> {
     let mut stream = TcpStream::connect(address).await.expect("connect");
     stream.write_all(bytes).await.expect("send");
     stream.shutdown().await.expect("half-close");
@@ -465,7 +465,7 @@ async fn given_bad_frames_when_sent_then_each_is_answered_or_closed_and_the_brok
 }
 
 /// A request frame: size, header (the version `api_key` needs), `body` at `version`.
-fn request_frame(api_key: i16, version: i16, body: &impl Encodable) -> Vec<u8> {
+pub(crate) fn request_frame(api_key: i16, version: i16, body: &impl Encodable) -> Vec<u8> {
     let key = ApiKey::try_from(api_key).expect("a Kafka API");
     let mut out = BytesMut::new();
     out.put_i32(0);
@@ -482,7 +482,7 @@ fn request_frame(api_key: i16, version: i16, body: &impl Encodable) -> Vec<u8> {
 }
 
 /// The one response frame in `answer`, to a request of `api_key` at `version`.
-fn read_response<T: Decodable>(answer: &[u8], api_key: i16, version: i16) -> T {
+pub(crate) fn read_response<T: Decodable>(answer: &[u8], api_key: i16, version: i16) -> T {
     let key = ApiKey::try_from(api_key).expect("a Kafka API");
     assert!(answer.len() > 4, "an answer");
     let mut body = Bytes::copy_from_slice(&answer[4..]);

@@ -1,0 +1,143 @@
+//! OffsetCommit v2–v9: forwarded to the GroupCoordinator owning the group. v9's
+//! `generation_id_or_member_epoch` is the KIP-848 member epoch the coordinator fences
+//! with (STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID); an empty member id with -1 is a commit
+//! outside membership, taken only by a group without members. Checked first as the
+//! coordinator checks SDK callers: read on the group (else every partition is
+//! GROUP_AUTHORIZATION_FAILED and nothing is forwarded) and on each topic (that topic's
+//! partitions are TOPIC_AUTHORIZATION_FAILED and left out; the others are committed,
+//! as Kafka does). A refusal of the whole request lands on each of its partitions:
+//! Kafka's OffsetCommit has no request-level code.
+
+use std::collections::HashMap;
+
+use idem_proto::v1::{
+    OffsetCommitPartition, OffsetCommitRequest as IdemRequest, OffsetCommitTopic,
+};
+use idem_runtime::acl::{Operation, Resource, ANONYMOUS};
+use kafka_protocol::messages::offset_commit_request::OffsetCommitRequest;
+use kafka_protocol::messages::offset_commit_response::{
+    OffsetCommitResponse, OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+};
+use kafka_protocol::protocol::StrBytes;
+
+use super::errors::kafka_code;
+use super::forward::to_group_coordinator;
+use super::KafkaContext;
+
+pub async fn serve(context: &KafkaContext, request: OffsetCommitRequest) -> OffsetCommitResponse {
+    let group_id = request.group_id.0.to_string();
+    let asked: Vec<(String, Vec<i32>)> = request
+        .topics
+        .iter()
+        .map(|t| {
+            (
+                t.name.0.to_string(),
+                t.partitions.iter().map(|p| p.partition_index).collect(),
+            )
+        })
+        .collect();
+    // The code of each (topic, partition) already decided here.
+    let mut decided: HashMap<(String, i32), i16> = HashMap::new();
+    let every = |code: i16, decided: &mut HashMap<(String, i32), i16>| {
+        for (topic, partitions) in &asked {
+            for p in partitions {
+                decided.entry((topic.clone(), *p)).or_insert(code);
+            }
+        }
+    };
+    let service = &context.service;
+    if let Err(denied) =
+        service.check_all(ANONYMOUS, [(Operation::Read, Resource::group(&group_id))])
+    {
+        every(kafka_code(denied.error_code() as i32), &mut decided);
+        return answer(&asked, &decided);
+    }
+    let mut topics = Vec::with_capacity(request.topics.len());
+    for topic in request.topics {
+        let name = topic.name.0.to_string();
+        if let Err(denied) =
+            service.check_all(ANONYMOUS, [(Operation::Read, Resource::topic(&name))])
+        {
+            let code = kafka_code(denied.error_code() as i32);
+            for p in &topic.partitions {
+                decided.insert((name.clone(), p.partition_index), code);
+            }
+            continue;
+        }
+        topics.push(OffsetCommitTopic {
+            name,
+            partitions: topic
+                .partitions
+                .into_iter()
+                .map(|p| OffsetCommitPartition {
+                    partition: p.partition_index,
+                    offset: p.committed_offset,
+                    // -1: the client knows no leader epoch.
+                    leader_epoch: (p.committed_leader_epoch >= 0)
+                        .then_some(p.committed_leader_epoch),
+                    metadata: p
+                        .committed_metadata
+                        .map(|m| m.to_string())
+                        .unwrap_or_default(),
+                })
+                .collect(),
+        });
+    }
+    if !topics.is_empty() {
+        let forwarded = IdemRequest {
+            group_id: group_id.clone(),
+            member_id: request.member_id.to_string(),
+            member_epoch: request.generation_id_or_member_epoch,
+            topics,
+        };
+        match to_group_coordinator(context, &group_id, |mut client| async move {
+            client.offset_commit(forwarded).await
+        })
+        .await
+        {
+            Ok(idem) if idem.error_code == 0 => {
+                for topic in idem.topics {
+                    for p in topic.partitions {
+                        decided.insert((topic.name.clone(), p.partition), kafka_code(p.error_code));
+                    }
+                }
+            }
+            Ok(idem) => every(kafka_code(idem.error_code), &mut decided),
+            Err(refusal) => every(refusal.code, &mut decided),
+        }
+    }
+    // A partition the coordinator did not mention was not committed.
+    every(
+        kafka_protocol::ResponseError::UnknownServerError.code(),
+        &mut decided,
+    );
+    answer(&asked, &decided)
+}
+
+/// One answer per partition asked, in the request's order.
+fn answer(
+    asked: &[(String, Vec<i32>)],
+    decided: &HashMap<(String, i32), i16>,
+) -> OffsetCommitResponse {
+    OffsetCommitResponse::default().with_topics(
+        asked
+            .iter()
+            .map(|(topic, partitions)| {
+                OffsetCommitResponseTopic::default()
+                    .with_name(StrBytes::from_string(topic.clone()).into())
+                    .with_partitions(
+                        partitions
+                            .iter()
+                            .map(|p| {
+                                OffsetCommitResponsePartition::default()
+                                    .with_partition_index(*p)
+                                    .with_error_code(
+                                        decided.get(&(topic.clone(), *p)).copied().unwrap_or(0),
+                                    )
+                            })
+                            .collect(),
+                    )
+            })
+            .collect(),
+    )
+}
