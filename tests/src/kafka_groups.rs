@@ -94,9 +94,32 @@ pub struct GroupConsumer {
 impl GroupConsumer {
     /// Starts a consumer of `topic` in `group` with extra librdkafka `settings`.
     pub fn start(bootstrap: &str, group: &str, topic: &str, settings: &[&str]) -> Self {
-        let path = script("group_consume.py");
-        let mut args = vec![path.to_str().expect("UTF-8 path"), bootstrap, group, topic];
+        let mut args = vec![bootstrap, group, topic];
         args.extend_from_slice(settings);
+        Self::run_script("group_consume.py", &args)
+    }
+
+    /// Starts `transform.py`: a consume-transform-produce processor in `group`
+    /// reading `input` and writing `output` under `transactional_id`; `settings` may
+    /// hold its `die=N:POINT`.
+    pub fn start_transform(
+        bootstrap: &str,
+        group: &str,
+        (input, output): (&str, &str),
+        transactional_id: &str,
+        settings: &[&str],
+    ) -> Self {
+        let mut args = vec![bootstrap, group, input, output, transactional_id];
+        args.extend_from_slice(settings);
+        Self::run_script("transform.py", &args)
+    }
+
+    /// Runs one of tests/kafka_clients/ that prints a JSON line per event and stops
+    /// when its stdin says "close".
+    fn run_script(name: &str, script_args: &[&str]) -> Self {
+        let path = script(name);
+        let mut args = vec![path.to_str().expect("UTF-8 path")];
+        args.extend_from_slice(script_args);
         let mut child = tokio::process::Command::new(python_bin())
             .args(&args)
             .stdin(Stdio::piped())
@@ -105,7 +128,7 @@ impl GroupConsumer {
             .kill_on_drop(true)
             .spawn()
             .unwrap_or_else(|e| {
-                panic!("spawn group_consume.py: {e} (scripts/install-deps.sh kafka-clients)")
+                panic!("spawn {name}: {e} (scripts/install-deps.sh kafka-clients)")
             });
         let stdin = child.stdin.take();
         let stdout = child.stdout.take().expect("piped stdout");

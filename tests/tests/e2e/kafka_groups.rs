@@ -46,7 +46,7 @@ const SHORT_SESSION: [&str; 2] = ["--group-session-timeout-ms", "6000"];
 const READ_PATIENCE: Duration = Duration::from_secs(90);
 
 /// Produces `count` records (from `start`) to each of `partitions` partitions.
-async fn produce(kafka: &str, topic: &str, partitions: i32, count: usize, start: usize) {
+pub(crate) async fn produce(kafka: &str, topic: &str, partitions: i32, count: usize, start: usize) {
     let produced = python(
         "group_produce.py",
         &[
@@ -85,7 +85,7 @@ fn tally<'a>(members: impl IntoIterator<Item = &'a Events>) -> BTreeMap<String, 
 
 /// The committed offsets of `group` for `partitions` partitions of `topic`, as
 /// confluent-kafka's committed() (OffsetFetch) reads them.
-async fn committed(kafka: &str, group: &str, topic: &str, partitions: i32) -> Vec<i64> {
+pub(crate) async fn committed(kafka: &str, group: &str, topic: &str, partitions: i32) -> Vec<i64> {
     let found = python(
         "group_committed.py",
         &[kafka, group, topic, &partitions.to_string()],
