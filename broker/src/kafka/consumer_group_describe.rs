@@ -4,10 +4,7 @@
 //! checks SDK callers (else GROUP_AUTHORIZATION_FAILED for that group, nothing
 //! forwarded); an unknown group is the coordinator's GROUP_ID_NOT_FOUND.
 
-use idem_proto::v1::{
-    DescribeGroupsRequest as IdemRequest, GroupDescription, GroupTopicPartitions,
-};
-use idem_runtime::acl::{Operation, Resource, ANONYMOUS};
+use idem_proto::v1::{GroupDescription, GroupTopicPartitions};
 use kafka_protocol::messages::consumer_group_describe_request::ConsumerGroupDescribeRequest;
 use kafka_protocol::messages::consumer_group_describe_response::{
     Assignment, ConsumerGroupDescribeResponse, DescribedGroup, Member, TopicPartitions,
@@ -15,8 +12,7 @@ use kafka_protocol::messages::consumer_group_describe_response::{
 use kafka_protocol::messages::GroupId;
 use kafka_protocol::protocol::StrBytes;
 
-use super::errors::kafka_code;
-use super::forward::to_group_coordinator;
+use super::group_description::describe;
 use super::topic_ids::{nullable, TopicIds};
 use super::KafkaContext;
 
@@ -37,30 +33,8 @@ pub async fn serve(
                 .with_error_code(code)
                 .with_error_message(nullable(message))
         };
-        if let Err(denied) = context
-            .service
-            .check_all(ANONYMOUS, [(Operation::Describe, Resource::group(&id))])
-        {
-            groups.push(refused(
-                kafka_code(denied.error_code() as i32),
-                denied.to_string(),
-            ));
-            continue;
-        }
-        let forwarded = IdemRequest {
-            group_ids: vec![id.clone()],
-        };
-        let described = to_group_coordinator(context, &id, |mut client| async move {
-            client.describe_groups(forwarded).await
-        })
-        .await;
-        let group = match described.map(|d| d.groups.into_iter().next()) {
-            Ok(Some(group)) if group.error_code == 0 => described_group(group_id, group, &ids),
-            Ok(Some(group)) => refused(kafka_code(group.error_code), group.error_message),
-            Ok(None) => refused(
-                kafka_protocol::ResponseError::UnknownServerError.code(),
-                "the coordinator described no group".into(),
-            ),
+        let group = match describe(context, &id).await {
+            Ok(group) => described_group(group_id, group, &ids),
             Err(refusal) => refused(refusal.code, refusal.message),
         };
         groups.push(group);

@@ -6,17 +6,14 @@
 //! GROUP_AUTHORIZATION_FAILED). An unknown group is state "Dead" with no error before
 //! v6 and GROUP_ID_NOT_FOUND from v6 on (KIP-1043), as Kafka answers.
 
-use idem_proto::v1::DescribeGroupsRequest as IdemRequest;
-use idem_proto::ErrorCode;
-use idem_runtime::acl::{Operation, Resource, ANONYMOUS};
 use kafka_protocol::messages::describe_groups_request::DescribeGroupsRequest;
 use kafka_protocol::messages::describe_groups_response::{
     DescribeGroupsResponse, DescribedGroup, DescribedGroupMember,
 };
 use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
 
-use super::errors::kafka_code;
-use super::forward::to_group_coordinator;
+use super::group_description::describe;
 use super::topic_ids::nullable;
 use super::KafkaContext;
 
@@ -37,25 +34,8 @@ pub async fn serve(
                 .with_error_code(code)
                 .with_error_message(nullable(message))
         };
-        if let Err(denied) = context
-            .service
-            .check_all(ANONYMOUS, [(Operation::Describe, Resource::group(&id))])
-        {
-            groups.push(refused(
-                kafka_code(denied.error_code() as i32),
-                denied.to_string(),
-            ));
-            continue;
-        }
-        let forwarded = IdemRequest {
-            group_ids: vec![id.clone()],
-        };
-        let described = to_group_coordinator(context, &id, |mut client| async move {
-            client.describe_groups(forwarded).await
-        })
-        .await;
-        let group = match described.map(|d| d.groups.into_iter().next()) {
-            Ok(Some(group)) if group.error_code == 0 => DescribedGroup::default()
+        let group = match describe(context, &id).await {
+            Ok(group) => DescribedGroup::default()
                 .with_group_id(group_id.clone())
                 .with_group_state(StrBytes::from_string(group.state))
                 .with_protocol_type(StrBytes::from_static_str("consumer"))
@@ -72,19 +52,14 @@ pub async fn serve(
                         .collect(),
                 )
                 .with_authorized_operations(i32::MIN),
-            Ok(Some(group))
-                if group.error_code == ErrorCode::GroupIdNotFound as i32
+            Err(refusal)
+                if refusal.code == ResponseError::GroupIdNotFound.code()
                     && version < NOT_FOUND_SINCE =>
             {
                 DescribedGroup::default()
                     .with_group_id(group_id.clone())
                     .with_group_state(StrBytes::from_static_str("Dead"))
             }
-            Ok(Some(group)) => refused(kafka_code(group.error_code), group.error_message),
-            Ok(None) => refused(
-                kafka_protocol::ResponseError::UnknownServerError.code(),
-                "the coordinator described no group".into(),
-            ),
             Err(refusal) => refused(refusal.code, refusal.message),
         };
         groups.push(group);

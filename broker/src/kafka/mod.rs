@@ -32,6 +32,7 @@ pub mod errors;
 pub mod fetch;
 pub mod find_coordinator;
 pub mod forward;
+pub mod group_description;
 pub mod init_producer_id;
 pub mod list_offsets;
 pub mod metadata;

@@ -69,16 +69,13 @@ pub async fn serve(context: &KafkaContext, request: OffsetCommitRequest) -> Offs
             partitions: topic
                 .partitions
                 .into_iter()
-                .map(|p| OffsetCommitPartition {
-                    partition: p.partition_index,
-                    offset: p.committed_offset,
-                    // -1: the client knows no leader epoch.
-                    leader_epoch: (p.committed_leader_epoch >= 0)
-                        .then_some(p.committed_leader_epoch),
-                    metadata: p
-                        .committed_metadata
-                        .map(|m| m.to_string())
-                        .unwrap_or_default(),
+                .map(|p| {
+                    committed_partition(
+                        p.partition_index,
+                        p.committed_offset,
+                        p.committed_leader_epoch,
+                        p.committed_metadata,
+                    )
                 })
                 .collect(),
         });
@@ -140,4 +137,21 @@ fn answer(
             })
             .collect(),
     )
+}
+
+/// One partition of a Kafka OffsetCommit or TxnOffsetCommit as idem's coordinator
+/// takes it (the two Kafka requests name the same fields in types of their own).
+pub fn committed_partition(
+    partition: i32,
+    offset: i64,
+    leader_epoch: i32,
+    metadata: Option<StrBytes>,
+) -> OffsetCommitPartition {
+    OffsetCommitPartition {
+        partition,
+        offset,
+        // -1: the client knows no leader epoch.
+        leader_epoch: (leader_epoch >= 0).then_some(leader_epoch),
+        metadata: metadata.map(|m| m.to_string()).unwrap_or_default(),
+    }
 }

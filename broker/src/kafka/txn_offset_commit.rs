@@ -9,9 +9,7 @@
 //! each for every partition, and then nothing is forwarded. v4+ (KIP-890) is not
 //! served: v5 would add the group's partition to the transaction implicitly.
 
-use idem_proto::v1::{
-    OffsetCommitPartition, OffsetCommitTopic, TxnOffsetCommitRequest as IdemRequest,
-};
+use idem_proto::v1::{OffsetCommitTopic, TxnOffsetCommitRequest as IdemRequest};
 use idem_runtime::acl::{Operation, Resource, ANONYMOUS};
 use kafka_protocol::messages::txn_offset_commit_request::TxnOffsetCommitRequest;
 use kafka_protocol::messages::txn_offset_commit_response::{
@@ -21,6 +19,7 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::errors::kafka_code;
 use super::forward::{for_version, to_group_coordinator};
+use super::offset_commit::committed_partition;
 use super::KafkaContext;
 
 /// KIP-588: PRODUCER_FENCED from TxnOffsetCommit v3 on.
@@ -85,16 +84,13 @@ pub async fn serve(
                 partitions: t
                     .partitions
                     .into_iter()
-                    .map(|p| OffsetCommitPartition {
-                        partition: p.partition_index,
-                        offset: p.committed_offset,
-                        // -1: the client does not know the leader epoch.
-                        leader_epoch: (p.committed_leader_epoch >= 0)
-                            .then_some(p.committed_leader_epoch),
-                        metadata: p
-                            .committed_metadata
-                            .map(|m| m.to_string())
-                            .unwrap_or_default(),
+                    .map(|p| {
+                        committed_partition(
+                            p.partition_index,
+                            p.committed_offset,
+                            p.committed_leader_epoch,
+                            p.committed_metadata,
+                        )
                     })
                     .collect(),
             })
