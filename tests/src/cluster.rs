@@ -170,15 +170,22 @@ impl Cluster {
         }
         // Each broker advertises a reserved port where a link to it listens, so every
         // connection to it (clients, followers, coordinators) can be cut.
-        let advertised: BTreeMap<i32, String> = (1..=n).map(|id| (id, reserve_port())).collect();
-        let own = advertised
+        // The ports stay bound until the links take them over: a port released after
+        // the probe was taken by another socket (a broker's own, an outgoing
+        // connection's) before the link could bind it (AddrInUse in a CI run).
+        let reserved: BTreeMap<i32, std::net::TcpListener> =
+            (1..=n).map(|id| (id, reserve_port())).collect();
+        let own = reserved
             .iter()
-            .map(|(id, address)| (*id, vec!["--advertise".to_string(), address.clone()]))
+            .map(|(id, port)| {
+                let address = port.local_addr().expect("reserved port").to_string();
+                (*id, vec!["--advertise".to_string(), address])
+            })
             .collect();
         let mut cluster = Cluster::start_each_on(vec![etcd], links, &own, n, broker_extra);
-        for (id, address) in &advertised {
-            let link = CuttableLink::start_on(address, cluster.broker(*id).addr()).await;
-            cluster.inbound.insert(*id, link);
+        for (id, port) in reserved {
+            let link = CuttableLink::start_reserved(port, cluster.broker(id).addr());
+            cluster.inbound.insert(id, link);
         }
         cluster.add_coordinators(m, coordinator_extra).await;
         cluster
@@ -574,11 +581,10 @@ impl Cluster {
     }
 }
 
-/// A free 127.0.0.1 port, as `host:port`: bound once and released, for a link to listen
-/// on once the process that advertises it has started.
-fn reserve_port() -> String {
-    let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("reserve a port");
-    probe.local_addr().expect("reserved port").to_string()
+/// A free 127.0.0.1 port, bound and kept, for a link to listen on once the process that
+/// advertises it has started.
+fn reserve_port() -> std::net::TcpListener {
+    std::net::TcpListener::bind("127.0.0.1:0").expect("reserve a port")
 }
 
 /// Every member's client URL, comma separated, as `--etcd` takes them.

@@ -36,9 +36,25 @@ impl CuttableLink {
         CuttableLink::start_on("127.0.0.1:0", upstream).await
     }
 
-    /// Listens on `listen` (say, a port reserved earlier and advertised by a broker).
+    /// Listens on `listen` (a given address).
     pub async fn start_on(listen: &str, upstream: SocketAddr) -> CuttableLink {
         let listener = TcpListener::bind(listen).await.expect("bind a link port");
+        CuttableLink::start_with(listener, upstream)
+    }
+
+    /// Listens on `reserved`, a socket bound before the process behind it started (so
+    /// that process could advertise its address): keeping it bound is what stops the
+    /// kernel from handing the port to another socket meanwhile; connections made
+    /// before the link starts wait in its backlog.
+    pub fn start_reserved(reserved: std::net::TcpListener, upstream: SocketAddr) -> CuttableLink {
+        reserved
+            .set_nonblocking(true)
+            .expect("a reserved link port in non-blocking mode");
+        let listener = TcpListener::from_std(reserved).expect("a reserved link port on Tokio");
+        CuttableLink::start_with(listener, upstream)
+    }
+
+    fn start_with(listener: TcpListener, upstream: SocketAddr) -> CuttableLink {
         let addr = listener.local_addr().expect("link address");
         let (state, _) = watch::channel(State::Open);
         let state = Arc::new(state);

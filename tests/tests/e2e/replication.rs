@@ -210,13 +210,13 @@ async fn given_a_follower_that_cannot_reach_its_leader_then_it_warns_with_the_re
     let etcd = EtcdServer::start();
     // Broker 1 is reached by the other broker through a link that will refuse every
     // connection, while broker 1 itself stays alive and keeps its lease and leadership.
+    // Kept bound until the link takes it, so no other socket gets the port meanwhile.
     let reserved = std::net::TcpListener::bind("127.0.0.1:0").expect("reserve a port");
     let advertised = reserved.local_addr().expect("port").to_string();
-    drop(reserved);
     let endpoint = etcd.endpoint();
     let one =
         BrokerProcess::start_with(&["--id", "1", "--etcd", &endpoint, "--advertise", &advertised]);
-    let link = CuttableLink::start_on(&advertised, one.addr()).await;
+    let link = CuttableLink::start_reserved(reserved, one.addr());
     let two = BrokerProcess::start_with(&["--id", "2", "--etcd", &endpoint]);
     let mut client = raw::connect(&one.bootstrap()).await;
     assert_eq!(
