@@ -315,6 +315,34 @@ fn lose(faults: &Faults) -> bool {
 /// `transactional.py` running its steps against a Kafka listener: the line each step
 /// printed, read as it comes, so a test can act on the cluster at a `["wait"]` step
 /// (the script waits for [`TransactionalSession::proceed`]). Killed when dropped.
+/// Starts one of tests/kafka_clients/ with `args`, its stdin and stdout piped to the
+/// caller, killed when dropped; its stderr (librdkafka's log) is gathered line by line
+/// into the returned text, for the failure message of a test.
+pub fn spawn_script(name: &str, args: &[&str]) -> (tokio::process::Child, Arc<Mutex<String>>) {
+    let mut child = tokio::process::Command::new(python_bin())
+        .arg(script(name))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {name}: {e} (scripts/install-deps.sh kafka-clients)"));
+    let stderr = Arc::new(Mutex::new(String::new()));
+    if let Some(err) = child.stderr.take() {
+        let stderr = stderr.clone();
+        tokio::spawn(async move {
+            let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(err));
+            while let Ok(Some(line)) = lines.next_line().await {
+                let mut text = stderr.lock().unwrap_or_else(PoisonError::into_inner);
+                text.push_str(&line);
+                text.push('\n');
+            }
+        });
+    }
+    (child, stderr)
+}
+
 pub struct TransactionalSession {
     child: tokio::process::Child,
     stdin: Option<tokio::process::ChildStdin>,
@@ -325,39 +353,12 @@ pub struct TransactionalSession {
 impl TransactionalSession {
     /// Starts the script with `steps` (see its doc) and librdkafka `settings`.
     pub fn start(bootstrap: &str, steps: &serde_json::Value, settings: &[&str]) -> Self {
-        let script = script("transactional.py");
         let steps = steps.to_string();
-        let mut args = vec![
-            script.to_str().expect("UTF-8 path"),
-            bootstrap,
-            steps.as_str(),
-        ];
+        let mut args = vec![bootstrap, steps.as_str()];
         args.extend_from_slice(settings);
-        let mut child = tokio::process::Command::new(python_bin())
-            .args(&args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap_or_else(|e| {
-                panic!("spawn transactional.py: {e} (scripts/install-deps.sh kafka-clients)")
-            });
+        let (mut child, stderr) = spawn_script("transactional.py", &args);
         let stdin = child.stdin.take();
         let stdout = child.stdout.take().expect("piped stdout");
-        let stderr = Arc::new(Mutex::new(String::new()));
-        if let Some(mut err) = child.stderr.take() {
-            let stderr = stderr.clone();
-            // librdkafka's log, kept for the failure message of a test.
-            tokio::spawn(async move {
-                let mut text = String::new();
-                let _ = err.read_to_string(&mut text).await;
-                stderr
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .push_str(&text);
-            });
-        }
         TransactionalSession {
             child,
             stdin,

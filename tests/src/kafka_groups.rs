@@ -3,7 +3,6 @@
 //! revoked, received, committed) a test reads as they happen, closes (a leave) or
 //! SIGKILLs (its session must expire). Killed when dropped.
 
-use std::process::Stdio;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -11,7 +10,7 @@ use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::watch;
 
-use crate::kafka_clients::{python_bin, script};
+use crate::kafka_clients::spawn_script;
 
 /// Everything one consumer printed so far.
 #[derive(Debug, Default, Clone)]
@@ -117,19 +116,7 @@ impl GroupConsumer {
     /// Runs one of tests/kafka_clients/ that prints a JSON line per event and stops
     /// when its stdin says "close".
     fn run_script(name: &str, script_args: &[&str]) -> Self {
-        let path = script(name);
-        let mut args = vec![path.to_str().expect("UTF-8 path")];
-        args.extend_from_slice(script_args);
-        let mut child = tokio::process::Command::new(python_bin())
-            .args(&args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap_or_else(|e| {
-                panic!("spawn {name}: {e} (scripts/install-deps.sh kafka-clients)")
-            });
+        let (mut child, stderr) = spawn_script(name, script_args);
         let stdin = child.stdin.take();
         let stdout = child.stdout.take().expect("piped stdout");
         let (sender, events) = watch::channel(Events::default());
@@ -142,19 +129,6 @@ impl GroupConsumer {
             }
             sender.send_modify(|events| events.ended = true);
         });
-        let stderr = Arc::new(Mutex::new(String::new()));
-        if let Some(mut err) = child.stderr.take() {
-            let stderr = stderr.clone();
-            // Line by line: a test that fails while the consumer runs shows its log.
-            tokio::spawn(async move {
-                let mut lines = BufReader::new(&mut err).lines();
-                while let Ok(Some(line)) = lines.next_line().await {
-                    let mut text = stderr.lock().unwrap_or_else(PoisonError::into_inner);
-                    text.push_str(&line);
-                    text.push('\n');
-                }
-            });
-        }
         GroupConsumer {
             child,
             stdin,
