@@ -518,3 +518,86 @@ async fn given_lost_end_txn_answers_when_librdkafka_retries_then_each_transactio
         ["r1", "r2", "r3"]
     );
 }
+
+/// The window the kept epoch opens: EndTxn answered (PrepareCommit durable, the epoch
+/// kept) but the markers not yet written, because the partition's leader is frozen;
+/// then the owning coordinator is SIGKILLed. Its successor reads the kept end back from
+/// `__transaction_state`, writes the markers at the transaction's own epoch, and
+/// librdkafka's next transaction, at the same epoch, commits: nothing fenced, nothing
+/// hanging, each committed record once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_kept_epoch_commit_with_markers_unwritten_when_the_coordinator_is_killed_then_the_successor_completes_it_and_the_next_commits(
+) {
+    let mut cluster = Cluster::start_with_coordinators(3, 2, &KAFKA_LISTEN, &[]).await;
+    cluster.create_topic("ledger", 1, 1).await;
+    let leader = cluster.leader_of("ledger", 0).await.leader_id;
+    // The client talks to a broker that is never frozen.
+    let kafka = cluster
+        .broker(cluster.observer(&[leader]))
+        .kafka_bootstrap();
+    let grpc = cluster.broker(cluster.observer(&[leader])).bootstrap();
+
+    let steps = plan([
+        vec![json!(["init", "p", "ledger-writer"])],
+        vec![
+            json!(["begin", "p"]),
+            json!(["produce", "p", "ledger", 0, "t1-a"]),
+            json!(["produce", "p", "ledger", 0, "t1-b"]),
+            json!(["flush", "p"]),
+            json!(["wait"]),
+            json!(["commit", "p"]),
+            json!(["wait"]),
+        ],
+        transaction("p", &[("ledger", 0, "t2-a")], true),
+    ]);
+    let mut session = TransactionalSession::start(&kafka, &steps, &SETTINGS);
+    let before = session.until_waiting().await;
+    assert_all_ok(&before);
+    let initialised = txn::describe(&grpc, "ledger-writer")
+        .await
+        .expect("described after init");
+
+    // Frozen, the leader takes the marker request and never answers it.
+    cluster.pause(leader);
+    session.proceed().await;
+    let committed = session.until_waiting().await;
+    assert_all_ok(&committed);
+    let owner = txn::find_coordinator(&grpc, "ledger-writer").await;
+    let in_window = txn::describe(&grpc, "ledger-writer")
+        .await
+        .expect("described while the markers wait");
+    assert_eq!(
+        in_window.state, "PrepareCommit",
+        "EndTxn was answered before the markers were written: {in_window:?}"
+    );
+    assert_eq!(in_window.producer_epoch, initialised.producer_epoch);
+
+    cluster.kill_coordinator(owner.coordinator_id);
+    cluster.resume(leader);
+    session.proceed().await;
+    let (after, reports) = session.finish().await;
+    assert_all_ok(&after);
+    assert_eq!(reports.len(), 3, "{reports:?}");
+    assert!(reports.iter().all(|r| r["error"].is_null()), "{reports:?}");
+
+    let successor = txn::find_coordinator(&grpc, "ledger-writer").await;
+    assert_ne!(successor.coordinator_id, owner.coordinator_id);
+    let done = txn::wait_for_description(&grpc, "ledger-writer", "completes", |t| {
+        t.state == "CompleteCommit"
+    })
+    .await;
+    assert_eq!(
+        done.producer_epoch, initialised.producer_epoch,
+        "the successor kept the epoch librdkafka holds"
+    );
+    txn::wait_until_stable(&grpc, "ledger", &[0]).await;
+    assert_eq!(
+        values(&kafka, "ledger", 0, "read_committed").await,
+        ["t1-a", "t1-b", "t2-a"]
+    );
+    assert_eq!(
+        values(&kafka, "ledger", 0, "read_uncommitted").await,
+        ["t1-a", "t1-b", "t2-a"],
+        "no record written twice"
+    );
+}
