@@ -45,7 +45,7 @@ async fn create_topic(bootstrap: &str, topic: &str, partitions: i32) -> Value {
 }
 
 /// `kcat -L -J`: the cluster as librdkafka sees it.
-async fn kcat_metadata(bootstrap: &str) -> Value {
+pub(crate) async fn kcat_metadata(bootstrap: &str) -> Value {
     let out = kcat(&["-b", bootstrap, "-L", "-J"], "").await;
     serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("kcat -J printed {out:?}: {e}"))
 }

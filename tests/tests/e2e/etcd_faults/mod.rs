@@ -7,6 +7,7 @@
 //! throughout lost and duplicated nothing.
 
 mod acl_watch;
+mod kafka_clients;
 mod one_process_cut_off;
 mod single_member;
 mod three_members;
