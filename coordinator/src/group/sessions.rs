@@ -70,18 +70,27 @@ impl Sessions {
                 .or_insert(now + timeout);
         }
         for member in members {
+            let timeout = self.timeout_of(group, member);
             self.deadlines
                 .entry((group_id.to_string(), member.clone()))
-                .or_insert(now + self.timeout);
+                .or_insert(now + timeout);
         }
         if let (Some(member), Some(group)) = (heartbeat_from, group) {
             if group.members.contains_key(member) {
-                self.deadlines.insert(
-                    (group_id.to_string(), member.to_string()),
-                    now + self.timeout,
-                );
+                let timeout = self.timeout_of(Some(group), member);
+                self.deadlines
+                    .insert((group_id.to_string(), member.to_string()), now + timeout);
             }
         }
+    }
+
+    /// A classic member's own session timeout (from its JoinGroup), else the
+    /// coordinator's.
+    fn timeout_of(&self, group: Option<&Group>, member: &str) -> Duration {
+        group
+            .and_then(|g| g.classic.get(member))
+            .map(|c| Duration::from_millis(u64::try_from(c.session_timeout_ms).unwrap_or(0)))
+            .unwrap_or(self.timeout)
     }
 
     /// Members whose session or revocation time ended by `now`, oldest deadline first.
