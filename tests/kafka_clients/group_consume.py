@@ -1,6 +1,8 @@
-"""One confluent-kafka consumer in group GROUP (KIP-848: group.protocol=consumer)
+"""One confluent-kafka consumer in group GROUP (KIP-848: group.protocol=consumer;
+`group.protocol=` with no value leaves librdkafka's default, the classic protocol)
 subscribed to TOPIC, committing synchronously after each record. Prints one JSON line
-per event, flushed at once so a test acts on it as it happens:
+per event, flushed at once so a test acts on it as it happens, each with "t", the
+system-wide monotonic clock in seconds (comparable across processes of one host):
 
   {"assigned": [[partition, ...]]}        partitions added by a rebalance
   {"revoked": [partition, ...]}           partitions taken away
@@ -19,6 +21,7 @@ usage: group_consume.py BOOTSTRAP GROUP TOPIC [key=value librdkafka settings...]
 import json
 import select
 import sys
+import time
 
 from confluent_kafka import Consumer, KafkaException, KafkaError
 
@@ -26,6 +29,7 @@ FATAL = {KafkaError.GROUP_AUTHORIZATION_FAILED, KafkaError.TOPIC_AUTHORIZATION_F
 
 
 def say(**event):
+    event["t"] = time.monotonic()
     print(json.dumps(event), flush=True)
 
 
@@ -36,7 +40,10 @@ def main():
               "auto.offset.reset": "earliest"}
     for setting in sys.argv[4:]:
         key, value = setting.split("=", 1)
-        config[key] = value
+        if value:
+            config[key] = value
+        else:
+            config.pop(key, None)
     consumer = Consumer(config)
     consumer.subscribe(
         [topic],
