@@ -17,6 +17,8 @@ system-wide monotonic clock in seconds (comparable across processes of one host)
 It runs until stdin says "close" (then closes: a leave) or it is killed.
 
 usage: group_consume.py BOOTSTRAP GROUP TOPIC [key=value librdkafka settings...]
+       revoke_delay_ms=N (not a librdkafka setting): each revocation takes N ms
+       before it is reported, as a consumer finishing its work would
 """
 import json
 import select
@@ -44,11 +46,18 @@ def main():
             config[key] = value
         else:
             config.pop(key, None)
+    revoke_delay = int(config.pop("revoke_delay_ms", "0")) / 1000
+
+    def on_revoke(_consumer, partitions):
+        if partitions:
+            time.sleep(revoke_delay)
+        say(revoked=sorted(p.partition for p in partitions))
+
     consumer = Consumer(config)
     consumer.subscribe(
         [topic],
         on_assign=lambda c, ps: say(assigned=sorted(p.partition for p in ps)),
-        on_revoke=lambda c, ps: say(revoked=sorted(p.partition for p in ps)),
+        on_revoke=on_revoke,
     )
     while True:
         ready, _, _ = select.select([sys.stdin], [], [], 0)

@@ -167,6 +167,34 @@ mod tests {
     }
 
     #[test]
+    fn given_a_classic_member_then_its_own_session_timeout_applies() {
+        let start = Instant::now();
+        let mut sessions = Sessions::new(Duration::from_secs(45));
+        let mut g = group(&["classic", "kip848"]);
+        g.classic.insert(
+            "classic".into(),
+            crate::group::classic::ClassicMember {
+                session_timeout_ms: 6_000,
+                protocols: vec!["range".into()],
+            },
+        );
+        sessions.sync("g", Some(&g), None, start);
+        assert_eq!(
+            sessions.expired(start + Duration::from_secs(6)),
+            vec![key("g", "classic")]
+        );
+        sessions.sync(
+            "g",
+            Some(&g),
+            Some("classic"),
+            start + Duration::from_secs(5),
+        );
+        assert!(!sessions.is_expired(&key("g", "classic"), start + Duration::from_secs(10)));
+        assert!(sessions.is_expired(&key("g", "classic"), start + Duration::from_secs(11)));
+        assert!(!sessions.is_expired(&key("g", "kip848"), start + Duration::from_secs(44)));
+    }
+
+    #[test]
     fn given_a_member_gone_from_the_group_then_its_session_is_forgotten() {
         let start = Instant::now();
         let mut sessions = Sessions::new(Duration::from_secs(1));
