@@ -12,6 +12,8 @@ use idem_client::credentials::Credentials;
 use idem_client::Admin;
 use idem_tests::kafka_clients::kcat;
 use idem_tests::kafka_groups::{Events, GroupConsumer};
+use idem_tests::txn;
+use idem_tests::wait::{wait_until, Seen, PATIENCE};
 use idem_tests::Cluster;
 use kafka_protocol::messages::heartbeat_request::HeartbeatRequest;
 use kafka_protocol::messages::heartbeat_response::HeartbeatResponse;
@@ -267,9 +269,19 @@ fn subscription() -> Bytes {
 
 /// A raw JoinGroup v5 of `member` (empty: none yet) to `group`.
 async fn join(kafka: &str, group: &str, member: &str) -> JoinGroupResponse {
+    join_for(kafka, group, member, 10_000).await
+}
+
+/// A raw JoinGroup v5 with a session of `session_timeout_ms`.
+async fn join_for(
+    kafka: &str,
+    group: &str,
+    member: &str,
+    session_timeout_ms: i32,
+) -> JoinGroupResponse {
     let request = JoinGroupRequest::default()
         .with_group_id(GroupId(StrBytes::from_string(group.to_string())))
-        .with_session_timeout_ms(10_000)
+        .with_session_timeout_ms(session_timeout_ms)
         .with_rebalance_timeout_ms(30_000)
         .with_member_id(StrBytes::from_string(member.to_string()))
         .with_protocol_type(StrBytes::from_static_str("consumer"))
@@ -419,4 +431,75 @@ async fn given_acls_when_user_anonymous_lacks_group_read_then_classic_requests_g
         ]);
     let left: LeaveGroupResponse = ask(&kafka, 13, 3, &leave).await;
     assert_eq!(left.error_code, 30);
+}
+
+/// A raw SyncGroup v5 of `member` at `generation`: its code and partitions.
+async fn sync_partitions(
+    kafka: &str,
+    group: &str,
+    member: &str,
+    generation: i32,
+) -> (i16, Vec<i32>) {
+    let sync = SyncGroupRequest::default()
+        .with_group_id(GroupId(StrBytes::from_string(group.to_string())))
+        .with_member_id(StrBytes::from_string(member.to_string()))
+        .with_generation_id(generation)
+        .with_protocol_type(Some(StrBytes::from_static_str("consumer")))
+        .with_protocol_name(Some(StrBytes::from_static_str("range")));
+    let synced: SyncGroupResponse = ask(kafka, 14, 5, &sync).await;
+    if synced.error_code != 0 {
+        return (synced.error_code, Vec::new());
+    }
+    let mut bytes = synced.assignment.clone();
+    let version = bytes.get_i16();
+    let assignment = ConsumerProtocolAssignment::decode(&mut bytes, version).expect("decodes");
+    let mut partitions: Vec<i32> = assignment
+        .assigned_partitions
+        .iter()
+        .flat_map(|t| t.partitions.clone())
+        .collect();
+    partitions.sort_unstable();
+    (0, partitions)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_classic_member_when_its_coordinator_is_killed_then_the_successor_keeps_its_generation_assignment_and_session_timeout(
+) {
+    let mut cluster = Cluster::start_with_coordinators(1, 2, &KAFKA_LISTEN, &[]).await;
+    cluster.create_topic("orders", 6, 1).await;
+    let kafka = cluster.broker(1).kafka_bootstrap();
+    let member = join(&kafka, "moving", "").await.member_id.to_string();
+    let joined = join_for(&kafka, "moving", &member, 6_000).await;
+    assert_eq!(joined.error_code, 0, "{joined:?}");
+    let generation = joined.generation_id;
+    let (code, before) = sync_partitions(&kafka, "moving", &member, generation).await;
+    assert_eq!((code, before.len()), (0, 6));
+
+    // Groups hash onto the transaction log's slices as transactional ids do.
+    let owner = txn::find_coordinator(&cluster.bootstrap(), "moving").await;
+    cluster.kill_coordinator(owner.coordinator_id);
+    // The member heartbeats through the takeover (retriable codes meanwhile).
+    wait_until(PATIENCE, "the successor knows the member", || {
+        let (kafka, member) = (kafka.clone(), member.clone());
+        async move {
+            match heartbeat(&kafka, "moving", &member, generation).await {
+                0 => Seen::Reached(()),
+                code => Seen::Not(format!("Heartbeat: {code}")),
+            }
+        }
+    })
+    .await;
+    let successor = txn::find_coordinator(&cluster.bootstrap(), "moving").await;
+    assert_ne!(successor.coordinator_id, owner.coordinator_id);
+    assert_eq!(
+        sync_partitions(&kafka, "moving", &member, generation).await,
+        (0, before)
+    );
+    assert_eq!(
+        heartbeat(&kafka, "moving", &member, generation - 1).await,
+        22
+    );
+    // Its own 6 s session (not the coordinator's 45 s) came through the takeover.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert_eq!(heartbeat(&kafka, "moving", &member, generation).await, 25);
 }
