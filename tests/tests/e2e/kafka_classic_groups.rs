@@ -117,12 +117,12 @@ fn assert_one_owner_at_a_time(members: &[&Events]) {
 /// Two classic members (with `a_settings` and `b_settings`) read a 6-partition topic
 /// while it is produced: each record once, one owner per partition at a time, and the
 /// commits land.
-async fn two_members_read_once(a_settings: &[&'static str], b_settings: &[&'static str]) {
+async fn two_members_read_once(a_settings: &[&str], b_settings: &[&str]) {
     let cluster = Cluster::start_with_coordinators(1, 1, &KAFKA_LISTEN, &[]).await;
     cluster.create_topic("orders", 6, 1).await;
     let kafka = cluster.broker(1).kafka_bootstrap();
-    let mut a = GroupConsumer::start(&kafka, "billing", "orders", &classic(a_settings));
-    let mut b = GroupConsumer::start(&kafka, "billing", "orders", &classic(b_settings));
+    let mut a = GroupConsumer::start(&kafka, "billing", "orders", a_settings);
+    let mut b = GroupConsumer::start(&kafka, "billing", "orders", b_settings);
     let producer = {
         let kafka = kafka.clone();
         tokio::spawn(async move { produce(&kafka, "orders", 6, 50, 0).await })
@@ -151,7 +151,11 @@ async fn two_members_read_once(a_settings: &[&'static str], b_settings: &[&'stat
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_two_classic_members_one_asking_for_range_when_records_flow_then_each_record_is_read_once_by_one_owner_at_a_time(
 ) {
-    two_members_read_once(&["partition.assignment.strategy=range"], &[]).await;
+    two_members_read_once(
+        &classic(&["partition.assignment.strategy=range"]),
+        &classic(&[]),
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -163,7 +167,18 @@ async fn given_two_cooperative_sticky_members_when_records_flow_then_each_record
         "partition.assignment.strategy=cooperative-sticky",
         "revoke_delay_ms=1000",
     ];
-    two_members_read_once(&cooperative, &cooperative).await;
+    two_members_read_once(&classic(&cooperative), &classic(&cooperative)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_kip848_member_and_a_classic_member_in_one_group_when_records_flow_then_each_record_is_read_once_by_one_owner_at_a_time(
+) {
+    // Kafka 4.0's online migration: both protocols in one group.
+    two_members_read_once(
+        &["group.protocol=consumer"],
+        &classic(&["revoke_delay_ms=1000"]),
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
