@@ -330,6 +330,15 @@ async fn given_raw_classic_frames_then_ids_generations_and_members_are_checked_w
     assert_eq!(joined.error_code, 0, "{joined:?}");
     let generation = joined.generation_id;
     assert!(generation >= 1);
+    // A session outside 6 s..30 min, or a protocol type other than "consumer".
+    assert_eq!(join_for(&kafka, "raw", "other", 1_000).await.error_code, 26);
+    let connect = JoinGroupRequest::default()
+        .with_group_id(GroupId(StrBytes::from_static_str("raw")))
+        .with_session_timeout_ms(10_000)
+        .with_member_id(StrBytes::from_static_str("other"))
+        .with_protocol_type(StrBytes::from_static_str("connect"));
+    let refused: JoinGroupResponse = ask(&kafka, 11, 5, &connect).await;
+    assert_eq!(refused.error_code, 23);
     // Nobody is the leader: the coordinator assigns, no client-side assignor runs.
     assert_ne!(joined.leader.as_str(), member);
     assert!(joined.members.is_empty());
