@@ -8,6 +8,9 @@ use std::sync::Arc;
 
 use idem_proto::v1::group_coordinator_server::GroupCoordinator;
 use idem_proto::v1::{
+    ClassicHeartbeatRequest, ClassicHeartbeatResponse, ClassicJoinGroupRequest,
+    ClassicJoinGroupResponse, ClassicLeaveGroupRequest, ClassicLeaveGroupResponse,
+    ClassicLeaveResult, ClassicSyncGroupRequest, ClassicSyncGroupResponse,
     ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, DeleteGroupResult,
     DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse,
     GroupDescription, GroupListing, GroupMemberDescription, GroupTopicPartitions,
@@ -22,6 +25,7 @@ use idem_runtime::authn::principal_of;
 use tonic::{Request, Response, Status};
 
 use crate::core::Refusal;
+use crate::group::classic;
 use crate::group::membership::{self, Group, Heartbeat, LEAVE_EPOCH};
 use crate::group::offsets::Committer;
 use crate::group::reconcile::MemberState;
@@ -239,6 +243,158 @@ fn describe(group_id: &str, group: &Group, coordinator_id: i32) -> GroupDescript
 
 #[tonic::async_trait]
 impl GroupCoordinator for GroupCoordinatorService {
+    async fn classic_join_group(
+        &self,
+        request: Request<ClassicJoinGroupRequest>,
+    ) -> Result<Response<ClassicJoinGroupResponse>, Status> {
+        let principal = principal_of(&request).to_string();
+        let request = request.into_inner();
+        let joined = match self.authorize(
+            &principal,
+            [(Operation::Read, Resource::group(&request.group_id))],
+        ) {
+            Ok(()) => {
+                let join = classic::Join {
+                    member_id: request.member_id.clone(),
+                    session_timeout_ms: request.session_timeout_ms,
+                    rebalance_timeout_ms: request.rebalance_timeout_ms,
+                    protocols: request.protocols,
+                    subscribed: request.subscribed_topics.into_iter().collect(),
+                    owned: partitions_of(&request.owned),
+                };
+                self.groups.classic_join(&request.group_id, join).await
+            }
+            Err(refusal) => Err(refusal),
+        };
+        Ok(Response::new(match joined {
+            Ok(joined) => ClassicJoinGroupResponse {
+                member_id: request.member_id,
+                generation_id: joined.generation,
+                protocol_name: joined.protocol_name,
+                ..ClassicJoinGroupResponse::default()
+            },
+            Err(Refusal { code, message }) => ClassicJoinGroupResponse {
+                error_code: code as i32,
+                error_message: message,
+                member_id: request.member_id,
+                generation_id: -1,
+                ..ClassicJoinGroupResponse::default()
+            },
+        }))
+    }
+
+    async fn classic_sync_group(
+        &self,
+        request: Request<ClassicSyncGroupRequest>,
+    ) -> Result<Response<ClassicSyncGroupResponse>, Status> {
+        let principal = principal_of(&request).to_string();
+        let request = request.into_inner();
+        let synced = match self.authorize(
+            &principal,
+            [(Operation::Read, Resource::group(&request.group_id))],
+        ) {
+            Ok(()) => {
+                self.groups
+                    .classic_sync(
+                        &request.group_id,
+                        &request.member_id,
+                        request.generation_id,
+                        (
+                            request.protocol_type.as_deref(),
+                            request.protocol_name.as_deref(),
+                        ),
+                    )
+                    .await
+            }
+            Err(refusal) => Err(refusal),
+        };
+        Ok(Response::new(match synced {
+            Ok(synced) => ClassicSyncGroupResponse {
+                protocol_name: synced.protocol_name,
+                assignment: grouped(&synced.assignment),
+                ..ClassicSyncGroupResponse::default()
+            },
+            Err(Refusal { code, message }) => ClassicSyncGroupResponse {
+                error_code: code as i32,
+                error_message: message,
+                ..ClassicSyncGroupResponse::default()
+            },
+        }))
+    }
+
+    async fn classic_heartbeat(
+        &self,
+        request: Request<ClassicHeartbeatRequest>,
+    ) -> Result<Response<ClassicHeartbeatResponse>, Status> {
+        let principal = principal_of(&request).to_string();
+        let request = request.into_inner();
+        let beat = match self.authorize(
+            &principal,
+            [(Operation::Read, Resource::group(&request.group_id))],
+        ) {
+            Ok(()) => {
+                self.groups
+                    .classic_heartbeat(&request.group_id, &request.member_id, request.generation_id)
+                    .await
+            }
+            Err(refusal) => Err(refusal),
+        };
+        Ok(Response::new(match beat {
+            Ok(classic::Beat::Stay) => ClassicHeartbeatResponse::default(),
+            Ok(classic::Beat::Rejoin) => ClassicHeartbeatResponse {
+                error_code: ErrorCode::RebalanceInProgress as i32,
+                error_message: "the group moved to a new assignment: join again".into(),
+            },
+            Err(Refusal { code, message }) => ClassicHeartbeatResponse {
+                error_code: code as i32,
+                error_message: message,
+            },
+        }))
+    }
+
+    async fn classic_leave_group(
+        &self,
+        request: Request<ClassicLeaveGroupRequest>,
+    ) -> Result<Response<ClassicLeaveGroupResponse>, Status> {
+        let principal = principal_of(&request).to_string();
+        let request = request.into_inner();
+        let left = match self.authorize(
+            &principal,
+            [(Operation::Read, Resource::group(&request.group_id))],
+        ) {
+            Ok(()) => {
+                self.groups
+                    .classic_leave(&request.group_id, &request.member_ids)
+                    .await
+            }
+            Err(refusal) => Err(refusal),
+        };
+        Ok(Response::new(match left {
+            Ok(results) => ClassicLeaveGroupResponse {
+                members: results
+                    .into_iter()
+                    .map(|(member_id, result)| match result {
+                        Ok(()) => ClassicLeaveResult {
+                            member_id,
+                            ..ClassicLeaveResult::default()
+                        },
+                        Err(Refusal { code, message }) => ClassicLeaveResult {
+                            member_id,
+                            error_code: code as i32,
+                            error_message: message,
+                        },
+                    })
+                    .collect(),
+                ..ClassicLeaveGroupResponse::default()
+            },
+            Err(Refusal { code, message }) => ClassicLeaveGroupResponse {
+                error_code: code as i32,
+                error_message: message,
+                members: Vec::new(),
+            },
+        }))
+    }
+
     async fn consumer_group_heartbeat(
         &self,
         request: Request<ConsumerGroupHeartbeatRequest>,

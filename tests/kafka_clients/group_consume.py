@@ -1,6 +1,8 @@
-"""One confluent-kafka consumer in group GROUP (KIP-848: group.protocol=consumer)
+"""One confluent-kafka consumer in group GROUP (KIP-848: group.protocol=consumer;
+`group.protocol=` with no value leaves librdkafka's default, the classic protocol)
 subscribed to TOPIC, committing synchronously after each record. Prints one JSON line
-per event, flushed at once so a test acts on it as it happens:
+per event, flushed at once so a test acts on it as it happens, each with "t", the
+system-wide monotonic clock in seconds (comparable across processes of one host):
 
   {"assigned": [[partition, ...]]}        partitions added by a rebalance
   {"revoked": [partition, ...]}           partitions taken away
@@ -15,10 +17,13 @@ per event, flushed at once so a test acts on it as it happens:
 It runs until stdin says "close" (then closes: a leave) or it is killed.
 
 usage: group_consume.py BOOTSTRAP GROUP TOPIC [key=value librdkafka settings...]
+       revoke_delay_ms=N (not a librdkafka setting): each revocation takes N ms
+       before it is reported, as a consumer finishing its work would
 """
 import json
 import select
 import sys
+import time
 
 from confluent_kafka import Consumer, KafkaException, KafkaError
 
@@ -26,6 +31,7 @@ FATAL = {KafkaError.GROUP_AUTHORIZATION_FAILED, KafkaError.TOPIC_AUTHORIZATION_F
 
 
 def say(**event):
+    event["t"] = time.monotonic()
     print(json.dumps(event), flush=True)
 
 
@@ -36,12 +42,22 @@ def main():
               "auto.offset.reset": "earliest"}
     for setting in sys.argv[4:]:
         key, value = setting.split("=", 1)
-        config[key] = value
+        if value:
+            config[key] = value
+        else:
+            config.pop(key, None)
+    revoke_delay = int(config.pop("revoke_delay_ms", "0")) / 1000
+
+    def on_revoke(_consumer, partitions):
+        if partitions:
+            time.sleep(revoke_delay)
+        say(revoked=sorted(p.partition for p in partitions))
+
     consumer = Consumer(config)
     consumer.subscribe(
         [topic],
         on_assign=lambda c, ps: say(assigned=sorted(p.partition for p in ps)),
-        on_revoke=lambda c, ps: say(revoked=sorted(p.partition for p in ps)),
+        on_revoke=on_revoke,
     )
     while True:
         ready, _, _ = select.select([sys.stdin], [], [], 0)

@@ -32,6 +32,11 @@ use super::{
 use super::{consumer_group_describe, consumer_group_heartbeat, delete_groups, describe_groups};
 use super::{offset_commit, offset_fetch, offset_for_leader_epoch};
 use super::{produce, unsupported, KafkaContext};
+// The classic group protocol (classic members of KIP-848 groups).
+use super::{heartbeat, join_group, leave_group, sync_group};
+use kafka_protocol::messages::{
+    HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, SyncGroupRequest,
+};
 
 /// The smallest request header: api key, api version, correlation id.
 const MIN_FRAME: usize = 8;
@@ -241,7 +246,7 @@ async fn answer(context: &KafkaContext, frame: Bytes) -> Result<Option<BytesMut>
         }
         ApiKey::OffsetCommit => {
             let request = OffsetCommitRequest::decode(&mut buf, version).map_err(decode_error)?;
-            let body = offset_commit::serve(context, request).await;
+            let body = offset_commit::serve(context, request, version).await;
             respond(correlation_id, header_version, &body, version)
         }
         ApiKey::OffsetFetch => {
@@ -269,6 +274,26 @@ async fn answer(context: &KafkaContext, frame: Bytes) -> Result<Option<BytesMut>
         ApiKey::DeleteGroups => {
             let request = DeleteGroupsRequest::decode(&mut buf, version).map_err(decode_error)?;
             let body = delete_groups::serve(context, request).await;
+            respond(correlation_id, header_version, &body, version)
+        }
+        ApiKey::JoinGroup => {
+            let request = JoinGroupRequest::decode(&mut buf, version).map_err(decode_error)?;
+            let body = join_group::serve(context, request, version).await;
+            respond(correlation_id, header_version, &body, version)
+        }
+        ApiKey::SyncGroup => {
+            let request = SyncGroupRequest::decode(&mut buf, version).map_err(decode_error)?;
+            let body = sync_group::serve(context, request).await;
+            respond(correlation_id, header_version, &body, version)
+        }
+        ApiKey::Heartbeat => {
+            let request = HeartbeatRequest::decode(&mut buf, version).map_err(decode_error)?;
+            let body = heartbeat::serve(context, request).await;
+            respond(correlation_id, header_version, &body, version)
+        }
+        ApiKey::LeaveGroup => {
+            let request = LeaveGroupRequest::decode(&mut buf, version).map_err(decode_error)?;
+            let body = leave_group::serve(context, request, version).await;
             respond(correlation_id, header_version, &body, version)
         }
         _ => return Err(FrameError::NotServed { api_key, version }),

@@ -33,7 +33,10 @@ pub mod fetch;
 pub mod find_coordinator;
 pub mod forward;
 pub mod group_description;
+pub mod heartbeat;
 pub mod init_producer_id;
+pub mod join_group;
+pub mod leave_group;
 pub mod list_offsets;
 pub mod metadata;
 pub mod offset_commit;
@@ -41,6 +44,7 @@ pub mod offset_fetch;
 pub mod offset_for_leader_epoch;
 pub mod produce;
 pub mod records;
+pub mod sync_group;
 #[cfg(test)]
 mod test_broker;
 pub mod topic_ids;

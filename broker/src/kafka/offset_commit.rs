@@ -24,7 +24,11 @@ use super::errors::kafka_code;
 use super::forward::to_group_coordinator;
 use super::KafkaContext;
 
-pub async fn serve(context: &KafkaContext, request: OffsetCommitRequest) -> OffsetCommitResponse {
+pub async fn serve(
+    context: &KafkaContext,
+    request: OffsetCommitRequest,
+    version: i16,
+) -> OffsetCommitResponse {
     let group_id = request.group_id.0.to_string();
     let asked: Vec<(String, Vec<i32>)> = request
         .topics
@@ -95,11 +99,14 @@ pub async fn serve(context: &KafkaContext, request: OffsetCommitRequest) -> Offs
             Ok(idem) if idem.error_code == 0 => {
                 for topic in idem.topics {
                     for p in topic.partitions {
-                        decided.insert((topic.name.clone(), p.partition), kafka_code(p.error_code));
+                        decided.insert(
+                            (topic.name.clone(), p.partition),
+                            generation_code(p.error_code, version),
+                        );
                     }
                 }
             }
-            Ok(idem) => every(kafka_code(idem.error_code), &mut decided),
+            Ok(idem) => every(generation_code(idem.error_code, version), &mut decided),
             Err(refusal) => every(refusal.code, &mut decided),
         }
     }
@@ -109,6 +116,15 @@ pub async fn serve(context: &KafkaContext, request: OffsetCommitRequest) -> Offs
         &mut decided,
     );
     answer(&asked, &decided)
+}
+
+/// A coordinator's code for a client of `version`: before v9 (KIP-848's member
+/// epoch) the number is a classic generation, so a stale one is ILLEGAL_GENERATION.
+fn generation_code(code: i32, version: i16) -> i16 {
+    if version < 9 && code == idem_proto::ErrorCode::StaleMemberEpoch as i32 {
+        return kafka_protocol::ResponseError::IllegalGeneration.code();
+    }
+    kafka_code(code)
 }
 
 /// One answer per partition asked, in the request's order.

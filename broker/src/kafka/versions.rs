@@ -128,6 +128,27 @@ pub const SERVED: &[Served] = &[
         min: 0,
         max: 2,
     },
+    // Classic members of KIP-848 groups (docs/kafka.md, "Classic members").
+    Served {
+        key: ApiKey::JoinGroup,
+        min: 0,
+        max: 9,
+    },
+    Served {
+        key: ApiKey::SyncGroup,
+        min: 0,
+        max: 5,
+    },
+    Served {
+        key: ApiKey::Heartbeat,
+        min: 0,
+        max: 4,
+    },
+    Served {
+        key: ApiKey::LeaveGroup,
+        min: 0,
+        max: 5,
+    },
 ];
 
 /// What to do with a request, from its header's API key and version.
@@ -169,7 +190,7 @@ mod tests {
     /// Every advertised version must be one the codec crate encodes and decodes.
     #[test]
     fn every_served_version_is_within_the_codecs_range() {
-        let codec: [(ApiKey, VersionRange); 20] = [
+        let codec: [(ApiKey, VersionRange); 24] = [
             (ApiKey::Produce, ProduceRequest::VERSIONS),
             (ApiKey::Fetch, FetchRequest::VERSIONS),
             (ApiKey::ListOffsets, ListOffsetsRequest::VERSIONS),
@@ -202,6 +223,10 @@ mod tests {
                 OffsetForLeaderEpochRequest::VERSIONS,
             ),
             (ApiKey::DeleteGroups, DeleteGroupsRequest::VERSIONS),
+            (ApiKey::JoinGroup, JoinGroupRequest::VERSIONS),
+            (ApiKey::SyncGroup, SyncGroupRequest::VERSIONS),
+            (ApiKey::Heartbeat, HeartbeatRequest::VERSIONS),
+            (ApiKey::LeaveGroup, LeaveGroupRequest::VERSIONS),
         ];
         for served in SERVED {
             let (_, range) = codec
@@ -228,9 +253,9 @@ mod tests {
         assert_eq!(route(18, 0), Route::Serve(ApiKey::ApiVersions));
         assert_eq!(route(18, 4), Route::ApiVersionsUnsupported);
         assert_eq!(route(18, -1), Route::ApiVersionsUnsupported);
-        // JoinGroup: a Kafka API not served yet; DescribeAcls: not answered either;
+        // JoinGroup: served (classic members); DescribeAcls: not answered;
         // 999: no Kafka API at all.
-        assert_eq!(route(11, 5), Route::Unsupported(ApiKey::JoinGroup));
+        assert_eq!(route(11, 5), Route::Serve(ApiKey::JoinGroup));
         assert_eq!(route(29, 1), Route::Close);
         // EndTxn v5 is KIP-890's: answered UNSUPPORTED_VERSION, so librdkafka and the
         // Java client stay at v4, where the producer keeps its epoch.

@@ -20,6 +20,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::assignor::{Assignment, AssignmentSpec, MemberId};
+use super::classic::ClassicMember;
 use super::reconcile::{self, MemberAssignment, Target};
 use super::server_assignor::{self, ServerAssignor};
 use crate::txn::decide::TopicPartition;
@@ -64,6 +65,9 @@ pub struct Group {
     /// The server-side assignor each member asked for (a member naming none is absent).
     /// Persisted with the member, so a takeover chooses the same assignor.
     pub server_assignors: BTreeMap<MemberId, String>,
+    /// The members that speak Kafka's classic protocol ([`classic`](super::classic)),
+    /// with their session timeout and protocols. Persisted with the member.
+    pub classic: BTreeMap<MemberId, ClassicMember>,
 }
 
 /// A ConsumerGroupHeartbeat as the decider needs it.
@@ -141,6 +145,12 @@ pub fn heartbeat_naming_assignor(
         return Err(HeartbeatError::InvalidRequest(
             "member id is empty: a member names itself (a UUID) before it joins".into(),
         ));
+    }
+    if group.classic.contains_key(&request.member_id) {
+        // A classic member speaks JoinGroup/Heartbeat; its id is not a KIP-848 member's.
+        return Err(HeartbeatError::UnknownMemberId {
+            member_id: request.member_id.clone(),
+        });
     }
     if let Some(name) = server_assignor.filter(|n| !n.is_empty()) {
         if ServerAssignor::named(name).is_none() {
@@ -352,6 +362,7 @@ pub fn remove_member(group: &Group, member_id: &str, sizes: TopicSizes<'_>) -> G
     if next.members.remove(member_id).is_some() {
         next.target.remove(member_id);
         next.server_assignors.remove(member_id);
+        next.classic.remove(member_id);
         next.group_epoch += 1;
         next = refresh_target(next, sizes);
     }

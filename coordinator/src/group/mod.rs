@@ -7,6 +7,8 @@
 //! - [`range_assignor`]: the `range` assignor (contiguous ranges, co-partitioned).
 //! - [`server_assignor`]: which assignor a group uses, from its members' requests.
 //! - [`reconcile`]: one member's steps from its current assignment to its target.
+//! - [`classic`]: Kafka's classic protocol (JoinGroup, SyncGroup, Heartbeat,
+//!   LeaveGroup) for members of the same groups.
 //! - [`membership`]: a heartbeat, a leave or a removal turns one group into the next.
 //! - [`offsets`]: which commits a group accepts, and offsets pending in transactions.
 //! - [`expiry`]: which offsets of an empty group have expired, and when a group goes.
@@ -21,6 +23,7 @@
 //! The design, and what is still to build: docs/groups.md.
 
 pub mod assignor;
+pub mod classic;
 pub mod expiry;
 pub mod lag;
 pub mod load;

@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
+use super::classic::ClassicMember;
 use super::membership::{Group, Member};
 use super::offsets::OffsetAndMetadata;
 use super::reconcile::{MemberAssignment, MemberState};
@@ -85,6 +86,16 @@ struct MemberValue {
     /// members could ask (they asked for none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     server_assignor: Option<String>,
+    /// A member speaking Kafka's classic protocol; absent for KIP-848 members.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    classic: Option<ClassicValue>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClassicValue {
+    session_timeout_ms: i32,
+    protocols: Vec<String>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -268,6 +279,10 @@ fn group_value(group: &Group) -> GroupValue {
                 target: partition_values(group.target.get(id).unwrap_or(&empty)),
                 left_temporarily: m.left_temporarily,
                 server_assignor: group.server_assignors.get(id).cloned(),
+                classic: group.classic.get(id).map(|c| ClassicValue {
+                    session_timeout_ms: c.session_timeout_ms,
+                    protocols: c.protocols.clone(),
+                }),
             })
             .collect(),
     }
@@ -287,6 +302,21 @@ fn group_from(value: GroupValue) -> Result<Group, RecordError> {
             .insert(m.member_id.clone(), topic_partitions(m.target));
         if let Some(asked) = m.server_assignor {
             group.server_assignors.insert(m.member_id.clone(), asked);
+        }
+        if let Some(c) = m.classic {
+            if c.protocols.is_empty() {
+                return Err(RecordError::BadValue(format!(
+                    "classic member {} offers no protocol",
+                    m.member_id
+                )));
+            }
+            group.classic.insert(
+                m.member_id.clone(),
+                ClassicMember {
+                    session_timeout_ms: c.session_timeout_ms,
+                    protocols: c.protocols,
+                },
+            );
         }
         group.members.insert(
             m.member_id,
@@ -370,6 +400,10 @@ mod tests {
                 (
                     any_member(),
                     proptest::option::of("uniform|range|[a-z]{1,8}"),
+                    proptest::option::of((
+                        1i32..100_000,
+                        proptest::collection::vec("range|roundrobin|[a-z-]{1,20}", 1..3),
+                    )),
                 ),
                 0..4,
             ),
@@ -384,8 +418,17 @@ mod tests {
                         empty_since_ms,
                         ..Group::default()
                     };
-                    for (id, ((member, target), asked)) in members {
+                    for (id, ((member, target), asked, classic)) in members {
                         g.target.insert(id.clone(), target);
+                        if let Some((session_timeout_ms, protocols)) = classic {
+                            g.classic.insert(
+                                id.clone(),
+                                ClassicMember {
+                                    session_timeout_ms,
+                                    protocols,
+                                },
+                            );
+                        }
                         if let Some(asked) = asked {
                             g.server_assignors.insert(id.clone(), asked);
                         }

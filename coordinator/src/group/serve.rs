@@ -24,10 +24,11 @@ use idem_proto::ErrorCode;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::classic::{self, ClassicError};
 use super::expiry::{self, Expired};
 use super::lag;
 use super::load::{self, ReadFailure};
-use super::membership::{self, Answer, Group, Heartbeat, HeartbeatError};
+use super::membership::{self, Answer, Group, Heartbeat, HeartbeatError, TopicSizes};
 use super::offsets::{check_commit, CommitRefusal, Committer, OffsetAndMetadata};
 use super::records::GroupRecord;
 use super::sessions::{MemberKey, Sessions};
@@ -520,6 +521,113 @@ impl Groups {
         Ok(answer)
     }
 
+    /// One decision on `group_id` under its lock: the decider sees the group and its
+    /// subscribed topics' sizes (and `more_topics`'); a changed group is persisted
+    /// before the answer; `renew` (a member that spoke) starts a full session again.
+    async fn decide<T>(
+        &self,
+        group_id: &str,
+        more_topics: &BTreeSet<String>,
+        renew: Option<&str>,
+        decider: impl FnOnce(&Group, TopicSizes<'_>) -> Result<(Group, T), Refusal>,
+    ) -> Result<T, Refusal> {
+        let slice = self.serving(group_id)?;
+        let lock = slice.lock_for(group_id);
+        let _guard = lock.lock().await;
+        let group = slice.group(group_id).unwrap_or_default();
+        let topics: BTreeSet<String> = group
+            .members
+            .values()
+            .flat_map(|m| m.subscribed.iter().cloned())
+            .chain(more_topics.iter().cloned())
+            .collect();
+        let sizes = self.topic_sizes(topics, &group.partition_counts).await;
+        let size_of = |t: &str| sizes.get(t).copied().flatten();
+        let (next, answer) = decider(&group, &size_of)?;
+        let next = expiry::note_emptiness(&group, next, now_ms());
+        if next != group {
+            slice
+                .persist(vec![GroupRecord::Group {
+                    group_id: group_id.to_string(),
+                    group: next.clone(),
+                }])
+                .await
+                .map_err(|e| self.refuse(&slice, e))?;
+        }
+        slice
+            .sessions()
+            .sync(group_id, Some(&next), renew, Instant::now());
+        Ok(answer)
+    }
+
+    /// Kafka's JoinGroup for a classic member ([`classic::join`]).
+    pub async fn classic_join(
+        &self,
+        group_id: &str,
+        join: classic::Join,
+    ) -> Result<classic::Joined, Refusal> {
+        let member_id = join.member_id.clone();
+        self.decide(
+            group_id,
+            &join.subscribed,
+            Some(&member_id),
+            |group, sizes| classic::join(group, &join, sizes).map_err(classic_refusal),
+        )
+        .await
+    }
+
+    /// Kafka's SyncGroup for a classic member ([`classic::sync`]): changes nothing but
+    /// the member's session.
+    pub async fn classic_sync(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        generation: i32,
+        protocol: (Option<&str>, Option<&str>),
+    ) -> Result<classic::Joined, Refusal> {
+        self.decide(group_id, &BTreeSet::new(), Some(member_id), |group, _| {
+            classic::sync(group, member_id, generation, protocol.0, protocol.1)
+                .map(|synced| (group.clone(), synced))
+                .map_err(classic_refusal)
+        })
+        .await
+    }
+
+    /// Kafka's Heartbeat for a classic member ([`classic::heartbeat`]).
+    pub async fn classic_heartbeat(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        generation: i32,
+    ) -> Result<classic::Beat, Refusal> {
+        self.decide(
+            group_id,
+            &BTreeSet::new(),
+            Some(member_id),
+            |group, sizes| {
+                classic::heartbeat(group, member_id, generation, sizes).map_err(classic_refusal)
+            },
+        )
+        .await
+    }
+
+    /// Kafka's LeaveGroup of classic members ([`classic::leave`]).
+    pub async fn classic_leave(
+        &self,
+        group_id: &str,
+        member_ids: &[String],
+    ) -> Result<Vec<(String, Result<(), Refusal>)>, Refusal> {
+        self.decide(group_id, &BTreeSet::new(), None, |group, sizes| {
+            let (next, results) = classic::leave(group, member_ids, sizes);
+            let results = results
+                .into_iter()
+                .map(|(id, r)| (id, r.map_err(classic_refusal)))
+                .collect();
+            Ok((next, results))
+        })
+        .await
+    }
+
     /// OffsetCommit: the accepted partitions are appended in one batch; refused ones
     /// get their code and nothing is written for them.
     pub async fn commit(
@@ -977,6 +1085,19 @@ pub fn heartbeat_refusal(error: HeartbeatError) -> Refusal {
         HeartbeatError::FencedInstanceId { .. } => ErrorCode::FencedInstanceId,
         HeartbeatError::UnsupportedAssignor { .. } => ErrorCode::UnsupportedAssignor,
         HeartbeatError::InvalidRequest(_) => ErrorCode::InvalidRequest,
+    };
+    Refusal::new(code, error.to_string())
+}
+
+/// The wire code of a refused classic request, with the decider's message.
+pub fn classic_refusal(error: ClassicError) -> Refusal {
+    let code = match &error {
+        ClassicError::UnknownMemberId { .. } => ErrorCode::UnknownMemberId,
+        ClassicError::IllegalGeneration { .. } => ErrorCode::IllegalGeneration,
+        ClassicError::InconsistentGroupProtocol(_) => ErrorCode::InconsistentGroupProtocol,
+        ClassicError::InvalidSessionTimeout(_) => ErrorCode::InvalidSessionTimeout,
+        ClassicError::RebalanceInProgress => ErrorCode::RebalanceInProgress,
+        ClassicError::InvalidRequest(_) => ErrorCode::InvalidRequest,
     };
     Refusal::new(code, error.to_string())
 }

@@ -70,18 +70,27 @@ impl Sessions {
                 .or_insert(now + timeout);
         }
         for member in members {
+            let timeout = self.timeout_of(group, member);
             self.deadlines
                 .entry((group_id.to_string(), member.clone()))
-                .or_insert(now + self.timeout);
+                .or_insert(now + timeout);
         }
         if let (Some(member), Some(group)) = (heartbeat_from, group) {
             if group.members.contains_key(member) {
-                self.deadlines.insert(
-                    (group_id.to_string(), member.to_string()),
-                    now + self.timeout,
-                );
+                let timeout = self.timeout_of(Some(group), member);
+                self.deadlines
+                    .insert((group_id.to_string(), member.to_string()), now + timeout);
             }
         }
+    }
+
+    /// A classic member's own session timeout (from its JoinGroup), else the
+    /// coordinator's.
+    fn timeout_of(&self, group: Option<&Group>, member: &str) -> Duration {
+        group
+            .and_then(|g| g.classic.get(member))
+            .map(|c| Duration::from_millis(u64::try_from(c.session_timeout_ms).unwrap_or(0)))
+            .unwrap_or(self.timeout)
     }
 
     /// Members whose session or revocation time ended by `now`, oldest deadline first.
@@ -155,6 +164,34 @@ mod tests {
         assert_eq!(sessions.expired(start + timeout), vec![key("g", "b")]);
         assert!(!sessions.is_expired(&key("g", "a"), start + timeout));
         assert!(sessions.is_expired(&key("g", "a"), start + timeout * 3 / 2));
+    }
+
+    #[test]
+    fn given_a_classic_member_then_its_own_session_timeout_applies() {
+        let start = Instant::now();
+        let mut sessions = Sessions::new(Duration::from_secs(45));
+        let mut g = group(&["classic", "kip848"]);
+        g.classic.insert(
+            "classic".into(),
+            crate::group::classic::ClassicMember {
+                session_timeout_ms: 6_000,
+                protocols: vec!["range".into()],
+            },
+        );
+        sessions.sync("g", Some(&g), None, start);
+        assert_eq!(
+            sessions.expired(start + Duration::from_secs(6)),
+            vec![key("g", "classic")]
+        );
+        sessions.sync(
+            "g",
+            Some(&g),
+            Some("classic"),
+            start + Duration::from_secs(5),
+        );
+        assert!(!sessions.is_expired(&key("g", "classic"), start + Duration::from_secs(10)));
+        assert!(sessions.is_expired(&key("g", "classic"), start + Duration::from_secs(11)));
+        assert!(!sessions.is_expired(&key("g", "kip848"), start + Duration::from_secs(44)));
     }
 
     #[test]

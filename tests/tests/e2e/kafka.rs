@@ -20,8 +20,8 @@ use kafka_protocol::messages::produce_request::{
     PartitionProduceData, ProduceRequest, TopicProduceData,
 };
 use kafka_protocol::messages::{
-    ApiKey, GroupId, JoinGroupRequest, JoinGroupResponse, MetadataRequest, MetadataResponse,
-    ProduceResponse, RequestHeader, ResponseHeader, TopicName,
+    ApiKey, EndTxnRequest, EndTxnResponse, MetadataRequest, MetadataResponse, ProduceResponse,
+    RequestHeader, ResponseHeader, TopicName, TransactionalId,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use kafka_protocol::records::{
@@ -453,13 +453,12 @@ async fn given_bad_frames_when_sent_then_each_is_answered_or_closed_and_the_brok
     let answer = exchange(&address, &request_frame(3, 13, &metadata)).await;
     let answer: MetadataResponse = read_response(&answer, 3, 13);
     assert_eq!(answer.error_code, 35, "Metadata v13 (advertised: up to 12)");
-    let join = JoinGroupRequest::default()
-        .with_group_id(GroupId(StrBytes::from_static_str("g")))
-        .with_session_timeout_ms(10_000)
-        .with_protocol_type(StrBytes::from_static_str("consumer"));
-    let answer = exchange(&address, &request_frame(11, 5, &join)).await;
-    let answer: JoinGroupResponse = read_response(&answer, 11, 5);
-    assert_eq!(answer.error_code, 35, "JoinGroup: not served yet");
+    let end = EndTxnRequest::default()
+        .with_transactional_id(TransactionalId(StrBytes::from_static_str("t")))
+        .with_committed(true);
+    let answer = exchange(&address, &request_frame(26, 5, &end)).await;
+    let answer: EndTxnResponse = read_response(&answer, 26, 5);
+    assert_eq!(answer.error_code, 35, "EndTxn v5 (KIP-890): not served");
     assert_still_serving(&address).await;
     assert!(broker.is_running());
 }

@@ -43,7 +43,7 @@ const KAFKA_LISTEN: [&str; 2] = ["--kafka-listen", "127.0.0.1:0"];
 const SHORT_SESSION: [&str; 2] = ["--group-session-timeout-ms", "6000"];
 
 /// How long a group of consumers may take to read what a test produced.
-const READ_PATIENCE: Duration = Duration::from_secs(90);
+pub(crate) const READ_PATIENCE: Duration = Duration::from_secs(90);
 
 /// Produces `count` records (from `start`) to each of `partitions` partitions.
 pub(crate) async fn produce(kafka: &str, topic: &str, partitions: i32, count: usize, start: usize) {
@@ -66,14 +66,14 @@ pub(crate) async fn produce(kafka: &str, topic: &str, partitions: i32, count: us
 }
 
 /// Every value `partition-i` for i in `range`, of every partition.
-fn expected(partitions: i32, range: std::ops::Range<usize>) -> BTreeSet<String> {
+pub(crate) fn expected(partitions: i32, range: std::ops::Range<usize>) -> BTreeSet<String> {
     (0..partitions)
         .flat_map(|p| range.clone().map(move |i| format!("{p}-{i}")))
         .collect()
 }
 
 /// The values received by all `members`, with how often each was received.
-fn tally<'a>(members: impl IntoIterator<Item = &'a Events>) -> BTreeMap<String, usize> {
+pub(crate) fn tally<'a>(members: impl IntoIterator<Item = &'a Events>) -> BTreeMap<String, usize> {
     let mut seen = BTreeMap::new();
     for events in members {
         for (_, _, value) in events.received() {
@@ -100,7 +100,7 @@ pub(crate) async fn committed(kafka: &str, group: &str, topic: &str, partitions:
 }
 
 /// Waits until `members` together received every one of `want`.
-async fn read_all(members: &mut [&mut GroupConsumer], want: &BTreeSet<String>) {
+pub(crate) async fn read_all(members: &mut [&mut GroupConsumer], want: &BTreeSet<String>) {
     let deadline = tokio::time::Instant::now() + READ_PATIENCE;
     loop {
         let seen = tally(
@@ -170,7 +170,7 @@ async fn given_two_kip848_consumers_in_a_group_when_they_read_six_partitions_the
 }
 
 /// Values received more than once by `members`.
-fn duplicates<'a>(members: impl IntoIterator<Item = &'a Events>) -> BTreeSet<String> {
+pub(crate) fn duplicates<'a>(members: impl IntoIterator<Item = &'a Events>) -> BTreeSet<String> {
     tally(members)
         .into_iter()
         .filter(|(_, n)| *n > 1)
@@ -180,7 +180,7 @@ fn duplicates<'a>(members: impl IntoIterator<Item = &'a Events>) -> BTreeSet<Str
 
 /// The values `events` received whose synchronous commit did not return: the only
 /// records a successor may read again.
-fn uncommitted(events: &Events) -> BTreeSet<String> {
+pub(crate) fn uncommitted(events: &Events) -> BTreeSet<String> {
     let committed: BTreeSet<(i32, i64)> = events.committed().into_iter().collect();
     events
         .received()

@@ -1,0 +1,310 @@
+//! Kafka's classic group protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) for
+//! members of a KIP-848 group, as Kafka 4.0 serves "classic members in a consumer
+//! group": the assignment is the group's server-side target (no client-side assignor
+//! runs), the generation is the member epoch, and a classic member gives partitions up
+//! only by joining again, its JoinGroup listing what it still owns (cooperative
+//! protocols; eager ones revoked everything first). Pure, on top of [`membership`].
+//!
+//! Invariant (kept by [`reconcile`](super::reconcile), property-tested below with
+//! KIP-848 and classic members mixed): a partition is delivered to a member only when
+//! no other member holds it. A classic member is asked to join again (Heartbeat's
+//! REBALANCE_IN_PROGRESS) when it has partitions to revoke, is behind the group's
+//! epoch, or can take partitions others released.
+
+use std::collections::BTreeSet;
+
+use super::assignor::MemberId;
+use super::membership::{self, Group, Heartbeat, HeartbeatError, TopicSizes, JOIN_EPOCH};
+use super::reconcile::{self, MemberAssignment, MemberState, Target};
+use crate::txn::decide::TopicPartition;
+
+/// The only protocol type a classic member of a consumer group may name.
+pub const PROTOCOL_TYPE: &str = "consumer";
+/// A classic member's session timeout bounds (Kafka's defaults for
+/// `group.min.session.timeout.ms` and `group.max.session.timeout.ms`).
+pub const MIN_SESSION_TIMEOUT_MS: i32 = 6_000;
+pub const MAX_SESSION_TIMEOUT_MS: i32 = 1_800_000;
+
+/// What the coordinator keeps of a member that speaks the classic protocol.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClassicMember {
+    /// Its session timeout (from its JoinGroup), in place of the coordinator's.
+    pub session_timeout_ms: i32,
+    /// The protocol names (assignors) it offered, preferred first; never empty.
+    pub protocols: Vec<String>,
+}
+
+impl ClassicMember {
+    /// The protocol its JoinGroup and SyncGroup are answered with: its first.
+    pub fn protocol_name(&self) -> &str {
+        self.protocols
+            .first()
+            .map(String::as_str)
+            .unwrap_or_default()
+    }
+}
+
+/// A JoinGroup as the decider needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Join {
+    pub member_id: MemberId,
+    pub session_timeout_ms: i32,
+    pub rebalance_timeout_ms: i32,
+    pub protocols: Vec<String>,
+    pub subscribed: BTreeSet<String>,
+    /// What the member still owns (its subscription's owned partitions).
+    pub owned: BTreeSet<TopicPartition>,
+}
+
+/// The answer to a JoinGroup (and, with the same assignment, to the SyncGroup after).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Joined {
+    pub generation: i32,
+    pub protocol_name: String,
+    pub assignment: BTreeSet<TopicPartition>,
+}
+
+/// The answer to a Heartbeat that was accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Beat {
+    Stay,
+    /// REBALANCE_IN_PROGRESS: the member must join again.
+    Rejoin,
+}
+
+/// Why a classic request was refused; the group is unchanged.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClassicError {
+    #[error("member {member_id} is not a classic member of the group (it left, its session expired, or it speaks KIP-848): join again")]
+    UnknownMemberId { member_id: MemberId },
+    #[error(
+        "member {member_id} sent generation {sent} but is at generation {current}: join again"
+    )]
+    IllegalGeneration {
+        member_id: MemberId,
+        sent: i32,
+        current: i32,
+    },
+    #[error("{0}")]
+    InconsistentGroupProtocol(String),
+    #[error(
+        "session timeout {0} ms is outside {MIN_SESSION_TIMEOUT_MS}..={MAX_SESSION_TIMEOUT_MS} ms"
+    )]
+    InvalidSessionTimeout(i32),
+    #[error("the group moved to a new assignment: join again")]
+    RebalanceInProgress,
+    #[error("{0}")]
+    InvalidRequest(String),
+}
+
+/// A JoinGroup: joins the member, or takes its rejoin as its report of what it still
+/// owns, and answers with what it may own now at its (possibly new) epoch.
+pub fn join(
+    group: &Group,
+    request: &Join,
+    sizes: TopicSizes<'_>,
+) -> Result<(Group, Joined), ClassicError> {
+    if request.member_id.is_empty() {
+        return Err(ClassicError::InvalidRequest(
+            "member id is empty: the broker names a member before it joins".into(),
+        ));
+    }
+    let Some(protocol_name) = request.protocols.first().cloned() else {
+        return Err(ClassicError::InconsistentGroupProtocol(
+            "a JoinGroup must offer at least one protocol".into(),
+        ));
+    };
+    if !(MIN_SESSION_TIMEOUT_MS..=MAX_SESSION_TIMEOUT_MS).contains(&request.session_timeout_ms) {
+        return Err(ClassicError::InvalidSessionTimeout(
+            request.session_timeout_ms,
+        ));
+    }
+    if group.members.contains_key(&request.member_id)
+        && !group.classic.contains_key(&request.member_id)
+    {
+        return Err(ClassicError::UnknownMemberId {
+            member_id: request.member_id.clone(),
+        });
+    }
+    // Without the classic entry the KIP-848 rules would refuse the member's own id.
+    let mut base = group.clone();
+    base.classic.remove(&request.member_id);
+    let heartbeat = Heartbeat {
+        member_id: request.member_id.clone(),
+        member_epoch: JOIN_EPOCH,
+        instance_id: None,
+        rebalance_timeout_ms: request.rebalance_timeout_ms,
+        subscribed: Some(request.subscribed.clone()),
+        owned: Some(request.owned.clone()),
+    };
+    let (mut next, answer) =
+        membership::heartbeat(&base, &heartbeat, sizes).map_err(|e| match e {
+            HeartbeatError::InvalidRequest(m) => ClassicError::InvalidRequest(m),
+            other => ClassicError::InvalidRequest(other.to_string()),
+        })?;
+    next.classic.insert(
+        request.member_id.clone(),
+        ClassicMember {
+            session_timeout_ms: request.session_timeout_ms,
+            protocols: request.protocols.clone(),
+        },
+    );
+    Ok((
+        next,
+        Joined {
+            generation: answer.member_epoch,
+            protocol_name,
+            assignment: answer.assignment.unwrap_or_default(),
+        },
+    ))
+}
+
+/// The classic member `member_id` at `generation`, or why not.
+fn classic_member<'a>(
+    group: &'a Group,
+    member_id: &str,
+    generation: i32,
+) -> Result<(&'a MemberAssignment, &'a ClassicMember), ClassicError> {
+    let unknown = || ClassicError::UnknownMemberId {
+        member_id: member_id.to_string(),
+    };
+    let classic = group.classic.get(member_id).ok_or_else(unknown)?;
+    let member = group.members.get(member_id).ok_or_else(unknown)?;
+    let current = member.assignment.member_epoch;
+    if generation != current {
+        return Err(ClassicError::IllegalGeneration {
+            member_id: member_id.to_string(),
+            sent: generation,
+            current,
+        });
+    }
+    Ok((&member.assignment, classic))
+}
+
+/// A SyncGroup: the member's assignment at its generation. A member behind the group's
+/// epoch (and not in the middle of revoking) must join again first.
+pub fn sync(
+    group: &Group,
+    member_id: &str,
+    generation: i32,
+    protocol_type: Option<&str>,
+    protocol_name: Option<&str>,
+) -> Result<Joined, ClassicError> {
+    let (assignment, classic) = classic_member(group, member_id, generation)?;
+    if let Some(t) = protocol_type.filter(|t| *t != PROTOCOL_TYPE) {
+        return Err(ClassicError::InconsistentGroupProtocol(format!(
+            "protocol type {t:?} is not {PROTOCOL_TYPE:?}"
+        )));
+    }
+    if let Some(n) = protocol_name.filter(|n| *n != classic.protocol_name()) {
+        return Err(ClassicError::InconsistentGroupProtocol(format!(
+            "protocol {n:?} is not {:?}, the one the JoinGroup answered",
+            classic.protocol_name()
+        )));
+    }
+    if group.group_epoch > assignment.member_epoch
+        && assignment.state != MemberState::UnrevokedPartitions
+    {
+        return Err(ClassicError::RebalanceInProgress);
+    }
+    Ok(Joined {
+        generation: assignment.member_epoch,
+        protocol_name: classic.protocol_name().to_string(),
+        assignment: assignment.assigned.clone(),
+    })
+}
+
+/// A Heartbeat: whether the member must join again. The group may change: its target
+/// follows the subscribed topics' sizes, and a member that must revoke is marked so
+/// (at its epoch), which starts its rebalance timeout.
+pub fn heartbeat(
+    group: &Group,
+    member_id: &str,
+    generation: i32,
+    sizes: TopicSizes<'_>,
+) -> Result<(Group, Beat), ClassicError> {
+    classic_member(group, member_id, generation)?;
+    let mut next = membership::refresh_target(group.clone(), sizes);
+    let Some(member) = next.members.get(member_id) else {
+        return Err(ClassicError::UnknownMemberId {
+            member_id: member_id.to_string(),
+        });
+    };
+    let current = member.assignment.clone();
+    // What the member would move to if it said it owns everything it holds.
+    let holding: BTreeSet<TopicPartition> = current
+        .assigned
+        .union(&current.pending_revocation)
+        .cloned()
+        .collect();
+    let step = step_toward_target(&next, member_id, &current, &holding);
+    let rejoin = current.state == MemberState::UnrevokedPartitions
+        || current.member_epoch < next.target_epoch
+        || (current.state == MemberState::UnreleasedPartitions && step != current);
+    if !rejoin {
+        return Ok((next, Beat::Stay));
+    }
+    // Only a revocation is recorded now (same epoch, so the generation stays valid);
+    // anything else the member learns from its JoinGroup.
+    if step.state == MemberState::UnrevokedPartitions && step.member_epoch == current.member_epoch {
+        if let Some(m) = next.members.get_mut(member_id) {
+            m.assignment = step;
+        }
+    }
+    Ok((next, Beat::Rejoin))
+}
+
+fn step_toward_target(
+    group: &Group,
+    member_id: &str,
+    current: &MemberAssignment,
+    owned: &BTreeSet<TopicPartition>,
+) -> MemberAssignment {
+    let held_by_others = |tp: &TopicPartition| {
+        group
+            .members
+            .iter()
+            .any(|(id, m)| id != member_id && m.assignment.holds(tp))
+    };
+    let empty = BTreeSet::new();
+    reconcile::reconcile(
+        current,
+        &Target {
+            epoch: group.target_epoch,
+            partitions: group.target.get(member_id).unwrap_or(&empty),
+            held_by_others: &held_by_others,
+        },
+        Some(owned),
+    )
+}
+
+/// One member's outcome of a LeaveGroup.
+pub type LeaveResult = (String, Result<(), ClassicError>);
+
+/// A LeaveGroup of `member_ids`: each classic member named leaves (its partitions are
+/// free for the next target); another id is UNKNOWN_MEMBER_ID.
+pub fn leave(
+    group: &Group,
+    member_ids: &[String],
+    sizes: TopicSizes<'_>,
+) -> (Group, Vec<LeaveResult>) {
+    let mut next = group.clone();
+    let mut results = Vec::with_capacity(member_ids.len());
+    for id in member_ids {
+        if next.classic.contains_key(id) && next.members.contains_key(id) {
+            next = membership::remove_member(&next, id, sizes);
+            results.push((id.clone(), Ok(())));
+        } else {
+            results.push((
+                id.clone(),
+                Err(ClassicError::UnknownMemberId {
+                    member_id: id.clone(),
+                }),
+            ));
+        }
+    }
+    (next, results)
+}
+
+#[cfg(test)]
+mod tests;
