@@ -462,9 +462,8 @@ impl GroupCoordinator for GroupCoordinatorService {
         let principal = principal_of(&request).to_string();
         let states = request.into_inner().states;
         // Only the groups the principal may describe (as Kafka does).
-        let groups = self
-            .groups
-            .list()
+        let (listed, owned_partitions) = self.groups.list_slices();
+        let groups = listed
             .into_iter()
             .filter(|(group_id, _)| {
                 self.authorize(
@@ -483,6 +482,7 @@ impl GroupCoordinator for GroupCoordinatorService {
             error_code: ErrorCode::None as i32,
             error_message: String::new(),
             groups,
+            owned_partitions,
         }))
     }
 

@@ -739,11 +739,18 @@ impl Groups {
 
     /// Every group of every loaded slice, by id.
     pub fn list(&self) -> BTreeMap<String, Group> {
+        self.list_slices().0
+    }
+
+    /// [`Self::list`], and the slices it was read from (by partition).
+    pub fn list_slices(&self) -> (BTreeMap<String, Group>, Vec<i32>) {
         if !self.ownership.holds_lease() {
-            return BTreeMap::new();
+            return (BTreeMap::new(), Vec::new());
         }
         let mut all = BTreeMap::new();
-        for slice in self.ready_slices() {
+        let slices = self.ready_slices();
+        let partitions = slices.iter().map(|s| s.index).collect();
+        for slice in slices {
             let state = slice.state();
             for id in state.offsets.keys() {
                 all.insert(id.clone(), Group::default());
@@ -752,7 +759,7 @@ impl Groups {
                 all.insert(id.clone(), group.clone());
             }
         }
-        all
+        (all, partitions)
     }
 
     /// DeleteGroups for one group: an empty group and its offsets are tombstoned.
