@@ -32,6 +32,12 @@ use super::{
 use super::{consumer_group_describe, consumer_group_heartbeat, delete_groups, describe_groups};
 use super::{offset_commit, offset_fetch, offset_for_leader_epoch};
 use super::{produce, unsupported, KafkaContext};
+// Listing and describing (issue 30's admin slice).
+use super::{describe_producers, describe_transactions, list_groups, list_transactions};
+use kafka_protocol::messages::{
+    DescribeProducersRequest, DescribeTransactionsRequest, ListGroupsRequest,
+    ListTransactionsRequest,
+};
 
 /// The smallest request header: api key, api version, correlation id.
 const MIN_FRAME: usize = 8;
@@ -269,6 +275,29 @@ async fn answer(context: &KafkaContext, frame: Bytes) -> Result<Option<BytesMut>
         ApiKey::DeleteGroups => {
             let request = DeleteGroupsRequest::decode(&mut buf, version).map_err(decode_error)?;
             let body = delete_groups::serve(context, request).await;
+            respond(correlation_id, header_version, &body, version)
+        }
+        ApiKey::ListGroups => {
+            let request = ListGroupsRequest::decode(&mut buf, version).map_err(decode_error)?;
+            let body = list_groups::serve(context, request).await;
+            respond(correlation_id, header_version, &body, version)
+        }
+        ApiKey::ListTransactions => {
+            let request =
+                ListTransactionsRequest::decode(&mut buf, version).map_err(decode_error)?;
+            let body = list_transactions::serve(context, request).await;
+            respond(correlation_id, header_version, &body, version)
+        }
+        ApiKey::DescribeTransactions => {
+            let request =
+                DescribeTransactionsRequest::decode(&mut buf, version).map_err(decode_error)?;
+            let body = describe_transactions::serve(context, request).await;
+            respond(correlation_id, header_version, &body, version)
+        }
+        ApiKey::DescribeProducers => {
+            let request =
+                DescribeProducersRequest::decode(&mut buf, version).map_err(decode_error)?;
+            let body = describe_producers::serve(service, request);
             respond(correlation_id, header_version, &body, version)
         }
         _ => return Err(FrameError::NotServed { api_key, version }),

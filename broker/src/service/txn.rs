@@ -19,7 +19,8 @@ use super::refusal::log_refusal;
 use super::BrokerService;
 use crate::coordinators::FoundCoordinator;
 use crate::error::BrokerError;
-use crate::producer_state::MarkerEpoch;
+use crate::producer_state::{MarkerEpoch, ProducerEntry};
+use crate::replication::replica_set::Role;
 
 impl BrokerService {
     /// The coordinator owning `id` (a transactional id or a group id: both hash to the
@@ -27,6 +28,43 @@ impl BrokerService {
     pub(crate) fn coordinator_of(&self, id: &str) -> Result<FoundCoordinator, BrokerError> {
         self.coordinators()
             .find(id, self.topics.partition_count(TXN_LOG_TOPIC))
+    }
+
+    /// The owner of every `__transaction_state` partition (`None`: nobody owns it now),
+    /// by partition: the coordinators a cluster-wide listing asks. COORDINATOR_NOT_AVAILABLE
+    /// before the topic exists.
+    pub(crate) fn coordinator_owners(
+        &self,
+    ) -> Result<Vec<(i32, Option<FoundCoordinator>)>, BrokerError> {
+        let partitions = self
+            .topics
+            .partition_count(TXN_LOG_TOPIC)
+            .filter(|n| *n > 0)
+            .ok_or_else(|| {
+                BrokerError::CoordinatorNotAvailable(format!(
+                    "topic {TXN_LOG_TOPIC} does not exist yet"
+                ))
+            })?;
+        Ok(self.coordinators().owners(partitions))
+    }
+
+    /// Every producer `topic`/`partition` keeps state for, as its leader holds it
+    /// (Kafka's DescribeProducers); NOT_LEADER_OR_FOLLOWER on any other replica, whose
+    /// state may lag the leader's.
+    pub(crate) fn producers_of(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Result<Vec<(i64, ProducerEntry)>, BrokerError> {
+        let replica = self.topics.partition(topic, partition)?;
+        match replica.replication().role {
+            Role::Leader => Ok(replica.producers()),
+            Role::Follower { leader } => Err(BrokerError::NotLeaderOrFollower {
+                topic: topic.to_string(),
+                partition,
+                leader,
+            }),
+        }
     }
 
     pub(super) fn serve_find_coordinator(
