@@ -28,6 +28,7 @@ mod idempotence;
 mod inbox;
 mod internal_topics;
 mod kafka;
+mod kafka_admin;
 mod kafka_groups;
 mod kafka_pipeline;
 mod kafka_txn;
