@@ -20,7 +20,6 @@ use super::BrokerService;
 use crate::coordinators::FoundCoordinator;
 use crate::error::BrokerError;
 use crate::producer_state::{MarkerEpoch, ProducerEntry};
-use crate::replication::replica_set::Role;
 
 impl BrokerService {
     /// The coordinator owning `id` (a transactional id or a group id: both hash to the
@@ -49,22 +48,14 @@ impl BrokerService {
     }
 
     /// Every producer `topic`/`partition` keeps state for, as its leader holds it
-    /// (Kafka's DescribeProducers); NOT_LEADER_OR_FOLLOWER on any other replica, whose
-    /// state may lag the leader's.
+    /// (Kafka's DescribeProducers). The registry hands out leaders only: any other
+    /// replica, whose state may lag, is NOT_LEADER_OR_FOLLOWER.
     pub(crate) fn producers_of(
         &self,
         topic: &str,
         partition: i32,
     ) -> Result<Vec<(i64, ProducerEntry)>, BrokerError> {
-        let replica = self.topics.partition(topic, partition)?;
-        match replica.replication().role {
-            Role::Leader => Ok(replica.producers()),
-            Role::Follower { leader } => Err(BrokerError::NotLeaderOrFollower {
-                topic: topic.to_string(),
-                partition,
-                leader,
-            }),
-        }
+        Ok(self.topics.partition(topic, partition)?.producers())
     }
 
     pub(super) fn serve_find_coordinator(
