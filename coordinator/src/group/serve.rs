@@ -28,6 +28,7 @@ use super::expiry::{self, Expired};
 use super::lag;
 use super::load::{self, ReadFailure};
 use super::membership::{self, Answer, Group, Heartbeat, HeartbeatError};
+use super::offset_delete;
 use super::offsets::{check_commit, CommitRefusal, Committer, OffsetAndMetadata};
 use super::records::GroupRecord;
 use super::sessions::{MemberKey, Sessions};
@@ -805,6 +806,47 @@ impl Groups {
             .map_err(|e| self.refuse(&slice, e))?;
         slice.sessions().sync(group_id, None, None, Instant::now());
         Ok(())
+    }
+
+    /// OffsetDelete for one group (`offset_delete::decide`): the committed offsets of
+    /// topics no member subscribes to are tombstoned; each asked partition's code.
+    pub async fn delete_offsets(
+        &self,
+        group_id: &str,
+        asked: &[TopicPartition],
+    ) -> Result<Vec<(TopicPartition, ErrorCode)>, Refusal> {
+        let slice = self.serving(group_id)?;
+        let lock = slice.lock_for(group_id);
+        let _guard = lock.lock().await;
+        let deletion = {
+            let state = slice.state();
+            if !state.knows(group_id) {
+                return Err(Refusal::new(
+                    ErrorCode::GroupIdNotFound,
+                    format!("no group {group_id:?}"),
+                ));
+            }
+            offset_delete::decide(
+                state.groups.get(group_id),
+                state.offsets.get(group_id),
+                asked,
+            )
+        };
+        let records: Vec<GroupRecord> = deletion
+            .removed
+            .into_iter()
+            .map(|tp| GroupRecord::OffsetRemoved {
+                group_id: group_id.to_string(),
+                tp,
+            })
+            .collect();
+        if !records.is_empty() {
+            slice
+                .persist(records)
+                .await
+                .map_err(|e| self.refuse(&slice, e))?;
+        }
+        Ok(deletion.results)
     }
 
     /// Removes every member whose session ended (persisted like a leave).
