@@ -33,10 +33,11 @@ use super::{consumer_group_describe, consumer_group_heartbeat, delete_groups, de
 use super::{offset_commit, offset_fetch, offset_for_leader_epoch};
 use super::{produce, unsupported, KafkaContext};
 // Listing and describing (issue 30's admin slice).
+use super::offset_delete;
 use super::{describe_producers, describe_transactions, list_groups, list_transactions};
 use kafka_protocol::messages::{
     DescribeProducersRequest, DescribeTransactionsRequest, ListGroupsRequest,
-    ListTransactionsRequest,
+    ListTransactionsRequest, OffsetDeleteRequest,
 };
 
 /// The smallest request header: api key, api version, correlation id.
@@ -298,6 +299,11 @@ async fn answer(context: &KafkaContext, frame: Bytes) -> Result<Option<BytesMut>
             let request =
                 DescribeProducersRequest::decode(&mut buf, version).map_err(decode_error)?;
             let body = describe_producers::serve(service, request);
+            respond(correlation_id, header_version, &body, version)
+        }
+        ApiKey::OffsetDelete => {
+            let request = OffsetDeleteRequest::decode(&mut buf, version).map_err(decode_error)?;
+            let body = offset_delete::serve(context, request).await;
             respond(correlation_id, header_version, &body, version)
         }
         _ => return Err(FrameError::NotServed { api_key, version }),

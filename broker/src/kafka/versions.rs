@@ -149,6 +149,11 @@ pub const SERVED: &[Served] = &[
         min: 0,
         max: 0,
     },
+    Served {
+        key: ApiKey::OffsetDelete,
+        min: 0,
+        max: 0,
+    },
 ];
 
 /// What to do with a request, from its header's API key and version.
@@ -190,7 +195,7 @@ mod tests {
     /// Every advertised version must be one the codec crate encodes and decodes.
     #[test]
     fn every_served_version_is_within_the_codecs_range() {
-        let codec: [(ApiKey, VersionRange); 24] = [
+        let codec: [(ApiKey, VersionRange); 25] = [
             (ApiKey::Produce, ProduceRequest::VERSIONS),
             (ApiKey::Fetch, FetchRequest::VERSIONS),
             (ApiKey::ListOffsets, ListOffsetsRequest::VERSIONS),
@@ -233,6 +238,7 @@ mod tests {
                 ApiKey::DescribeProducers,
                 DescribeProducersRequest::VERSIONS,
             ),
+            (ApiKey::OffsetDelete, OffsetDeleteRequest::VERSIONS),
         ];
         for served in SERVED {
             let (_, range) = codec

@@ -1,7 +1,8 @@
 //! Kafka admin tools list and describe what idem holds (issue 30): ListGroups lists
 //! every group of every coordinator (or fails, never a shorter list), ListTransactions
 //! and DescribeTransactions show a Kafka producer's transaction as its coordinator
-//! holds it, and DescribeProducers shows a partition leader's producer state.
+//! holds it, DescribeProducers shows a partition leader's producer state, and
+//! OffsetDelete removes only offsets no member is reading.
 
 use std::collections::BTreeMap;
 
@@ -26,7 +27,11 @@ use kafka_protocol::messages::list_groups_request::ListGroupsRequest;
 use kafka_protocol::messages::list_groups_response::ListGroupsResponse;
 use kafka_protocol::messages::list_transactions_request::ListTransactionsRequest;
 use kafka_protocol::messages::list_transactions_response::ListTransactionsResponse;
-use kafka_protocol::messages::{ProducerId, TopicName, TransactionalId};
+use kafka_protocol::messages::offset_delete_request::{
+    OffsetDeleteRequest, OffsetDeleteRequestPartition, OffsetDeleteRequestTopic,
+};
+use kafka_protocol::messages::offset_delete_response::OffsetDeleteResponse;
+use kafka_protocol::messages::{GroupId, ProducerId, TopicName, TransactionalId};
 use kafka_protocol::protocol::StrBytes;
 use serde_json::{json, Value};
 
@@ -36,6 +41,7 @@ use crate::kafka::{exchange, read_response, request_frame};
 const KAFKA_LISTEN: [&str; 2] = ["--kafka-listen", "127.0.0.1:0"];
 
 const LIST_GROUPS: i16 = 16;
+const OFFSET_DELETE: i16 = 47;
 const DESCRIBE_PRODUCERS: i16 = 61;
 const DESCRIBE_TRANSACTIONS: i16 = 65;
 const LIST_TRANSACTIONS: i16 = 66;
@@ -479,4 +485,93 @@ async fn given_acls_when_an_anonymous_kafka_admin_lists_and_describes_then_only_
     // The coordinators take the broker's credential for the fan-out: no group yet is
     // an empty list, not an error.
     assert_eq!(list_groups(&kafka).await, Ok(BTreeMap::new()));
+}
+
+/// Raw OffsetDelete v0 of `group`'s `partitions` (topic, partition): the top-level code
+/// and each partition's.
+async fn offset_delete(
+    kafka: &str,
+    group: &str,
+    partitions: &[(&str, i32)],
+) -> (i16, BTreeMap<(String, i32), i16>) {
+    let mut topics: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
+    for (topic, partition) in partitions {
+        topics.entry(topic).or_default().push(*partition);
+    }
+    let request = OffsetDeleteRequest::default()
+        .with_group_id(GroupId(StrBytes::from_string(group.to_string())))
+        .with_topics(
+            topics
+                .into_iter()
+                .map(|(topic, partitions)| {
+                    OffsetDeleteRequestTopic::default()
+                        .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+                        .with_partitions(
+                            partitions
+                                .into_iter()
+                                .map(|p| {
+                                    OffsetDeleteRequestPartition::default().with_partition_index(p)
+                                })
+                                .collect(),
+                        )
+                })
+                .collect(),
+        );
+    let answer: OffsetDeleteResponse = ask(kafka, OFFSET_DELETE, 0, &request).await;
+    let codes = answer
+        .topics
+        .into_iter()
+        .flat_map(|t| {
+            let name = t.name.0.to_string();
+            t.partitions
+                .into_iter()
+                .map(move |p| ((name.clone(), p.partition_index), p.error_code))
+        })
+        .collect();
+    (answer.error_code, codes)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_committed_offsets_when_a_kafka_admin_deletes_them_then_unsubscribed_topics_lose_them_and_subscribed_ones_are_refused(
+) {
+    let cluster = Cluster::start_with_coordinators(1, 1, &KAFKA_LISTEN, &[]).await;
+    cluster.create_topic("orders", 1, 1).await;
+    cluster.create_topic("audit", 2, 1).await;
+    let grpc = cluster.bootstrap();
+    let kafka = cluster.broker(1).kafka_bootstrap();
+
+    // Offsets committed while the group was empty, then a member reading `orders`.
+    let group = GroupClient::new(&grpc, "cleanup");
+    group
+        .commit(
+            "",
+            -1,
+            &[("orders", 0, 5), ("audit", 0, 7), ("audit", 1, 9)],
+        )
+        .await;
+    let mut member = Member::new("m1", &["orders"]);
+    member.heartbeat(&group).await;
+    assert_eq!(group.describe().await.members.len(), 1);
+
+    let (code, partitions) = offset_delete(
+        &kafka,
+        "cleanup",
+        &[("orders", 0), ("audit", 0), ("audit", 1)],
+    )
+    .await;
+    assert_eq!(code, 0);
+    assert_eq!(
+        partitions,
+        BTreeMap::from([
+            (("audit".to_string(), 0), 0),
+            (("audit".to_string(), 1), 0),
+            (("orders".to_string(), 0), 86),
+        ]),
+        "GROUP_SUBSCRIBED_TO_TOPIC for the topic the member reads"
+    );
+    assert_eq!(group.committed("audit", 2).await, [-1, -1], "deleted");
+    assert_eq!(group.committed("orders", 1).await, [5], "kept");
+
+    let (unknown, _) = offset_delete(&kafka, "nobody", &[("audit", 0)]).await;
+    assert_eq!(unknown, 69, "GROUP_ID_NOT_FOUND");
 }
