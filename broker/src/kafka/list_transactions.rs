@@ -7,10 +7,10 @@
 //! broker's clock). Dead ids are never listed.
 
 use std::collections::BTreeMap;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use idem_proto::v1::TransactionDescription;
 use idem_runtime::acl::{Operation, Resource, ANONYMOUS};
+use idem_runtime::clock::now_ms;
 use kafka_protocol::messages::list_transactions_request::ListTransactionsRequest;
 use kafka_protocol::messages::list_transactions_response::{
     ListTransactionsResponse, TransactionState,
@@ -62,12 +62,6 @@ pub async fn serve(
     ListTransactionsResponse::default()
         .with_transaction_states(states)
         .with_unknown_state_filters(unknown)
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// The listing of `transactions` (each id once, sorted) that `request`'s filters and
