@@ -445,16 +445,32 @@ async fn given_acls_when_an_anonymous_kafka_admin_lists_and_describes_then_only_
             .into_inner();
         assert_eq!(answer.error_code, 0, "{answer:?}");
     }
+    // Two groups likewise.
+    for group in ["visible-group", "hidden-group"] {
+        admin
+            .reset_group_offsets(group, &[(("guarded".to_string(), 0), 0)])
+            .await
+            .expect("offsets set by the operator");
+    }
     admin
-        .create_acls(&[binding(
-            "User:ANONYMOUS",
-            "transactional-id",
-            "visible",
-            "literal",
-            "describe",
-        )])
+        .create_acls(&[
+            binding(
+                "User:ANONYMOUS",
+                "transactional-id",
+                "visible",
+                "literal",
+                "describe",
+            ),
+            binding(
+                "User:ANONYMOUS",
+                "group",
+                "visible-group",
+                "literal",
+                "describe",
+            ),
+        ])
         .await
-        .expect("ACL stored");
+        .expect("ACLs stored");
     let kafka = cluster.broker(1).kafka_bootstrap();
 
     // ACLs reach the broker through an etcd watch.
@@ -482,9 +498,12 @@ async fn given_acls_when_an_anonymous_kafka_admin_lists_and_describes_then_only_
     let producers = describe_producers(&kafka, "guarded", &[0]).await;
     assert_eq!(producers[0].error_code, 29, "TOPIC_AUTHORIZATION_FAILED");
 
-    // The coordinators take the broker's credential for the fan-out: no group yet is
-    // an empty list, not an error.
-    assert_eq!(list_groups(&kafka).await, Ok(BTreeMap::new()));
+    let groups = list_groups(&kafka).await.expect("listed");
+    assert_eq!(
+        groups.keys().collect::<Vec<_>>(),
+        ["visible-group"],
+        "{groups:?}"
+    );
 }
 
 /// Raw OffsetDelete v0 of `group`'s `partitions` (topic, partition): the top-level code
