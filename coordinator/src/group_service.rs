@@ -32,6 +32,7 @@ use crate::group::reconcile::MemberState;
 use crate::group::serve::{FetchedOffset, Groups, OffsetToCommit, PartitionResult};
 use crate::group::txn_offsets::TxnProducer;
 use crate::txn::decide::TopicPartition;
+use idem_proto::v1::{OffsetDeletePartitionResult, OffsetDeleteRequest, OffsetDeleteResponse};
 
 pub struct GroupCoordinatorService {
     groups: Arc<Groups>,
@@ -618,9 +619,8 @@ impl GroupCoordinator for GroupCoordinatorService {
         let principal = principal_of(&request).to_string();
         let states = request.into_inner().states;
         // Only the groups the principal may describe (as Kafka does).
-        let groups = self
-            .groups
-            .list()
+        let (listed, owned_partitions) = self.groups.list_slices();
+        let groups = listed
             .into_iter()
             .filter(|(group_id, _)| {
                 self.authorize(
@@ -639,6 +639,7 @@ impl GroupCoordinator for GroupCoordinatorService {
             error_code: ErrorCode::None as i32,
             error_message: String::new(),
             groups,
+            owned_partitions,
         }))
     }
 
@@ -667,5 +668,56 @@ impl GroupCoordinator for GroupCoordinatorService {
             });
         }
         Ok(Response::new(DeleteGroupsResponse { results }))
+    }
+
+    async fn offset_delete(
+        &self,
+        request: Request<OffsetDeleteRequest>,
+    ) -> Result<Response<OffsetDeleteResponse>, Status> {
+        let principal = principal_of(&request).to_string();
+        let request = request.into_inner();
+        // Delete on the group, read on each topic (Kafka's rules for OffsetDelete).
+        let needs = std::iter::once((Operation::Delete, Resource::group(&request.group_id)))
+            .chain(
+                request
+                    .topics
+                    .iter()
+                    .map(|t| (Operation::Read, Resource::topic(&t.topic))),
+            )
+            .collect::<Vec<_>>();
+        let asked: Vec<TopicPartition> = request
+            .topics
+            .iter()
+            .flat_map(|t| {
+                t.partitions.iter().map(|p| TopicPartition {
+                    topic: t.topic.clone(),
+                    partition: *p,
+                })
+            })
+            .collect();
+        let deleted = match self.authorize(&principal, needs) {
+            Ok(()) => self.groups.delete_offsets(&request.group_id, &asked).await,
+            Err(r) => Err(r),
+        };
+        let answer = match deleted {
+            Ok(results) => OffsetDeleteResponse {
+                error_code: ErrorCode::None as i32,
+                error_message: String::new(),
+                results: results
+                    .into_iter()
+                    .map(|(tp, code)| OffsetDeletePartitionResult {
+                        topic: tp.topic,
+                        partition: tp.partition,
+                        error_code: code as i32,
+                    })
+                    .collect(),
+            },
+            Err(r) => OffsetDeleteResponse {
+                error_code: r.code as i32,
+                error_message: r.message,
+                results: Vec::new(),
+            },
+        };
+        Ok(Response::new(answer))
     }
 }

@@ -37,6 +37,13 @@ use super::{heartbeat, join_group, leave_group, sync_group};
 use kafka_protocol::messages::{
     HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, SyncGroupRequest,
 };
+// Listing and describing (issue 30's admin slice).
+use super::offset_delete;
+use super::{describe_producers, describe_transactions, list_groups, list_transactions};
+use kafka_protocol::messages::{
+    DescribeProducersRequest, DescribeTransactionsRequest, ListGroupsRequest,
+    ListTransactionsRequest, OffsetDeleteRequest,
+};
 
 /// The smallest request header: api key, api version, correlation id.
 const MIN_FRAME: usize = 8;
@@ -294,6 +301,34 @@ async fn answer(context: &KafkaContext, frame: Bytes) -> Result<Option<BytesMut>
         ApiKey::LeaveGroup => {
             let request = LeaveGroupRequest::decode(&mut buf, version).map_err(decode_error)?;
             let body = leave_group::serve(context, request, version).await;
+            respond(correlation_id, header_version, &body, version)
+        }
+        ApiKey::ListGroups => {
+            let request = ListGroupsRequest::decode(&mut buf, version).map_err(decode_error)?;
+            let body = list_groups::serve(context, request).await;
+            respond(correlation_id, header_version, &body, version)
+        }
+        ApiKey::ListTransactions => {
+            let request =
+                ListTransactionsRequest::decode(&mut buf, version).map_err(decode_error)?;
+            let body = list_transactions::serve(context, request).await;
+            respond(correlation_id, header_version, &body, version)
+        }
+        ApiKey::DescribeTransactions => {
+            let request =
+                DescribeTransactionsRequest::decode(&mut buf, version).map_err(decode_error)?;
+            let body = describe_transactions::serve(context, request).await;
+            respond(correlation_id, header_version, &body, version)
+        }
+        ApiKey::DescribeProducers => {
+            let request =
+                DescribeProducersRequest::decode(&mut buf, version).map_err(decode_error)?;
+            let body = describe_producers::serve(service, request);
+            respond(correlation_id, header_version, &body, version)
+        }
+        ApiKey::OffsetDelete => {
+            let request = OffsetDeleteRequest::decode(&mut buf, version).map_err(decode_error)?;
+            let body = offset_delete::serve(context, request).await;
             respond(correlation_id, header_version, &body, version)
         }
         _ => return Err(FrameError::NotServed { api_key, version }),

@@ -1,8 +1,8 @@
 //! UNSUPPORTED_VERSION in the request's own schema, for a well-formed request the
 //! listener does not serve but can parse: a served API at a version outside the
 //! advertised range (within what the codec crate handles: KIP-890's EndTxn v5 and
-//! TxnOffsetCommit v4+, AddPartitionsToTxn's broker-to-broker v4+), or a group API of
-//! the next slice.
+//! TxnOffsetCommit v4+, AddPartitionsToTxn's broker-to-broker v4+, ListTransactions
+//! v2), or a group API of the next slice.
 //! The client reads an error, not a dropped connection. What cannot be parsed (an API
 //! key unknown to the codec, a version outside the codec's range) is still closed on.
 
@@ -27,7 +27,7 @@ pub fn answerable(key: ApiKey) -> Option<VersionRange> {
         ApiKey::Heartbeat => HeartbeatRequest::VERSIONS,
         ApiKey::LeaveGroup => LeaveGroupRequest::VERSIONS,
         ApiKey::SyncGroup => SyncGroupRequest::VERSIONS,
-        ApiKey::ListGroups => ListGroupsRequest::VERSIONS,
+        ApiKey::ListTransactions => ListTransactionsRequest::VERSIONS,
         ApiKey::AddOffsetsToTxn => AddOffsetsToTxnRequest::VERSIONS,
         ApiKey::EndTxn => EndTxnRequest::VERSIONS,
         ApiKey::AddPartitionsToTxn => AddPartitionsToTxnRequest::VERSIONS,
@@ -211,9 +211,9 @@ pub fn answer(key: ApiKey, version: i16, buf: &mut Bytes) -> Result<BytesMut, Fa
                 .with_error_code(UNSUPPORTED)
                 .encode(&mut out, version)
         }
-        ApiKey::ListGroups => {
-            ListGroupsRequest::decode(buf, version).map_err(text)?;
-            ListGroupsResponse::default()
+        ApiKey::ListTransactions => {
+            ListTransactionsRequest::decode(buf, version).map_err(text)?;
+            ListTransactionsResponse::default()
                 .with_error_code(UNSUPPORTED)
                 .encode(&mut out, version)
         }
@@ -292,7 +292,7 @@ mod tests {
             ApiKey::Heartbeat,
             ApiKey::LeaveGroup,
             ApiKey::SyncGroup,
-            ApiKey::ListGroups,
+            ApiKey::ListTransactions,
             ApiKey::AddOffsetsToTxn,
             ApiKey::EndTxn,
             ApiKey::AddPartitionsToTxn,
@@ -325,8 +325,8 @@ mod tests {
                         LeaveGroupRequest::default().encode(&mut request, version)
                     }
                     ApiKey::SyncGroup => SyncGroupRequest::default().encode(&mut request, version),
-                    ApiKey::ListGroups => {
-                        ListGroupsRequest::default().encode(&mut request, version)
+                    ApiKey::ListTransactions => {
+                        ListTransactionsRequest::default().encode(&mut request, version)
                     }
                     ApiKey::AddOffsetsToTxn => {
                         AddOffsetsToTxnRequest::default().encode(&mut request, version)

@@ -149,6 +149,32 @@ pub const SERVED: &[Served] = &[
         min: 0,
         max: 5,
     },
+    // Listing and describing (kafka_admin in docs/kafka.md).
+    Served {
+        key: ApiKey::ListGroups,
+        min: 0,
+        max: 5,
+    },
+    Served {
+        key: ApiKey::ListTransactions,
+        min: 0,
+        max: 1,
+    },
+    Served {
+        key: ApiKey::DescribeTransactions,
+        min: 0,
+        max: 0,
+    },
+    Served {
+        key: ApiKey::DescribeProducers,
+        min: 0,
+        max: 0,
+    },
+    Served {
+        key: ApiKey::OffsetDelete,
+        min: 0,
+        max: 0,
+    },
 ];
 
 /// What to do with a request, from its header's API key and version.
@@ -190,7 +216,7 @@ mod tests {
     /// Every advertised version must be one the codec crate encodes and decodes.
     #[test]
     fn every_served_version_is_within_the_codecs_range() {
-        let codec: [(ApiKey, VersionRange); 24] = [
+        let codec: [(ApiKey, VersionRange); 29] = [
             (ApiKey::Produce, ProduceRequest::VERSIONS),
             (ApiKey::Fetch, FetchRequest::VERSIONS),
             (ApiKey::ListOffsets, ListOffsetsRequest::VERSIONS),
@@ -227,6 +253,17 @@ mod tests {
             (ApiKey::SyncGroup, SyncGroupRequest::VERSIONS),
             (ApiKey::Heartbeat, HeartbeatRequest::VERSIONS),
             (ApiKey::LeaveGroup, LeaveGroupRequest::VERSIONS),
+            (ApiKey::ListGroups, ListGroupsRequest::VERSIONS),
+            (ApiKey::ListTransactions, ListTransactionsRequest::VERSIONS),
+            (
+                ApiKey::DescribeTransactions,
+                DescribeTransactionsRequest::VERSIONS,
+            ),
+            (
+                ApiKey::DescribeProducers,
+                DescribeProducersRequest::VERSIONS,
+            ),
+            (ApiKey::OffsetDelete, OffsetDeleteRequest::VERSIONS),
         ];
         for served in SERVED {
             let (_, range) = codec
@@ -264,6 +301,10 @@ mod tests {
         assert_eq!(route(24, 3), Route::Serve(ApiKey::AddPartitionsToTxn));
         assert_eq!(route(24, 4), Route::Unsupported(ApiKey::AddPartitionsToTxn));
         assert_eq!(route(28, 5), Route::Unsupported(ApiKey::TxnOffsetCommit));
+        // ListTransactions v2 (KIP-1152's id pattern) is not served; the codec parses it.
+        assert_eq!(route(16, 5), Route::Serve(ApiKey::ListGroups));
+        assert_eq!(route(66, 1), Route::Serve(ApiKey::ListTransactions));
+        assert_eq!(route(66, 2), Route::Unsupported(ApiKey::ListTransactions));
         assert_eq!(route(999, 0), Route::Close);
         assert_eq!(route(-1, 0), Route::Close);
     }

@@ -19,7 +19,7 @@ use idem_proto::v1::ControlType;
 
 use super::{now_ms, Partition};
 use crate::error::BrokerError;
-use crate::producer_state::{MarkerDecision, MarkerEpoch};
+use crate::producer_state::{MarkerDecision, MarkerEpoch, ProducerEntry};
 
 /// A transaction open in this partition (ListOpenTransactions).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,6 +114,19 @@ impl Partition {
         self.await_high_watermark(end, timeout, leader_epoch)
             .await?;
         Ok(appended)
+    }
+
+    /// Every producer id this partition keeps state for, with that state (Kafka's
+    /// DescribeProducers), by producer id.
+    pub fn producers(&self) -> Vec<(i64, ProducerEntry)> {
+        let inner = self.lock();
+        let mut producers: Vec<(i64, ProducerEntry)> = inner
+            .producers
+            .iter()
+            .map(|(producer_id, entry)| (producer_id, entry.clone()))
+            .collect();
+        producers.sort_unstable_by_key(|(producer_id, _)| *producer_id);
+        producers
     }
 
     /// The transactions open in this partition, by first offset.

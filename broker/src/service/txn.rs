@@ -19,7 +19,7 @@ use super::refusal::log_refusal;
 use super::BrokerService;
 use crate::coordinators::FoundCoordinator;
 use crate::error::BrokerError;
-use crate::producer_state::MarkerEpoch;
+use crate::producer_state::{MarkerEpoch, ProducerEntry};
 
 impl BrokerService {
     /// The coordinator owning `id` (a transactional id or a group id: both hash to the
@@ -27,6 +27,35 @@ impl BrokerService {
     pub(crate) fn coordinator_of(&self, id: &str) -> Result<FoundCoordinator, BrokerError> {
         self.coordinators()
             .find(id, self.topics.partition_count(TXN_LOG_TOPIC))
+    }
+
+    /// The owner of every `__transaction_state` partition (`None`: nobody owns it now),
+    /// by partition: the coordinators a cluster-wide listing asks. COORDINATOR_NOT_AVAILABLE
+    /// before the topic exists.
+    pub(crate) fn coordinator_owners(
+        &self,
+    ) -> Result<Vec<(i32, Option<FoundCoordinator>)>, BrokerError> {
+        let partitions = self
+            .topics
+            .partition_count(TXN_LOG_TOPIC)
+            .filter(|n| *n > 0)
+            .ok_or_else(|| {
+                BrokerError::CoordinatorNotAvailable(format!(
+                    "topic {TXN_LOG_TOPIC} does not exist yet"
+                ))
+            })?;
+        Ok(self.coordinators().owners(partitions))
+    }
+
+    /// Every producer `topic`/`partition` keeps state for, as its leader holds it
+    /// (Kafka's DescribeProducers). The registry hands out leaders only: any other
+    /// replica, whose state may lag, is NOT_LEADER_OR_FOLLOWER.
+    pub(crate) fn producers_of(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Result<Vec<(i64, ProducerEntry)>, BrokerError> {
+        Ok(self.topics.partition(topic, partition)?.producers())
     }
 
     pub(super) fn serve_find_coordinator(

@@ -28,6 +28,7 @@ pub mod expiry;
 pub mod lag;
 pub mod load;
 pub mod membership;
+pub mod offset_delete;
 pub mod offsets;
 pub mod range_assignor;
 pub mod reconcile;

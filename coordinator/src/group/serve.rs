@@ -29,6 +29,7 @@ use super::expiry::{self, Expired};
 use super::lag;
 use super::load::{self, ReadFailure};
 use super::membership::{self, Answer, Group, Heartbeat, HeartbeatError, TopicSizes};
+use super::offset_delete;
 use super::offsets::{check_commit, CommitRefusal, Committer, OffsetAndMetadata};
 use super::records::GroupRecord;
 use super::sessions::{MemberKey, Sessions};
@@ -847,11 +848,18 @@ impl Groups {
 
     /// Every group of every loaded slice, by id.
     pub fn list(&self) -> BTreeMap<String, Group> {
+        self.list_slices().0
+    }
+
+    /// [`Self::list`], and the slices it was read from (by partition).
+    pub fn list_slices(&self) -> (BTreeMap<String, Group>, Vec<i32>) {
         if !self.ownership.holds_lease() {
-            return BTreeMap::new();
+            return (BTreeMap::new(), Vec::new());
         }
         let mut all = BTreeMap::new();
-        for slice in self.ready_slices() {
+        let slices = self.ready_slices();
+        let partitions = slices.iter().map(|s| s.index).collect();
+        for slice in slices {
             let state = slice.state();
             for id in state.offsets.keys() {
                 all.insert(id.clone(), Group::default());
@@ -860,7 +868,7 @@ impl Groups {
                 all.insert(id.clone(), group.clone());
             }
         }
-        all
+        (all, partitions)
     }
 
     /// DeleteGroups for one group: an empty group and its offsets are tombstoned.
@@ -906,6 +914,47 @@ impl Groups {
             .map_err(|e| self.refuse(&slice, e))?;
         slice.sessions().sync(group_id, None, None, Instant::now());
         Ok(())
+    }
+
+    /// OffsetDelete for one group (`offset_delete::decide`): the committed offsets of
+    /// topics no member subscribes to are tombstoned; each asked partition's code.
+    pub async fn delete_offsets(
+        &self,
+        group_id: &str,
+        asked: &[TopicPartition],
+    ) -> Result<Vec<(TopicPartition, ErrorCode)>, Refusal> {
+        let slice = self.serving(group_id)?;
+        let lock = slice.lock_for(group_id);
+        let _guard = lock.lock().await;
+        let deletion = {
+            let state = slice.state();
+            if !state.knows(group_id) {
+                return Err(Refusal::new(
+                    ErrorCode::GroupIdNotFound,
+                    format!("no group {group_id:?}"),
+                ));
+            }
+            offset_delete::decide(
+                state.groups.get(group_id),
+                state.offsets.get(group_id),
+                asked,
+            )
+        };
+        let records: Vec<GroupRecord> = deletion
+            .removed
+            .into_iter()
+            .map(|tp| GroupRecord::OffsetRemoved {
+                group_id: group_id.to_string(),
+                tp,
+            })
+            .collect();
+        if !records.is_empty() {
+            slice
+                .persist(records)
+                .await
+                .map_err(|e| self.refuse(&slice, e))?;
+        }
+        Ok(deletion.results)
     }
 
     /// Removes every member whose session ended (persisted like a leave).

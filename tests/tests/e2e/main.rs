@@ -29,6 +29,7 @@ mod inbox;
 mod internal_topics;
 mod kafka;
 mod kafka_classic_groups;
+mod kafka_admin;
 mod kafka_groups;
 mod kafka_pipeline;
 mod kafka_txn;
