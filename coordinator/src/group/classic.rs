@@ -14,6 +14,7 @@
 use std::collections::BTreeSet;
 
 use super::assignor::MemberId;
+pub use super::classic_member::ClassicMember;
 use super::membership::{self, Group, Heartbeat, HeartbeatError, TopicSizes, JOIN_EPOCH};
 use super::reconcile::{self, MemberAssignment, MemberState, Target};
 use crate::txn::decide::TopicPartition;
@@ -24,25 +25,6 @@ pub const PROTOCOL_TYPE: &str = "consumer";
 /// `group.min.session.timeout.ms` and `group.max.session.timeout.ms`).
 pub const MIN_SESSION_TIMEOUT_MS: i32 = 6_000;
 pub const MAX_SESSION_TIMEOUT_MS: i32 = 1_800_000;
-
-/// What the coordinator keeps of a member that speaks the classic protocol.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClassicMember {
-    /// Its session timeout (from its JoinGroup), in place of the coordinator's.
-    pub session_timeout_ms: i32,
-    /// The protocol names (assignors) it offered, preferred first; never empty.
-    pub protocols: Vec<String>,
-}
-
-impl ClassicMember {
-    /// The protocol its JoinGroup and SyncGroup are answered with: its first.
-    pub fn protocol_name(&self) -> &str {
-        self.protocols
-            .first()
-            .map(String::as_str)
-            .unwrap_or_default()
-    }
-}
 
 /// A JoinGroup as the decider needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]

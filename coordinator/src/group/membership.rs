@@ -20,7 +20,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::assignor::{Assignment, AssignmentSpec, MemberId};
-use super::classic::ClassicMember;
+use super::classic_member::ClassicMember;
 use super::reconcile::{self, MemberAssignment, Target};
 use super::server_assignor::{self, ServerAssignor};
 use crate::txn::decide::TopicPartition;

@@ -24,6 +24,7 @@
 
 pub mod assignor;
 pub mod classic;
+pub mod classic_member;
 pub mod expiry;
 pub mod lag;
 pub mod load;

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use super::classic::ClassicMember;
+use super::classic_member::ClassicMember;
 use super::membership::{Group, Member};
 use super::offsets::OffsetAndMetadata;
 use super::reconcile::{MemberAssignment, MemberState};

@@ -173,7 +173,7 @@ mod tests {
         let mut g = group(&["classic", "kip848"]);
         g.classic.insert(
             "classic".into(),
-            crate::group::classic::ClassicMember {
+            crate::group::classic_member::ClassicMember {
                 session_timeout_ms: 6_000,
                 protocols: vec!["range".into()],
             },
