@@ -12,6 +12,7 @@ use idem_proto::v1::{ListTransactionsRequest, ListTransactionsResponse};
 use idem_proto::ErrorCode;
 use kafka_protocol::ResponseError;
 
+use super::coordinator_link::LinkError;
 use super::errors::kafka_code;
 use super::forward::Refused;
 use super::KafkaContext;
@@ -73,6 +74,50 @@ fn refused_by(address: &str, code: i32, message: &str) -> Option<Refused> {
     })
 }
 
+/// What the fan-out checks of one coordinator's listing: its own refusal and the
+/// slices it covered.
+trait SliceListing {
+    fn refusal(&self) -> (i32, &str);
+    fn owned_partitions(&self) -> &[i32];
+}
+
+impl SliceListing for ListGroupsResponse {
+    fn refusal(&self) -> (i32, &str) {
+        (self.error_code, &self.error_message)
+    }
+    fn owned_partitions(&self) -> &[i32] {
+        &self.owned_partitions
+    }
+}
+
+impl SliceListing for ListTransactionsResponse {
+    fn refusal(&self) -> (i32, &str) {
+        (self.error_code, &self.error_message)
+    }
+    fn owned_partitions(&self) -> &[i32] {
+        &self.owned_partitions
+    }
+}
+
+/// Every owner's listing, in `owners`' order, or the first refusal: a link error, the
+/// coordinator's own code, or a slice it was asked for and did not list.
+fn checked<L: SliceListing>(
+    owners: &BTreeMap<String, Vec<i32>>,
+    answers: Vec<Result<L, LinkError>>,
+) -> Result<Vec<L>, Refused> {
+    let mut lists = Vec::with_capacity(answers.len());
+    for ((address, expected), answer) in owners.iter().zip(answers) {
+        let list = answer.map_err(|e| Refused::new(e.kafka_code(), e.to_string()))?;
+        let (code, message) = list.refusal();
+        if let Some(refused) = refused_by(address, code, message) {
+            return Err(refused);
+        }
+        covered(address, expected, list.owned_partitions())?;
+        lists.push(list);
+    }
+    Ok(lists)
+}
+
 /// Every group of the cluster, as the coordinators owning its slices list them (all
 /// states; the caller filters).
 pub async fn list_groups(context: &KafkaContext) -> Result<Vec<ListGroupsResponse>, Refused> {
@@ -85,16 +130,7 @@ pub async fn list_groups(context: &KafkaContext) -> Result<Vec<ListGroupsRespons
         })
     }))
     .await;
-    let mut lists = Vec::with_capacity(answers.len());
-    for ((address, expected), answer) in owners.iter().zip(answers) {
-        let list = answer.map_err(|e| Refused::new(e.kafka_code(), e.to_string()))?;
-        if let Some(refused) = refused_by(address, list.error_code, &list.error_message) {
-            return Err(refused);
-        }
-        covered(address, expected, &list.owned_partitions)?;
-        lists.push(list);
-    }
-    Ok(lists)
+    checked(&owners, answers)
 }
 
 /// Every transactional id of the cluster, as the coordinators owning its slices list
@@ -111,16 +147,7 @@ pub async fn list_transactions(
         })
     }))
     .await;
-    let mut lists = Vec::with_capacity(answers.len());
-    for ((address, expected), answer) in owners.iter().zip(answers) {
-        let list = answer.map_err(|e| Refused::new(e.kafka_code(), e.to_string()))?;
-        if let Some(refused) = refused_by(address, list.error_code, &list.error_message) {
-            return Err(refused);
-        }
-        covered(address, expected, &list.owned_partitions)?;
-        lists.push(list);
-    }
-    Ok(lists)
+    checked(&owners, answers)
 }
 
 #[cfg(test)]

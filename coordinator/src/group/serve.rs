@@ -488,48 +488,29 @@ impl Groups {
         request: Heartbeat,
         server_assignor: Option<&str>,
     ) -> Result<Answer, Refusal> {
-        let slice = self.serving(group_id)?;
-        let lock = slice.lock_for(group_id);
-        let _guard = lock.lock().await;
-        let group = slice.group(group_id).unwrap_or_default();
-        let topics: BTreeSet<String> = group
-            .members
-            .values()
-            .flat_map(|m| m.subscribed.iter().cloned())
-            .chain(request.subscribed.iter().flatten().cloned())
-            .collect();
-        let sizes = self.topic_sizes(topics, &group.partition_counts).await;
-        let size_of = |t: &str| sizes.get(t).copied().flatten();
-        let (next, answer) =
-            membership::heartbeat_naming_assignor(&group, &request, server_assignor, &size_of)
-                .map_err(heartbeat_refusal)?;
-        let next = expiry::note_emptiness(&group, next, now_ms());
-        if next != group {
-            slice
-                .persist(vec![GroupRecord::Group {
-                    group_id: group_id.to_string(),
-                    group: next.clone(),
-                }])
-                .await
-                .map_err(|e| self.refuse(&slice, e))?;
-        }
-        let renewed = (answer.member_epoch >= 0
-            || answer.member_epoch == membership::STATIC_LEAVE_EPOCH)
-            .then_some(request.member_id.as_str());
-        slice
-            .sessions()
-            .sync(group_id, Some(&next), renewed, Instant::now());
-        Ok(answer)
+        let more_topics: BTreeSet<String> = request.subscribed.iter().flatten().cloned().collect();
+        // A member that joined, heartbeated or left statically starts a full session
+        // again; one refused or leaving for good does not.
+        let renewed = |answer: &Answer| {
+            (answer.member_epoch >= 0 || answer.member_epoch == membership::STATIC_LEAVE_EPOCH)
+                .then_some(request.member_id.as_str())
+        };
+        self.decide(group_id, &more_topics, renewed, |group, sizes| {
+            membership::heartbeat_naming_assignor(group, &request, server_assignor, sizes)
+                .map_err(heartbeat_refusal)
+        })
+        .await
     }
 
     /// One decision on `group_id` under its lock: the decider sees the group and its
     /// subscribed topics' sizes (and `more_topics`'); a changed group is persisted
-    /// before the answer; `renew` (a member that spoke) starts a full session again.
-    async fn decide<T>(
+    /// before the answer; the member `renew` names from the answer (one that spoke)
+    /// starts a full session again.
+    async fn decide<'m, T>(
         &self,
         group_id: &str,
         more_topics: &BTreeSet<String>,
-        renew: Option<&str>,
+        renew: impl FnOnce(&T) -> Option<&'m str>,
         decider: impl FnOnce(&Group, TopicSizes<'_>) -> Result<(Group, T), Refusal>,
     ) -> Result<T, Refusal> {
         let slice = self.serving(group_id)?;
@@ -557,7 +538,7 @@ impl Groups {
         }
         slice
             .sessions()
-            .sync(group_id, Some(&next), renew, Instant::now());
+            .sync(group_id, Some(&next), renew(&answer), Instant::now());
         Ok(answer)
     }
 
@@ -571,7 +552,7 @@ impl Groups {
         self.decide(
             group_id,
             &join.subscribed,
-            Some(&member_id),
+            |_| Some(member_id.as_str()),
             |group, sizes| classic::join(group, &join, sizes).map_err(classic_refusal),
         )
         .await
@@ -586,11 +567,16 @@ impl Groups {
         generation: i32,
         protocol: (Option<&str>, Option<&str>),
     ) -> Result<classic::Joined, Refusal> {
-        self.decide(group_id, &BTreeSet::new(), Some(member_id), |group, _| {
-            classic::sync(group, member_id, generation, protocol.0, protocol.1)
-                .map(|synced| (group.clone(), synced))
-                .map_err(classic_refusal)
-        })
+        self.decide(
+            group_id,
+            &BTreeSet::new(),
+            |_| Some(member_id),
+            |group, _| {
+                classic::sync(group, member_id, generation, protocol.0, protocol.1)
+                    .map(|synced| (group.clone(), synced))
+                    .map_err(classic_refusal)
+            },
+        )
         .await
     }
 
@@ -604,7 +590,7 @@ impl Groups {
         self.decide(
             group_id,
             &BTreeSet::new(),
-            Some(member_id),
+            |_| Some(member_id),
             |group, sizes| {
                 classic::heartbeat(group, member_id, generation, sizes).map_err(classic_refusal)
             },
@@ -618,14 +604,19 @@ impl Groups {
         group_id: &str,
         member_ids: &[String],
     ) -> Result<Vec<(String, Result<(), Refusal>)>, Refusal> {
-        self.decide(group_id, &BTreeSet::new(), None, |group, sizes| {
-            let (next, results) = classic::leave(group, member_ids, sizes);
-            let results = results
-                .into_iter()
-                .map(|(id, r)| (id, r.map_err(classic_refusal)))
-                .collect();
-            Ok((next, results))
-        })
+        self.decide(
+            group_id,
+            &BTreeSet::new(),
+            |_| None,
+            |group, sizes| {
+                let (next, results) = classic::leave(group, member_ids, sizes);
+                let results = results
+                    .into_iter()
+                    .map(|(id, r)| (id, r.map_err(classic_refusal)))
+                    .collect();
+                Ok((next, results))
+            },
+        )
         .await
     }
 
