@@ -279,6 +279,19 @@ impl Cluster {
         self.cut_from_etcd(ProcessId::Broker(id));
     }
 
+    /// Cuts every connection to broker `id` through its advertised address (started by
+    /// [`Cluster::start_linked`]): clients, followers and coordinators no longer reach
+    /// it, while it keeps its etcd lease and its own outgoing connections. Its Kafka
+    /// listener, advertised apart, stays reachable.
+    pub fn cut_inbound(&self, id: i32) {
+        self.inbound[&id].cut();
+    }
+
+    /// Undoes [`Cluster::cut_inbound`].
+    pub fn heal_inbound(&self, id: i32) {
+        self.inbound[&id].heal();
+    }
+
     /// Undoes [`Cluster::isolate`].
     pub fn heal_isolation(&self, id: i32) {
         self.inbound[&id].heal();

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 
 use idem_client::credentials::Credentials;
 use idem_client::{Admin, TlsConfig};
+use idem_proto::txn::TXN_LOG_TOPIC;
 use idem_tests::groups::GroupClient;
 use idem_tests::kafka_clients::{kcat_read, transactional, KafkaProxy, TransactionalSession};
 use idem_tests::tls::{CertAuthority, TlsFiles};
@@ -520,60 +521,75 @@ async fn given_lost_end_txn_answers_when_librdkafka_retries_then_each_transactio
 }
 
 /// The window the kept epoch opens: EndTxn answered (PrepareCommit durable, the epoch
-/// kept) but the markers not yet written, because the partition's leader is frozen;
-/// then the owning coordinator is SIGKILLed. Its successor reads the kept end back from
-/// `__transaction_state`, writes the markers at the transaction's own epoch, and
-/// librdkafka's next transaction, at the same epoch, commits: nothing fenced, nothing
-/// hanging, each committed record once.
+/// kept) but the markers not yet written, because the coordinator cannot reach the
+/// partition's leader (its advertised address cut; it keeps its lease and its Kafka
+/// listener); then the owning coordinator is SIGKILLed and the cut healed. Its
+/// successor reads the kept end back from `__transaction_state`, writes the markers at
+/// the transaction's own epoch, and librdkafka's next transaction, at the same epoch,
+/// commits: nothing fenced, nothing hanging, each committed record once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_a_kept_epoch_commit_with_markers_unwritten_when_the_coordinator_is_killed_then_the_successor_completes_it_and_the_next_commits(
 ) {
-    let mut cluster = Cluster::start_with_coordinators(3, 2, &KAFKA_LISTEN, &[]).await;
-    cluster.create_topic("ledger", 1, 1).await;
-    let leader = cluster.leader_of("ledger", 0).await.leader_id;
-    // The client talks to a broker that is never frozen.
-    let kafka = cluster
-        .broker(cluster.observer(&[leader]))
-        .kafka_bootstrap();
-    let grpc = cluster.broker(cluster.observer(&[leader])).bootstrap();
+    let mut cluster = Cluster::start_linked_with(3, 2, &KAFKA_LISTEN, &[]).await;
+    cluster.create_topic("ledger", 3, 1).await;
+    let grpc = cluster.bootstrap();
+    // The cut broker must not lead the id's `__transaction_state` partition, or
+    // PrepareCommit itself could not be written.
+    let found = txn::find_coordinator(&grpc, "ledger-writer").await;
+    let state_leader = cluster
+        .leader_of(TXN_LOG_TOPIC, found.txn_log_partition)
+        .await
+        .leader_id;
+    let mut chosen = None;
+    for partition in 0..3 {
+        let leader = cluster.leader_of("ledger", partition).await.leader_id;
+        if leader != state_leader {
+            chosen = Some((partition, leader));
+            break;
+        }
+    }
+    let (partition, leader) = chosen.expect("a ledger partition led apart from the state");
+    // The client bootstraps from a broker that is never cut.
+    let observer = cluster.observer(&[leader]);
+    let kafka = cluster.broker(observer).kafka_bootstrap();
+    let grpc = cluster.broker(observer).bootstrap();
 
     let steps = plan([
         vec![json!(["init", "p", "ledger-writer"])],
         vec![
             json!(["begin", "p"]),
-            json!(["produce", "p", "ledger", 0, "t1-a"]),
-            json!(["produce", "p", "ledger", 0, "t1-b"]),
+            json!(["produce", "p", "ledger", partition, "t1-a"]),
+            json!(["produce", "p", "ledger", partition, "t1-b"]),
             json!(["flush", "p"]),
             json!(["wait"]),
             json!(["commit", "p"]),
             json!(["wait"]),
         ],
-        transaction("p", &[("ledger", 0, "t2-a")], true),
+        transaction("p", &[("ledger", partition, "t2-a")], true),
     ]);
     let mut session = TransactionalSession::start(&kafka, &steps, &SETTINGS);
     let before = session.until_waiting().await;
     assert_all_ok(&before);
-    let initialised = txn::describe(&grpc, "ledger-writer")
-        .await
-        .expect("described after init");
+    let initialised = txn::wait_for_description(&grpc, "ledger-writer", "is described", |t| {
+        t.state == "Ongoing"
+    })
+    .await;
 
-    // Frozen, the leader takes the marker request and never answers it.
-    cluster.pause(leader);
+    cluster.cut_inbound(leader);
     session.proceed().await;
     let committed = session.until_waiting().await;
     assert_all_ok(&committed);
     let owner = txn::find_coordinator(&grpc, "ledger-writer").await;
-    let in_window = txn::describe(&grpc, "ledger-writer")
-        .await
-        .expect("described while the markers wait");
-    assert_eq!(
-        in_window.state, "PrepareCommit",
-        "EndTxn was answered before the markers were written: {in_window:?}"
-    );
+    // EndTxn was answered before the markers were written: the state stays
+    // PrepareCommit while the leader is out of reach (CompleteCommit fails the wait).
+    let in_window = txn::wait_for_description(&grpc, "ledger-writer", "waits for markers", |t| {
+        t.state == "PrepareCommit"
+    })
+    .await;
     assert_eq!(in_window.producer_epoch, initialised.producer_epoch);
 
     cluster.kill_coordinator(owner.coordinator_id);
-    cluster.resume(leader);
+    cluster.heal_inbound(leader);
     session.proceed().await;
     let (after, reports) = session.finish().await;
     assert_all_ok(&after);
@@ -590,13 +606,13 @@ async fn given_a_kept_epoch_commit_with_markers_unwritten_when_the_coordinator_i
         done.producer_epoch, initialised.producer_epoch,
         "the successor kept the epoch librdkafka holds"
     );
-    txn::wait_until_stable(&grpc, "ledger", &[0]).await;
+    txn::wait_until_stable(&grpc, "ledger", &[partition]).await;
     assert_eq!(
-        values(&kafka, "ledger", 0, "read_committed").await,
+        values(&kafka, "ledger", partition, "read_committed").await,
         ["t1-a", "t1-b", "t2-a"]
     );
     assert_eq!(
-        values(&kafka, "ledger", 0, "read_uncommitted").await,
+        values(&kafka, "ledger", partition, "read_uncommitted").await,
         ["t1-a", "t1-b", "t2-a"],
         "no record written twice"
     );
