@@ -12,7 +12,9 @@
 # (idem bench's verifier; timed_produce.py's read_committed consumer) and report
 # whether every acknowledged record came back once and in order. The table gives each
 # round's records/s and Kafka / gRPC ratio, then the mean, spread and median of the
-# ratios. `IDEM_BENCH_JSON=FILE` also writes every run's JSON lines to FILE.
+# ratios. `IDEM_BENCH_JSON=FILE` also writes every run's JSON lines to FILE;
+# `IDEM_BENCH_KAFKA_SETTINGS="key=value ..."` adds librdkafka settings to the Kafka
+# producer (e.g. `delivery.report.only.error=true`: no Python callback per record).
 # As root, the page cache is dropped before each run (a run's writeback otherwise
 # lands in the next one; docs/benchmarks.md, "How to read the ratios").
 #
@@ -72,16 +74,21 @@ print(json.dumps({"path":"grpc","round":int(sys.argv[1]),"records_per_sec":m["re
 run_kafka() {
   start_dev
   "$idem" --bootstrap 127.0.0.1:19191 topic create bench-kafka --partitions "$partitions" >/dev/null
-  "$python" tests/kafka_clients/timed_produce.py 127.0.0.1:19194 bench-kafka "$partitions" "$duration" 1024 0 \
+  "$python" tests/kafka_clients/timed_produce.py 127.0.0.1:19194 bench-kafka "$partitions" "$duration" 1024 0 ${IDEM_BENCH_KAFKA_SETTINGS:-} \
     | python3 -c 'import json,sys; m=json.load(sys.stdin); m.update(path="kafka", round=int(sys.argv[1]))
 print(json.dumps(m))' "$1"
   stop_dev
 }
 
 results="$work/results.jsonl"
-for round in $(seq "$rounds"); do
-  if ((round % 2)); then run_grpc "$round"; run_kafka "$round"; else run_kafka "$round"; run_grpc "$round"; fi
-done | tee "$results" >&2
+# The rounds run in the pipeline's subshell, which has its own dev_pid: it stops its
+# idem dev itself when a run fails.
+(
+  trap stop_dev EXIT
+  for round in $(seq "$rounds"); do
+    if ((round % 2)); then run_grpc "$round"; run_kafka "$round"; else run_kafka "$round"; run_grpc "$round"; fi
+  done
+) | tee "$results" >&2
 if [[ -n "${IDEM_BENCH_JSON:-}" ]]; then cp "$results" "$IDEM_BENCH_JSON"; fi
 
 python3 - "$results" "$duration" "$partitions" <<'EOF'

@@ -36,7 +36,8 @@ def main():
     }
     for setting in sys.argv[7:]:
         key, value = setting.split("=", 1)
-        config[key] = value
+        # The binding wants Python booleans where librdkafka takes true/false.
+        config[key] = {"true": True, "false": False}.get(value, value)
 
     acked = [0]
     failed = set()
@@ -79,6 +80,9 @@ def main():
     left = producer.flush(120)
     elapsed = time.monotonic() - start
     sent = sequence
+    if config.get("delivery.report.only.error") is True:
+        # Reports come for failures only: everything else flushed was acknowledged.
+        acked[0] = sent - len(failed) - left
 
     read = verify(bootstrap, topic, partitions, sent, failed)
     print(json.dumps({
