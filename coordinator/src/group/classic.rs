@@ -16,7 +16,7 @@ use std::collections::BTreeSet;
 use super::assignor::MemberId;
 pub use super::classic_member::ClassicMember;
 use super::membership::{self, Group, Heartbeat, HeartbeatError, TopicSizes, JOIN_EPOCH};
-use super::reconcile::{self, MemberAssignment, MemberState, Target};
+use super::reconcile::{MemberAssignment, MemberState};
 use crate::txn::decide::TopicPartition;
 
 /// The only protocol type a classic member of a consumer group may name.
@@ -219,7 +219,7 @@ pub fn heartbeat(
         .union(&current.pending_revocation)
         .cloned()
         .collect();
-    let step = step_toward_target(&next, member_id, &current, &holding);
+    let step = membership::step_toward_target(&next, member_id, &current, Some(&holding));
     let rejoin = current.state == MemberState::UnrevokedPartitions
         || current.member_epoch < next.target_epoch
         || (current.state == MemberState::UnreleasedPartitions && step != current);
@@ -234,30 +234,6 @@ pub fn heartbeat(
         }
     }
     Ok((next, Beat::Rejoin))
-}
-
-fn step_toward_target(
-    group: &Group,
-    member_id: &str,
-    current: &MemberAssignment,
-    owned: &BTreeSet<TopicPartition>,
-) -> MemberAssignment {
-    let held_by_others = |tp: &TopicPartition| {
-        group
-            .members
-            .iter()
-            .any(|(id, m)| id != member_id && m.assignment.holds(tp))
-    };
-    let empty = BTreeSet::new();
-    reconcile::reconcile(
-        current,
-        &Target {
-            epoch: group.target_epoch,
-            partitions: group.target.get(member_id).unwrap_or(&empty),
-            held_by_others: &held_by_others,
-        },
-        Some(owned),
-    )
 }
 
 /// One member's outcome of a LeaveGroup.

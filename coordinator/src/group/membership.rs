@@ -318,11 +318,15 @@ fn carry_on(group: &Group, request: &Heartbeat) -> Result<Group, HeartbeatError>
     Ok(next)
 }
 
-/// Moves the group to a target for its epoch (bumping it first if the subscribed
-/// topics' sizes changed), then the member toward its share.
-fn advance(mut group: Group, request: &Heartbeat, sizes: TopicSizes<'_>) -> (Group, Answer) {
-    group = refresh_target(group, sizes);
-    let member_id = &request.member_id;
+/// Where `member_id` moves from `current` toward its share of the group's target,
+/// given what it says it `owned` (None: not said), taking no partition another member
+/// still holds.
+pub(super) fn step_toward_target(
+    group: &Group,
+    member_id: &str,
+    current: &MemberAssignment,
+    owned: Option<&BTreeSet<TopicPartition>>,
+) -> MemberAssignment {
     let held_by_others = |tp: &TopicPartition| {
         group
             .members
@@ -330,16 +334,29 @@ fn advance(mut group: Group, request: &Heartbeat, sizes: TopicSizes<'_>) -> (Gro
             .any(|(id, m)| id != member_id && m.assignment.holds(tp))
     };
     let empty = BTreeSet::new();
-    let Some(member) = group.members.get(member_id) else {
-        return (group, left(LEAVE_EPOCH));
-    };
-    let next = reconcile::reconcile(
-        &member.assignment,
+    reconcile::reconcile(
+        current,
         &Target {
             epoch: group.target_epoch,
             partitions: group.target.get(member_id).unwrap_or(&empty),
             held_by_others: &held_by_others,
         },
+        owned,
+    )
+}
+
+/// Moves the group to a target for its epoch (bumping it first if the subscribed
+/// topics' sizes changed), then the member toward its share.
+fn advance(mut group: Group, request: &Heartbeat, sizes: TopicSizes<'_>) -> (Group, Answer) {
+    group = refresh_target(group, sizes);
+    let member_id = &request.member_id;
+    let Some(member) = group.members.get(member_id) else {
+        return (group, left(LEAVE_EPOCH));
+    };
+    let next = step_toward_target(
+        &group,
+        member_id,
+        &member.assignment,
         request.owned.as_ref(),
     );
     let answer = Answer {

@@ -837,12 +837,8 @@ impl Groups {
         all
     }
 
-    /// Every group of every loaded slice, by id.
-    pub fn list(&self) -> BTreeMap<String, Group> {
-        self.list_slices().0
-    }
-
-    /// [`Self::list`], and the slices it was read from (by partition).
+    /// Every group of the slices this coordinator serves (those with only offsets as
+    /// empty groups), and the slices it was read from (by partition).
     pub fn list_slices(&self) -> (BTreeMap<String, Group>, Vec<i32>) {
         if !self.ownership.holds_lease() {
             return (BTreeMap::new(), Vec::new());
