@@ -19,6 +19,7 @@ use kafka_protocol::messages::consumer_group_heartbeat_response::{
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
+use super::consumer_protocol::new_member_id;
 use super::errors::kafka_code;
 use super::forward::to_group_coordinator;
 use super::topic_ids::{nullable, TopicIds};
@@ -30,7 +31,7 @@ pub async fn serve(
 ) -> ConsumerGroupHeartbeatResponse {
     let group_id = request.group_id.0.to_string();
     let member_id = if request.member_id.is_empty() && request.member_epoch == 0 {
-        uuid::Uuid::from_bytes(rand::random()).to_string()
+        new_member_id()
     } else {
         request.member_id.to_string()
     };

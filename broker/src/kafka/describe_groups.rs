@@ -13,6 +13,7 @@ use kafka_protocol::messages::describe_groups_response::{
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
+use super::consumer_protocol::CONSUMER_PROTOCOL_TYPE;
 use super::group_description::describe;
 use super::topic_ids::nullable;
 use super::KafkaContext;
@@ -38,7 +39,7 @@ pub async fn serve(
             Ok(group) => DescribedGroup::default()
                 .with_group_id(group_id.clone())
                 .with_group_state(StrBytes::from_string(group.state))
-                .with_protocol_type(StrBytes::from_static_str("consumer"))
+                .with_protocol_type(StrBytes::from_static_str(CONSUMER_PROTOCOL_TYPE))
                 .with_protocol_data(StrBytes::from_string(group.assignor_name))
                 .with_members(
                     group

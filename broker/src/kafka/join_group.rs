@@ -8,21 +8,17 @@
 //! is named here. Static membership (group.instance.id) is refused (INVALID_REQUEST).
 //! Read on the group is checked first (else GROUP_AUTHORIZATION_FAILED).
 
-use bytes::{Buf, Bytes};
 use idem_proto::v1::{ClassicJoinGroupRequest, GroupTopicPartitions};
 use idem_runtime::acl::{Operation, Resource, ANONYMOUS};
 use kafka_protocol::messages::join_group_request::JoinGroupRequest;
 use kafka_protocol::messages::join_group_response::JoinGroupResponse;
-use kafka_protocol::messages::ConsumerProtocolSubscription;
-use kafka_protocol::protocol::{Decodable, Message, StrBytes};
+use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
+use super::consumer_protocol::{new_member_id, subscription, CONSUMER_PROTOCOL_TYPE};
 use super::errors::kafka_code;
 use super::forward::to_group_coordinator;
 use super::KafkaContext;
-
-/// The only protocol type a consumer group's members may name.
-pub const CONSUMER_PROTOCOL_TYPE: &str = "consumer";
 
 pub async fn serve(
     context: &KafkaContext,
@@ -48,7 +44,7 @@ pub async fn serve(
         return refused(ResponseError::InvalidRequest.code(), &asked_id);
     }
     let member_id = if asked_id.is_empty() {
-        let fresh = uuid::Uuid::from_bytes(rand::random()).to_string();
+        let fresh = new_member_id();
         if version >= 4 {
             return refused(ResponseError::MemberIdRequired.code(), &fresh);
         }
@@ -113,52 +109,4 @@ pub async fn serve(
         // No leader: nobody runs a client-side assignor (Kafka answers the same).
         .with_leader(StrBytes::default())
         .with_member_id(StrBytes::from_string(answer.member_id))
-}
-
-/// A ConsumerProtocolSubscription (version prefix, then the body); a version newer
-/// than the codec's is read as its newest (later versions only add fields).
-pub fn subscription(metadata: &Bytes) -> Option<ConsumerProtocolSubscription> {
-    let mut buf = metadata.clone();
-    if buf.remaining() < 2 {
-        return None;
-    }
-    let version = buf.get_i16();
-    if version < 0 {
-        return None;
-    }
-    let version = version.min(ConsumerProtocolSubscription::VERSIONS.max);
-    ConsumerProtocolSubscription::decode(&mut buf, version).ok()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use bytes::{BufMut, BytesMut};
-    use kafka_protocol::messages::consumer_protocol_subscription::TopicPartition;
-    use kafka_protocol::messages::TopicName;
-    use kafka_protocol::protocol::Encodable;
-
-    #[test]
-    fn a_subscription_reads_back_at_every_version_and_junk_does_not() {
-        for version in 0..=3 {
-            let sub = ConsumerProtocolSubscription::default()
-                .with_topics(vec![StrBytes::from_static_str("orders")])
-                .with_owned_partitions(if version >= 1 {
-                    vec![TopicPartition::default()
-                        .with_topic(TopicName(StrBytes::from_static_str("orders")))
-                        .with_partitions(vec![1, 4])]
-                } else {
-                    Vec::new()
-                });
-            let mut out = BytesMut::new();
-            out.put_i16(version);
-            sub.encode(&mut out, version).expect("encodes");
-            let read = subscription(&out.freeze()).expect("decodes");
-            assert_eq!(read.topics, sub.topics, "v{version}");
-            assert_eq!(read.owned_partitions, sub.owned_partitions, "v{version}");
-        }
-        assert!(subscription(&Bytes::from_static(&[0])).is_none());
-        assert!(subscription(&Bytes::from_static(&[0xff, 0xff, 1])).is_none());
-        assert!(subscription(&Bytes::from_static(&[0, 0, 0, 9, b'x'])).is_none());
-    }
 }

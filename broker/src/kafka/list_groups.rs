@@ -16,11 +16,9 @@ use kafka_protocol::messages::list_groups_response::{ListGroupsResponse, ListedG
 use kafka_protocol::messages::GroupId;
 use kafka_protocol::protocol::StrBytes;
 
+use super::consumer_protocol::CONSUMER_PROTOCOL_TYPE;
 use super::fan_out;
 use super::KafkaContext;
-
-/// What every idem group is to Kafka: a group of the consumer protocol.
-const CONSUMER: &str = "consumer";
 
 pub async fn serve(context: &KafkaContext, request: ListGroupsRequest) -> ListGroupsResponse {
     let lists = match fan_out::list_groups(context).await {
@@ -64,14 +62,16 @@ pub fn listed(
     unique
         .into_iter()
         .filter(|(group_id, state)| {
-            matches(states, state) && matches(types, CONSUMER) && may_describe(group_id)
+            matches(states, state)
+                && matches(types, CONSUMER_PROTOCOL_TYPE)
+                && may_describe(group_id)
         })
         .map(|(group_id, state)| {
             ListedGroup::default()
                 .with_group_id(GroupId(StrBytes::from_string(group_id)))
-                .with_protocol_type(StrBytes::from_static_str(CONSUMER))
+                .with_protocol_type(StrBytes::from_static_str(CONSUMER_PROTOCOL_TYPE))
                 .with_group_state(StrBytes::from_string(state))
-                .with_group_type(StrBytes::from_static_str(CONSUMER))
+                .with_group_type(StrBytes::from_static_str(CONSUMER_PROTOCOL_TYPE))
         })
         .collect()
 }

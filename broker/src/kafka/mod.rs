@@ -22,6 +22,7 @@ pub mod api_versions;
 pub mod connection;
 pub mod consumer_group_describe;
 pub mod consumer_group_heartbeat;
+pub mod consumer_protocol;
 pub mod coordinator_link;
 pub mod create_topics;
 pub mod delete_groups;
