@@ -197,6 +197,27 @@ async fn secured_cluster_of(secrets: &Secrets, brokers: i32) -> (Cluster, Admin)
     (cluster, admin)
 }
 
+/// One broker with a Kafka listener and one coordinator, both checking ACLs (the
+/// broker's token a super user of the coordinator, as a Kafka proxy needs), nothing
+/// created yet, and an admin client: the scenario of the Kafka-listener ACL tests.
+pub(crate) async fn kafka_acl_cluster(secrets: &Secrets) -> (Cluster, Admin) {
+    let mut broker_flags = secrets.flags(&secrets.broker_token);
+    broker_flags.extend(["--kafka-listen", "127.0.0.1:0"].map(String::from));
+    let coordinator_flags = secrets.flags(&secrets.coordinator_token);
+    let mut cluster = Cluster::start(1, &as_strs(&broker_flags));
+    cluster
+        .add_coordinators(1, &as_strs(&coordinator_flags))
+        .await;
+    let admin = Admin::connect_with(
+        &cluster.bootstrap(),
+        Credentials::bearer("t-admin").expect("token"),
+        None,
+    )
+    .await
+    .expect("admin connects");
+    (cluster, admin)
+}
+
 fn as_strs(args: &[String]) -> Vec<&str> {
     args.iter().map(String::as_str).collect()
 }

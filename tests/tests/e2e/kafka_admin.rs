@@ -6,8 +6,6 @@
 
 use std::collections::BTreeMap;
 
-use idem_client::credentials::Credentials;
-use idem_client::Admin;
 use idem_proto::v1::TxnInitProducerIdRequest;
 use idem_tests::groups::{GroupClient, Member};
 use idem_tests::kafka_clients::{python, TransactionalSession};
@@ -35,7 +33,7 @@ use kafka_protocol::messages::{GroupId, ProducerId, TopicName, TransactionalId};
 use kafka_protocol::protocol::StrBytes;
 use serde_json::{json, Value};
 
-use crate::acls::{binding, txn_as, Secrets};
+use crate::acls::{binding, kafka_acl_cluster, txn_as, Secrets};
 use crate::kafka::{exchange, read_response, request_frame};
 
 const KAFKA_LISTEN: [&str; 2] = ["--kafka-listen", "127.0.0.1:0"];
@@ -410,20 +408,7 @@ fn now_ms() -> i64 {
 async fn given_acls_when_an_anonymous_kafka_admin_lists_and_describes_then_only_what_it_may_describe(
 ) {
     let secrets = Secrets::new();
-    let mut broker_flags = secrets.flags(&secrets.broker_token);
-    broker_flags.extend(KAFKA_LISTEN.map(String::from));
-    let broker_flags: Vec<&str> = broker_flags.iter().map(String::as_str).collect();
-    let coordinator_flags = secrets.flags(&secrets.coordinator_token);
-    let coordinator_flags: Vec<&str> = coordinator_flags.iter().map(String::as_str).collect();
-    let mut cluster = Cluster::start(1, &broker_flags);
-    cluster.add_coordinators(1, &coordinator_flags).await;
-    let admin = Admin::connect_with(
-        &cluster.bootstrap(),
-        Credentials::bearer("t-admin").expect("token"),
-        None,
-    )
-    .await
-    .expect("admin connects");
+    let (cluster, admin) = kafka_acl_cluster(&secrets).await;
     admin
         .create_topic("guarded", 1, 1)
         .await

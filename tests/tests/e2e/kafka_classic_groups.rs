@@ -8,8 +8,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use idem_client::credentials::Credentials;
-use idem_client::Admin;
 use idem_tests::kafka_clients::kcat;
 use idem_tests::kafka_groups::{Events, GroupConsumer};
 use idem_tests::txn;
@@ -32,7 +30,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
-use crate::acls::{binding, Secrets};
+use crate::acls::{binding, kafka_acl_cluster, Secrets};
 use crate::kafka::{exchange, read_response, request_frame};
 use crate::kafka_groups::{
     committed, duplicates, expected, produce, read_all, tally, uncommitted, READ_PATIENCE,
@@ -419,20 +417,7 @@ async fn given_raw_classic_frames_then_ids_generations_and_members_are_checked_w
 async fn given_acls_when_user_anonymous_lacks_group_read_then_classic_requests_get_group_authorization_failed(
 ) {
     let secrets = Secrets::new();
-    let mut broker_flags = secrets.flags(&secrets.broker_token);
-    broker_flags.extend(KAFKA_LISTEN.map(String::from));
-    let broker_flags: Vec<&str> = broker_flags.iter().map(String::as_str).collect();
-    let coordinator_flags = secrets.flags(&secrets.coordinator_token);
-    let coordinator_flags: Vec<&str> = coordinator_flags.iter().map(String::as_str).collect();
-    let mut cluster = Cluster::start(1, &broker_flags);
-    cluster.add_coordinators(1, &coordinator_flags).await;
-    let admin = Admin::connect_with(
-        &cluster.bootstrap(),
-        Credentials::bearer("t-admin").expect("token"),
-        None,
-    )
-    .await
-    .expect("admin connects");
+    let (cluster, admin) = kafka_acl_cluster(&secrets).await;
     admin
         .create_topic("orders", 2, 1)
         .await

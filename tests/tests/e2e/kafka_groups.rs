@@ -8,8 +8,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use idem_client::credentials::Credentials;
-use idem_client::Admin;
 use idem_tests::kafka_clients::python;
 use idem_tests::kafka_groups::{Events, GroupConsumer};
 use idem_tests::wait::{wait_until, Seen, PATIENCE};
@@ -34,7 +32,7 @@ use kafka_protocol::messages::{GroupId, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use serde_json::Value;
 
-use crate::acls::{binding, Secrets};
+use crate::acls::{binding, kafka_acl_cluster, Secrets};
 use crate::kafka::{exchange, read_response, request_frame};
 
 const KAFKA_LISTEN: [&str; 2] = ["--kafka-listen", "127.0.0.1:0"];
@@ -519,20 +517,7 @@ async fn given_raw_group_requests_when_they_name_unknown_groups_or_stale_epochs_
 async fn given_acls_when_user_anonymous_lacks_group_read_then_its_consumer_gets_group_authorization_failed_and_commits_nothing(
 ) {
     let secrets = Secrets::new();
-    let mut broker_flags = secrets.flags(&secrets.broker_token);
-    broker_flags.extend(KAFKA_LISTEN.map(String::from));
-    let broker_flags: Vec<&str> = broker_flags.iter().map(String::as_str).collect();
-    let coordinator_flags = secrets.flags(&secrets.coordinator_token);
-    let coordinator_flags: Vec<&str> = coordinator_flags.iter().map(String::as_str).collect();
-    let mut cluster = Cluster::start(1, &broker_flags);
-    cluster.add_coordinators(1, &coordinator_flags).await;
-    let admin = Admin::connect_with(
-        &cluster.bootstrap(),
-        Credentials::bearer("t-admin").expect("token"),
-        None,
-    )
-    .await
-    .expect("admin connects");
+    let (cluster, admin) = kafka_acl_cluster(&secrets).await;
     admin
         .create_topic("orders", 2, 1)
         .await

@@ -18,7 +18,7 @@ use idem_tests::wait::{wait_until, Seen, PATIENCE};
 use idem_tests::Cluster;
 use serde_json::{json, Value};
 
-use crate::acls::{binding, Secrets};
+use crate::acls::{binding, kafka_acl_cluster, Secrets};
 
 const KAFKA_LISTEN: [&str; 2] = ["--kafka-listen", "127.0.0.1:0"];
 
@@ -290,20 +290,7 @@ async fn given_three_brokers_when_the_coordinator_is_killed_between_kafka_transa
 async fn given_acls_when_an_anonymous_kafka_producer_lacks_transactional_id_write_then_init_is_refused_until_an_acl_allows_it(
 ) {
     let secrets = Secrets::new();
-    let mut broker_flags = secrets.flags(&secrets.broker_token);
-    broker_flags.extend(KAFKA_LISTEN.map(String::from));
-    let broker_flags: Vec<&str> = broker_flags.iter().map(String::as_str).collect();
-    let coordinator_flags = secrets.flags(&secrets.coordinator_token);
-    let coordinator_flags: Vec<&str> = coordinator_flags.iter().map(String::as_str).collect();
-    let mut cluster = Cluster::start(1, &broker_flags);
-    cluster.add_coordinators(1, &coordinator_flags).await;
-    let admin = Admin::connect_with(
-        &cluster.bootstrap(),
-        Credentials::bearer("t-admin").expect("token"),
-        None,
-    )
-    .await
-    .expect("admin connects");
+    let (cluster, admin) = kafka_acl_cluster(&secrets).await;
     admin
         .create_topic("guarded", 1, 1)
         .await
