@@ -33,7 +33,8 @@ use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use crate::acls::{binding, kafka_acl_cluster, Secrets};
 use crate::kafka::{exchange, read_response, request_frame};
 use crate::kafka_groups::{
-    committed, duplicates, expected, produce, read_all, tally, uncommitted, READ_PATIENCE,
+    assert_handed_over_to_survivor, committed, duplicates, expected, produce, read_all, tally,
+    READ_PATIENCE,
 };
 
 const KAFKA_LISTEN: [&str; 2] = ["--kafka-listen", "127.0.0.1:0"];
@@ -202,27 +203,7 @@ async fn given_a_classic_member_sigkilled_while_records_flow_when_its_session_ex
     more.await.expect("producer");
     let want = expected(6, 0..150);
     read_all(&mut [&mut b, &mut a], &want).await;
-    let b_events = b
-        .wait_for(READ_PATIENCE, "all 6 partitions", |e| e.owned().len() == 6)
-        .await;
-
-    // Nothing skipped; a record read twice is one the dead member received but whose
-    // commit never returned: at most one per partition it owned.
-    assert_eq!(
-        tally([&killed, &b_events])
-            .into_keys()
-            .collect::<BTreeSet<_>>(),
-        want
-    );
-    let again = duplicates([&killed, &b_events]);
-    let window = uncommitted(&killed);
-    assert!(again.is_subset(&window), "{again:?} outside {window:?}");
-    assert!(window.len() <= a_partitions.len(), "{window:?}");
-    b.close().await;
-    assert_eq!(
-        committed(&kafka, "billing", "orders", 6).await,
-        vec![150; 6]
-    );
+    assert_handed_over_to_survivor(&kafka, "billing", &killed, a_partitions.len(), b, &want).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

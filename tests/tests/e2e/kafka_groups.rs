@@ -188,6 +188,36 @@ pub(crate) fn uncommitted(events: &Events) -> BTreeSet<String> {
         .collect()
 }
 
+/// After a member of `group` (which owned `killed_partitions`) was SIGKILLed and every
+/// record in `want` was read: `survivor` owns all 6 partitions of `orders`, nothing was
+/// skipped, a record read twice is one the dead member received but whose commit never
+/// returned (at most one per partition it owned), and the survivor's commits reach the
+/// log ends (150 each).
+pub(crate) async fn assert_handed_over_to_survivor(
+    kafka: &str,
+    group: &str,
+    killed: &Events,
+    killed_partitions: usize,
+    mut survivor: GroupConsumer,
+    want: &BTreeSet<String>,
+) {
+    let survivor_events = survivor
+        .wait_for(READ_PATIENCE, "all 6 partitions", |e| e.owned().len() == 6)
+        .await;
+    assert_eq!(
+        tally([killed, &survivor_events])
+            .into_keys()
+            .collect::<BTreeSet<_>>(),
+        *want
+    );
+    let again = duplicates([killed, &survivor_events]);
+    let window = uncommitted(killed);
+    assert!(again.is_subset(&window), "{again:?} outside {window:?}");
+    assert!(window.len() <= killed_partitions, "{window:?}");
+    survivor.close().await;
+    assert_eq!(committed(kafka, group, "orders", 6).await, vec![150; 6]);
+}
+
 /// Two members settled on 3 partitions each of the 6-partition topic "orders", then
 /// `count` records per partition produced, each member having read some: records are
 /// flowing when this returns, with the producer still at work on the rest.
@@ -258,27 +288,7 @@ async fn given_a_member_sigkilled_while_records_flow_when_its_session_expires_th
     let want = expected(6, 0..150);
     // What a read before it went counts: b reads on from there.
     read_all(&mut [&mut b, &mut a], &want).await;
-    let b_events = b
-        .wait_for(READ_PATIENCE, "all 6 partitions", |e| e.owned().len() == 6)
-        .await;
-
-    // Nothing skipped; a record read twice is one a received whose commit never
-    // returned: at most one per partition it owned (it commits after each record).
-    assert_eq!(
-        tally([&killed, &b_events])
-            .into_keys()
-            .collect::<BTreeSet<_>>(),
-        want
-    );
-    let again = duplicates([&killed, &b_events]);
-    let window = uncommitted(&killed);
-    assert!(again.is_subset(&window), "{again:?} outside {window:?}");
-    assert!(window.len() <= a_partitions.len(), "{window:?}");
-    b.close().await;
-    assert_eq!(
-        committed(&kafka, "billing", "orders", 6).await,
-        vec![150; 6]
-    );
+    assert_handed_over_to_survivor(&kafka, "billing", &killed, a_partitions.len(), b, &want).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
