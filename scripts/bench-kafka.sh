@@ -32,7 +32,8 @@ while (($#)); do
   esac
 done
 
-scripts/install-deps.sh protoc kafka-clients >&2
+# protoc and a C compiler (jemalloc) for the release build, confluent-kafka for the client.
+scripts/install-deps.sh protoc cc kafka-clients >&2
 cargo build --release --bin idem >&2
 idem="$(realpath "${CARGO_TARGET_DIR:-target}")/release/idem"
 python="${IDEM_KAFKA_VENV:-/opt/idem/kafka-clients}/bin/python"
@@ -66,7 +67,7 @@ run_grpc() {
   start_dev
   "$idem" --bootstrap 127.0.0.1:19191 bench produce --modes exactly-once \
     --duration "${duration}s" --partitions "$partitions" --linger-ms 5 --json \
-    | python3 -c 'import json,sys; m=json.load(sys.stdin)["modes"][0]
+    | "$python" -c 'import json,sys; m=json.load(sys.stdin)["modes"][0]
 print(json.dumps({"path":"grpc","round":int(sys.argv[1]),"records_per_sec":m["records_per_sec"],"records":m["records"],"verified":m["verified"]}))' "$1"
   stop_dev
 }
@@ -75,7 +76,7 @@ run_kafka() {
   start_dev
   "$idem" --bootstrap 127.0.0.1:19191 topic create bench-kafka --partitions "$partitions" >/dev/null
   "$python" tests/kafka_clients/timed_produce.py 127.0.0.1:19194 bench-kafka "$partitions" "$duration" 1024 0 ${IDEM_BENCH_KAFKA_SETTINGS:-} \
-    | python3 -c 'import json,sys; m=json.load(sys.stdin); m.update(path="kafka", round=int(sys.argv[1]))
+    | "$python" -c 'import json,sys; m=json.load(sys.stdin); m.update(path="kafka", round=int(sys.argv[1]))
 print(json.dumps(m))' "$1"
   stop_dev
 }
@@ -91,7 +92,7 @@ results="$work/results.jsonl"
 ) | tee "$results" >&2
 if [[ -n "${IDEM_BENCH_JSON:-}" ]]; then cp "$results" "$IDEM_BENCH_JSON"; fi
 
-python3 - "$results" "$duration" "$partitions" <<'EOF'
+"$python" - "$results" "$duration" "$partitions" <<'EOF'
 import json, statistics, sys
 runs = [json.loads(line) for line in open(sys.argv[1])]
 by_round = {}
