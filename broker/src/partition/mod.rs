@@ -72,6 +72,21 @@ pub struct AppendOutcome {
     pub log_start_offset: i64,
 }
 
+/// A batch [`Partition::begin_append`] put in the log (or found a duplicate), waiting
+/// for [`Partition::settle_append`].
+#[derive(Debug)]
+pub struct AppendedBatch {
+    outcome: AppendOutcome,
+    /// The log end after the batch: what must be durable and replicated.
+    durable_end: i64,
+    acks: i32,
+    timeout: Duration,
+    leader_epoch: i32,
+    /// (arrival, appended) when the produce timing log is on.
+    appended_at: Option<(tokio::time::Instant, tokio::time::Instant)>,
+    span: tracing::Span,
+}
+
 /// What a follower's fetch gets from the leader.
 #[derive(Debug)]
 pub struct FollowerRead {
@@ -198,6 +213,21 @@ impl Partition {
         acks: i32,
         timeout: Duration,
     ) -> Result<AppendOutcome, BrokerError> {
+        let appended = self.begin_append(records, acks, timeout).await?;
+        self.settle_append(appended).await
+    }
+
+    /// The first half of [`Partition::append`]: the batch is checked and in the log (or
+    /// known as a duplicate), not yet durable or replicated. A caller holding several
+    /// batches (a produce request's partitions, a Kafka connection's pipelined
+    /// requests) appends them in order and then settles them together, so their fsyncs
+    /// and replication waits overlap instead of queueing one behind another.
+    pub async fn begin_append(
+        &self,
+        records: &[u8],
+        acks: i32,
+        timeout: Duration,
+    ) -> Result<AppendedBatch, BrokerError> {
         // The produce's steps in a trace (docs/operations.md, "Traces"): DEBUG, so only
         // an exporter enables them; the fields are filled as they become known.
         let span = tracing::debug_span!(
@@ -282,17 +312,47 @@ impl Partition {
         // append (with any wait for an earlier batch), the local fsync, and the wait for
         // the in-sync followers. The clock is read only when that log is on.
         let timed = tracing::enabled!(tracing::Level::DEBUG);
-        let appended_at = timed.then(tokio::time::Instant::now);
+        let appended_at = timed
+            .then(tokio::time::Instant::now)
+            .map(|at| (arrived, at));
+        Ok(AppendedBatch {
+            outcome,
+            durable_end,
+            acks,
+            timeout,
+            leader_epoch,
+            appended_at,
+            span,
+        })
+    }
+
+    /// The second half of [`Partition::append`]: waits until `appended` is durable
+    /// (per the flush policy) and, for acks=all, on every in-sync replica.
+    pub async fn settle_append(
+        &self,
+        appended: AppendedBatch,
+    ) -> Result<AppendOutcome, BrokerError> {
+        let AppendedBatch {
+            outcome,
+            durable_end,
+            acks,
+            timeout,
+            leader_epoch,
+            appended_at,
+            span,
+        } = appended;
         self.make_visible(durable_end)
             .instrument(tracing::debug_span!(parent: &span, "fsync", end = durable_end))
             .await?;
-        let synced_at = timed.then(tokio::time::Instant::now);
+        let synced_at = appended_at.map(|_| tokio::time::Instant::now());
         if acks == ACKS_ALL {
             self.await_high_watermark(durable_end, timeout, leader_epoch)
                 .instrument(tracing::debug_span!(parent: &span, "await_isr", end = durable_end))
                 .await?;
         }
-        if let (Some(appended_at), Some(synced_at)) = (appended_at, synced_at) {
+        if let (Some((arrived, appended_at)), Some(synced_at)) = (appended_at, synced_at) {
+            // sync_us includes any wait between the two halves (the caller's other
+            // batches being appended first).
             tracing::debug!(
                 topic = %self.topic,
                 partition = self.index,

@@ -49,6 +49,7 @@ mod producer_id;
 mod refusal;
 mod txn;
 use null_produce::NullProduce;
+pub(crate) use produce::ProduceInFlight;
 
 pub struct BrokerService {
     broker_id: i32,

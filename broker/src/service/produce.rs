@@ -2,9 +2,11 @@
 //! appended by its partition, or validated and discarded under `--null-produce`; every
 //! partition gets its own answer, so one refusal never fails the others.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures::future::join_all;
 use idem_proto::batch;
 use idem_proto::internal::is_internal_topic;
 use idem_proto::txn::{OFFSETS_TOPIC, TXN_LOG_TOPIC};
@@ -19,6 +21,7 @@ use super::BrokerService;
 use crate::coordinators::Coordinators;
 use crate::error::BrokerError;
 use crate::internal_topics::{self, OwnerFacts};
+use crate::partition::{AppendedBatch, Partition};
 use crate::quota::{hold_response, QuotaKind};
 
 impl BrokerService {
@@ -27,6 +30,19 @@ impl BrokerService {
         principal: &str,
         request: ProduceRequest,
     ) -> ProduceResponse {
+        self.begin_produce(principal, request).await.settle().await
+    }
+
+    /// The first half of a produce: every partition's batch checked and appended (or
+    /// refused), in the request's order; nothing is durable yet. Appending all first
+    /// and then settling them together lets a request's partitions share their fsync
+    /// time, and lets a Kafka connection append its next request meanwhile
+    /// (`kafka/connection.rs`).
+    pub(crate) async fn begin_produce(
+        &self,
+        principal: &str,
+        request: ProduceRequest,
+    ) -> ProduceInFlight {
         let bytes: usize = request
             .topics
             .iter()
@@ -59,26 +75,25 @@ impl BrokerService {
                         })
                 });
             for data in &topic.partitions {
-                let response = match &refused {
+                let in_flight = match &refused {
                     None => {
-                        self.produce_one(&topic.name, data.partition, &data.records, &request)
+                        self.begin_one(&topic.name, data.partition, &data.records, &request)
                             .await
                     }
-                    Some((code, message)) => PartitionProduceResponse {
-                        partition: data.partition,
-                        error_code: *code as i32,
-                        error_message: message.clone(),
-                        base_offset: -1,
-                        log_append_time_ms: -1,
-                        log_start_offset: -1,
-                    },
+                    Some((code, message)) => {
+                        PartitionInFlight::Answered(PartitionProduceResponse {
+                            partition: data.partition,
+                            error_code: *code as i32,
+                            error_message: message.clone(),
+                            base_offset: -1,
+                            log_append_time_ms: -1,
+                            log_start_offset: -1,
+                        })
+                    }
                 };
-                partitions.push(response);
+                partitions.push(in_flight);
             }
-            topics.push(TopicProduceResponse {
-                name: topic.name.clone(),
-                partitions,
-            });
+            topics.push((topic.name.clone(), partitions));
         }
         let sent = request.topics.iter().flat_map(|t| {
             t.partitions
@@ -86,11 +101,7 @@ impl BrokerService {
                 .map(move |p| (t.name.as_str(), p.records.len()))
         });
         let hold = self.quota_hold(QuotaKind::Produce, principal, sent);
-        let throttle_time_ms = hold_response(hold).await;
-        ProduceResponse {
-            topics,
-            throttle_time_ms,
-        }
+        ProduceInFlight { topics, hold }
     }
 
     /// What the catalog knows of the owner of an internal topic's partition: one claim
@@ -105,13 +116,14 @@ impl BrokerService {
         }
     }
 
-    async fn produce_one(
+    /// One partition's batch appended, or its refusal.
+    async fn begin_one(
         &self,
         topic: &str,
         partition: i32,
         records: &Bytes,
         request: &ProduceRequest,
-    ) -> PartitionProduceResponse {
+    ) -> PartitionInFlight {
         let (acks, timeout) = (request.acks, replication_timeout(request.timeout_ms));
         // Internal topics: only their owning coordinator writes (nothing is appended
         // otherwise), checked after the partition is known to exist here.
@@ -127,36 +139,96 @@ impl BrokerService {
             }
             Ok(p)
         });
-        // (base offset, log start offset) of the accepted batch.
-        let result = match (partition_here, &self.null_produce) {
+        let begun = match (partition_here, &self.null_produce) {
             (Err(e), _) => Err(e),
-            (Ok(_), Some(null)) => null.accept(records).map(|base_offset| (base_offset, 0)),
-            (Ok(p), None) => p
-                .append(records, acks, timeout)
-                .await
-                .map(|outcome| (outcome.base_offset, outcome.log_start_offset)),
-        };
-        match result {
-            Ok((base_offset, log_start_offset)) => PartitionProduceResponse {
-                partition,
-                error_code: ErrorCode::None as i32,
-                error_message: String::new(),
-                base_offset,
-                log_append_time_ms: -1,
-                log_start_offset,
-            },
-            Err(e) => {
-                log_refusal(topic, partition, &e);
-                PartitionProduceResponse {
+            (Ok(_), Some(null)) => null.accept(records).map(|base_offset| {
+                PartitionInFlight::Answered(accepted(partition, base_offset, 0))
+            }),
+            (Ok(p), None) => p.begin_append(records, acks, timeout).await.map(|batch| {
+                PartitionInFlight::Appended {
                     partition,
-                    error_code: e.code() as i32,
-                    error_message: e.to_string(),
-                    base_offset: -1,
-                    log_append_time_ms: -1,
-                    log_start_offset: -1,
+                    log: p,
+                    batch,
                 }
-            }
+            }),
+        };
+        begun.unwrap_or_else(|e| PartitionInFlight::Answered(refusal(topic, partition, &e)))
+    }
+}
+
+/// A produce request between [`BrokerService::begin_produce`] and its answer.
+pub(crate) struct ProduceInFlight {
+    topics: Vec<(String, Vec<PartitionInFlight>)>,
+    /// The quota's hold (`--quota-file`), served before the answer.
+    hold: Duration,
+}
+
+/// One partition of a [`ProduceInFlight`].
+enum PartitionInFlight {
+    Answered(PartitionProduceResponse),
+    Appended {
+        partition: i32,
+        log: Arc<Partition>,
+        batch: AppendedBatch,
+    },
+}
+
+impl ProduceInFlight {
+    /// The answer, once every appended batch is durable (and, for acks=all,
+    /// replicated): all of them waited for together.
+    pub(crate) async fn settle(self) -> ProduceResponse {
+        let topics = join_all(
+            self.topics
+                .into_iter()
+                .map(|(name, partitions)| async move {
+                    let partitions =
+                        join_all(partitions.into_iter().map(|p| settle_one(&name, p))).await;
+                    TopicProduceResponse { name, partitions }
+                }),
+        )
+        .await;
+        let throttle_time_ms = hold_response(self.hold).await;
+        ProduceResponse {
+            topics,
+            throttle_time_ms,
         }
+    }
+}
+
+async fn settle_one(topic: &str, in_flight: PartitionInFlight) -> PartitionProduceResponse {
+    match in_flight {
+        PartitionInFlight::Answered(response) => response,
+        PartitionInFlight::Appended {
+            partition,
+            log,
+            batch,
+        } => match log.settle_append(batch).await {
+            Ok(outcome) => accepted(partition, outcome.base_offset, outcome.log_start_offset),
+            Err(e) => refusal(topic, partition, &e),
+        },
+    }
+}
+
+fn accepted(partition: i32, base_offset: i64, log_start_offset: i64) -> PartitionProduceResponse {
+    PartitionProduceResponse {
+        partition,
+        error_code: ErrorCode::None as i32,
+        error_message: String::new(),
+        base_offset,
+        log_append_time_ms: -1,
+        log_start_offset,
+    }
+}
+
+fn refusal(topic: &str, partition: i32, e: &BrokerError) -> PartitionProduceResponse {
+    log_refusal(topic, partition, e);
+    PartitionProduceResponse {
+        partition,
+        error_code: e.code() as i32,
+        error_message: e.to_string(),
+        base_offset: -1,
+        log_append_time_ms: -1,
+        log_start_offset: -1,
     }
 }
 
