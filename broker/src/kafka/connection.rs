@@ -1,10 +1,18 @@
 //! One Kafka client connection: length-prefixed frames (a 4-byte big-endian size, then
-//! the request header and body), answered one at a time and in order, as Kafka's own
-//! brokers do. A frame that cannot be served is closed on, never half-answered: a size
-//! under a header's or over `--max-request-bytes`, a truncated frame, a header or body
-//! that does not decode, an API or version neither served nor parsed by the codec (one
-//! it parses gets UNSUPPORTED_VERSION: `versions.rs`, `unsupported.rs`). Other
-//! connections never notice.
+//! the request header and body), served in order and answered in order, as Kafka's own
+//! brokers do, with one difference: a Produce's batches are appended in order, but its
+//! answer waits (for fsync and replication) while the connection reads and serves the
+//! next requests, up to [`MAX_IN_FLIGHT`] answers outstanding. An idempotent producer
+//! keeps five requests in flight; served one at a time, each would wait for its own
+//! fsync before the next was appended. Appends stay in arrival order, so a producer
+//! without idempotence keeps its order too.
+//!
+//! A frame that cannot be served is closed on, never half-answered (the answers queued
+//! before it are still written): a size under a header's or over
+//! `--max-request-bytes`, a truncated frame, a header or body that does not decode, an
+//! API or version neither served nor parsed by the codec (one it parses gets
+//! UNSUPPORTED_VERSION: `versions.rs`, `unsupported.rs`). Other connections never
+//! notice.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -22,7 +30,9 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{Decodable, Encodable};
 use kafka_protocol::ResponseError;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
+use tokio::sync::mpsc;
 
 use super::versions::{route, Route};
 use super::{
@@ -67,39 +77,102 @@ pub enum FrameError {
     Encode(String),
 }
 
+/// How many answers one connection may have outstanding before it stops reading: a
+/// Kafka producer keeps at most five requests in flight (idempotence's limit).
+const MAX_IN_FLIGHT: usize = 8;
+
+/// A request's answer, as the connection's writer takes it, in request order.
+enum Answer {
+    /// The frame to write (none for a Produce with acks=0).
+    Ready(Option<BytesMut>),
+    /// A Produce whose batches are appended; its frame is due once they are durable.
+    Settling {
+        appended: produce::Appended,
+        correlation_id: i32,
+        header_version: i16,
+        version: i16,
+    },
+}
+
 /// Serves `stream` until the client closes it, a frame cannot be served, or `stop`.
 pub async fn serve(
-    mut stream: TcpStream,
+    stream: TcpStream,
     peer: SocketAddr,
     context: Arc<KafkaContext>,
     stop: CancellationToken,
 ) {
+    let (reader, writer) = stream.into_split();
+    let (answers, queued) = mpsc::channel(MAX_IN_FLIGHT);
+    let reading = read_requests(reader, &context, answers, &stop);
+    let writing = write_answers(writer, queued);
+    tokio::pin!(reading, writing);
+    let outcome = tokio::select! {
+        // The reader ended (the client closed, `stop`, or a frame that cannot be
+        // served): the answers it queued are still written, then the connection closes.
+        read = &mut reading => {
+            let written = writing.await;
+            read.and(written)
+        }
+        // The writer ends first only on an error: nothing more is read.
+        written = &mut writing => written,
+    };
+    if let Err(e) = outcome {
+        tracing::info!(%peer, error = %e, "closing Kafka connection");
+        metrics::counter!("idem_kafka_connections_closed_on_error_total").increment(1);
+    }
+}
+
+/// Reads and serves requests in order, queueing their answers for the writer.
+async fn read_requests(
+    mut reader: OwnedReadHalf,
+    context: &KafkaContext,
+    answers: mpsc::Sender<Answer>,
+    stop: &CancellationToken,
+) -> Result<(), FrameError> {
     loop {
         // A stop ends the connection between requests, never during one.
         let frame = tokio::select! {
-            () = stop.cancelled() => return,
-            frame = read_frame(&mut stream, context.max_request_bytes) => frame,
+            () = stop.cancelled() => return Ok(()),
+            frame = read_frame(&mut reader, context.max_request_bytes) => frame?,
         };
-        let answered = match frame {
-            Ok(None) => return,
-            Ok(Some(frame)) => answer(&context, frame).await,
-            Err(e) => Err(e),
+        let Some(frame) = frame else {
+            return Ok(());
         };
-        let outcome = match answered {
-            Ok(Some(response)) => stream.write_all(&response).await.map_err(FrameError::Io),
-            Ok(None) => Ok(()),
-            Err(e) => Err(e),
-        };
-        if let Err(e) = outcome {
-            tracing::info!(%peer, error = %e, "closing Kafka connection");
-            metrics::counter!("idem_kafka_connections_closed_on_error_total").increment(1);
-            return;
+        let answer = answer(context, frame).await?;
+        if answers.send(answer).await.is_err() {
+            // The writer failed; it reports why.
+            return Ok(());
         }
     }
 }
 
+/// Writes the answers in request order, each once it is due.
+async fn write_answers(
+    mut writer: OwnedWriteHalf,
+    mut queued: mpsc::Receiver<Answer>,
+) -> Result<(), FrameError> {
+    while let Some(answer) = queued.recv().await {
+        let frame = match answer {
+            Answer::Ready(frame) => frame,
+            Answer::Settling {
+                appended,
+                correlation_id,
+                header_version,
+                version,
+            } => match appended.settle().await {
+                Some(body) => Some(respond(correlation_id, header_version, &body, version)?),
+                None => None,
+            },
+        };
+        if let Some(frame) = frame {
+            writer.write_all(&frame).await?;
+        }
+    }
+    Ok(())
+}
+
 /// The next frame's bytes after its size; `None` when the client closed between frames.
-async fn read_frame(stream: &mut TcpStream, max: usize) -> Result<Option<Bytes>, FrameError> {
+async fn read_frame(stream: &mut OwnedReadHalf, max: usize) -> Result<Option<Bytes>, FrameError> {
     let mut size = [0u8; 4];
     match stream.read_exact(&mut size).await {
         Ok(_) => {}
@@ -119,8 +192,8 @@ async fn read_frame(stream: &mut TcpStream, max: usize) -> Result<Option<Bytes>,
     Ok(Some(Bytes::from(frame)))
 }
 
-/// The response frame to `frame`, `None` when none is due (Produce with acks=0).
-async fn answer(context: &KafkaContext, frame: Bytes) -> Result<Option<BytesMut>, FrameError> {
+/// The answer to `frame`: served in full, or (a Produce) appended.
+async fn answer(context: &KafkaContext, frame: Bytes) -> Result<Answer, FrameError> {
     let api_key = i16::from_be_bytes([frame[0], frame[1]]);
     let version = i16::from_be_bytes([frame[2], frame[3]]);
     let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
@@ -129,7 +202,7 @@ async fn answer(context: &KafkaContext, frame: Bytes) -> Result<Option<BytesMut>
         Route::ApiVersionsUnsupported => {
             // KIP-511: v0's schema and header, which every client reads.
             let body = api_versions::response(ResponseError::UnsupportedVersion.code());
-            return respond(correlation_id, 0, &body, 0).map(Some);
+            return respond(correlation_id, 0, &body, 0).map(|frame| Answer::Ready(Some(frame)));
         }
         Route::Unsupported(key) => {
             let mut buf = frame;
@@ -154,7 +227,7 @@ async fn answer(context: &KafkaContext, frame: Bytes) -> Result<Option<BytesMut>
                 &Encoded(body),
                 version,
             )
-            .map(Some);
+            .map(|frame| Answer::Ready(Some(frame)));
         }
         Route::Serve(key) => key,
     };
@@ -186,10 +259,12 @@ async fn answer(context: &KafkaContext, frame: Bytes) -> Result<Option<BytesMut>
         }
         ApiKey::Produce => {
             let request = ProduceRequest::decode(&mut buf, version).map_err(decode_error)?;
-            match produce::serve(service, request).await {
-                Some(body) => respond(correlation_id, header_version, &body, version),
-                None => return Ok(None),
-            }
+            return Ok(Answer::Settling {
+                appended: produce::begin(service, request).await,
+                correlation_id,
+                header_version,
+                version,
+            });
         }
         ApiKey::Fetch => {
             let request = FetchRequest::decode(&mut buf, version).map_err(decode_error)?;
@@ -333,7 +408,7 @@ async fn answer(context: &KafkaContext, frame: Bytes) -> Result<Option<BytesMut>
         }
         _ => return Err(FrameError::NotServed { api_key, version }),
     };
-    response.map(Some)
+    response.map(|frame| Answer::Ready(Some(frame)))
 }
 
 /// A body already encoded (`unsupported.rs`).

@@ -20,10 +20,11 @@ use kafka_protocol::ResponseError;
 
 use super::errors::kafka_code;
 use super::records::{produced_to_idem, ConversionError};
-use crate::service::BrokerService;
+use crate::service::{BrokerService, ProduceInFlight};
 
-/// The answer to `request`; `None` when the client asked for none (acks=0).
-pub async fn serve(service: &BrokerService, request: ProduceRequest) -> Option<ProduceResponse> {
+/// `request`'s batches converted and appended in order (`BrokerService::begin_produce`);
+/// [`Appended::settle`] gives the answer once they are durable.
+pub async fn begin(service: &BrokerService, request: ProduceRequest) -> Appended {
     let acks = request.acks;
     // Batches that did not convert, answered without reaching a partition.
     let mut refused: HashMap<(String, i32), ConversionError> = HashMap::new();
@@ -51,8 +52,8 @@ pub async fn serve(service: &BrokerService, request: ProduceRequest) -> Option<P
         }
         topics.push(IdemTopic { name, partitions });
     }
-    let idem = service
-        .serve_produce(
+    let in_flight = service
+        .begin_produce(
             ANONYMOUS,
             IdemProduceRequest {
                 acks: i32::from(acks),
@@ -62,51 +63,82 @@ pub async fn serve(service: &BrokerService, request: ProduceRequest) -> Option<P
             },
         )
         .await;
-    if acks == 0 {
-        return None;
+    Appended {
+        acks,
+        refused,
+        order,
+        in_flight,
     }
-    let throttle_time_ms = idem.throttle_time_ms;
-    let mut answered: HashMap<(String, i32), PartitionProduceResponse> = HashMap::new();
-    for topic in idem.topics {
-        for p in topic.partitions {
-            let response = PartitionProduceResponse::default()
-                .with_index(p.partition)
-                .with_error_code(kafka_code(p.error_code))
-                .with_base_offset(p.base_offset)
-                .with_log_append_time_ms(-1)
-                .with_log_start_offset(p.log_start_offset)
-                .with_error_message(
-                    (!p.error_message.is_empty()).then(|| StrBytes::from_string(p.error_message)),
-                );
-            answered.insert((topic.name.clone(), p.partition), response);
+}
+
+/// A Kafka produce request whose batches are in their logs, not yet durable.
+pub struct Appended {
+    acks: i16,
+    /// Batches that did not convert, answered without reaching a partition.
+    refused: HashMap<(String, i32), ConversionError>,
+    /// (topic, partition) in the request's order: the answer's order.
+    order: Vec<(String, i32)>,
+    in_flight: ProduceInFlight,
+}
+
+impl Appended {
+    /// The answer, once every appended batch is durable; `None` when the client asked
+    /// for none (acks=0).
+    pub async fn settle(self) -> Option<ProduceResponse> {
+        let Appended {
+            acks,
+            mut refused,
+            order,
+            in_flight,
+        } = self;
+        let idem = in_flight.settle().await;
+        if acks == 0 {
+            return None;
         }
-    }
-    // In the request's order, one answer per partition asked.
-    let mut responses: Vec<TopicProduceResponse> = Vec::new();
-    for (name, index) in order {
-        let key = (name.clone(), index);
-        let partition = match (answered.remove(&key), refused.remove(&key)) {
-            (Some(answer), _) => answer,
-            (None, Some(e)) => refusal(index, &e),
-            (None, None) => refusal(index, &ConversionError::Truncated(0)),
-        };
-        match responses.last_mut() {
-            Some(topic) if topic.name.0.as_str() == name => {
-                topic.partition_responses.push(partition)
+        let throttle_time_ms = idem.throttle_time_ms;
+        let mut answered: HashMap<(String, i32), PartitionProduceResponse> = HashMap::new();
+        for topic in idem.topics {
+            for p in topic.partitions {
+                let response = PartitionProduceResponse::default()
+                    .with_index(p.partition)
+                    .with_error_code(kafka_code(p.error_code))
+                    .with_base_offset(p.base_offset)
+                    .with_log_append_time_ms(-1)
+                    .with_log_start_offset(p.log_start_offset)
+                    .with_error_message(
+                        (!p.error_message.is_empty())
+                            .then(|| StrBytes::from_string(p.error_message)),
+                    );
+                answered.insert((topic.name.clone(), p.partition), response);
             }
-            _ => responses.push(
-                TopicProduceResponse::default()
-                    .with_name(StrBytes::from_string(name).into())
-                    .with_partition_responses(vec![partition]),
-            ),
         }
+        // In the request's order, one answer per partition asked.
+        let mut responses: Vec<TopicProduceResponse> = Vec::new();
+        for (name, index) in order {
+            let key = (name.clone(), index);
+            let partition = match (answered.remove(&key), refused.remove(&key)) {
+                (Some(answer), _) => answer,
+                (None, Some(e)) => refusal(index, &e),
+                (None, None) => refusal(index, &ConversionError::Truncated(0)),
+            };
+            match responses.last_mut() {
+                Some(topic) if topic.name.0.as_str() == name => {
+                    topic.partition_responses.push(partition)
+                }
+                _ => responses.push(
+                    TopicProduceResponse::default()
+                        .with_name(StrBytes::from_string(name).into())
+                        .with_partition_responses(vec![partition]),
+                ),
+            }
+        }
+        // A quota hold (`--quota-file`) already happened; the client is told its length.
+        Some(
+            ProduceResponse::default()
+                .with_responses(responses)
+                .with_throttle_time_ms(throttle_time_ms),
+        )
     }
-    // A quota hold (`--quota-file`) already happened; the client is told its length.
-    Some(
-        ProduceResponse::default()
-            .with_responses(responses)
-            .with_throttle_time_ms(throttle_time_ms),
-    )
 }
 
 fn refusal(index: i32, e: &ConversionError) -> PartitionProduceResponse {

@@ -31,12 +31,12 @@ use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-const KAFKA_LISTEN: [&str; 2] = ["--kafka-listen", "127.0.0.1:0"];
+pub(crate) const KAFKA_LISTEN: [&str; 2] = ["--kafka-listen", "127.0.0.1:0"];
 
 /// How long a test waits for the broker to answer or close one connection.
 const ANSWER_PATIENCE: Duration = Duration::from_secs(10);
 
-async fn create_topic(bootstrap: &str, topic: &str, partitions: i32) -> Value {
+pub(crate) async fn create_topic(bootstrap: &str, topic: &str, partitions: i32) -> Value {
     python(
         "create_topic.py",
         &[bootstrap, topic, &partitions.to_string(), "1"],
@@ -321,7 +321,7 @@ async fn given_each_compression_when_confluent_kafka_produces_then_kcat_reads_ev
 }
 
 /// An ApiVersions v0 request frame (header v1, empty body).
-fn api_versions_v0(version: i16, correlation_id: i32) -> Vec<u8> {
+pub(crate) fn api_versions_v0(version: i16, correlation_id: i32) -> Vec<u8> {
     let mut frame = BytesMut::new();
     frame.put_i32(10);
     frame.put_i16(18);
@@ -492,7 +492,7 @@ pub(crate) fn read_response<T: Decodable>(answer: &[u8], api_key: i16, version: 
 }
 
 /// One record batch v2 with `values`, as a Kafka client sends it.
-fn kafka_batch(values: &[&str]) -> Bytes {
+pub(crate) fn kafka_batch(values: &[&str]) -> Bytes {
     let records: Vec<Record> = values
         .iter()
         .enumerate()

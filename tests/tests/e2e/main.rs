@@ -31,6 +31,7 @@ mod kafka;
 mod kafka_admin;
 mod kafka_classic_groups;
 mod kafka_groups;
+mod kafka_in_flight;
 mod kafka_pipeline;
 mod kafka_txn;
 mod listeners;
