@@ -181,6 +181,74 @@ async fn given_a_kip848_member_and_a_classic_member_in_one_group_when_records_fl
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_60_partition_topic_when_two_classic_members_and_a_kip848_member_read_it_then_each_record_is_read_once_and_each_owns_20(
+) {
+    // The scale users run (a 60-partition topic once could not be read at all): two
+    // classic members (eager range, cooperative-sticky with 1 s revocations) and a
+    // KIP-848 member in one group; the first owns all 60 before the others join while
+    // records are produced, so partitions move to two newcomers at once.
+    let cluster = Cluster::start_with_coordinators(1, 1, &KAFKA_LISTEN, &[]).await;
+    cluster.create_topic("wide", 60, 1).await;
+    let kafka = cluster.broker(1).kafka_bootstrap();
+    let mut a = GroupConsumer::start(
+        &kafka,
+        "wide-readers",
+        "wide",
+        &classic(&["partition.assignment.strategy=range"]),
+    );
+    let all = |e: &Events| e.owned().len() == 60;
+    a.wait_for(READ_PATIENCE, "60 partitions", all).await;
+    let producer = {
+        let kafka = kafka.clone();
+        tokio::spawn(async move { produce(&kafka, "wide", 60, 10, 0).await })
+    };
+    let mut b = GroupConsumer::start(
+        &kafka,
+        "wide-readers",
+        "wide",
+        &classic(&[
+            "partition.assignment.strategy=cooperative-sticky",
+            "revoke_delay_ms=1000",
+        ]),
+    );
+    let mut c = GroupConsumer::start(&kafka, "wide-readers", "wide", &["group.protocol=consumer"]);
+    producer.await.expect("producer");
+    let want = expected(60, 0..10);
+    read_all(&mut [&mut a, &mut b, &mut c], &want).await;
+    let owns_20 = |e: &Events| e.owned().len() == 20;
+    let a_events = a.wait_for(READ_PATIENCE, "20 partitions", owns_20).await;
+    let b_events = b.wait_for(READ_PATIENCE, "20 partitions", owns_20).await;
+    let c_events = c.wait_for(READ_PATIENCE, "20 partitions", owns_20).await;
+    let owned: Vec<BTreeSet<i32>> = [&a_events, &b_events, &c_events]
+        .iter()
+        .map(|e| e.owned())
+        .collect();
+    assert_eq!(
+        owned.iter().flatten().copied().collect::<BTreeSet<i32>>(),
+        (0..60).collect(),
+        "every partition owned"
+    );
+    assert_one_owner_at_a_time(&[&a_events, &b_events, &c_events]);
+    assert_eq!(
+        duplicates([&a_events, &b_events, &c_events]),
+        BTreeSet::new()
+    );
+    assert_eq!(
+        tally([&a_events, &b_events, &c_events])
+            .into_keys()
+            .collect::<BTreeSet<_>>(),
+        want
+    );
+    a.close().await;
+    b.close().await;
+    c.close().await;
+    assert_eq!(
+        committed(&kafka, "wide-readers", "wide", 60).await,
+        vec![10; 60]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_a_classic_member_sigkilled_while_records_flow_when_its_session_expires_then_the_survivor_reads_on_with_duplicates_only_from_its_uncommitted_records(
 ) {
     let cluster = Cluster::start_with_coordinators(1, 1, &KAFKA_LISTEN, &[]).await;
