@@ -34,7 +34,7 @@ done
 # workspace with other features and replace the binaries the tests run.
 case "$profile" in
   release) cargo_flags=(--release --bins); bin_dir=release ;;
-  dev) cargo_flags=(--workspace --bins --examples); bin_dir=debug ;;
+  dev) cargo_flags=(--workspace --bins --examples --no-default-features); bin_dir=debug ;;
   *) echo "unknown profile $profile; $usage" >&2; exit 2 ;;
 esac
 

@@ -87,6 +87,7 @@ enum Command {
 }
 
 /// jemalloc, not glibc's malloc: see docs/benchmarks.md, "Memory churn".
+#[cfg(feature = "jemalloc")]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
