@@ -21,7 +21,7 @@ use crate::kafka::{api_versions_v0, exchange, KAFKA_LISTEN};
 
 /// librdkafka settings (`key=value`) for TLS trusting `ca`, presenting `identity`'s
 /// certificate when given.
-fn ssl_settings(ca: &Path, identity: Option<&TlsFiles>) -> Vec<String> {
+pub(crate) fn ssl_settings(ca: &Path, identity: Option<&TlsFiles>) -> Vec<String> {
     let mut settings = vec![
         "security.protocol=SSL".to_string(),
         format!("ssl.ca.location={}", ca.display()),
@@ -49,7 +49,11 @@ fn as_strs(args: &[String]) -> Vec<&str> {
 }
 
 /// `(offset, value)` of every record of `topic`/0 from the start, read by kcat over TLS.
-async fn kcat_read_tls(bootstrap: &str, topic: &str, settings: &[String]) -> Vec<(i64, String)> {
+pub(crate) async fn kcat_read_tls(
+    bootstrap: &str,
+    topic: &str,
+    settings: &[String],
+) -> Vec<(i64, String)> {
     let mut args: Vec<String> = [
         "-b",
         bootstrap,
