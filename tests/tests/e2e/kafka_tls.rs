@@ -136,6 +136,8 @@ async fn given_a_tls_broker_when_kafka_clients_speak_ssl_then_they_are_served_an
     // An idempotent producer over TLS: every record acked once, at consecutive offsets.
     let mut settings = ssl.clone();
     settings.push("enable.idempotence=true".into());
+    // Undelivered within 10 s is a failure: no waiting out produce.py's 60 s flush.
+    settings.push("message.timeout.ms=10000".into());
     let produced = reports(&produce(&bootstrap, "tls-orders", 200, &settings).await);
     let expected: Vec<(i64, String)> = (0..200).map(|i| (i, i.to_string())).collect();
     let acked: Vec<(i64, String)> = produced
