@@ -4,7 +4,8 @@
 //! mutual TLS a connection is its client certificate's principal (`User:<CN>`) for the
 //! ACLs, as on gRPC: who holds a Write ACL writes, who holds none is refused
 //! (TOPIC_AUTHORIZATION_FAILED) and writes nothing, and a client without a
-//! certificate cannot connect.
+//! certificate cannot connect. A SIGHUP rotates the listener's certificate with the
+//! gRPC listeners'.
 
 use std::path::Path;
 
@@ -13,7 +14,9 @@ use idem_client::credentials::Credentials;
 use idem_client::{Admin, Isolation, OffsetSpec, TlsConfig};
 use idem_tests::cluster::Cluster;
 use idem_tests::kafka_clients::{kcat, kcat_bin, python, run};
+use idem_tests::scrape::{scrape, value};
 use idem_tests::tls::{CertAuthority, TlsFiles};
+use idem_tests::wait::{seen_if, wait_until, PATIENCE};
 use idem_tests::BrokerProcess;
 use serde_json::Value;
 
@@ -81,6 +84,15 @@ pub(crate) async fn kcat_read_tls(
             (offset, value.to_string())
         })
         .collect()
+}
+
+/// Whether kcat lists `bootstrap`'s metadata with `settings` (3 s to get it).
+async fn kcat_lists(bootstrap: &str, settings: &[String]) -> bool {
+    let mut args: Vec<String> = ["-b", bootstrap, "-L", "-m", "3"]
+        .map(String::from)
+        .to_vec();
+    args.extend(kcat_flags(settings));
+    run(kcat_bin(), &as_strs(&args), "").await.success
 }
 
 /// `produce.py`: `count` records ("0" ..) to `topic`/0 with `settings`; its reports.
@@ -278,15 +290,49 @@ async fn given_mutual_tls_and_acls_when_kafka_clients_present_certificates_then_
     assert_eq!(read, expected);
 
     // Without a client certificate the handshake is refused: no metadata.
-    let mut args: Vec<String> = ["-b", bootstrap.as_str(), "-L", "-m", "3"]
-        .map(String::from)
-        .to_vec();
-    args.extend(kcat_flags(&ssl_settings(&server.ca, None)));
-    let anonymous = run(kcat_bin(), &as_strs(&args), "").await;
     assert!(
-        !anonymous.success,
-        "a client without a certificate listed metadata: {}",
-        anonymous.stdout
+        !kcat_lists(&bootstrap, &ssl_settings(&server.ca, None)).await,
+        "a client without a certificate listed metadata"
     );
     cluster.stop_all();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_tls_broker_when_its_files_are_rotated_and_it_gets_sighup_then_new_kafka_connections_use_them(
+) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let old_ca = CertAuthority::new("old CA");
+    let files = TlsFiles::write(dir.path(), "broker", &old_ca.server(&[]), &old_ca);
+    let old_ca_file = dir.path().join("old-ca.crt");
+    std::fs::write(&old_ca_file, old_ca.cert_pem()).expect("write the old CA");
+    let metrics = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("probe a free port");
+        probe.local_addr().expect("probed address").to_string()
+    };
+    let mut flags = files.server_flags("none");
+    flags.extend(["--metrics-listen".to_string(), metrics.clone()]);
+    flags.extend(KAFKA_LISTEN.map(String::from));
+    let broker = BrokerProcess::start_with(&as_strs(&flags));
+    let bootstrap = broker.kafka_bootstrap();
+    assert!(kcat_lists(&bootstrap, &ssl_settings(&old_ca_file, None)).await);
+
+    let new_ca = CertAuthority::new("new CA");
+    files.replace(&new_ca.server(&[]), new_ca.cert_pem());
+    broker.hang_up();
+    wait_until(PATIENCE, "one reload counted", || async {
+        let count = scrape(&metrics)
+            .ok()
+            .and_then(|text| value(&text, "idem_tls_reloads_total", &[("result", "ok")]));
+        seen_if(count, count == Some(1.0))
+    })
+    .await;
+    // `files.ca` now holds the new CA only.
+    assert!(
+        kcat_lists(&bootstrap, &ssl_settings(&files.ca, None)).await,
+        "a Kafka client trusting the new CA is served after the reload"
+    );
+    assert!(
+        !kcat_lists(&bootstrap, &ssl_settings(&old_ca_file, None)).await,
+        "a Kafka client trusting only the old CA still got metadata"
+    );
 }
