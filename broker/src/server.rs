@@ -89,6 +89,9 @@ pub struct BoundBroker {
     /// the cluster runs TLS, the peer TLS.
     credential: NodeCredential,
     peer_tls: Option<PeerTls>,
+    /// What the Kafka listener accepts with: the gRPC listeners' TLS (one config, so a
+    /// SIGHUP reload applies to both); `None` on a plaintext broker.
+    server_tls: Option<ServerTls>,
 }
 
 impl BoundBroker {
@@ -151,7 +154,7 @@ impl BoundBroker {
             .with_external(config.external_listen)
             .await?
             .with_authentication(authn)
-            .with_tls(server_tls);
+            .with_tls(server_tls.clone());
         let bound = listener.bound();
         let advertised = Advertised::resolve(
             bound,
@@ -278,6 +281,7 @@ impl BoundBroker {
             kafka,
             credential,
             peer_tls,
+            server_tls,
         })
     }
 
@@ -329,6 +333,7 @@ impl BoundBroker {
             kafka,
             credential,
             peer_tls,
+            server_tls,
         } = self;
         let broker = BrokerService::new(
             config.broker_id,
@@ -375,10 +380,10 @@ impl BoundBroker {
                     kafka::coordinator_link::LinkTimeouts::default(),
                 )),
             });
-            tracing::info!(address = %bound, "Kafka listener serving");
+            tracing::info!(address = %bound, tls = server_tls.is_some(), "Kafka listener serving");
             duties.spawn(
                 "accept Kafka connections",
-                kafka::accept(listener, context, duties.clone()),
+                kafka::accept(listener, server_tls, context, duties.clone()),
             );
         }
         announce();

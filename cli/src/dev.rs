@@ -107,6 +107,15 @@ pub async fn run(args: DevArgs, tls: DevTls) -> anyhow::Result<()> {
         .with_context(|| format!("starting the dev broker in {}", args.data_dir.display()))?;
     let addr = broker.local_addr();
     let kafka_addr = broker.kafka_addr();
+    // A TLS broker's Kafka listener speaks TLS only (docs/kafka.md): kcat must too.
+    let kcat = match (&tls.cert, &tls.ca) {
+        (None, _) => "kcat".to_string(),
+        (Some(_), None) => "kcat -X security.protocol=ssl".to_string(),
+        (Some(_), Some(ca)) => format!(
+            "kcat -X security.protocol=ssl -X ssl.ca.location={}",
+            ca.display()
+        ),
+    };
     let coordinator_config = CoordinatorConfig {
         tls_cert: tls.cert,
         tls_key: tls.key,
@@ -139,9 +148,9 @@ pub async fn run(args: DevArgs, tls: DevTls) -> anyhow::Result<()> {
         println!("  idem --bootstrap {addr} consume demo --from-beginning --max-messages 10");
         if let Some(kafka) = kafka_addr {
             println!("kafka listener on {kafka}");
-            println!("  kcat -b {kafka} -L");
-            println!("  seq 1 5 | kcat -b {kafka} -P -t demo");
-            println!("  kcat -b {kafka} -C -t demo -e");
+            println!("  {kcat} -b {kafka} -L");
+            println!("  seq 1 5 | {kcat} -b {kafka} -P -t demo");
+            println!("  {kcat} -b {kafka} -C -t demo -e");
         }
         println!("Ctrl-C stops it; the data stays for the next start.");
         println!("{authorization}");

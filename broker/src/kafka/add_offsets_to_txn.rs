@@ -6,7 +6,7 @@
 //! GROUP_AUTHORIZATION_FAILED).
 
 use idem_proto::v1::AddOffsetsToTxnRequest as IdemRequest;
-use idem_runtime::acl::{Operation, Resource, ANONYMOUS};
+use idem_runtime::acl::{Operation, Resource};
 use kafka_protocol::messages::add_offsets_to_txn_request::AddOffsetsToTxnRequest;
 use kafka_protocol::messages::add_offsets_to_txn_response::AddOffsetsToTxnResponse;
 
@@ -19,6 +19,7 @@ const FENCED_SINCE: i16 = 2;
 
 pub async fn serve(
     context: &KafkaContext,
+    principal: &str,
     request: AddOffsetsToTxnRequest,
     version: i16,
 ) -> AddOffsetsToTxnResponse {
@@ -31,7 +32,7 @@ pub async fn serve(
         ),
         (Operation::Read, Resource::group(&group_id)),
     ];
-    if let Err(denied) = context.service.check_all(ANONYMOUS, needs) {
+    if let Err(denied) = context.service.check_all(principal, needs) {
         return AddOffsetsToTxnResponse::default()
             .with_error_code(kafka_code(denied.error_code() as i32));
     }

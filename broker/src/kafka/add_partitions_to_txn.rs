@@ -11,7 +11,7 @@
 use idem_proto::v1::{
     AddPartitionsToTxnRequest as IdemRequest, TxnTopicPartitions as IdemTopicPartitions,
 };
-use idem_runtime::acl::{Operation, Resource, ANONYMOUS};
+use idem_runtime::acl::{Operation, Resource};
 use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnRequest;
 use kafka_protocol::messages::add_partitions_to_txn_response::{
     AddPartitionsToTxnPartitionResult, AddPartitionsToTxnResponse, AddPartitionsToTxnTopicResult,
@@ -27,6 +27,7 @@ const FENCED_SINCE: i16 = 2;
 
 pub async fn serve(
     context: &KafkaContext,
+    principal: &str,
     request: AddPartitionsToTxnRequest,
     version: i16,
 ) -> AddPartitionsToTxnResponse {
@@ -37,7 +38,7 @@ pub async fn serve(
         Operation::Write,
         Resource::transactional_id(&transactional_id),
     )];
-    if let Err(denied) = service.check_all(ANONYMOUS, id_write) {
+    if let Err(denied) = service.check_all(principal, id_write) {
         let code = kafka_code(denied.error_code() as i32);
         return answer(
             topics
@@ -50,7 +51,7 @@ pub async fn serve(
         .map(|t| {
             service
                 .check_all(
-                    ANONYMOUS,
+                    principal,
                     [(Operation::Write, Resource::topic(t.name.0.as_str()))],
                 )
                 .is_err()
@@ -126,6 +127,8 @@ mod tests {
     use kafka_protocol::messages::{ProducerId, TransactionalId};
     use kafka_protocol::protocol::StrBytes;
 
+    use idem_runtime::acl::ANONYMOUS;
+
     use super::*;
     use crate::kafka::test_broker::{allow, context, service};
 
@@ -174,7 +177,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let acls = vec![allow(ResourceType::Topic, "orders", Operation::Write)];
         let context = context(service(dir.path(), Some("127.0.0.1:1"), Some(acls)));
-        let answer = serve(&context, request(&[("orders", &[0, 1])]), 3).await;
+        let answer = serve(&context, ANONYMOUS, request(&[("orders", &[0, 1])]), 3).await;
         assert_eq!(
             codes(&answer),
             owned(&[("orders", 0, 53), ("orders", 1, 53)])
@@ -193,6 +196,7 @@ mod tests {
         let context = context(service(dir.path(), Some("127.0.0.1:1"), Some(acls)));
         let answer = serve(
             &context,
+            ANONYMOUS,
             request(&[("orders", &[0, 1]), ("secrets", &[0])]),
             3,
         )
@@ -213,7 +217,7 @@ mod tests {
         let address = listener.local_addr().expect("address").to_string();
         drop(listener);
         let context = context(service(dir.path(), Some(&address), None));
-        let answer = serve(&context, request(&[("orders", &[0])]), 3).await;
+        let answer = serve(&context, ANONYMOUS, request(&[("orders", &[0])]), 3).await;
         assert_eq!(codes(&answer), owned(&[("orders", 0, 15)]));
     }
 }

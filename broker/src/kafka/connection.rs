@@ -13,11 +13,15 @@
 //! API or version neither served nor parsed by the codec (one it parses gets
 //! UNSUPPORTED_VERSION: `versions.rs`, `unsupported.rs`). Other connections never
 //! notice.
+//!
+//! A connection is served as one principal, its client certificate's under mutual TLS
+//! (`mod.rs`), else `User:ANONYMOUS`: every request on it is authorized as that one.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
+use idem_runtime::authn::principal::Principal;
 use idem_runtime::shutdown::CancellationToken;
 use kafka_protocol::messages::{
     AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, ApiKey, ApiVersionsRequest,
@@ -29,9 +33,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 use kafka_protocol::ResponseError;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::sync::mpsc;
 
 use super::versions::{route, Route};
@@ -94,16 +96,23 @@ enum Answer {
     },
 }
 
-/// Serves `stream` until the client closes it, a frame cannot be served, or `stop`.
-pub async fn serve(
-    stream: TcpStream,
+/// Serves `stream` (TCP, or a TLS session over it) as `principal` until the client
+/// closes it, a frame cannot be served, or `stop`.
+pub async fn serve<S>(
+    stream: S,
     peer: SocketAddr,
+    principal: Principal,
     context: Arc<KafkaContext>,
     stop: CancellationToken,
-) {
-    let (reader, writer) = stream.into_split();
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send,
+{
+    // Not `into_split`, which only a TcpStream has: a TLS session's halves share one
+    // state, which `split` locks for each read or write (they never wait on each other
+    // for longer than one poll).
+    let (reader, writer) = tokio::io::split(stream);
     let (answers, queued) = mpsc::channel(MAX_IN_FLIGHT);
-    let reading = read_requests(reader, &context, answers, &stop);
+    let reading = read_requests(reader, &context, principal.as_str(), answers, &stop);
     let writing = write_answers(writer, queued);
     tokio::pin!(reading, writing);
     let outcome = tokio::select! {
@@ -123,9 +132,10 @@ pub async fn serve(
 }
 
 /// Reads and serves requests in order, queueing their answers for the writer.
-async fn read_requests(
-    mut reader: OwnedReadHalf,
+async fn read_requests<S: AsyncRead>(
+    mut reader: ReadHalf<S>,
     context: &KafkaContext,
+    principal: &str,
     answers: mpsc::Sender<Answer>,
     stop: &CancellationToken,
 ) -> Result<(), FrameError> {
@@ -138,7 +148,7 @@ async fn read_requests(
         let Some(frame) = frame else {
             return Ok(());
         };
-        let answer = answer(context, frame).await?;
+        let answer = answer(context, principal, frame).await?;
         if answers.send(answer).await.is_err() {
             // The writer failed; it reports why.
             return Ok(());
@@ -147,8 +157,8 @@ async fn read_requests(
 }
 
 /// Writes the answers in request order, each once it is due.
-async fn write_answers(
-    mut writer: OwnedWriteHalf,
+async fn write_answers<S: AsyncWrite>(
+    mut writer: WriteHalf<S>,
     mut queued: mpsc::Receiver<Answer>,
 ) -> Result<(), FrameError> {
     while let Some(answer) = queued.recv().await {
@@ -166,13 +176,18 @@ async fn write_answers(
         };
         if let Some(frame) = frame {
             writer.write_all(&frame).await?;
+            // A TLS session buffers what it encrypts until flushed (TCP writes at once).
+            writer.flush().await?;
         }
     }
     Ok(())
 }
 
 /// The next frame's bytes after its size; `None` when the client closed between frames.
-async fn read_frame(stream: &mut OwnedReadHalf, max: usize) -> Result<Option<Bytes>, FrameError> {
+async fn read_frame<S: AsyncRead>(
+    stream: &mut ReadHalf<S>,
+    max: usize,
+) -> Result<Option<Bytes>, FrameError> {
     let mut size = [0u8; 4];
     match stream.read_exact(&mut size).await {
         Ok(_) => {}
@@ -193,7 +208,11 @@ async fn read_frame(stream: &mut OwnedReadHalf, max: usize) -> Result<Option<Byt
 }
 
 /// The answer to `frame`: served in full, or (a Produce) appended.
-async fn answer(context: &KafkaContext, frame: Bytes) -> Result<Answer, FrameError> {
+async fn answer(
+    context: &KafkaContext,
+    principal: &str,
+    frame: Bytes,
+) -> Result<Answer, FrameError> {
     let api_key = i16::from_be_bytes([frame[0], frame[1]]);
     let version = i16::from_be_bytes([frame[2], frame[3]]);
     let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
@@ -254,13 +273,13 @@ async fn answer(context: &KafkaContext, frame: Bytes) -> Result<Answer, FrameErr
         }
         ApiKey::Metadata => {
             let request = MetadataRequest::decode(&mut buf, version).map_err(decode_error)?;
-            let body = metadata::serve(service, request).await;
+            let body = metadata::serve(service, principal, request).await;
             respond(correlation_id, header_version, &body, version)
         }
         ApiKey::Produce => {
             let request = ProduceRequest::decode(&mut buf, version).map_err(decode_error)?;
             return Ok(Answer::Settling {
-                appended: produce::begin(service, request).await,
+                appended: produce::begin(service, principal, request).await,
                 correlation_id,
                 header_version,
                 version,
@@ -268,142 +287,142 @@ async fn answer(context: &KafkaContext, frame: Bytes) -> Result<Answer, FrameErr
         }
         ApiKey::Fetch => {
             let request = FetchRequest::decode(&mut buf, version).map_err(decode_error)?;
-            let body = fetch::serve(service, request).await;
+            let body = fetch::serve(service, principal, request).await;
             respond(correlation_id, header_version, &body, version)
         }
         ApiKey::ListOffsets => {
             let request = ListOffsetsRequest::decode(&mut buf, version).map_err(decode_error)?;
-            let body = list_offsets::serve(service, request);
+            let body = list_offsets::serve(service, principal, request);
             respond(correlation_id, header_version, &body, version)
         }
         ApiKey::InitProducerId => {
             let request = InitProducerIdRequest::decode(&mut buf, version).map_err(decode_error)?;
-            let body = init_producer_id::serve(context, request, version).await;
+            let body = init_producer_id::serve(context, principal, request, version).await;
             respond(correlation_id, header_version, &body, version)
         }
         ApiKey::CreateTopics => {
             let request = CreateTopicsRequest::decode(&mut buf, version).map_err(decode_error)?;
-            let body = create_topics::serve(service, request).await;
+            let body = create_topics::serve(service, principal, request).await;
             respond(correlation_id, header_version, &body, version)
         }
         ApiKey::DeleteTopics => {
             let request = DeleteTopicsRequest::decode(&mut buf, version).map_err(decode_error)?;
-            let body = delete_topics::serve(service, request).await;
+            let body = delete_topics::serve(service, principal, request).await;
             respond(correlation_id, header_version, &body, version)
         }
         ApiKey::FindCoordinator => {
             let request =
                 FindCoordinatorRequest::decode(&mut buf, version).map_err(decode_error)?;
-            let body = find_coordinator::serve(service, request, version);
+            let body = find_coordinator::serve(service, principal, request, version);
             respond(correlation_id, header_version, &body, version)
         }
         ApiKey::AddPartitionsToTxn => {
             let request =
                 AddPartitionsToTxnRequest::decode(&mut buf, version).map_err(decode_error)?;
-            let body = add_partitions_to_txn::serve(context, request, version).await;
+            let body = add_partitions_to_txn::serve(context, principal, request, version).await;
             respond(correlation_id, header_version, &body, version)
         }
         ApiKey::AddOffsetsToTxn => {
             let request =
                 AddOffsetsToTxnRequest::decode(&mut buf, version).map_err(decode_error)?;
-            let body = add_offsets_to_txn::serve(context, request, version).await;
+            let body = add_offsets_to_txn::serve(context, principal, request, version).await;
             respond(correlation_id, header_version, &body, version)
         }
         ApiKey::EndTxn => {
             let request = EndTxnRequest::decode(&mut buf, version).map_err(decode_error)?;
-            let body = end_txn::serve(context, request, version).await;
+            let body = end_txn::serve(context, principal, request, version).await;
             respond(correlation_id, header_version, &body, version)
         }
         ApiKey::TxnOffsetCommit => {
             let request =
                 TxnOffsetCommitRequest::decode(&mut buf, version).map_err(decode_error)?;
-            let body = txn_offset_commit::serve(context, request, version).await;
+            let body = txn_offset_commit::serve(context, principal, request, version).await;
             respond(correlation_id, header_version, &body, version)
         }
         ApiKey::ConsumerGroupHeartbeat => {
             let request =
                 ConsumerGroupHeartbeatRequest::decode(&mut buf, version).map_err(decode_error)?;
-            let body = consumer_group_heartbeat::serve(context, request).await;
+            let body = consumer_group_heartbeat::serve(context, principal, request).await;
             respond(correlation_id, header_version, &body, version)
         }
         ApiKey::OffsetCommit => {
             let request = OffsetCommitRequest::decode(&mut buf, version).map_err(decode_error)?;
-            let body = offset_commit::serve(context, request, version).await;
+            let body = offset_commit::serve(context, principal, request, version).await;
             respond(correlation_id, header_version, &body, version)
         }
         ApiKey::OffsetFetch => {
             let request = OffsetFetchRequest::decode(&mut buf, version).map_err(decode_error)?;
-            let body = offset_fetch::serve(context, request, version).await;
+            let body = offset_fetch::serve(context, principal, request, version).await;
             respond(correlation_id, header_version, &body, version)
         }
         ApiKey::ConsumerGroupDescribe => {
             let request =
                 ConsumerGroupDescribeRequest::decode(&mut buf, version).map_err(decode_error)?;
-            let body = consumer_group_describe::serve(context, request).await;
+            let body = consumer_group_describe::serve(context, principal, request).await;
             respond(correlation_id, header_version, &body, version)
         }
         ApiKey::DescribeGroups => {
             let request = DescribeGroupsRequest::decode(&mut buf, version).map_err(decode_error)?;
-            let body = describe_groups::serve(context, request, version).await;
+            let body = describe_groups::serve(context, principal, request, version).await;
             respond(correlation_id, header_version, &body, version)
         }
         ApiKey::OffsetForLeaderEpoch => {
             let request =
                 OffsetForLeaderEpochRequest::decode(&mut buf, version).map_err(decode_error)?;
-            let body = offset_for_leader_epoch::serve(service, request);
+            let body = offset_for_leader_epoch::serve(service, principal, request);
             respond(correlation_id, header_version, &body, version)
         }
         ApiKey::DeleteGroups => {
             let request = DeleteGroupsRequest::decode(&mut buf, version).map_err(decode_error)?;
-            let body = delete_groups::serve(context, request).await;
+            let body = delete_groups::serve(context, principal, request).await;
             respond(correlation_id, header_version, &body, version)
         }
         ApiKey::JoinGroup => {
             let request = JoinGroupRequest::decode(&mut buf, version).map_err(decode_error)?;
-            let body = join_group::serve(context, request, version).await;
+            let body = join_group::serve(context, principal, request, version).await;
             respond(correlation_id, header_version, &body, version)
         }
         ApiKey::SyncGroup => {
             let request = SyncGroupRequest::decode(&mut buf, version).map_err(decode_error)?;
-            let body = sync_group::serve(context, request).await;
+            let body = sync_group::serve(context, principal, request).await;
             respond(correlation_id, header_version, &body, version)
         }
         ApiKey::Heartbeat => {
             let request = HeartbeatRequest::decode(&mut buf, version).map_err(decode_error)?;
-            let body = heartbeat::serve(context, request).await;
+            let body = heartbeat::serve(context, principal, request).await;
             respond(correlation_id, header_version, &body, version)
         }
         ApiKey::LeaveGroup => {
             let request = LeaveGroupRequest::decode(&mut buf, version).map_err(decode_error)?;
-            let body = leave_group::serve(context, request, version).await;
+            let body = leave_group::serve(context, principal, request, version).await;
             respond(correlation_id, header_version, &body, version)
         }
         ApiKey::ListGroups => {
             let request = ListGroupsRequest::decode(&mut buf, version).map_err(decode_error)?;
-            let body = list_groups::serve(context, request).await;
+            let body = list_groups::serve(context, principal, request).await;
             respond(correlation_id, header_version, &body, version)
         }
         ApiKey::ListTransactions => {
             let request =
                 ListTransactionsRequest::decode(&mut buf, version).map_err(decode_error)?;
-            let body = list_transactions::serve(context, request).await;
+            let body = list_transactions::serve(context, principal, request).await;
             respond(correlation_id, header_version, &body, version)
         }
         ApiKey::DescribeTransactions => {
             let request =
                 DescribeTransactionsRequest::decode(&mut buf, version).map_err(decode_error)?;
-            let body = describe_transactions::serve(context, request).await;
+            let body = describe_transactions::serve(context, principal, request).await;
             respond(correlation_id, header_version, &body, version)
         }
         ApiKey::DescribeProducers => {
             let request =
                 DescribeProducersRequest::decode(&mut buf, version).map_err(decode_error)?;
-            let body = describe_producers::serve(service, request);
+            let body = describe_producers::serve(service, principal, request);
             respond(correlation_id, header_version, &body, version)
         }
         ApiKey::OffsetDelete => {
             let request = OffsetDeleteRequest::decode(&mut buf, version).map_err(decode_error)?;
-            let body = offset_delete::serve(context, request).await;
+            let body = offset_delete::serve(context, principal, request).await;
             respond(correlation_id, header_version, &body, version)
         }
         _ => return Err(FrameError::NotServed { api_key, version }),

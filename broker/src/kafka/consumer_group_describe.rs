@@ -21,6 +21,7 @@ const CONSUMER_MEMBER: i8 = 1;
 
 pub async fn serve(
     context: &KafkaContext,
+    principal: &str,
     request: ConsumerGroupDescribeRequest,
 ) -> ConsumerGroupDescribeResponse {
     let ids = TopicIds::of(&context.service);
@@ -33,7 +34,7 @@ pub async fn serve(
                 .with_error_code(code)
                 .with_error_message(nullable(message))
         };
-        let group = match describe(context, &id).await {
+        let group = match describe(context, principal, &id).await {
             Ok(group) => described_group(group_id, group, &ids),
             Err(refusal) => refused(refusal.code, refusal.message),
         };

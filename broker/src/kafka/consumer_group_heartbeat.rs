@@ -11,7 +11,7 @@ use idem_proto::v1::{
     ConsumerGroupHeartbeatRequest as IdemRequest, GroupTopicPartitions, OwnedPartitions,
     SubscribedTopics,
 };
-use idem_runtime::acl::{Operation, Resource, ANONYMOUS};
+use idem_runtime::acl::{Operation, Resource};
 use kafka_protocol::messages::consumer_group_heartbeat_request::ConsumerGroupHeartbeatRequest;
 use kafka_protocol::messages::consumer_group_heartbeat_response::{
     Assignment, ConsumerGroupHeartbeatResponse, TopicPartitions,
@@ -27,6 +27,7 @@ use super::KafkaContext;
 
 pub async fn serve(
     context: &KafkaContext,
+    principal: &str,
     request: ConsumerGroupHeartbeatRequest,
 ) -> ConsumerGroupHeartbeatResponse {
     let group_id = request.group_id.0.to_string();
@@ -44,7 +45,7 @@ pub async fn serve(
     };
     if let Err(denied) = context
         .service
-        .check_all(ANONYMOUS, [(Operation::Read, Resource::group(&group_id))])
+        .check_all(principal, [(Operation::Read, Resource::group(&group_id))])
     {
         return refused(kafka_code(denied.error_code() as i32), denied.to_string());
     }

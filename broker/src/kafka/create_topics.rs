@@ -1,5 +1,5 @@
 //! CreateTopics through the gRPC path (`BrokerService::serve_create_topics`), with
-//! Kafka's CREATE check for `User:ANONYMOUS` (on the cluster, or on the topic). Kafka's
+//! Kafka's CREATE check for the connection's principal (on the cluster, or on the topic). Kafka's
 //! -1 ("the broker's default") is 1 partition and replication factor 1; explicit
 //! replica assignments are not served (INVALID_REQUEST); `validate_only` creates
 //! nothing and answers as a creation would have been tried (INVALID_REQUEST: not served).
@@ -7,7 +7,7 @@
 use idem_proto::v1::{
     ConfigEntry, CreatableTopic as IdemTopic, CreateTopicsRequest as IdemRequest,
 };
-use idem_runtime::acl::{Operation, Resource, ANONYMOUS};
+use idem_runtime::acl::{Operation, Resource};
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreateTopicsRequest};
 use kafka_protocol::messages::create_topics_response::{
     CreatableTopicResult, CreateTopicsResponse,
@@ -18,7 +18,11 @@ use kafka_protocol::ResponseError;
 use super::errors::kafka_code;
 use crate::service::BrokerService;
 
-pub async fn serve(service: &BrokerService, request: CreateTopicsRequest) -> CreateTopicsResponse {
+pub async fn serve(
+    service: &BrokerService,
+    principal: &str,
+    request: CreateTopicsRequest,
+) -> CreateTopicsResponse {
     let mut results = Vec::with_capacity(request.topics.len());
     for topic in request.topics {
         let name = topic.name.0.to_string();
@@ -29,10 +33,10 @@ pub async fn serve(service: &BrokerService, request: CreateTopicsRequest) -> Cre
                 ResponseError::InvalidRequest,
                 "replica assignments are not served",
             ))
-        } else if !may_create(service, &name) {
+        } else if !may_create(service, principal, &name) {
             Some((
                 ResponseError::TopicAuthorizationFailed,
-                "User:ANONYMOUS may not create it",
+                "the principal may not create it",
             ))
         } else {
             None
@@ -67,12 +71,12 @@ pub async fn serve(service: &BrokerService, request: CreateTopicsRequest) -> Cre
     CreateTopicsResponse::default().with_topics(results)
 }
 
-fn may_create(service: &BrokerService, topic: &str) -> bool {
+fn may_create(service: &BrokerService, principal: &str, topic: &str) -> bool {
     service
-        .require(ANONYMOUS, [(Operation::Create, Resource::cluster())])
+        .require(principal, [(Operation::Create, Resource::cluster())])
         .is_ok()
         || service
-            .require(ANONYMOUS, [(Operation::Create, Resource::topic(topic))])
+            .require(principal, [(Operation::Create, Resource::topic(topic))])
             .is_ok()
 }
 

@@ -5,7 +5,7 @@
 //! that group, nothing forwarded).
 
 use idem_proto::v1::DeleteGroupsRequest as IdemRequest;
-use idem_runtime::acl::{Operation, Resource, ANONYMOUS};
+use idem_runtime::acl::{Operation, Resource};
 use kafka_protocol::messages::delete_groups_request::DeleteGroupsRequest;
 use kafka_protocol::messages::delete_groups_response::{
     DeletableGroupResult, DeleteGroupsResponse,
@@ -16,13 +16,17 @@ use super::errors::kafka_code;
 use super::forward::to_group_coordinator;
 use super::KafkaContext;
 
-pub async fn serve(context: &KafkaContext, request: DeleteGroupsRequest) -> DeleteGroupsResponse {
+pub async fn serve(
+    context: &KafkaContext,
+    principal: &str,
+    request: DeleteGroupsRequest,
+) -> DeleteGroupsResponse {
     let mut results = Vec::with_capacity(request.groups_names.len());
     for group_id in request.groups_names {
         let id = group_id.0.to_string();
         let code = match context
             .service
-            .check_all(ANONYMOUS, [(Operation::Delete, Resource::group(&id))])
+            .check_all(principal, [(Operation::Delete, Resource::group(&id))])
         {
             Err(denied) => kafka_code(denied.error_code() as i32),
             Ok(()) => {

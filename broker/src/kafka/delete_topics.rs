@@ -1,11 +1,11 @@
 //! DeleteTopics through the gRPC path (`BrokerService::serve_delete_topics`: internal
 //! topics refused, each topic deleted on its own), with Kafka's DELETE check on the
-//! topic for `User:ANONYMOUS`. Topics are named (v1-5's `topic_names`, v6's `topics`
+//! topic for the connection's principal. Topics are named (v1-5's `topic_names`, v6's `topics`
 //! by name); a v6 entry naming only a topic id is answered UNKNOWN_TOPIC_ID: idem's
 //! DeleteTopics takes names.
 
 use idem_proto::v1::DeleteTopicsRequest as IdemRequest;
-use idem_runtime::acl::{Operation, Resource, ANONYMOUS};
+use idem_runtime::acl::{Operation, Resource};
 use kafka_protocol::messages::delete_topics_request::DeleteTopicsRequest;
 use kafka_protocol::messages::delete_topics_response::{
     DeletableTopicResult, DeleteTopicsResponse,
@@ -17,7 +17,11 @@ use kafka_protocol::ResponseError;
 use super::errors::kafka_code;
 use crate::service::BrokerService;
 
-pub async fn serve(service: &BrokerService, request: DeleteTopicsRequest) -> DeleteTopicsResponse {
+pub async fn serve(
+    service: &BrokerService,
+    principal: &str,
+    request: DeleteTopicsRequest,
+) -> DeleteTopicsResponse {
     // Every version's names, in request order: v1-5 list names, v6 names or ids.
     let asked: Vec<Result<TopicName, uuid::Uuid>> = request
         .topic_names
@@ -34,17 +38,21 @@ pub async fn serve(service: &BrokerService, request: DeleteTopicsRequest) -> Del
                 .with_error_message(Some(StrBytes::from_static_str(
                     "idem deletes topics by name",
                 ))),
-            Ok(name) => delete_one(service, name).await,
+            Ok(name) => delete_one(service, principal, name).await,
         };
         results.push(result);
     }
     DeleteTopicsResponse::default().with_responses(results)
 }
 
-async fn delete_one(service: &BrokerService, name: TopicName) -> DeletableTopicResult {
+async fn delete_one(
+    service: &BrokerService,
+    principal: &str,
+    name: TopicName,
+) -> DeletableTopicResult {
     let topic = name.0.to_string();
     let answer = DeletableTopicResult::default().with_name(Some(name));
-    if let Err(denied) = service.require(ANONYMOUS, [(Operation::Delete, Resource::topic(&topic))])
+    if let Err(denied) = service.require(principal, [(Operation::Delete, Resource::topic(&topic))])
     {
         return answer
             .with_error_code(ResponseError::TopicAuthorizationFailed.code())

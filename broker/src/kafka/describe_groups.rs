@@ -23,6 +23,7 @@ const NOT_FOUND_SINCE: i16 = 6;
 
 pub async fn serve(
     context: &KafkaContext,
+    principal: &str,
     request: DescribeGroupsRequest,
     version: i16,
 ) -> DescribeGroupsResponse {
@@ -35,7 +36,7 @@ pub async fn serve(
                 .with_error_code(code)
                 .with_error_message(nullable(message))
         };
-        let group = match describe(context, &id).await {
+        let group = match describe(context, principal, &id).await {
             Ok(group) => DescribedGroup::default()
                 .with_group_id(group_id.clone())
                 .with_group_state(StrBytes::from_string(group.state))

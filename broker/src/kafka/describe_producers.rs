@@ -6,7 +6,7 @@
 //! (its state may lag), an unknown one UNKNOWN_TOPIC_OR_PARTITION; read on the topic is
 //! checked, as Kafka checks it (else TOPIC_AUTHORIZATION_FAILED for its partitions).
 
-use idem_runtime::acl::{Operation, ANONYMOUS};
+use idem_runtime::acl::Operation;
 use kafka_protocol::messages::describe_producers_request::DescribeProducersRequest;
 use kafka_protocol::messages::describe_producers_response::{
     DescribeProducersResponse, PartitionResponse, ProducerState, TopicResponse,
@@ -21,6 +21,7 @@ use crate::service::BrokerService;
 
 pub fn serve(
     service: &BrokerService,
+    principal: &str,
     request: DescribeProducersRequest,
 ) -> DescribeProducersResponse {
     let topics = request
@@ -29,7 +30,7 @@ pub fn serve(
         .map(|topic| {
             let name = topic.name.0.to_string();
             let authorized = service
-                .authorize_topic(ANONYMOUS, Operation::Read, &name)
+                .authorize_topic(principal, Operation::Read, &name)
                 .is_ok();
             let partitions = topic
                 .partition_indexes

@@ -6,7 +6,7 @@
 //! coordinator does not hold is TRANSACTIONAL_ID_NOT_FOUND.
 
 use idem_proto::v1::{DescribeTransactionRequest, TransactionDescription};
-use idem_runtime::acl::{Operation, Resource, ANONYMOUS};
+use idem_runtime::acl::{Operation, Resource};
 use kafka_protocol::messages::describe_transactions_request::DescribeTransactionsRequest;
 use kafka_protocol::messages::describe_transactions_response::{
     DescribeTransactionsResponse, TopicData, TransactionState,
@@ -21,18 +21,19 @@ use super::KafkaContext;
 
 pub async fn serve(
     context: &KafkaContext,
+    principal: &str,
     request: DescribeTransactionsRequest,
 ) -> DescribeTransactionsResponse {
     let mut states = Vec::with_capacity(request.transactional_ids.len());
     for transactional_id in request.transactional_ids {
         let id = transactional_id.0.to_string();
         let answer = TransactionState::default().with_transactional_id(transactional_id);
-        let state = match describe(context, &id).await {
+        let state = match describe(context, principal, &id).await {
             Ok(described) => {
                 let may_describe_topic = |topic: &str| {
                     context
                         .service
-                        .authorize_topic(ANONYMOUS, Operation::Describe, topic)
+                        .authorize_topic(principal, Operation::Describe, topic)
                         .is_ok()
                 };
                 described_state(answer, described, may_describe_topic)
@@ -50,11 +51,15 @@ pub async fn serve(
 }
 
 /// The transactional id as its coordinator holds it, or the Kafka code refusing it.
-async fn describe(context: &KafkaContext, id: &str) -> Result<TransactionDescription, i16> {
+async fn describe(
+    context: &KafkaContext,
+    principal: &str,
+    id: &str,
+) -> Result<TransactionDescription, i16> {
     context
         .service
         .check_all(
-            ANONYMOUS,
+            principal,
             [(Operation::Describe, Resource::transactional_id(id))],
         )
         .map_err(|denied| kafka_code(denied.error_code() as i32))?;

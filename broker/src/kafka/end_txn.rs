@@ -8,7 +8,7 @@
 //! TRANSACTIONAL_ID_AUTHORIZATION_FAILED).
 
 use idem_proto::v1::EndTxnRequest as IdemRequest;
-use idem_runtime::acl::{Operation, Resource, ANONYMOUS};
+use idem_runtime::acl::{Operation, Resource};
 use kafka_protocol::messages::end_txn_request::EndTxnRequest;
 use kafka_protocol::messages::end_txn_response::EndTxnResponse;
 
@@ -22,13 +22,18 @@ const FENCED_SINCE: i16 = 2;
 /// producer's next epoch). Below it the client keeps its epoch.
 const TRANSACTION_VERSION_2: i16 = 5;
 
-pub async fn serve(context: &KafkaContext, request: EndTxnRequest, version: i16) -> EndTxnResponse {
+pub async fn serve(
+    context: &KafkaContext,
+    principal: &str,
+    request: EndTxnRequest,
+    version: i16,
+) -> EndTxnResponse {
     let transactional_id = request.transactional_id.0.to_string();
     let needs = [(
         Operation::Write,
         Resource::transactional_id(&transactional_id),
     )];
-    if let Err(denied) = context.service.check_all(ANONYMOUS, needs) {
+    if let Err(denied) = context.service.check_all(principal, needs) {
         return EndTxnResponse::default().with_error_code(kafka_code(denied.error_code() as i32));
     }
     let forwarded = IdemRequest {
@@ -58,6 +63,8 @@ mod tests {
     use kafka_protocol::messages::{ProducerId, TransactionalId};
     use kafka_protocol::protocol::StrBytes;
 
+    use idem_runtime::acl::ANONYMOUS;
+
     use super::*;
     use crate::kafka::test_broker::{allow, context, service};
 
@@ -74,7 +81,7 @@ mod tests {
             .with_transactional_id(TransactionalId(StrBytes::from_static_str("tx")))
             .with_producer_id(ProducerId(5))
             .with_committed(true);
-        let answer = serve(&context, request, 3).await;
+        let answer = serve(&context, ANONYMOUS, request, 3).await;
         assert_eq!(answer.error_code, 53);
         assert_eq!(context.link.channel_count(), 0, "nothing was dialled");
     }

@@ -11,7 +11,6 @@ use idem_proto::v1::{
     FetchPartition as IdemPartition, FetchRequest as IdemFetchRequest, FetchTopic as IdemTopic,
     IsolationLevel,
 };
-use idem_runtime::acl::ANONYMOUS;
 use kafka_protocol::messages::fetch_request::FetchRequest;
 use kafka_protocol::messages::fetch_response::{
     FetchResponse, FetchableTopicResponse, PartitionData,
@@ -24,7 +23,11 @@ use super::errors::kafka_code;
 use super::records::{skipped_range, stored_to_kafka};
 use crate::service::BrokerService;
 
-pub async fn serve(service: &BrokerService, request: FetchRequest) -> FetchResponse {
+pub async fn serve(
+    service: &BrokerService,
+    principal: &str,
+    request: FetchRequest,
+) -> FetchResponse {
     let read_committed = request.isolation_level == 1;
     let idem = IdemFetchRequest {
         max_wait_ms: request.max_wait_ms,
@@ -58,7 +61,7 @@ pub async fn serve(service: &BrokerService, request: FetchRequest) -> FetchRespo
         replica_id: None,
         include_control_batches: false,
     };
-    let fetched = service.serve_fetch(ANONYMOUS, idem.clone()).await;
+    let fetched = service.serve_fetch(principal, idem.clone()).await;
     let throttle_time_ms = fetched.throttle_time_ms;
     let responses = fetched
         .topics

@@ -7,7 +7,7 @@
 //! checked first, as the coordinator checks it for SDK callers. v4+ (KIP-699) asks for
 //! several keys at once and is answered per key.
 
-use idem_runtime::acl::{Operation, Resource, ANONYMOUS};
+use idem_runtime::acl::{Operation, Resource};
 use kafka_protocol::messages::find_coordinator_request::FindCoordinatorRequest;
 use kafka_protocol::messages::find_coordinator_response::{Coordinator, FindCoordinatorResponse};
 use kafka_protocol::messages::BrokerId;
@@ -24,6 +24,7 @@ const TRANSACTION: i8 = 1;
 
 pub fn serve(
     service: &BrokerService,
+    principal: &str,
     request: FindCoordinatorRequest,
     version: i16,
 ) -> FindCoordinatorResponse {
@@ -32,11 +33,11 @@ pub fn serve(
         let coordinators = request
             .coordinator_keys
             .into_iter()
-            .map(|key| find(service, key_type, key))
+            .map(|key| find(service, principal, key_type, key))
             .collect();
         return FindCoordinatorResponse::default().with_coordinators(coordinators);
     }
-    let found = find(service, key_type, request.key);
+    let found = find(service, principal, key_type, request.key);
     FindCoordinatorResponse::default()
         .with_error_code(found.error_code)
         .with_error_message(found.error_message)
@@ -46,7 +47,7 @@ pub fn serve(
 }
 
 /// The answer for one key.
-fn find(service: &BrokerService, key_type: i8, key: StrBytes) -> Coordinator {
+fn find(service: &BrokerService, principal: &str, key_type: i8, key: StrBytes) -> Coordinator {
     let refused = |code: i16, message: String| {
         Coordinator::default()
             .with_key(key.clone())
@@ -66,7 +67,7 @@ fn find(service: &BrokerService, key_type: i8, key: StrBytes) -> Coordinator {
             )
         }
     };
-    if let Err(denied) = service.check_all(ANONYMOUS, [(Operation::Describe, resource)]) {
+    if let Err(denied) = service.check_all(principal, [(Operation::Describe, resource)]) {
         return refused(kafka_code(denied.error_code() as i32), denied.to_string());
     }
     if let Err(e) = service.coordinator_of(key.as_str()) {
@@ -88,6 +89,8 @@ fn find(service: &BrokerService, key_type: i8, key: StrBytes) -> Coordinator {
 
 #[cfg(test)]
 mod tests {
+    use idem_runtime::acl::ANONYMOUS;
+
     use super::*;
 
     fn broker(dir: &std::path::Path, coordinator: Option<&str>) -> BrokerService {
@@ -104,6 +107,7 @@ mod tests {
         let service = broker(dir.path(), Some("127.0.0.1:7000"));
         let v3 = serve(
             &service,
+            ANONYMOUS,
             FindCoordinatorRequest::default()
                 .with_key(key("orders-tx"))
                 .with_key_type(TRANSACTION),
@@ -115,6 +119,7 @@ mod tests {
 
         let v4 = serve(
             &service,
+            ANONYMOUS,
             FindCoordinatorRequest::default()
                 .with_key_type(GROUP)
                 .with_coordinator_keys(vec![key("g1"), key("g2")]),
@@ -134,6 +139,7 @@ mod tests {
         let service = broker(dir.path(), None);
         let none = serve(
             &service,
+            ANONYMOUS,
             FindCoordinatorRequest::default()
                 .with_key(key("orders-tx"))
                 .with_key_type(TRANSACTION),
@@ -147,6 +153,7 @@ mod tests {
         let service = broker(dir.path(), Some("127.0.0.1:7000"));
         let share = serve(
             &service,
+            ANONYMOUS,
             FindCoordinatorRequest::default()
                 .with_key_type(2)
                 .with_coordinator_keys(vec![key("s")]),

@@ -5,7 +5,7 @@
 //! asked. Each API renders the description, or the refusal, in its own schema.
 
 use idem_proto::v1::{DescribeGroupsRequest, GroupDescription};
-use idem_runtime::acl::{Operation, Resource, ANONYMOUS};
+use idem_runtime::acl::{Operation, Resource};
 use kafka_protocol::ResponseError;
 
 use super::errors::kafka_code;
@@ -15,11 +15,15 @@ use super::KafkaContext;
 /// The description of `group_id`, or the Kafka code and message refusing it
 /// (GROUP_AUTHORIZATION_FAILED, the coordinator's GROUP_ID_NOT_FOUND, an unreachable
 /// coordinator's COORDINATOR_NOT_AVAILABLE...).
-pub async fn describe(context: &KafkaContext, group_id: &str) -> Result<GroupDescription, Refused> {
+pub async fn describe(
+    context: &KafkaContext,
+    principal: &str,
+    group_id: &str,
+) -> Result<GroupDescription, Refused> {
     context
         .service
         .check_all(
-            ANONYMOUS,
+            principal,
             [(Operation::Describe, Resource::group(group_id))],
         )
         .map_err(|denied| {

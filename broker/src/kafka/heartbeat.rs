@@ -4,7 +4,7 @@
 //! membership is gone. Read on the group is checked first.
 
 use idem_proto::v1::ClassicHeartbeatRequest;
-use idem_runtime::acl::{Operation, Resource, ANONYMOUS};
+use idem_runtime::acl::{Operation, Resource};
 use kafka_protocol::messages::heartbeat_request::HeartbeatRequest;
 use kafka_protocol::messages::heartbeat_response::HeartbeatResponse;
 
@@ -12,12 +12,16 @@ use super::errors::kafka_code;
 use super::forward::to_group_coordinator;
 use super::KafkaContext;
 
-pub async fn serve(context: &KafkaContext, request: HeartbeatRequest) -> HeartbeatResponse {
+pub async fn serve(
+    context: &KafkaContext,
+    principal: &str,
+    request: HeartbeatRequest,
+) -> HeartbeatResponse {
     let group_id = request.group_id.0.to_string();
     let answer = |code: i16| HeartbeatResponse::default().with_error_code(code);
     if let Err(denied) = context
         .service
-        .check_all(ANONYMOUS, [(Operation::Read, Resource::group(&group_id))])
+        .check_all(principal, [(Operation::Read, Resource::group(&group_id))])
     {
         return answer(kafka_code(denied.error_code() as i32));
     }

@@ -1,14 +1,14 @@
 //! InitProducerId. Without a transactional id (idempotent producers): the broker's own
 //! producer-id allocation (`BrokerService::serve_init_producer_id`, the leased block
 //! and KIP-360 epoch bumps) with the same checks as the gRPC call: IDEMPOTENT_WRITE for
-//! `User:ANONYMOUS` (else CLUSTER_AUTHORIZATION_FAILED) and the cap of new ids per
+//! the connection's principal (else CLUSTER_AUTHORIZATION_FAILED) and the cap of new ids per
 //! principal. With one: forwarded to the TxnCoordinator owning the id (`forward.rs`)
 //! after the coordinator's own check, write on the transactional id (else
 //! TRANSACTIONAL_ID_AUTHORIZATION_FAILED); v3+ carries the producer's current id and
 //! epoch (KIP-360), which the coordinator renews only if they are still current.
 
 use idem_proto::v1::{InitProducerIdRequest as IdemRequest, TxnInitProducerIdRequest};
-use idem_runtime::acl::{Operation, Resource, ANONYMOUS};
+use idem_runtime::acl::{Operation, Resource};
 use kafka_protocol::messages::init_producer_id_request::InitProducerIdRequest;
 use kafka_protocol::messages::init_producer_id_response::InitProducerIdResponse;
 use kafka_protocol::messages::ProducerId;
@@ -23,6 +23,7 @@ const FENCED_SINCE: i16 = 4;
 
 pub async fn serve(
     context: &KafkaContext,
+    principal: &str,
     request: InitProducerIdRequest,
     version: i16,
 ) -> InitProducerIdResponse {
@@ -35,9 +36,17 @@ pub async fn serve(
     // v3+: a producer that has an id asks for its next epoch (-1: a new id).
     let producer_id = (request.producer_id.0 >= 0).then_some(request.producer_id.0);
     if !transactional_id.is_empty() {
-        return transactional(context, transactional_id, request, producer_id, version).await;
+        return transactional(
+            context,
+            principal,
+            transactional_id,
+            request,
+            producer_id,
+            version,
+        )
+        .await;
     }
-    if service.require_idempotent_write(ANONYMOUS).is_err() {
+    if service.require_idempotent_write(principal).is_err() {
         return refused(ResponseError::ClusterAuthorizationFailed.code());
     }
     let idem = IdemRequest {
@@ -48,7 +57,7 @@ pub async fn serve(
     };
     let answer = match producer_id
         .is_none()
-        .then(|| service.over_producer_id_cap(ANONYMOUS))
+        .then(|| service.over_producer_id_cap(principal))
         .flatten()
     {
         Some(refusal) => refusal,
@@ -63,6 +72,7 @@ pub async fn serve(
 
 async fn transactional(
     context: &KafkaContext,
+    principal: &str,
     transactional_id: String,
     request: InitProducerIdRequest,
     producer_id: Option<i64>,
@@ -72,7 +82,7 @@ async fn transactional(
         Operation::Write,
         Resource::transactional_id(&transactional_id),
     )];
-    if let Err(denied) = context.service.check_all(ANONYMOUS, needs) {
+    if let Err(denied) = context.service.check_all(principal, needs) {
         return refused(kafka_code(denied.error_code() as i32));
     }
     let forwarded = TxnInitProducerIdRequest {

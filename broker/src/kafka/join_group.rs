@@ -9,7 +9,7 @@
 //! Read on the group is checked first (else GROUP_AUTHORIZATION_FAILED).
 
 use idem_proto::v1::{ClassicJoinGroupRequest, GroupTopicPartitions};
-use idem_runtime::acl::{Operation, Resource, ANONYMOUS};
+use idem_runtime::acl::{Operation, Resource};
 use kafka_protocol::messages::join_group_request::JoinGroupRequest;
 use kafka_protocol::messages::join_group_response::JoinGroupResponse;
 use kafka_protocol::protocol::StrBytes;
@@ -22,6 +22,7 @@ use super::KafkaContext;
 
 pub async fn serve(
     context: &KafkaContext,
+    principal: &str,
     request: JoinGroupRequest,
     version: i16,
 ) -> JoinGroupResponse {
@@ -35,7 +36,7 @@ pub async fn serve(
     let asked_id = request.member_id.to_string();
     if let Err(denied) = context
         .service
-        .check_all(ANONYMOUS, [(Operation::Read, Resource::group(&group_id))])
+        .check_all(principal, [(Operation::Read, Resource::group(&group_id))])
     {
         return refused(kafka_code(denied.error_code() as i32), &asked_id);
     }

@@ -5,7 +5,7 @@
 //! (static membership is refused at JoinGroup). Read on the group is checked first.
 
 use idem_proto::v1::ClassicLeaveGroupRequest;
-use idem_runtime::acl::{Operation, Resource, ANONYMOUS};
+use idem_runtime::acl::{Operation, Resource};
 use kafka_protocol::messages::leave_group_request::LeaveGroupRequest;
 use kafka_protocol::messages::leave_group_response::{LeaveGroupResponse, MemberResponse};
 use kafka_protocol::protocol::StrBytes;
@@ -16,6 +16,7 @@ use super::KafkaContext;
 
 pub async fn serve(
     context: &KafkaContext,
+    principal: &str,
     request: LeaveGroupRequest,
     version: i16,
 ) -> LeaveGroupResponse {
@@ -23,7 +24,7 @@ pub async fn serve(
     let refused = |code: i16| LeaveGroupResponse::default().with_error_code(code);
     if let Err(denied) = context
         .service
-        .check_all(ANONYMOUS, [(Operation::Read, Resource::group(&group_id))])
+        .check_all(principal, [(Operation::Read, Resource::group(&group_id))])
     {
         return refused(kafka_code(denied.error_code() as i32));
     }

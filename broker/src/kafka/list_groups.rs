@@ -1,7 +1,7 @@
 //! ListGroups v0–v5: every group of the cluster, from every coordinator owning a slice
 //! (`fan_out`), whichever broker is asked; a coordinator that cannot list is the
 //! top-level error, never a shorter list. Each listed group is one the Kafka client
-//! (User:ANONYMOUS) may describe. idem's groups are KIP-848 groups: protocol type and
+//! (the connection's principal) may describe. idem's groups are KIP-848 groups: protocol type and
 //! group type `consumer`. The v4 states filter and the v5 types filter match names
 //! case-insensitively, as Kafka's do. Every broker answering the whole cluster, a client
 //! that asks each broker (librdkafka ≥ 2.14.2, the Java admin client) merges the answers
@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 
 use idem_proto::v1::GroupListing;
-use idem_runtime::acl::{Operation, Resource, ANONYMOUS};
+use idem_runtime::acl::{Operation, Resource};
 use kafka_protocol::messages::list_groups_request::ListGroupsRequest;
 use kafka_protocol::messages::list_groups_response::{ListGroupsResponse, ListedGroup};
 use kafka_protocol::messages::GroupId;
@@ -20,7 +20,11 @@ use super::consumer_protocol::CONSUMER_PROTOCOL_TYPE;
 use super::fan_out;
 use super::KafkaContext;
 
-pub async fn serve(context: &KafkaContext, request: ListGroupsRequest) -> ListGroupsResponse {
+pub async fn serve(
+    context: &KafkaContext,
+    principal: &str,
+    request: ListGroupsRequest,
+) -> ListGroupsResponse {
     let lists = match fan_out::list_groups(context).await {
         Ok(lists) => lists,
         Err(refused) => {
@@ -33,7 +37,7 @@ pub async fn serve(context: &KafkaContext, request: ListGroupsRequest) -> ListGr
         context
             .service
             .check_all(
-                ANONYMOUS,
+                principal,
                 [(Operation::Describe, Resource::group(group_id))],
             )
             .is_ok()

@@ -1,13 +1,13 @@
 //! ListOffsets: earliest (-2: the log start offset) and latest (-1: the high watermark,
 //! or the last stable offset for read_committed) through the gRPC path
-//! (`BrokerService::serve_list_offsets`); a topic `User:ANONYMOUS` may not describe is
+//! (`BrokerService::serve_list_offsets`); a topic the connection's principal may not describe is
 //! TOPIC_AUTHORIZATION_FAILED. Lookups by timestamp are not served yet (INVALID_REQUEST).
 
 use idem_proto::v1::{
     IsolationLevel, ListOffsetsPartition as IdemPartition, ListOffsetsRequest as IdemRequest,
     ListOffsetsTopic as IdemTopic,
 };
-use idem_runtime::acl::{Operation, ANONYMOUS};
+use idem_runtime::acl::Operation;
 use kafka_protocol::messages::list_offsets_request::ListOffsetsRequest;
 use kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsResponse, ListOffsetsTopicResponse,
@@ -19,7 +19,11 @@ use kafka_protocol::ResponseError;
 use super::errors::kafka_code;
 use crate::service::BrokerService;
 
-pub fn serve(service: &BrokerService, request: ListOffsetsRequest) -> ListOffsetsResponse {
+pub fn serve(
+    service: &BrokerService,
+    principal: &str,
+    request: ListOffsetsRequest,
+) -> ListOffsetsResponse {
     let isolation = if request.isolation_level == 1 {
         IsolationLevel::ReadCommitted
     } else {
@@ -30,7 +34,7 @@ pub fn serve(service: &BrokerService, request: ListOffsetsRequest) -> ListOffset
         .into_iter()
         .map(|topic| {
             let name = topic.name.0.to_string();
-            let partitions = match service.authorize_topic(ANONYMOUS, Operation::Describe, &name) {
+            let partitions = match service.authorize_topic(principal, Operation::Describe, &name) {
                 Err(_) => topic
                     .partitions
                     .iter()

@@ -1,6 +1,6 @@
 //! ListTransactions v0–v1 (KIP-664, KIP-994): every transactional id of the cluster,
 //! from every coordinator owning a slice (`fan_out`; one that cannot list is the
-//! top-level error, never a shorter list), that the Kafka client (User:ANONYMOUS) may
+//! top-level error, never a shorter list), that the Kafka client (the connection's principal) may
 //! describe. Filters as Kafka's coordinator applies them: state names (exact; a name
 //! Kafka does not know is answered in `unknown_state_filters` and matches nothing),
 //! producer ids, and v1's duration (only transactions open longer than it, by this
@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use idem_proto::v1::TransactionDescription;
-use idem_runtime::acl::{Operation, Resource, ANONYMOUS};
+use idem_runtime::acl::{Operation, Resource};
 use idem_runtime::clock::now_ms;
 use kafka_protocol::messages::list_transactions_request::ListTransactionsRequest;
 use kafka_protocol::messages::list_transactions_response::{
@@ -35,6 +35,7 @@ const STATES: [&str; 8] = [
 
 pub async fn serve(
     context: &KafkaContext,
+    principal: &str,
     request: ListTransactionsRequest,
 ) -> ListTransactionsResponse {
     let lists = match fan_out::list_transactions(context).await {
@@ -48,7 +49,7 @@ pub async fn serve(
         context
             .service
             .check_all(
-                ANONYMOUS,
+                principal,
                 [(Operation::Describe, Resource::transactional_id(id))],
             )
             .is_ok()

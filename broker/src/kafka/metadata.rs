@@ -5,7 +5,6 @@
 //! LEADER_NOT_AVAILABLE to Kafka clients.
 
 use idem_proto::v1::MetadataRequest as IdemMetadataRequest;
-use idem_runtime::acl::ANONYMOUS;
 use idem_runtime::listeners::Listener;
 use kafka_protocol::messages::metadata_request::MetadataRequest;
 use kafka_protocol::messages::metadata_response::{
@@ -22,7 +21,11 @@ use crate::service::BrokerService;
 /// What Kafka clients see as the cluster id.
 const CLUSTER_ID: &str = "idem";
 
-pub async fn serve(service: &BrokerService, request: MetadataRequest) -> MetadataResponse {
+pub async fn serve(
+    service: &BrokerService,
+    principal: &str,
+    request: MetadataRequest,
+) -> MetadataResponse {
     // Kafka: a null list asks for every topic, an empty one for none. v10+ may name a
     // topic by id only (a KIP-848 consumer resolving its assignment): the id's name, or
     // a name no topic has, which answers UNKNOWN_TOPIC_OR_PARTITION.
@@ -66,7 +69,7 @@ pub async fn serve(service: &BrokerService, request: MetadataRequest) -> Metadat
     };
     let topics = match names {
         Some(names) if names.is_empty() => Vec::new(),
-        names => topics(service, names.unwrap_or_default()).await,
+        names => topics(service, principal, names.unwrap_or_default()).await,
     };
     MetadataResponse::default()
         .with_brokers(brokers)
@@ -77,7 +80,11 @@ pub async fn serve(service: &BrokerService, request: MetadataRequest) -> Metadat
 
 /// The named topics (all when `names` is empty) as the gRPC Metadata describes them,
 /// with its authorization filter.
-async fn topics(service: &BrokerService, names: Vec<String>) -> Vec<MetadataResponseTopic> {
+async fn topics(
+    service: &BrokerService,
+    principal: &str,
+    names: Vec<String>,
+) -> Vec<MetadataResponseTopic> {
     let named = !names.is_empty();
     let idem = match service
         .serve_metadata(
@@ -88,7 +95,7 @@ async fn topics(service: &BrokerService, names: Vec<String>) -> Vec<MetadataResp
         )
         .await
     {
-        Ok(response) => service.filter_metadata(ANONYMOUS, named, response),
+        Ok(response) => service.filter_metadata(principal, named, response),
         Err(status) => {
             tracing::warn!(error = %status.message(), "Kafka Metadata cannot describe topics");
             return names

@@ -5,14 +5,20 @@
 //! the codecs are the `kafka-protocol` crate's. One file per idea: `connection`
 //! (framing, dispatch), `versions` (what is served), `records` (batch conversion),
 //! `errors` (code mapping), `coordinator_link` (the coordinators it proxies the
-//! coordinator APIs to), and one per API.
+//! coordinator APIs to), and one per API. On a TLS broker the listener speaks TLS only
+//! (Kafka's `security.protocol=SSL`), with the gRPC listeners' certificate, client-auth
+//! policy and SIGHUP reload; under mutual TLS each connection's principal is its client
+//! certificate's, else `User:ANONYMOUS`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_runtime::shutdown::Duties;
-use tokio::net::TcpListener;
+use idem_runtime::authn::certificate::principal_from_certificate;
+use idem_runtime::authn::principal::Principal;
+use idem_runtime::shutdown::{CancellationToken, Duties};
+use idem_runtime::tls::ServerTls;
+use tokio::net::{TcpListener, TcpStream};
 
 use crate::service::BrokerService;
 
@@ -69,8 +75,15 @@ pub struct KafkaContext {
 }
 
 /// Accepts Kafka connections on `listener` until the duties stop; each connection is
-/// a duty of its own that ends between requests.
-pub async fn accept(listener: TcpListener, context: Arc<KafkaContext>, duties: Duties) {
+/// a duty of its own that ends between requests. With `tls` (the broker's `ServerTls`,
+/// shared with its gRPC listeners) every connection handshakes first, with the config
+/// current when it was accepted: no plaintext client is served on a TLS broker.
+pub async fn accept(
+    listener: TcpListener,
+    tls: Option<ServerTls>,
+    context: Arc<KafkaContext>,
+    duties: Duties,
+) {
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
@@ -78,9 +91,16 @@ pub async fn accept(listener: TcpListener, context: Arc<KafkaContext>, duties: D
                 if let Err(e) = stream.set_nodelay(true) {
                     tracing::debug!(%peer, error = %e, "TCP_NODELAY not set");
                 }
-                let context = context.clone();
-                duties
-                    .spawn_cooperative(move |stop| connection::serve(stream, peer, context, stop));
+                let (context, tls) = (context.clone(), tls.clone());
+                duties.spawn_cooperative(move |stop| async move {
+                    match tls {
+                        None => {
+                            let anonymous = Principal::anonymous();
+                            connection::serve(stream, peer, anonymous, context, stop).await;
+                        }
+                        Some(tls) => serve_tls(&tls, stream, peer, context, stop).await,
+                    }
+                });
             }
             Err(e) => {
                 // Out of file descriptors, typically: wait rather than spin on it.
@@ -89,6 +109,46 @@ pub async fn accept(listener: TcpListener, context: Arc<KafkaContext>, duties: D
             }
         }
     }
+}
+
+/// Handshakes `stream` (bounded by the handshake timeout, or `stop`), then serves it as
+/// its client certificate's principal. A failed handshake closes this connection only.
+async fn serve_tls(
+    tls: &ServerTls,
+    stream: TcpStream,
+    peer: SocketAddr,
+    context: Arc<KafkaContext>,
+    stop: CancellationToken,
+) {
+    let session = tokio::select! {
+        () = stop.cancelled() => return,
+        session = tls.handshake(stream) => session,
+    };
+    let session = match session {
+        Ok(session) => session,
+        Err(e) => {
+            // A plaintext client, an unknown CA, no certificate where one is required:
+            // the client's mistake, not the broker's, so no warning.
+            tracing::info!(%peer, error = %e, "Kafka TLS handshake failed");
+            return;
+        }
+    };
+    let leaf = session
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|chain| chain.first());
+    let principal = match leaf.map(|leaf| principal_from_certificate(leaf.as_ref())) {
+        None => Principal::anonymous(),
+        Some(Ok(principal)) => principal,
+        Some(Err(e)) => {
+            // Verified against the CA but naming no one: refused, as on gRPC.
+            tracing::info!(%peer, error = %e, "Kafka client certificate refused");
+            return;
+        }
+    };
+    tracing::debug!(%peer, principal = principal.as_str(), "Kafka TLS session");
+    connection::serve(session, peer, principal, context, stop).await;
 }
 
 /// The address a bound Kafka listener advertises: `--kafka-advertise`, else the bound

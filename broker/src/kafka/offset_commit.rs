@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use idem_proto::v1::{
     OffsetCommitPartition, OffsetCommitRequest as IdemRequest, OffsetCommitTopic,
 };
-use idem_runtime::acl::{Operation, Resource, ANONYMOUS};
+use idem_runtime::acl::{Operation, Resource};
 use kafka_protocol::messages::offset_commit_request::OffsetCommitRequest;
 use kafka_protocol::messages::offset_commit_response::{
     OffsetCommitResponse, OffsetCommitResponsePartition, OffsetCommitResponseTopic,
@@ -26,6 +26,7 @@ use super::KafkaContext;
 
 pub async fn serve(
     context: &KafkaContext,
+    principal: &str,
     request: OffsetCommitRequest,
     version: i16,
 ) -> OffsetCommitResponse {
@@ -51,7 +52,7 @@ pub async fn serve(
     };
     let service = &context.service;
     if let Err(denied) =
-        service.check_all(ANONYMOUS, [(Operation::Read, Resource::group(&group_id))])
+        service.check_all(principal, [(Operation::Read, Resource::group(&group_id))])
     {
         every(kafka_code(denied.error_code() as i32), &mut decided);
         return answer(&asked, &decided);
@@ -60,7 +61,7 @@ pub async fn serve(
     for topic in request.topics {
         let name = topic.name.0.to_string();
         if let Err(denied) =
-            service.check_all(ANONYMOUS, [(Operation::Read, Resource::topic(&name))])
+            service.check_all(principal, [(Operation::Read, Resource::topic(&name))])
         {
             let code = kafka_code(denied.error_code() as i32);
             for p in &topic.partitions {

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use idem_proto::v1::{GroupTopicPartitions, OffsetDeleteRequest as IdemRequest};
-use idem_runtime::acl::{Operation, Resource, ANONYMOUS};
+use idem_runtime::acl::{Operation, Resource};
 use kafka_protocol::messages::offset_delete_request::OffsetDeleteRequest;
 use kafka_protocol::messages::offset_delete_response::{
     OffsetDeleteResponse, OffsetDeleteResponsePartition, OffsetDeleteResponseTopic,
@@ -19,11 +19,15 @@ use super::errors::kafka_code;
 use super::forward::to_group_coordinator;
 use super::KafkaContext;
 
-pub async fn serve(context: &KafkaContext, request: OffsetDeleteRequest) -> OffsetDeleteResponse {
+pub async fn serve(
+    context: &KafkaContext,
+    principal: &str,
+    request: OffsetDeleteRequest,
+) -> OffsetDeleteResponse {
     let group_id = request.group_id.0.to_string();
     if let Err(denied) = context
         .service
-        .check_all(ANONYMOUS, [(Operation::Delete, Resource::group(&group_id))])
+        .check_all(principal, [(Operation::Delete, Resource::group(&group_id))])
     {
         return OffsetDeleteResponse::default()
             .with_error_code(kafka_code(denied.error_code() as i32));
@@ -31,7 +35,7 @@ pub async fn serve(context: &KafkaContext, request: OffsetDeleteRequest) -> Offs
     let readable = |topic: &str| {
         context
             .service
-            .authorize_topic(ANONYMOUS, Operation::Read, topic)
+            .authorize_topic(principal, Operation::Read, topic)
             .is_ok()
     };
     let forwarded = IdemRequest {

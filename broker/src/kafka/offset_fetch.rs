@@ -7,7 +7,7 @@
 //! No topics named (null): every partition the group has an offset for.
 
 use idem_proto::v1::{GroupTopicPartitions, OffsetFetchRequest as IdemRequest, OffsetFetchTopic};
-use idem_runtime::acl::{Operation, Resource, ANONYMOUS};
+use idem_runtime::acl::{Operation, Resource};
 use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequest;
 use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponse, OffsetFetchResponseGroup, OffsetFetchResponsePartition,
@@ -27,6 +27,7 @@ struct Fetched {
 
 pub async fn serve(
     context: &KafkaContext,
+    principal: &str,
     request: OffsetFetchRequest,
     version: i16,
 ) -> OffsetFetchResponse {
@@ -40,7 +41,14 @@ pub async fn serve(
                     .collect()
             });
             let group_id = group.group_id.0.to_string();
-            let fetched = fetch(context, &group_id, wanted, request.require_stable).await;
+            let fetched = fetch(
+                context,
+                principal,
+                &group_id,
+                wanted,
+                request.require_stable,
+            )
+            .await;
             groups.push(
                 OffsetFetchResponseGroup::default()
                     .with_group_id(group.group_id)
@@ -83,7 +91,14 @@ pub async fn serve(
             .collect::<Vec<_>>()
     });
     let group_id = request.group_id.0.to_string();
-    let fetched = fetch(context, &group_id, wanted.clone(), request.require_stable).await;
+    let fetched = fetch(
+        context,
+        principal,
+        &group_id,
+        wanted.clone(),
+        request.require_stable,
+    )
+    .await;
     let partition =
         |partition: i32, offset: i64, leader_epoch: i32, metadata: String, code: i16| {
             OffsetFetchResponsePartition::default()
@@ -141,12 +156,13 @@ pub async fn serve(
 /// `group_id`'s offsets for `wanted` (`None`: all it has).
 async fn fetch(
     context: &KafkaContext,
+    principal: &str,
     group_id: &str,
     wanted: Option<Vec<(String, Vec<i32>)>>,
     require_stable: bool,
 ) -> Fetched {
     if let Err(denied) = context.service.check_all(
-        ANONYMOUS,
+        principal,
         [(Operation::Describe, Resource::group(group_id))],
     ) {
         tracing::debug!(group_id, error = %denied, "OffsetFetch refused");

@@ -6,7 +6,7 @@
 //! current leader epoch of -1 is "unknown" and not checked. Describe on the topic is
 //! checked, as for ListOffsets (else TOPIC_AUTHORIZATION_FAILED).
 
-use idem_runtime::acl::{Operation, ANONYMOUS};
+use idem_runtime::acl::Operation;
 use kafka_protocol::messages::offset_for_leader_epoch_request::OffsetForLeaderEpochRequest;
 use kafka_protocol::messages::offset_for_leader_epoch_response::{
     EpochEndOffset, OffsetForLeaderEpochResponse, OffsetForLeaderTopicResult,
@@ -18,6 +18,7 @@ use crate::service::BrokerService;
 
 pub fn serve(
     service: &BrokerService,
+    principal: &str,
     request: OffsetForLeaderEpochRequest,
 ) -> OffsetForLeaderEpochResponse {
     let topics = request
@@ -26,7 +27,7 @@ pub fn serve(
         .map(|topic| {
             let name = topic.topic.0.to_string();
             let authorized = service
-                .authorize_topic(ANONYMOUS, Operation::Describe, &name)
+                .authorize_topic(principal, Operation::Describe, &name)
                 .is_ok();
             let partitions = topic
                 .partitions

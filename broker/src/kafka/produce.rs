@@ -10,7 +10,6 @@ use idem_proto::v1::{
     PartitionProduceData as IdemPartition, ProduceRequest as IdemProduceRequest,
     TopicProduceData as IdemTopic,
 };
-use idem_runtime::acl::ANONYMOUS;
 use kafka_protocol::messages::produce_request::ProduceRequest;
 use kafka_protocol::messages::produce_response::{
     PartitionProduceResponse, ProduceResponse, TopicProduceResponse,
@@ -24,7 +23,7 @@ use crate::service::{BrokerService, ProduceInFlight};
 
 /// `request`'s batches converted and appended in order (`BrokerService::begin_produce`);
 /// [`Appended::settle`] gives the answer once they are durable.
-pub async fn begin(service: &BrokerService, request: ProduceRequest) -> Appended {
+pub async fn begin(service: &BrokerService, principal: &str, request: ProduceRequest) -> Appended {
     let acks = request.acks;
     // Batches that did not convert, answered without reaching a partition.
     let mut refused: HashMap<(String, i32), ConversionError> = HashMap::new();
@@ -54,7 +53,7 @@ pub async fn begin(service: &BrokerService, request: ProduceRequest) -> Appended
     }
     let in_flight = service
         .begin_produce(
-            ANONYMOUS,
+            principal,
             IdemProduceRequest {
                 acks: i32::from(acks),
                 timeout_ms: request.timeout_ms,

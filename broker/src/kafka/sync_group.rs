@@ -5,7 +5,7 @@
 //! is no client-side assignor. Read on the group is checked first.
 
 use idem_proto::v1::ClassicSyncGroupRequest;
-use idem_runtime::acl::{Operation, Resource, ANONYMOUS};
+use idem_runtime::acl::{Operation, Resource};
 use kafka_protocol::messages::sync_group_request::SyncGroupRequest;
 use kafka_protocol::messages::sync_group_response::SyncGroupResponse;
 use kafka_protocol::protocol::StrBytes;
@@ -16,12 +16,16 @@ use super::errors::kafka_code;
 use super::forward::to_group_coordinator;
 use super::KafkaContext;
 
-pub async fn serve(context: &KafkaContext, request: SyncGroupRequest) -> SyncGroupResponse {
+pub async fn serve(
+    context: &KafkaContext,
+    principal: &str,
+    request: SyncGroupRequest,
+) -> SyncGroupResponse {
     let group_id = request.group_id.0.to_string();
     let refused = |code: i16| SyncGroupResponse::default().with_error_code(code);
     if let Err(denied) = context
         .service
-        .check_all(ANONYMOUS, [(Operation::Read, Resource::group(&group_id))])
+        .check_all(principal, [(Operation::Read, Resource::group(&group_id))])
     {
         return refused(kafka_code(denied.error_code() as i32));
     }

@@ -10,7 +10,7 @@
 //! served: v5 would add the group's partition to the transaction implicitly.
 
 use idem_proto::v1::{OffsetCommitTopic, TxnOffsetCommitRequest as IdemRequest};
-use idem_runtime::acl::{Operation, Resource, ANONYMOUS};
+use idem_runtime::acl::{Operation, Resource};
 use kafka_protocol::messages::txn_offset_commit_request::TxnOffsetCommitRequest;
 use kafka_protocol::messages::txn_offset_commit_response::{
     TxnOffsetCommitResponse, TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
@@ -29,6 +29,7 @@ const NO_MEMBER_EPOCH: i32 = -1;
 
 pub async fn serve(
     context: &KafkaContext,
+    principal: &str,
     request: TxnOffsetCommitRequest,
     version: i16,
 ) -> TxnOffsetCommitResponse {
@@ -57,7 +58,7 @@ pub async fn serve(
             .iter()
             .map(|(topic, _)| (Operation::Read, Resource::topic(topic))),
     );
-    if let Err(denied) = context.service.check_all(ANONYMOUS, needs) {
+    if let Err(denied) = context.service.check_all(principal, needs) {
         let code = kafka_code(denied.error_code() as i32);
         return answer(asked.iter().map(|(topic, partitions)| {
             let codes = partitions.iter().map(|p| (*p, code)).collect();

@@ -12,6 +12,7 @@ use std::time::Duration;
 use crate::connection_limit::LimitedStream;
 use futures::{Stream, StreamExt};
 use rustls::ServerConfig;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
@@ -23,6 +24,15 @@ use crate::tls::files::{LoadedTls, TlsFiles};
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Finished handshakes waiting for the gRPC server to take them.
 const READY_BACKLOG: usize = 128;
+
+/// Why a client's handshake did not finish (the connection is dropped).
+#[derive(Debug, thiserror::Error)]
+pub enum HandshakeError {
+    #[error("TLS handshake refused: {0}")]
+    Refused(std::io::Error),
+    #[error("TLS handshake not finished within {HANDSHAKE_TIMEOUT:?}")]
+    TimedOut,
+}
 
 /// What else follows a reload of the files (the TLS a server dials members with).
 type OnReload = Arc<dyn Fn(&LoadedTls) + Send + Sync>;
@@ -96,6 +106,30 @@ impl ServerTls {
             .unwrap_or_else(std::sync::PoisonError::into_inner) = config;
     }
 
+    /// The TLS session of one accepted connection, handshaken with the config current
+    /// now, within [`HANDSHAKE_TIMEOUT`] (a silent client cannot hold a task). Every
+    /// listener of the server (gRPC, Kafka) accepts through here, so all count their
+    /// failures in `idem_tls_handshake_failures_total`.
+    pub async fn handshake<IO>(&self, connection: IO) -> Result<TlsStream<IO>, HandshakeError>
+    where
+        IO: AsyncRead + AsyncWrite + Unpin,
+    {
+        let acceptor = TlsAcceptor::from(self.current());
+        match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(connection)).await {
+            Ok(Ok(session)) => Ok(session),
+            Ok(Err(e)) => {
+                metrics::counter!("idem_tls_handshake_failures_total", "reason" => "refused")
+                    .increment(1);
+                Err(HandshakeError::Refused(e))
+            }
+            Err(_) => {
+                metrics::counter!("idem_tls_handshake_failures_total", "reason" => "timeout")
+                    .increment(1);
+                Err(HandshakeError::TimedOut)
+            }
+        }
+    }
+
     /// The TLS sessions of the connections `accepted` yields, in the order their
     /// handshakes finish, until `stop` is cancelled or the stream is dropped.
     pub fn incoming<S>(
@@ -134,24 +168,14 @@ async fn accept_loop<S>(
                 continue;
             }
         };
-        let acceptor = TlsAcceptor::from(tls.current());
-        let ready = ready.clone();
+        let (tls, ready) = (tls.clone(), ready.clone());
         tokio::spawn(async move {
             let peer = connection.peer_addr().ok();
-            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(connection)).await {
-                Ok(Ok(session)) => {
+            match tls.handshake(connection).await {
+                Ok(session) => {
                     let _ = ready.send(Ok(session)).await;
                 }
-                Ok(Err(e)) => {
-                    metrics::counter!("idem_tls_handshake_failures_total", "reason" => "refused")
-                        .increment(1);
-                    tracing::debug!(?peer, error = %e, "TLS handshake refused");
-                }
-                Err(_) => {
-                    metrics::counter!("idem_tls_handshake_failures_total", "reason" => "timeout")
-                        .increment(1);
-                    tracing::debug!(?peer, "TLS handshake timed out");
-                }
+                Err(e) => tracing::debug!(?peer, error = %e, "TLS handshake failed"),
             }
         });
     }

@@ -9,6 +9,6 @@ pub mod files;
 pub mod peer;
 pub mod reload;
 
-pub use acceptor::ServerTls;
+pub use acceptor::{HandshakeError, ServerTls};
 pub use files::{ClientAuth, LoadedTls, TlsFiles};
 pub use peer::PeerTls;

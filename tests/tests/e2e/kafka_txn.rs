@@ -19,6 +19,7 @@ use idem_tests::Cluster;
 use serde_json::{json, Value};
 
 use crate::acls::{binding, kafka_acl_cluster, Secrets};
+use crate::kafka_tls::{kcat_read_tls, ssl_settings};
 
 const KAFKA_LISTEN: [&str; 2] = ["--kafka-listen", "127.0.0.1:0"];
 
@@ -415,8 +416,8 @@ async fn kcat_read_checked(kafka: &str) -> Option<Vec<String>> {
 }
 
 /// A cluster whose members speak mutual TLS to each other: the broker dials the
-/// coordinator it proxies with its peer certificate (the Kafka listener itself is
-/// plaintext, as every Kafka listener of idem so far).
+/// coordinator it proxies with its peer certificate (and its Kafka listener speaks
+/// mutual TLS too: the producer and the reader present the operator's certificate).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_a_mutual_tls_cluster_when_a_kafka_producer_commits_then_the_broker_reaches_the_coordinator_over_tls(
 ) {
@@ -430,6 +431,7 @@ async fn given_a_mutual_tls_cluster_when_a_kafka_producer_commits_then_the_broke
     let mut cluster = Cluster::start(1, &broker_flags);
     cluster.spawn_coordinators(1, &coordinator_flags);
     let client = ca.client("operator");
+    let operator = TlsFiles::write(dir.path(), "operator", &client, &ca);
     let tls = TlsConfig::new(ca.cert_pem()).with_client_identity(client.cert_pem, client.key_pem);
     let admin = Admin::connect_with(&cluster.bootstrap(), Credentials::none(), Some(tls))
         .await
@@ -446,10 +448,21 @@ async fn given_a_mutual_tls_cluster_when_a_kafka_producer_commits_then_the_broke
         transaction("p", &[("sealed", 0, "s1")], true),
         transaction("p", &[("sealed", 0, "s2")], true),
     ]);
-    let (ran, _) = transactional(&kafka, &steps, &SETTINGS).await;
+    let ssl = ssl_settings(&operator.ca, Some(&operator));
+    let settings: Vec<&str> = SETTINGS
+        .into_iter()
+        .chain(ssl.iter().map(String::as_str))
+        .collect();
+    let (ran, _) = transactional(&kafka, &steps, &settings).await;
     assert_all_ok(&ran);
+    let mut read_committed = ssl.clone();
+    read_committed.push("isolation.level=read_committed".into());
     wait_until(PATIENCE, "both commits are readable", || async {
-        let read = values(&kafka, "sealed", 0, "read_committed").await;
+        let read: Vec<String> = kcat_read_tls(&kafka, "sealed", &read_committed)
+            .await
+            .into_iter()
+            .map(|(_, value)| value)
+            .collect();
         let both = read == ["s1", "s2"];
         if both {
             Seen::Reached(())
