@@ -125,4 +125,20 @@ impl TlsFiles {
             client_auth.into(),
         ]
     }
+
+    /// Mutual TLS with ACLs on: a client's certificate names its principal, and the
+    /// server's own (`User:idem server`) and `User:admin` are super users.
+    pub fn mutual_tls_acl_flags(&self) -> Vec<String> {
+        let mut flags = self.server_flags("required");
+        flags.extend(
+            [
+                "--authorizer",
+                "acl",
+                "--super-users",
+                "User:idem server,User:admin",
+            ]
+            .map(String::from),
+        );
+        flags
+    }
 }

@@ -200,16 +200,7 @@ async fn given_mutual_tls_and_acls_when_kafka_clients_present_certificates_then_
     let dir = tempfile::tempdir().expect("tempdir");
     let ca = CertAuthority::new("idem kafka CA");
     let server = TlsFiles::write(dir.path(), "server", &ca.server(&[]), &ca);
-    let mut flags = server.server_flags("required");
-    flags.extend(
-        [
-            "--authorizer",
-            "acl",
-            "--super-users",
-            "User:idem server,User:admin",
-        ]
-        .map(String::from),
-    );
+    let mut flags = server.mutual_tls_acl_flags();
     flags.extend(KAFKA_LISTEN.map(String::from));
     let mut cluster = Cluster::start(1, &as_strs(&flags));
     let bootstrap = cluster.broker(1).kafka_bootstrap();

@@ -40,16 +40,7 @@ async fn given_mutual_tls_and_acls_when_clients_present_certificates_then_their_
     let dir = tempfile::tempdir().expect("tempdir");
     let ca = CertAuthority::new("idem cluster CA");
     let server = TlsFiles::write(dir.path(), "server", &ca.server(&[]), &ca);
-    let mut flags = server.server_flags("required");
-    flags.extend(
-        [
-            "--authorizer",
-            "acl",
-            "--super-users",
-            "User:idem server,User:admin",
-        ]
-        .map(String::from),
-    );
+    let flags = server.mutual_tls_acl_flags();
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let mut cluster = Cluster::start(1, &flags);
     let bootstrap = cluster.bootstrap();
