@@ -102,28 +102,38 @@ pub async fn kcat_read(
     isolation: &str,
 ) -> Vec<(i64, String)> {
     let isolation = format!("isolation.level={isolation}");
+    kcat_read_with(bootstrap, topic, partition, &[isolation]).await
+}
+
+/// `(offset, value)` of every record of `topic`/`partition` from the start, read by
+/// kcat (`-e`: up to the end, then exit) with librdkafka `settings` (`key=value`, each
+/// passed with `-X`: TLS files, the isolation level).
+pub async fn kcat_read_with(
+    bootstrap: &str,
+    topic: &str,
+    partition: i32,
+    settings: &[String],
+) -> Vec<(i64, String)> {
     let partition = partition.to_string();
-    let out = kcat(
-        &[
-            "-b",
-            bootstrap,
-            "-C",
-            "-t",
-            topic,
-            "-p",
-            &partition,
-            "-o",
-            "beginning",
-            "-e",
-            "-q",
-            "-X",
-            &isolation,
-            "-f",
-            "%o %s\\n",
-        ],
-        "",
-    )
-    .await;
+    let mut args = vec![
+        "-b",
+        bootstrap,
+        "-C",
+        "-t",
+        topic,
+        "-p",
+        &partition,
+        "-o",
+        "beginning",
+        "-e",
+        "-q",
+        "-f",
+        "%o %s\\n",
+    ];
+    for setting in settings {
+        args.extend(["-X", setting.as_str()]);
+    }
+    let out = kcat(&args, "").await;
     out.lines()
         .map(|line| {
             let (offset, value) = line.split_once(' ').unwrap_or((line, ""));

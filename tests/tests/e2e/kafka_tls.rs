@@ -13,7 +13,7 @@ use idem_client::admin::acls::AclBinding;
 use idem_client::credentials::Credentials;
 use idem_client::{Admin, Isolation, OffsetSpec, TlsConfig};
 use idem_tests::cluster::Cluster;
-use idem_tests::kafka_clients::{kcat, kcat_bin, python, run};
+use idem_tests::kafka_clients::{kcat, kcat_bin, kcat_read_with, python, run};
 use idem_tests::scrape::{scrape, value};
 use idem_tests::tls::{CertAuthority, TlsFiles};
 use idem_tests::wait::{seen_if, wait_until, PATIENCE};
@@ -57,33 +57,7 @@ pub(crate) async fn kcat_read_tls(
     topic: &str,
     settings: &[String],
 ) -> Vec<(i64, String)> {
-    let mut args: Vec<String> = [
-        "-b",
-        bootstrap,
-        "-C",
-        "-t",
-        topic,
-        "-p",
-        "0",
-        "-o",
-        "beginning",
-        "-e",
-        "-q",
-        "-f",
-        "%o %s\\n",
-    ]
-    .map(String::from)
-    .to_vec();
-    args.extend(kcat_flags(settings));
-    kcat(&as_strs(&args), "")
-        .await
-        .lines()
-        .map(|line| {
-            let (offset, value) = line.split_once(' ').unwrap_or((line, ""));
-            let offset = offset.parse().expect("kcat prints the offset");
-            (offset, value.to_string())
-        })
-        .collect()
+    kcat_read_with(bootstrap, topic, 0, settings).await
 }
 
 /// Whether kcat lists `bootstrap`'s metadata with `settings` (3 s to get it).
