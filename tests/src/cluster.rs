@@ -626,6 +626,7 @@ fn broker_args(id: i32, etcd_endpoint: &str) -> Vec<String> {
     .to_vec()
 }
 
-fn as_strs(args: &[String]) -> Vec<&str> {
+/// Owned arguments as the `&str`s process starters take.
+pub fn as_strs(args: &[String]) -> Vec<&str> {
     args.iter().map(String::as_str).collect()
 }

@@ -30,6 +30,7 @@ use idem_proto::v1::{
 use idem_proto::ErrorCode;
 use idem_runtime::authn::NodeCredential;
 use idem_tests::cli::{idem, idem_with_input};
+use idem_tests::cluster::as_strs;
 use idem_tests::raw;
 use idem_tests::wait::{wait_until, PATIENCE};
 use idem_tests::Cluster;
@@ -183,13 +184,7 @@ async fn secured_cluster_of(secrets: &Secrets, brokers: i32) -> (Cluster, Admin)
         "{:?}",
         created
     );
-    let admin = Admin::connect_with(
-        &cluster.bootstrap(),
-        Credentials::bearer("t-admin").expect("token"),
-        None,
-    )
-    .await
-    .expect("admin connects");
+    let admin = admin_of(&cluster).await;
     admin
         .create_acls(&scenario_acls())
         .await
@@ -208,18 +203,19 @@ pub(crate) async fn kafka_acl_cluster(secrets: &Secrets) -> (Cluster, Admin) {
     cluster
         .add_coordinators(1, &as_strs(&coordinator_flags))
         .await;
-    let admin = Admin::connect_with(
+    let admin = admin_of(&cluster).await;
+    (cluster, admin)
+}
+
+/// The operator's admin client (token `t-admin`, a super user in these clusters).
+pub(crate) async fn admin_of(cluster: &Cluster) -> Admin {
+    Admin::connect_with(
         &cluster.bootstrap(),
         Credentials::bearer("t-admin").expect("token"),
         None,
     )
     .await
-    .expect("admin connects");
-    (cluster, admin)
-}
-
-fn as_strs(args: &[String]) -> Vec<&str> {
-    args.iter().map(String::as_str).collect()
+    .expect("admin connects")
 }
 
 /// The latest offset of each partition of `orders`, asked of its leader as the

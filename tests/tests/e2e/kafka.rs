@@ -9,8 +9,7 @@ use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use idem_client::admin::acls::AclBinding;
-use idem_client::credentials::Credentials;
-use idem_client::{Admin, ProducerRecord};
+use idem_client::ProducerRecord;
 use idem_tests::cluster::Cluster;
 use idem_tests::kafka_clients::{kcat, kcat_read, python, KafkaProxy};
 use idem_tests::txn;
@@ -714,13 +713,7 @@ async fn given_acls_when_an_anonymous_kafka_client_produces_then_it_is_refused_u
             &own,
         ],
     );
-    let admin = Admin::connect_with(
-        &cluster.bootstrap(),
-        Credentials::bearer("t-admin").expect("token"),
-        None,
-    )
-    .await
-    .expect("admin connects");
+    let admin = crate::acls::admin_of(&cluster).await;
     admin
         .create_topic("guarded", 1, 1)
         .await

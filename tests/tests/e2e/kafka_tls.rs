@@ -12,7 +12,7 @@ use std::path::Path;
 use idem_client::admin::acls::AclBinding;
 use idem_client::credentials::Credentials;
 use idem_client::{Admin, Isolation, OffsetSpec, TlsConfig};
-use idem_tests::cluster::Cluster;
+use idem_tests::cluster::{as_strs, Cluster};
 use idem_tests::kafka_clients::{kcat, kcat_bin, kcat_read_with, python, run};
 use idem_tests::scrape::{scrape, value};
 use idem_tests::tls::{CertAuthority, TlsFiles};
@@ -45,10 +45,6 @@ fn kcat_flags(settings: &[String]) -> Vec<String> {
         .iter()
         .flat_map(|setting| ["-X".to_string(), setting.clone()])
         .collect()
-}
-
-fn as_strs(args: &[String]) -> Vec<&str> {
-    args.iter().map(String::as_str).collect()
 }
 
 /// `(offset, value)` of every record of `topic`/0 from the start, read by kcat over TLS.
