@@ -378,18 +378,23 @@ impl Partition {
         leader_epoch: i32,
     ) -> Result<(), BrokerError> {
         let mut hw = self.high_watermark.subscribe();
-        let retired = || self.retired.load(Ordering::SeqCst);
-        let replicated = tokio::time::timeout(timeout, hw.wait_for(|hw| *hw >= end || retired()))
+        let still_leading = || {
+            let replicas = self.replica_set();
+            replicas.role == Role::Leader && replicas.leader_epoch == leader_epoch
+        };
+        // Deposed, the wait ends at once: its new leader may never write past `end` (a
+        // coordinator whose fence went to the old leader waits for that answer before
+        // it writes anything else), and waiting out the timeout left a transaction log
+        // slice unserved for 10 s after an etcd pause.
+        let ended =
+            |hw: &i64| *hw >= end || self.retired.load(Ordering::SeqCst) || !still_leading();
+        let replicated = tokio::time::timeout(timeout, hw.wait_for(ended))
             .await
             .is_ok_and(|waited| waited.is_ok());
         if !replicated {
             return Err(BrokerError::ReplicationTimedOut { end, timeout });
         }
-        let still_leading = {
-            let replicas = self.replica_set();
-            replicas.role == Role::Leader && replicas.leader_epoch == leader_epoch
-        };
-        if !still_leading {
+        if !still_leading() {
             return Err(BrokerError::LeadershipLostAfterAppend {
                 topic: self.topic.clone(),
                 partition: self.index,
@@ -542,10 +547,19 @@ impl Partition {
         isr: Vec<i32>,
         min_isr: i32,
     ) {
-        self.replica_set()
-            .update(role, leader_epoch, replicas, isr, min_isr, now_ms());
+        let deposed = {
+            let mut set = self.replica_set();
+            let led_in = (set.role == Role::Leader).then_some(set.leader_epoch);
+            set.update(role, leader_epoch, replicas, isr, min_isr, now_ms());
+            led_in.is_some_and(|epoch| role != Role::Leader || leader_epoch != epoch)
+        };
         if role == Role::Leader {
             self.update_high_watermark();
+        }
+        if deposed {
+            // Wake the acks=all waits of the leadership that ended: they fail now rather
+            // than at their timeout.
+            self.high_watermark.send_modify(|_| {});
         }
     }
 

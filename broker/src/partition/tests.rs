@@ -1231,3 +1231,36 @@ async fn given_cleaned_segments_merged_then_each_has_its_transaction_index_file_
     assert!(p.open_transactions().is_empty());
     assert_eq!(committed_records(&p).0, committed);
 }
+
+#[tokio::test]
+async fn given_a_deposed_leader_waiting_for_acks_all_when_its_new_leader_writes_nothing_then_the_wait_fails_at_once(
+) {
+    // Found by an etcd pause: a coordinator's fence went to the old leader of its
+    // transaction log partition just before the catalog deposed it. The new leader had
+    // nothing to write past the fence's offset (the coordinator waits for the answer),
+    // so the old leader's high watermark never reached it and the wait ran out its
+    // whole timeout: the slice went unserved for 10 s.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let old = Partition::open("orders", 0, dir.path(), settings(), 1).expect("open");
+    old.set_replication(Role::Leader, 0, vec![1, 2], vec![1, 2], 1);
+    let waiting = {
+        let batch = data(9, 0, 0, 1, false);
+        let old = &old;
+        async move { old.append(&batch, ACKS_ALL, Duration::from_secs(30)).await }
+    };
+    let depose = async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        old.set_replication(Role::Follower { leader: 2 }, 1, vec![1, 2], vec![2], 1);
+    };
+    let (answer, ()) = tokio::join!(waiting, depose);
+    let error = answer.expect_err("not confirmed by the ISR");
+    // Not ReplicationTimedOut: the wait ended on the lost leadership, not the clock.
+    assert!(
+        matches!(
+            error,
+            BrokerError::LeadershipLostAfterAppend { epoch: 0, .. }
+        ),
+        "{error:?}"
+    );
+    assert_eq!(error.code(), ErrorCode::RequestTimedOut, "{error}");
+}
