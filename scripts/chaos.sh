@@ -41,15 +41,16 @@ done
 if [[ "$containers" == 1 ]]; then
   [[ "$nemesis_given" == 0 ]] || { echo "--nemesis names process faults; --containers has its own nemesis" >&2; exit 2; }
   scripts/install-deps.sh protoc compose
-  cargo build --workspace --bins
+  cargo build --workspace --bins --no-default-features
   export IDEM_TEST_IMAGE_TAG="${IDEM_TEST_IMAGE_TAG:-test}"
   deploy/build-images.sh --profile dev --tag "$IDEM_TEST_IMAGE_TAG"
   IDEM_CHAOS_DURATION="$duration" IDEM_CHAOS_SEED="$seed" \
-    exec cargo test -p idem-tests --test container_chaos soak -- --ignored --nocapture
+    exec cargo test -p idem-tests --no-default-features --test container_chaos soak -- --ignored --nocapture
 fi
 
 scripts/install-deps.sh protoc etcd cc script netns
-cargo build --workspace --bins
+# Built as the test command builds (without jemalloc): one build serves both.
+cargo build --workspace --bins --no-default-features
 export IDEM_BROKER_BIN="$(realpath "${CARGO_TARGET_DIR:-target}")/debug/idem-broker"
 IDEM_CHAOS_DURATION="$duration" IDEM_CHAOS_SEED="$seed" IDEM_CHAOS_NEMESIS="$nemesis" \
-  cargo test -p idem-tests --test chaos_runs soak -- --ignored --nocapture
+  cargo test -p idem-tests --no-default-features --test chaos_runs soak -- --ignored --nocapture
