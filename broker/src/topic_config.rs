@@ -118,6 +118,26 @@ fn rule_of(key: &str) -> Result<Rule, TopicConfigError> {
         })
 }
 
+/// What kind of value a key holds, as admin clients show it (Kafka's config types).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ValueKind {
+    /// An integer that fits 32 bits.
+    Int,
+    /// A 64-bit integer.
+    Long,
+    /// Comma-separated names (`cleanup.policy`).
+    List,
+}
+
+/// The kind of `key`'s values; `None` for a key no topic may set.
+pub fn value_kind(key: &str) -> Option<ValueKind> {
+    match rule_of(key).ok()? {
+        Rule::Integer { max, .. } if max <= i64::from(i32::MAX) => Some(ValueKind::Int),
+        Rule::Integer { .. } => Some(ValueKind::Long),
+        Rule::CleanupPolicy => Some(ValueKind::List),
+    }
+}
+
 /// Which cleanups a topic gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CleanupPolicy {
@@ -459,6 +479,27 @@ mod tests {
 
     fn defaults() -> TopicDefaults {
         TopicDefaults::new(64 * 1024 * 1024, 1024 * 1024)
+    }
+
+    #[test]
+    fn each_key_has_the_kind_kafka_gives_it() {
+        use ValueKind::{Int, List, Long};
+        let kinds: Vec<_> = KEYS.iter().map(|(k, _)| (*k, value_kind(k))).collect();
+        assert_eq!(
+            kinds,
+            [
+                (RETENTION_MS, Some(Long)),
+                (RETENTION_BYTES, Some(Long)),
+                (SEGMENT_BYTES, Some(Int)),
+                (SEGMENT_MS, Some(Long)),
+                (CLEANUP_POLICY, Some(List)),
+                (MIN_INSYNC_REPLICAS, Some(Int)),
+                (MAX_MESSAGE_BYTES, Some(Int)),
+                (MIN_COMPACTION_LAG_MS, Some(Long)),
+                (DELETE_RETENTION_MS, Some(Long)),
+            ]
+        );
+        assert_eq!(value_kind("retention.hours"), None);
     }
 
     #[test]

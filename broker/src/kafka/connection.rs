@@ -56,6 +56,9 @@ use kafka_protocol::messages::{
     DescribeProducersRequest, DescribeTransactionsRequest, ListGroupsRequest,
     ListTransactionsRequest, OffsetDeleteRequest,
 };
+// Topic configs.
+use super::{describe_configs, incremental_alter_configs};
+use kafka_protocol::messages::{DescribeConfigsRequest, IncrementalAlterConfigsRequest};
 
 /// The smallest request header: api key, api version, correlation id.
 const MIN_FRAME: usize = 8;
@@ -412,6 +415,18 @@ async fn answer(
             let request =
                 DescribeTransactionsRequest::decode(&mut buf, version).map_err(decode_error)?;
             let body = describe_transactions::serve(context, principal, request).await;
+            respond(correlation_id, header_version, &body, version)
+        }
+        ApiKey::DescribeConfigs => {
+            let request =
+                DescribeConfigsRequest::decode(&mut buf, version).map_err(decode_error)?;
+            let body = describe_configs::serve(service, principal, request);
+            respond(correlation_id, header_version, &body, version)
+        }
+        ApiKey::IncrementalAlterConfigs => {
+            let request =
+                IncrementalAlterConfigsRequest::decode(&mut buf, version).map_err(decode_error)?;
+            let body = incremental_alter_configs::serve(service, principal, request).await;
             respond(correlation_id, header_version, &body, version)
         }
         ApiKey::DescribeProducers => {

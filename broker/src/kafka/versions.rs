@@ -175,6 +175,18 @@ pub const SERVED: &[Served] = &[
         min: 0,
         max: 0,
     },
+    // Topic configs (docs/kafka.md, "Topic configs"); the codec starts DescribeConfigs
+    // at 1.
+    Served {
+        key: ApiKey::DescribeConfigs,
+        min: 1,
+        max: 4,
+    },
+    Served {
+        key: ApiKey::IncrementalAlterConfigs,
+        min: 0,
+        max: 1,
+    },
 ];
 
 /// What to do with a request, from its header's API key and version.
@@ -216,7 +228,7 @@ mod tests {
     /// Every advertised version must be one the codec crate encodes and decodes.
     #[test]
     fn every_served_version_is_within_the_codecs_range() {
-        let codec: [(ApiKey, VersionRange); 29] = [
+        let codec: [(ApiKey, VersionRange); 31] = [
             (ApiKey::Produce, ProduceRequest::VERSIONS),
             (ApiKey::Fetch, FetchRequest::VERSIONS),
             (ApiKey::ListOffsets, ListOffsetsRequest::VERSIONS),
@@ -264,6 +276,11 @@ mod tests {
                 DescribeProducersRequest::VERSIONS,
             ),
             (ApiKey::OffsetDelete, OffsetDeleteRequest::VERSIONS),
+            (ApiKey::DescribeConfigs, DescribeConfigsRequest::VERSIONS),
+            (
+                ApiKey::IncrementalAlterConfigs,
+                IncrementalAlterConfigsRequest::VERSIONS,
+            ),
         ];
         for served in SERVED {
             let (_, range) = codec

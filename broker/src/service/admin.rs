@@ -160,7 +160,7 @@ impl BrokerService {
             .await
     }
 
-    pub(super) fn serve_describe_configs(
+    pub(crate) fn serve_describe_configs(
         &self,
         request: DescribeConfigsRequest,
     ) -> DescribeConfigsResponse {
@@ -199,7 +199,7 @@ impl BrokerService {
         DescribeConfigsResponse { topics }
     }
 
-    pub(super) async fn serve_incremental_alter_configs(
+    pub(crate) async fn serve_incremental_alter_configs(
         &self,
         request: IncrementalAlterConfigsRequest,
     ) -> IncrementalAlterConfigsResponse {

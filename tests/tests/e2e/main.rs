@@ -30,6 +30,7 @@ mod internal_topics;
 mod kafka;
 mod kafka_admin;
 mod kafka_classic_groups;
+mod kafka_configs;
 mod kafka_groups;
 mod kafka_in_flight;
 mod kafka_pipeline;
