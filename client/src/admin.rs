@@ -22,8 +22,8 @@ use crate::connection::{Connection, DEFAULT_REQUEST_TIMEOUT};
 use crate::error::ClientError;
 use crate::metadata::ClusterMetadata;
 use crate::tls::TlsConfig;
-use crate::types::Isolation;
 pub use crate::types::OffsetSpec;
+use crate::types::{Isolation, OffsetAndTimestamp};
 use idem_proto::v1::{ConfigEntry, CreatableTopic, CreateTopicsRequest};
 
 /// A topic to create.
@@ -167,6 +167,21 @@ impl Admin {
     ) -> Result<i64, ClientError> {
         self.conn
             .list_offset(topic, partition, spec, isolation)
+            .await
+    }
+
+    /// The first record of `topic`/`partition` whose timestamp is at or after
+    /// `timestamp_ms` (ms since the epoch), among those `isolation` may read; `None`
+    /// when every such record is older. A consumer seeks there to replay from a time.
+    pub async fn offset_for_timestamp(
+        &self,
+        topic: &str,
+        partition: i32,
+        timestamp_ms: i64,
+        isolation: Isolation,
+    ) -> Result<Option<OffsetAndTimestamp>, ClientError> {
+        self.conn
+            .offset_for_timestamp(topic, partition, timestamp_ms, isolation)
             .await
     }
 

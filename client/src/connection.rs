@@ -35,7 +35,7 @@ use crate::metadata::{ClusterMetadata, Route};
 use crate::metadata_view::{MetadataView, RefreshFuture};
 use crate::retry;
 use crate::tls::{mismatch_hint, TlsConfig};
-use crate::types::{Isolation, OffsetSpec, ProducerIdAndEpoch};
+use crate::types::{Isolation, OffsetAndTimestamp, OffsetSpec, ProducerIdAndEpoch};
 
 /// The largest gRPC message the SDK sends or decodes: the protocol's limit.
 pub use idem_proto::transport::MAX_MESSAGE_BYTES;
@@ -709,13 +709,51 @@ impl Connection {
         spec: OffsetSpec,
         isolation: Isolation,
     ) -> Result<i64, ClientError> {
+        let (offset, _) = self
+            .list_offset_at(topic, partition, spec.timestamp(), isolation)
+            .await?;
+        Ok(offset)
+    }
+
+    /// The first record of `topic`/`partition` whose timestamp is at or after
+    /// `timestamp_ms` (Kafka's `offsetsForTimes`), among those `isolation` may read;
+    /// `None` when every such record is older.
+    pub async fn offset_for_timestamp(
+        &self,
+        topic: &str,
+        partition: i32,
+        timestamp_ms: i64,
+        isolation: Isolation,
+    ) -> Result<Option<OffsetAndTimestamp>, ClientError> {
+        if timestamp_ms < 0 {
+            return Err(ClientError::InvalidConfig(format!(
+                "a timestamp to look up is ms since the epoch, not {timestamp_ms}"
+            )));
+        }
+        let (offset, timestamp_ms) = self
+            .list_offset_at(topic, partition, timestamp_ms, isolation)
+            .await?;
+        Ok((offset >= 0).then_some(OffsetAndTimestamp {
+            offset,
+            timestamp_ms,
+        }))
+    }
+
+    /// ListOffsets of one partition at its leader: `(offset, timestamp)` as answered.
+    async fn list_offset_at(
+        &self,
+        topic: &str,
+        partition: i32,
+        timestamp: i64,
+        isolation: Isolation,
+    ) -> Result<(i64, i64), ClientError> {
         let request = ListOffsetsRequest {
             isolation_level: isolation.to_proto() as i32,
             topics: vec![ListOffsetsTopic {
                 name: topic.to_string(),
                 partitions: vec![ListOffsetsPartition {
                     partition,
-                    timestamp: spec.timestamp(),
+                    timestamp,
                 }],
             }],
         };
@@ -760,7 +798,7 @@ impl Connection {
         topic: &str,
         partition: i32,
         request: &ListOffsetsRequest,
-    ) -> Result<i64, ClientError> {
+    ) -> Result<(i64, i64), ClientError> {
         let (_, mut client) = self.leader(topic, partition).await?;
         let response = self.call(client.list_offsets(request.clone())).await?;
         let answer = response
@@ -773,7 +811,7 @@ impl Connection {
                 ClientError::Protocol(format!("list offsets answer lacks {topic}/{partition}"))
             })?;
         partition_answer(topic, partition, answer.error_code, answer.error_message)?;
-        Ok(answer.offset)
+        Ok((answer.offset, answer.timestamp))
     }
 }
 

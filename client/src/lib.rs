@@ -104,4 +104,4 @@ pub use transactional::errors::TxnErrorClass;
 pub use transactional::pipelined::PendingCommit;
 pub use transactional::state::TxnState;
 pub use transactional::TransactionalProducer;
-pub use types::{Isolation, OffsetSpec, ProducerIdAndEpoch};
+pub use types::{Isolation, OffsetAndTimestamp, OffsetSpec, ProducerIdAndEpoch};

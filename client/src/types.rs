@@ -27,6 +27,14 @@ impl OffsetSpec {
     }
 }
 
+/// A record found by its timestamp: its offset and its own timestamp (at or after the
+/// one asked for).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OffsetAndTimestamp {
+    pub offset: i64,
+    pub timestamp_ms: i64,
+}
+
 /// Which records a consumer may see.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Isolation {

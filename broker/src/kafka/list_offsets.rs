@@ -1,7 +1,9 @@
-//! ListOffsets: earliest (-2: the log start offset) and latest (-1: the high watermark,
-//! or the last stable offset for read_committed) through the gRPC path
-//! (`BrokerService::serve_list_offsets`); a topic the connection's principal may not describe is
-//! TOPIC_AUTHORIZATION_FAILED. Lookups by timestamp are not served yet (INVALID_REQUEST).
+//! ListOffsets through the gRPC path (`BrokerService::serve_list_offsets`): earliest (-2:
+//! the log start offset), latest (-1: the high watermark, or the last stable offset for
+//! read_committed), the largest timestamp (-3, v7), and by timestamp (a consumer's
+//! `offsetsForTimes`: the first record at or after it, with its timestamp; offset -1 and
+//! timestamp -1 when there is none); a topic the connection's principal may not
+//! describe is TOPIC_AUTHORIZATION_FAILED.
 
 use idem_proto::v1::{
     IsolationLevel, ListOffsetsPartition as IdemPartition, ListOffsetsRequest as IdemRequest,
@@ -43,6 +45,7 @@ pub fn serve(
                             p.partition_index,
                             ResponseError::TopicAuthorizationFailed.code(),
                             -1,
+                            -1,
                         )
                     })
                     .collect(),
@@ -64,7 +67,9 @@ pub fn serve(
                     idem.topics
                         .into_iter()
                         .flat_map(|t| t.partitions)
-                        .map(|p| answer(p.partition, kafka_code(p.error_code), p.offset))
+                        .map(|p| {
+                            answer(p.partition, kafka_code(p.error_code), p.offset, p.timestamp)
+                        })
                         .collect()
                 }
             };
@@ -76,11 +81,16 @@ pub fn serve(
     ListOffsetsResponse::default().with_topics(topics)
 }
 
-fn answer(partition: i32, error_code: i16, offset: i64) -> ListOffsetsPartitionResponse {
+fn answer(
+    partition: i32,
+    error_code: i16,
+    offset: i64,
+    timestamp: i64,
+) -> ListOffsetsPartitionResponse {
     ListOffsetsPartitionResponse::default()
         .with_partition_index(partition)
         .with_error_code(error_code)
-        .with_timestamp(-1)
+        .with_timestamp(timestamp)
         .with_offset(offset)
         .with_leader_epoch(-1)
 }

@@ -22,6 +22,7 @@ pub mod retention;
 mod segment;
 mod segment_swap;
 mod sync;
+mod time_lookup;
 
 use std::fs;
 use std::ops::ControlFlow;
@@ -36,6 +37,7 @@ pub use cleaner::CleanReport;
 pub use config::{FlushPolicy, LogConfig, ParseFlushPolicyError};
 pub use error::LogError;
 pub use sync::SyncPoint;
+pub use time_lookup::TimestampedOffset;
 
 use checkpoint::{StoredOffset, LOG_START, RECOVERY_POINT};
 use error::IoContext;

@@ -12,6 +12,7 @@ pub mod delete_target;
 pub mod long_poll;
 mod marker;
 mod retention;
+mod time_lookup;
 mod txn_recovery;
 
 use std::ops::ControlFlow;
@@ -36,6 +37,7 @@ use txn_recovery::recover_transactions;
 
 pub use consumer_read::{stored_batches, ConsumerRead};
 pub use marker::OpenTransaction;
+pub use time_lookup::TimeTarget;
 
 /// `acks` value asking for every in-sync replica.
 pub const ACKS_ALL: i32 = -1;

@@ -1,5 +1,5 @@
 //! The cluster's description and administration: Metadata (brokers, partitions,
-//! coordinators), CreateTopics, ListOffsets, partition reassignment (start one, list
+//! coordinators), CreateTopics, ListOffsets (earliest, latest, by timestamp), partition reassignment (start one, list
 //! those under way), and topic configs (DescribeConfigs, IncrementalAlterConfigs).
 
 use idem_proto::txn::TXN_LOG_TOPIC;
@@ -24,6 +24,7 @@ use super::BrokerService;
 use crate::cluster::reassignment_request::alter_reassignment;
 use crate::error::BrokerError;
 use crate::internal_topics;
+use crate::partition::{Partition, TimeTarget};
 use crate::topic_config::{ConfigOp, TopicConfig};
 use crate::topics::PartitionView;
 
@@ -49,6 +50,39 @@ fn config_ops(topic: &AlterConfigsTopic) -> Result<Vec<ConfigOp>, BrokerError> {
         .collect()
 }
 
+/// One partition's ListOffsets answer: `(offset, timestamp)`, the timestamp -1 for the
+/// earliest and latest offsets, both -1 when no record has the timestamp asked for.
+fn list_offset(
+    partition: &Partition,
+    timestamp: i64,
+    isolation: IsolationLevel,
+) -> Result<(i64, i64), BrokerError> {
+    let offsets = partition.offsets();
+    let by_time = match timestamp {
+        EARLIEST_TIMESTAMP => return Ok((offsets.log_start_offset, -1)),
+        LATEST_TIMESTAMP => {
+            let end = match isolation {
+                IsolationLevel::ReadCommitted => offsets.last_stable_offset,
+                IsolationLevel::ReadUncommitted => offsets.high_watermark,
+            };
+            return Ok((end, -1));
+        }
+        MAX_TIMESTAMP => TimeTarget::Newest,
+        at_or_after if at_or_after >= 0 => TimeTarget::AtOrAfter(at_or_after),
+        other => {
+            return Err(BrokerError::InvalidRequest(format!(
+                "timestamp {other}: -2 (earliest), -1 (latest), -3 (largest timestamp) or a \
+                 time in ms since the epoch"
+            )))
+        }
+    };
+    Ok(partition
+        .offset_for_timestamp(by_time, isolation)?
+        .map_or((-1, -1), |found| (found.offset, found.timestamp_ms)))
+}
+
+/// `ListOffsets` timestamp asking for the record with the largest timestamp.
+pub const MAX_TIMESTAMP: i64 = -3;
 /// `ListOffsets` timestamp asking for the log start offset.
 pub const EARLIEST_TIMESTAMP: i64 = -2;
 /// `ListOffsets` timestamp asking for the end of what the isolation level can read.
@@ -240,37 +274,30 @@ impl BrokerService {
                     .partitions
                     .iter()
                     .map(|wanted| {
-                        let result = self.topics.partition(&topic.name, wanted.partition).and_then(|p| {
-                            let offsets = p.offsets();
-                            match (wanted.timestamp, isolation) {
-                                (_, Err(_)) => Err(BrokerError::InvalidRequest(format!(
-                                    "unknown isolation level {}",
-                                    request.isolation_level
-                                ))),
-                                (EARLIEST_TIMESTAMP, _) => Ok(offsets.log_start_offset),
-                                (LATEST_TIMESTAMP, Ok(IsolationLevel::ReadCommitted)) => {
-                                    Ok(offsets.last_stable_offset)
-                                }
-                                (LATEST_TIMESTAMP, Ok(IsolationLevel::ReadUncommitted)) => {
-                                    Ok(offsets.high_watermark)
-                                }
-                                (other, _) => Err(BrokerError::InvalidRequest(format!(
-                                    "timestamp {other}: only -2 (earliest) and -1 (latest) are supported"
-                                ))),
-                            }
-                        });
+                        let result = match isolation {
+                            Ok(isolation) => self
+                                .topics
+                                .partition(&topic.name, wanted.partition)
+                                .and_then(|p| list_offset(&p, wanted.timestamp, isolation)),
+                            Err(_) => Err(BrokerError::InvalidRequest(format!(
+                                "unknown isolation level {}",
+                                request.isolation_level
+                            ))),
+                        };
                         match result {
-                            Ok(offset) => ListOffsetsPartitionResponse {
+                            Ok((offset, timestamp)) => ListOffsetsPartitionResponse {
                                 partition: wanted.partition,
                                 error_code: ErrorCode::None as i32,
                                 error_message: String::new(),
                                 offset,
+                                timestamp,
                             },
                             Err(e) => ListOffsetsPartitionResponse {
                                 partition: wanted.partition,
                                 error_code: e.code() as i32,
                                 error_message: e.to_string(),
                                 offset: -1,
+                                timestamp: -1,
                             },
                         }
                     })

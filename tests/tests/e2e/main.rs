@@ -40,6 +40,7 @@ mod listeners;
 mod membership;
 mod metrics;
 mod network_partitions;
+mod offsets_by_time;
 mod pipeline;
 mod producer_id_cap;
 mod producer_ids;
