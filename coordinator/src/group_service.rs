@@ -257,6 +257,7 @@ impl GroupCoordinator for GroupCoordinatorService {
             Ok(()) => {
                 let join = classic::Join {
                     member_id: request.member_id.clone(),
+                    instance_id: request.group_instance_id.clone(),
                     session_timeout_ms: request.session_timeout_ms,
                     rebalance_timeout_ms: request.rebalance_timeout_ms,
                     protocols: request.protocols,
@@ -298,7 +299,10 @@ impl GroupCoordinator for GroupCoordinatorService {
                 self.groups
                     .classic_sync(
                         &request.group_id,
-                        &request.member_id,
+                        classic::Sender {
+                            member_id: &request.member_id,
+                            instance_id: request.group_instance_id.as_deref(),
+                        },
                         request.generation_id,
                         (
                             request.protocol_type.as_deref(),
@@ -335,7 +339,14 @@ impl GroupCoordinator for GroupCoordinatorService {
         ) {
             Ok(()) => {
                 self.groups
-                    .classic_heartbeat(&request.group_id, &request.member_id, request.generation_id)
+                    .classic_heartbeat(
+                        &request.group_id,
+                        classic::Sender {
+                            member_id: &request.member_id,
+                            instance_id: request.group_instance_id.as_deref(),
+                        },
+                        request.generation_id,
+                    )
                     .await
             }
             Err(refusal) => Err(refusal),

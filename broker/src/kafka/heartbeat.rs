@@ -29,6 +29,7 @@ pub async fn serve(
         group_id: group_id.clone(),
         member_id: request.member_id.to_string(),
         generation_id: request.generation_id,
+        group_instance_id: request.group_instance_id.as_ref().map(ToString::to_string),
     };
     match to_group_coordinator(context, &group_id, |mut client| async move {
         client.classic_heartbeat(forwarded).await

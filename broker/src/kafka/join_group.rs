@@ -5,7 +5,9 @@
 //! brings the server's assignment. The first protocol's ConsumerProtocolSubscription
 //! gives the topics and, for cooperative protocols, the partitions still owned. A v4+
 //! member without an id gets MEMBER_ID_REQUIRED and a fresh id (KIP-394); before v4 it
-//! is named here. Static membership (group.instance.id) is refused (INVALID_REQUEST).
+//! is named here. A static member (group.instance.id, KIP-345) that joins under a new
+//! member id replaces the member holding its instance id without a rebalance; the old
+//! one is then FENCED_INSTANCE_ID.
 //! Read on the group is checked first (else GROUP_AUTHORIZATION_FAILED).
 
 use idem_proto::v1::{ClassicJoinGroupRequest, GroupTopicPartitions};
@@ -39,10 +41,6 @@ pub async fn serve(
         .check_all(principal, [(Operation::Read, Resource::group(&group_id))])
     {
         return refused(kafka_code(denied.error_code() as i32), &asked_id);
-    }
-    if request.group_instance_id.is_some() {
-        tracing::info!(%group_id, "classic static membership (group.instance.id) refused");
-        return refused(ResponseError::InvalidRequest.code(), &asked_id);
     }
     let member_id = if asked_id.is_empty() {
         let fresh = new_member_id();
@@ -91,6 +89,7 @@ pub async fn serve(
                 partitions: t.partitions.clone(),
             })
             .collect(),
+        group_instance_id: request.group_instance_id.as_ref().map(ToString::to_string),
     };
     let answer = match to_group_coordinator(context, &group_id, |mut client| async move {
         client.classic_join_group(forwarded).await

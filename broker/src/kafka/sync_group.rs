@@ -35,6 +35,7 @@ pub async fn serve(
         generation_id: request.generation_id,
         protocol_type: request.protocol_type.as_ref().map(ToString::to_string),
         protocol_name: request.protocol_name.as_ref().map(ToString::to_string),
+        group_instance_id: request.group_instance_id.as_ref().map(ToString::to_string),
     };
     let answer = match to_group_coordinator(context, &group_id, |mut client| async move {
         client.classic_sync_group(forwarded).await

@@ -30,6 +30,8 @@ pub const MAX_SESSION_TIMEOUT_MS: i32 = 1_800_000;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Join {
     pub member_id: MemberId,
+    /// `group.instance.id`: a static member (KIP-345).
+    pub instance_id: Option<String>,
     pub session_timeout_ms: i32,
     pub rebalance_timeout_ms: i32,
     pub protocols: Vec<String>,
@@ -77,6 +79,11 @@ pub enum ClassicError {
     RebalanceInProgress,
     #[error("{0}")]
     InvalidRequest(String),
+    #[error("instance id {instance_id} is member {owner}'s now: this member was replaced by a newer instance")]
+    FencedInstanceId {
+        instance_id: String,
+        owner: MemberId,
+    },
 }
 
 /// A JoinGroup: joins the member, or takes its rejoin as its report of what it still
@@ -111,10 +118,13 @@ pub fn join(
     // Without the classic entry the KIP-848 rules would refuse the member's own id.
     let mut base = group.clone();
     base.classic.remove(&request.member_id);
+    if let Some(instance_id) = &request.instance_id {
+        replace_static_member(&mut base, &request.member_id, instance_id)?;
+    }
     let heartbeat = Heartbeat {
         member_id: request.member_id.clone(),
         member_epoch: JOIN_EPOCH,
-        instance_id: None,
+        instance_id: request.instance_id.clone(),
         rebalance_timeout_ms: request.rebalance_timeout_ms,
         subscribed: Some(request.subscribed.clone()),
         owned: Some(request.owned.clone()),
@@ -141,14 +151,52 @@ pub fn join(
     ))
 }
 
-/// The classic member `member_id` at `generation`, or why not.
+/// KIP-345: a classic static member that joins under a new member id (its process
+/// restarted, without leaving: static members do not) replaces the member holding its
+/// instance id, which is fenced. Marked as gone for now, the old member is what the
+/// join then takes over (`membership`'s static rejoin): its epoch and partitions, so
+/// the group does not rebalance. An instance id a KIP-848 member holds is that
+/// member's until it leaves.
+fn replace_static_member(
+    group: &mut Group,
+    member_id: &str,
+    instance_id: &str,
+) -> Result<(), ClassicError> {
+    let holder = group
+        .members
+        .iter()
+        .find(|(id, m)| m.instance_id.as_deref() == Some(instance_id) && id.as_str() != member_id)
+        .map(|(id, _)| id.clone());
+    let Some(old) = holder else {
+        return Ok(());
+    };
+    if group.classic.remove(&old).is_none() {
+        return Err(ClassicError::FencedInstanceId {
+            instance_id: instance_id.to_string(),
+            owner: old,
+        });
+    }
+    if let Some(m) = group.members.get_mut(&old) {
+        m.left_temporarily = true;
+    }
+    Ok(())
+}
+
+/// The classic member `member_id` at `generation`, or why not. A member id the group
+/// lost to a newer instance of its static member is FENCED_INSTANCE_ID.
 fn classic_member<'a>(
     group: &'a Group,
     member_id: &str,
+    instance_id: Option<&str>,
     generation: i32,
 ) -> Result<(&'a MemberAssignment, &'a ClassicMember), ClassicError> {
-    let unknown = || ClassicError::UnknownMemberId {
-        member_id: member_id.to_string(),
+    let unknown = || match instance_id.and_then(|i| owner_of_instance(group, i)) {
+        Some((instance_id, owner)) if owner != member_id => {
+            ClassicError::FencedInstanceId { instance_id, owner }
+        }
+        _ => ClassicError::UnknownMemberId {
+            member_id: member_id.to_string(),
+        },
     };
     let classic = group.classic.get(member_id).ok_or_else(unknown)?;
     let member = group.members.get(member_id).ok_or_else(unknown)?;
@@ -163,16 +211,33 @@ fn classic_member<'a>(
     Ok((&member.assignment, classic))
 }
 
+/// `(instance id, member holding it)`, if a member holds `instance_id`.
+fn owner_of_instance(group: &Group, instance_id: &str) -> Option<(String, MemberId)> {
+    group
+        .members
+        .iter()
+        .find(|(_, m)| m.instance_id.as_deref() == Some(instance_id))
+        .map(|(id, _)| (instance_id.to_string(), id.clone()))
+}
+
+/// Who sends a SyncGroup or Heartbeat: its member id, and its instance id if static.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sender<'a> {
+    pub member_id: &'a str,
+    pub instance_id: Option<&'a str>,
+}
+
 /// A SyncGroup: the member's assignment at its generation. A member behind the group's
 /// epoch (and not in the middle of revoking) must join again first.
 pub fn sync(
     group: &Group,
-    member_id: &str,
+    sender: Sender<'_>,
     generation: i32,
     protocol_type: Option<&str>,
     protocol_name: Option<&str>,
 ) -> Result<Joined, ClassicError> {
-    let (assignment, classic) = classic_member(group, member_id, generation)?;
+    let (assignment, classic) =
+        classic_member(group, sender.member_id, sender.instance_id, generation)?;
     if let Some(t) = protocol_type.filter(|t| *t != PROTOCOL_TYPE) {
         return Err(ClassicError::InconsistentGroupProtocol(format!(
             "protocol type {t:?} is not {PROTOCOL_TYPE:?}"
@@ -201,11 +266,12 @@ pub fn sync(
 /// (at its epoch), which starts its rebalance timeout.
 pub fn heartbeat(
     group: &Group,
-    member_id: &str,
+    sender: Sender<'_>,
     generation: i32,
     sizes: TopicSizes<'_>,
 ) -> Result<(Group, Beat), ClassicError> {
-    classic_member(group, member_id, generation)?;
+    let member_id = sender.member_id;
+    classic_member(group, member_id, sender.instance_id, generation)?;
     let mut next = membership::refresh_target(group.clone(), sizes);
     let Some(member) = next.members.get(member_id) else {
         return Err(ClassicError::UnknownMemberId {

@@ -563,16 +563,16 @@ impl Groups {
     pub async fn classic_sync(
         &self,
         group_id: &str,
-        member_id: &str,
+        sender: classic::Sender<'_>,
         generation: i32,
         protocol: (Option<&str>, Option<&str>),
     ) -> Result<classic::Joined, Refusal> {
         self.decide(
             group_id,
             &BTreeSet::new(),
-            |_| Some(member_id),
+            |_| Some(sender.member_id),
             |group, _| {
-                classic::sync(group, member_id, generation, protocol.0, protocol.1)
+                classic::sync(group, sender, generation, protocol.0, protocol.1)
                     .map(|synced| (group.clone(), synced))
                     .map_err(classic_refusal)
             },
@@ -584,15 +584,15 @@ impl Groups {
     pub async fn classic_heartbeat(
         &self,
         group_id: &str,
-        member_id: &str,
+        sender: classic::Sender<'_>,
         generation: i32,
     ) -> Result<classic::Beat, Refusal> {
         self.decide(
             group_id,
             &BTreeSet::new(),
-            |_| Some(member_id),
+            |_| Some(sender.member_id),
             |group, sizes| {
-                classic::heartbeat(group, member_id, generation, sizes).map_err(classic_refusal)
+                classic::heartbeat(group, sender, generation, sizes).map_err(classic_refusal)
             },
         )
         .await
@@ -1134,6 +1134,7 @@ pub fn classic_refusal(error: ClassicError) -> Refusal {
         ClassicError::InvalidSessionTimeout(_) => ErrorCode::InvalidSessionTimeout,
         ClassicError::RebalanceInProgress => ErrorCode::RebalanceInProgress,
         ClassicError::InvalidRequest(_) => ErrorCode::InvalidRequest,
+        ClassicError::FencedInstanceId { .. } => ErrorCode::FencedInstanceId,
     };
     Refusal::new(code, error.to_string())
 }

@@ -561,3 +561,69 @@ async fn given_a_classic_member_when_its_coordinator_is_killed_then_the_successo
     tokio::time::sleep(Duration::from_secs(8)).await;
     assert_eq!(heartbeat(&kafka, "moving", &member, generation).await, 25);
 }
+
+/// The assignment events (`assigned` or `revoked`) a member printed.
+fn rebalances(events: &Events) -> Vec<serde_json::Value> {
+    events
+        .lines
+        .iter()
+        .filter(|l| l.get("assigned").is_some() || l.get("revoked").is_some())
+        .cloned()
+        .collect()
+}
+
+/// KIP-345 through librdkafka's classic protocol: a static member (group.instance.id)
+/// SIGKILLed and restarted within its session joins under a new member id and gets
+/// exactly its old partitions back; the other member sees no rebalance (no assignment
+/// event after the first settled one), and every record is read, again only if the
+/// killed process had not committed it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_static_classic_member_sigkilled_and_restarted_within_its_session_then_it_gets_its_partitions_back_and_the_other_sees_no_rebalance(
+) {
+    let cluster = Cluster::start_with_coordinators(1, 1, &KAFKA_LISTEN, &[]).await;
+    cluster.create_topic("orders", 6, 1).await;
+    let kafka = cluster.broker(1).kafka_bootstrap();
+    // A 30 s session: the restart comes back well within it.
+    let static_a = classic(&["group.instance.id=box-a", "session.timeout.ms=30000"]);
+    let mut a = GroupConsumer::start(&kafka, "ledger", "orders", &static_a);
+    let mut b = GroupConsumer::start(&kafka, "ledger", "orders", &classic(&[]));
+    let three = |e: &Events| e.owned().len() == 3;
+    a.wait_for(READ_PATIENCE, "3 partitions", three).await;
+    let settled = b.wait_for(READ_PATIENCE, "3 partitions", three).await;
+    produce(&kafka, "orders", 6, 50, 0).await;
+    let some = |e: &Events| e.received().len() >= 5;
+    a.wait_for(READ_PATIENCE, "5 records", some).await;
+    let a_partitions = a.events().owned();
+    let killed = a.kill().await;
+
+    let mut a2 = GroupConsumer::start(&kafka, "ledger", "orders", &static_a);
+    let back = a2
+        .wait_for(READ_PATIENCE, "its partitions back", |e| {
+            !e.owned().is_empty()
+        })
+        .await;
+    assert_eq!(back.owned(), a_partitions, "the restart owns what a owned");
+    produce(&kafka, "orders", 6, 50, 50).await;
+    let want = expected(6, 0..100);
+    // What a received before it died counts: a2 resumes after a's commits.
+    read_all(&mut [&mut a, &mut a2, &mut b], &want).await;
+    let b_events = b.events();
+    assert_eq!(
+        rebalances(&b_events),
+        rebalances(&settled),
+        "b saw a rebalance: {:?}",
+        b_events.lines
+    );
+    assert!(
+        a2.events().errors().is_empty(),
+        "{:?}",
+        a2.events().errors()
+    );
+    // Exactly once but for what a received and had not committed.
+    let a2_events = a2.events();
+    let again = duplicates([&killed, &a2_events, &b_events]);
+    let allowed = crate::kafka_groups::uncommitted(&killed);
+    assert!(again.is_subset(&allowed), "{again:?} beyond {allowed:?}");
+    a2.close().await;
+    b.close().await;
+}

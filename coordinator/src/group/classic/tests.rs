@@ -16,9 +16,18 @@ fn tps(ps: &[i32]) -> BTreeSet<TopicPartition> {
         .collect()
 }
 
+/// A dynamic member's SyncGroup or Heartbeat.
+fn by(member_id: &str) -> Sender<'_> {
+    Sender {
+        member_id,
+        instance_id: None,
+    }
+}
+
 fn join_of(member: &str, owned: &BTreeSet<TopicPartition>) -> Join {
     Join {
         member_id: member.into(),
+        instance_id: None,
         session_timeout_ms: 10_000,
         rebalance_timeout_ms: 30_000,
         protocols: vec!["range".into(), "roundrobin".into()],
@@ -33,10 +42,10 @@ fn given_a_first_classic_member_then_its_join_and_sync_give_every_partition_at_i
     assert_eq!(joined.generation, 1);
     assert_eq!(joined.protocol_name, "range");
     assert_eq!(joined.assignment, tps(&[0, 1, 2, 3, 4, 5]));
-    let synced = sync(&g, "a", 1, Some("consumer"), Some("range")).expect("syncs");
+    let synced = sync(&g, by("a"), 1, Some("consumer"), Some("range")).expect("syncs");
     assert_eq!(synced.assignment, joined.assignment);
     assert_eq!(g.classic["a"].session_timeout_ms, 10_000);
-    let (_, beat) = heartbeat(&g, "a", 1, &six).expect("beats");
+    let (_, beat) = heartbeat(&g, by("a"), 1, &six).expect("beats");
     assert_eq!(beat, Beat::Stay);
 }
 
@@ -47,8 +56,11 @@ fn given_a_second_member_then_the_first_is_told_to_rejoin_and_its_rejoin_release
     // a holds everything still: b is at the new epoch with nothing.
     assert_eq!((b.generation, b.assignment.len()), (2, 0));
     // b's next heartbeat: partitions a releases are not free yet, so no rejoin.
-    assert_eq!(heartbeat(&g, "b", 2, &six).expect("b beats").1, Beat::Stay);
-    let (g, beat) = heartbeat(&g, "a", a.generation, &six).expect("a beats");
+    assert_eq!(
+        heartbeat(&g, by("b"), 2, &six).expect("b beats").1,
+        Beat::Stay
+    );
+    let (g, beat) = heartbeat(&g, by("a"), a.generation, &six).expect("a beats");
     assert_eq!(beat, Beat::Rejoin);
     assert_eq!(
         g.members["a"].assignment.state,
@@ -59,14 +71,16 @@ fn given_a_second_member_then_the_first_is_told_to_rejoin_and_its_rejoin_release
     let (g, a2) = join(&g, &join_of("a", &a.assignment), &six).expect("a rejoins");
     assert_eq!((a2.generation, a2.assignment.len()), (1, 3));
     assert_eq!(
-        sync(&g, "a", 1, None, None).expect("a syncs").assignment,
+        sync(&g, by("a"), 1, None, None)
+            .expect("a syncs")
+            .assignment,
         a2.assignment
     );
     // It revoked the rest and rejoins: now at the group's epoch.
     let (g, a3) = join(&g, &join_of("a", &a2.assignment), &six).expect("a rejoins");
     assert_eq!((a3.generation, &a3.assignment), (2, &a2.assignment));
     // b may take the rest now: its heartbeat says so, its rejoin gets them.
-    let (g, beat) = heartbeat(&g, "b", 2, &six).expect("b beats");
+    let (g, beat) = heartbeat(&g, by("b"), 2, &six).expect("b beats");
     assert_eq!(beat, Beat::Rejoin);
     let (_, b2) = join(&g, &join_of("b", &tps(&[])), &six).expect("b rejoins");
     assert_eq!(b2.assignment.len(), 3);
@@ -77,7 +91,7 @@ fn given_a_second_member_then_the_first_is_told_to_rejoin_and_its_rejoin_release
 fn given_a_wrong_generation_or_member_then_heartbeat_and_sync_refuse_and_nothing_changes() {
     let (g, _) = join(&Group::default(), &join_of("a", &tps(&[])), &six).expect("joins");
     assert!(matches!(
-        heartbeat(&g, "a", 7, &six),
+        heartbeat(&g, by("a"), 7, &six),
         Err(ClassicError::IllegalGeneration {
             sent: 7,
             current: 1,
@@ -85,19 +99,19 @@ fn given_a_wrong_generation_or_member_then_heartbeat_and_sync_refuse_and_nothing
         })
     ));
     assert!(matches!(
-        sync(&g, "a", 0, None, None),
+        sync(&g, by("a"), 0, None, None),
         Err(ClassicError::IllegalGeneration { .. })
     ));
     assert!(matches!(
-        heartbeat(&g, "nobody", 1, &six),
+        heartbeat(&g, by("nobody"), 1, &six),
         Err(ClassicError::UnknownMemberId { .. })
     ));
     assert!(matches!(
-        sync(&g, "a", 1, Some("connect"), None),
+        sync(&g, by("a"), 1, Some("connect"), None),
         Err(ClassicError::InconsistentGroupProtocol(_))
     ));
     assert!(matches!(
-        sync(&g, "a", 1, Some("consumer"), Some("roundrobin")),
+        sync(&g, by("a"), 1, Some("consumer"), Some("roundrobin")),
         Err(ClassicError::InconsistentGroupProtocol(_))
     ));
 }
@@ -158,6 +172,94 @@ fn given_a_leave_then_the_member_goes_and_another_id_is_unknown() {
     assert!(matches!(
         results[1].1,
         Err(ClassicError::UnknownMemberId { .. })
+    ));
+}
+
+/// A static member's join.
+fn static_join(member: &str, instance: &str) -> Join {
+    Join {
+        instance_id: Some(instance.into()),
+        ..join_of(member, &tps(&[]))
+    }
+}
+
+#[test]
+fn given_a_static_member_restarted_under_a_new_id_then_it_takes_its_old_self_over_and_nobody_rebalances(
+) {
+    let (g, _) = join(&Group::default(), &static_join("a1", "box-a"), &six).expect("a joins");
+    let (g, b) = join(&g, &join_of("b", &tps(&[])), &six).expect("b joins");
+    // Settle: a gives half to b.
+    let (g, a) = join(&g, &static_join("a1", "box-a"), &six).expect("a rejoins");
+    let (g, a) = join(
+        &g,
+        &Join {
+            owned: a.assignment.clone(),
+            ..static_join("a1", "box-a")
+        },
+        &six,
+    )
+    .expect("a rejoins at the group's epoch");
+    let (g, _) = heartbeat(&g, by("b"), b.generation, &six).expect("b beats");
+    let (g, b) = join(&g, &join_of("b", &tps(&[])), &six).expect("b takes its half");
+    assert_eq!((a.assignment.len(), b.assignment.len()), (3, 3));
+    let epoch = g.group_epoch;
+
+    // a's process dies without leaving; its restart joins as a2 with the same instance.
+    let (g, a2) = join(&g, &static_join("a2", "box-a"), &six).expect("a2 replaces a1");
+    assert_eq!(a2.assignment, a.assignment, "a2 owns what a1 owned");
+    assert_eq!(a2.generation, a.generation, "at a1's generation");
+    assert_eq!(g.group_epoch, epoch, "no rebalance");
+    assert!(!g.members.contains_key("a1") && !g.classic.contains_key("a1"));
+    assert_eq!(
+        heartbeat(&g, by("b"), b.generation, &six)
+            .expect("b beats")
+            .1,
+        Beat::Stay,
+        "b is not asked to rejoin"
+    );
+    // The replaced instance is fenced, by its instance id; a1 without one is unknown.
+    let fenced = Sender {
+        member_id: "a1",
+        instance_id: Some("box-a"),
+    };
+    assert!(matches!(
+        heartbeat(&g, fenced, a.generation, &six),
+        Err(ClassicError::FencedInstanceId { ref owner, .. }) if owner == "a2"
+    ));
+    assert!(matches!(
+        sync(&g, fenced, a.generation, None, None),
+        Err(ClassicError::FencedInstanceId { .. })
+    ));
+    assert!(matches!(
+        heartbeat(&g, by("a1"), a.generation, &six),
+        Err(ClassicError::UnknownMemberId { .. })
+    ));
+    let a2_sender = Sender {
+        member_id: "a2",
+        instance_id: Some("box-a"),
+    };
+    assert_eq!(
+        sync(&g, a2_sender, a2.generation, None, None)
+            .expect("a2 syncs")
+            .assignment,
+        a.assignment
+    );
+}
+
+#[test]
+fn given_an_instance_id_a_kip848_member_holds_then_a_classic_join_with_it_is_fenced() {
+    let kip848 = Heartbeat {
+        member_id: "k".into(),
+        member_epoch: JOIN_EPOCH,
+        instance_id: Some("box-k".into()),
+        rebalance_timeout_ms: 30_000,
+        subscribed: Some(["in".to_string()].into()),
+        owned: Some(BTreeSet::new()),
+    };
+    let (g, _) = membership::heartbeat(&Group::default(), &kip848, &six).expect("k joins");
+    assert!(matches!(
+        join(&g, &static_join("c", "box-k"), &six),
+        Err(ClassicError::FencedInstanceId { ref owner, .. }) if owner == "k"
     ));
 }
 
@@ -277,7 +379,7 @@ fn act(group: &Group, client: &mut Client) -> Group {
                     Err(_) => group.clone(),
                 }
             }
-            Phase::Sync(generation) => match sync(group, id, generation, None, None) {
+            Phase::Sync(generation) => match sync(group, by(id), generation, None, None) {
                 Ok(synced) => {
                     let revoked = !owned.is_subset(&synced.assignment);
                     *owned = synced.assignment;
@@ -299,7 +401,7 @@ fn act(group: &Group, client: &mut Client) -> Group {
                     group.clone()
                 }
             },
-            Phase::Beat(generation) => match heartbeat(group, id, generation, &six) {
+            Phase::Beat(generation) => match heartbeat(group, by(id), generation, &six) {
                 Ok((next, Beat::Stay)) => next,
                 Ok((next, Beat::Rejoin)) => {
                     *phase = Phase::Join;
