@@ -33,6 +33,7 @@ mod kafka_classic_groups;
 mod kafka_groups;
 mod kafka_in_flight;
 mod kafka_pipeline;
+mod kafka_sasl;
 mod kafka_tls;
 mod kafka_txn;
 mod listeners;
