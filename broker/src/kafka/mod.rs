@@ -28,6 +28,8 @@ pub mod add_offsets_to_txn;
 pub mod add_partitions_to_txn;
 pub mod api_versions;
 pub mod connection;
+#[cfg(test)]
+mod connection_sasl_tests;
 pub mod consumer_group_describe;
 pub mod consumer_group_heartbeat;
 pub mod consumer_protocol;
