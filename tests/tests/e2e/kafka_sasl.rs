@@ -374,3 +374,104 @@ async fn given_a_token_file_when_a_kafka_client_uses_sasl_oauthbearer_then_the_b
     assert_eq!(client_errors(&produced), Vec::<String>::new());
     assert_eq!(log_end(&admin, "sasl-oauth").await, 5);
 }
+
+/// `idem dev --auth-token-file` prints kcat examples that authenticate with SASL/PLAIN
+/// (NAME and TOKEN to fill in from the file): filled in with alice's line, they list
+/// the metadata and round-trip records.
+#[tokio::test]
+async fn given_idem_dev_with_a_token_file_when_kcat_runs_its_printed_sasl_examples_then_records_round_trip(
+) {
+    /// Reaps idem dev even when an assertion fails.
+    struct Reaped(std::process::Child);
+    impl Drop for Reaped {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let files = TokenFiles::write();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut dev = std::process::Command::new(idem_tests::binaries::binary("idem"))
+        .args([
+            "dev",
+            "--listen",
+            "127.0.0.1:0",
+            "--coordinator-listen",
+            "127.0.0.1:0",
+            "--kafka-listen",
+            "127.0.0.1:0",
+            "--auth-token-file",
+            &files.tokens,
+            "--data-dir",
+        ])
+        .arg(tmp.path().join("data"))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .map(Reaped)
+        .expect("spawn idem dev");
+    let stdout = dev.0.stdout.take().expect("stdout");
+    // The banner's lines from the Kafka listener's to its kcat -L example.
+    let banner = tokio::task::spawn_blocking(move || {
+        use std::io::BufRead;
+        let mut lines = std::io::BufReader::new(stdout).lines();
+        let mut banner = Vec::new();
+        for line in lines.by_ref().map_while(Result::ok) {
+            let listed = line.trim_end().ends_with(" -L");
+            if line.starts_with("kafka listener on ") || !banner.is_empty() {
+                banner.push(line);
+            }
+            if listed {
+                break;
+            }
+        }
+        // Keep draining so idem dev never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        banner
+    })
+    .await
+    .expect("reader");
+    let kafka = banner
+        .first()
+        .and_then(|line| line.strip_prefix("kafka listener on "))
+        .expect("idem dev prints its kafka listener line")
+        .to_string();
+    let listing = banner.last().expect("a kcat -L example").trim().to_string();
+    // `kcat -X ... -b ADDRESS -L`, filled in with alice's line of the token file.
+    let settings: Vec<String> = listing
+        .split_whitespace()
+        .skip_while(|word| *word != "-X")
+        .take_while(|word| *word != "-b")
+        .filter(|word| *word != "-X")
+        .map(|setting| {
+            setting
+                .replace("sasl.username=NAME", "sasl.username=alice")
+                .replace("sasl.password=TOKEN", "sasl.password=t-alice")
+        })
+        .collect();
+    assert!(
+        settings.contains(&"security.protocol=sasl_plaintext".to_string())
+            && settings.contains(&"sasl.password=t-alice".to_string()),
+        "{listing}"
+    );
+
+    let listed = kcat(
+        &as_strs(&kcat_args(&["-b", &kafka, "-L", "-J"], &settings)),
+        "",
+    )
+    .await;
+    let listed: Value = serde_json::from_str(listed.trim()).expect("kcat -J prints JSON");
+    assert_eq!(listed["brokers"][0]["name"], kafka.as_str(), "{listed}");
+    // Open authorization: alice (any principal) creates and writes.
+    let created = python("create_topic.py", &[&kafka, "demo", "1", "1"]).await;
+    assert_eq!(created["error"], Value::Null);
+    let args = kcat_args(&["-b", &kafka, "-P", "-t", "demo", "-p", "0"], &settings);
+    kcat(&as_strs(&args), "1\n2\n3\n").await;
+    assert_eq!(
+        kcat_read_with(&kafka, "demo", 0, &settings).await,
+        [
+            (0, "1".to_string()),
+            (1, "2".to_string()),
+            (2, "3".to_string())
+        ]
+    );
+}
