@@ -286,7 +286,7 @@ mod tests {
         assert_eq!(
             session
                 .authenticate(|_| unreachable!("no second verification"))
-                .map(Principal::clone),
+                .cloned(),
             Err(SaslError::AuthenticateRepeated)
         );
         assert!(session.ended().is_some());
