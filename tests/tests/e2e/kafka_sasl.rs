@@ -3,8 +3,9 @@
 //! ACLs, as a gRPC client presenting `authorization: Bearer <token>` is: alice's token
 //! writes where alice may, bob's is refused and writes nothing, a wrong password is an
 //! authentication failure that leaves the broker serving everyone else. Plaintext
-//! (`SASL_PLAINTEXT`) and TLS (`SASL_SSL`) listeners alike. Only real clients
-//! (confluent-kafka, kcat) speak Kafka here.
+//! (`SASL_PLAINTEXT`) and TLS (`SASL_SSL`) listeners alike; under mutual TLS the token
+//! overrides the certificate's principal. Only real clients (confluent-kafka, kcat)
+//! speak Kafka here.
 
 use idem_client::admin::acls::AclBinding;
 use idem_client::credentials::Credentials;
@@ -474,4 +475,85 @@ async fn given_idem_dev_with_a_token_file_when_kcat_runs_its_printed_sasl_exampl
             (2, "3".to_string())
         ]
     );
+}
+
+/// Under mutual TLS a connection starts as its certificate's principal; SASL on top of
+/// it (`SASL_SSL`) makes it the token's, as a bearer token overrides a certificate on
+/// gRPC: carol's certificate holds no ACL, alice's token does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_mutual_tls_when_a_client_also_authenticates_with_sasl_then_the_token_overrides_the_certificate(
+) {
+    let files = TokenFiles::write();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ca = CertAuthority::new("idem kafka CA");
+    let server = TlsFiles::write(dir.path(), "server", &ca.server(&[]), &ca);
+    let mut flags = server.mutual_tls_acl_flags();
+    flags.extend(files.flags());
+    let cluster = Cluster::start(1, &as_strs(&flags));
+    let issued = ca.client("admin");
+    let admin = Admin::connect_with(
+        &cluster.bootstrap(),
+        Credentials::none(),
+        Some(TlsConfig::new(ca.cert_pem()).with_client_identity(issued.cert_pem, issued.key_pem)),
+    )
+    .await
+    .expect("the admin's certificate connects");
+    admin
+        .create_topic("sasl-mtls", 1, 1)
+        .await
+        .expect("a super user creates");
+    admin
+        .create_acls(&[AclBinding {
+            principal: "User:alice".into(),
+            resource_type: "topic".into(),
+            resource_name: "sasl-mtls".into(),
+            pattern_type: "literal".into(),
+            operation: "write".into(),
+            permission: "allow".into(),
+        }])
+        .await
+        .expect("the admin adds alice's ACL");
+    let kafka = cluster.broker(1).kafka_bootstrap();
+    let carol = TlsFiles::write(dir.path(), "carol", &ca.client("carol"), &ca);
+    let carol_tls = |protocol: &str| {
+        vec![
+            format!("security.protocol={protocol}"),
+            format!("ssl.ca.location={}", server.ca.display()),
+            format!("ssl.certificate.location={}", carol.cert.display()),
+            format!("ssl.key.location={}", carol.key.display()),
+        ]
+    };
+
+    // Carol's certificate alone: User:carol, who may not write.
+    let refused = produce(&kafka, "sasl-mtls", 3, &carol_tls("SSL")).await;
+    for (offset, error) in outcomes(&refused) {
+        assert_eq!(offset, None, "{refused}");
+        let error = error.unwrap_or_default();
+        assert!(error.contains("TOPIC_AUTHORIZATION_FAILED"), "{refused}");
+    }
+    // The same certificate with alice's token: User:alice, who may. ACLs reach the
+    // broker through an etcd watch: wait until alice sees the topic (write implies
+    // describe).
+    let mut as_alice = carol_tls("SASL_SSL");
+    as_alice.extend(
+        [
+            "sasl.mechanism=PLAIN",
+            "sasl.username=alice",
+            "sasl.password=t-alice",
+        ]
+        .map(String::from),
+    );
+    wait_until(PATIENCE, "the broker applies alice's ACL", || async {
+        let args = kcat_args(&["-b", &kafka, "-L", "-J", "-t", "sasl-mtls"], &as_alice);
+        let listed = kcat(&as_strs(&args), "").await;
+        let listed: Value = serde_json::from_str(listed.trim()).expect("kcat -J prints JSON");
+        match listed["topics"][0]["error"].as_str() {
+            None => Seen::Reached(()),
+            Some(_) => Seen::Not(listed.to_string()),
+        }
+    })
+    .await;
+    let produced = produce(&kafka, "sasl-mtls", 5, &as_alice).await;
+    assert_eq!(outcomes(&produced), acked_in_order(5), "{produced}");
+    assert_eq!(log_end(&admin, "sasl-mtls").await, 5);
 }
