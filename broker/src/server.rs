@@ -5,7 +5,7 @@
 use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 use idem_proto::transport::MAX_MESSAGE_BYTES;
 use idem_runtime::acl::{AclStore, Authorizer, EtcdAclStore};
-use idem_runtime::authn::NodeCredential;
+use idem_runtime::authn::{NodeCredential, TokenFile};
 use idem_runtime::config_error::ConfigError;
 use idem_runtime::deferred::Deferred;
 use idem_runtime::grpc_server::{GrpcListener, GrpcServerError, GrpcSettings, RunningServer};
@@ -92,6 +92,8 @@ pub struct BoundBroker {
     /// What the Kafka listener accepts with: the gRPC listeners' TLS (one config, so a
     /// SIGHUP reload applies to both); `None` on a plaintext broker.
     server_tls: Option<ServerTls>,
+    /// `--auth-token-file`, followed: what the Kafka listener's SASL checks.
+    kafka_tokens: Option<TokenFile>,
 }
 
 impl BoundBroker {
@@ -149,6 +151,8 @@ impl BoundBroker {
             let peer_tls = peer_tls.clone();
             server_tls.on_reload(move |loaded| peer_tls.replace(loaded));
         }
+        // The Kafka listener's SASL checks the tokens the gRPC layer checks.
+        let kafka_tokens = authn.tokens().cloned();
         let listener = GrpcListener::bind(config.listen)
             .await?
             .with_external(config.external_listen)
@@ -282,6 +286,7 @@ impl BoundBroker {
             credential,
             peer_tls,
             server_tls,
+            kafka_tokens,
         })
     }
 
@@ -334,6 +339,7 @@ impl BoundBroker {
             credential,
             peer_tls,
             server_tls,
+            kafka_tokens,
         } = self;
         let broker = BrokerService::new(
             config.broker_id,
@@ -379,6 +385,7 @@ impl BoundBroker {
                     peer_tls,
                     kafka::coordinator_link::LinkTimeouts::default(),
                 )),
+                tokens: kafka_tokens,
             });
             tracing::info!(address = %bound, tls = server_tls.is_some(), "Kafka listener serving");
             duties.spawn(

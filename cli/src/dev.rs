@@ -107,15 +107,13 @@ pub async fn run(args: DevArgs, tls: DevTls) -> anyhow::Result<()> {
         .with_context(|| format!("starting the dev broker in {}", args.data_dir.display()))?;
     let addr = broker.local_addr();
     let kafka_addr = broker.kafka_addr();
-    // A TLS broker's Kafka listener speaks TLS only (docs/kafka.md): kcat must too.
-    let kcat = match (&tls.cert, &tls.ca) {
-        (None, _) => "kcat".to_string(),
-        (Some(_), None) => "kcat -X security.protocol=ssl".to_string(),
-        (Some(_), Some(ca)) => format!(
-            "kcat -X security.protocol=ssl -X ssl.ca.location={}",
-            ca.display()
-        ),
-    };
+    let kcat = kcat_command(&tls, args.auth_token_file.is_some());
+    let sasl_note = args.auth_token_file.as_ref().map(|file| {
+        format!(
+            "  (SASL/PLAIN: NAME TOKEN is a line of {}; a client without SASL is User:ANONYMOUS)",
+            file.display()
+        )
+    });
     let coordinator_config = CoordinatorConfig {
         tls_cert: tls.cert,
         tls_key: tls.key,
@@ -151,6 +149,9 @@ pub async fn run(args: DevArgs, tls: DevTls) -> anyhow::Result<()> {
             println!("  {kcat} -b {kafka} -L");
             println!("  seq 1 5 | {kcat} -b {kafka} -P -t demo");
             println!("  {kcat} -b {kafka} -C -t demo -e");
+            if let Some(note) = &sasl_note {
+                println!("{note}");
+            }
         }
         println!("Ctrl-C stops it; the data stays for the next start.");
         println!("{authorization}");
@@ -165,6 +166,30 @@ pub async fn run(args: DevArgs, tls: DevTls) -> anyhow::Result<()> {
         .context("serving the coordinator")?;
     println!("idem dev: stopped cleanly");
     Ok(())
+}
+
+/// The kcat of the banner's Kafka examples. A TLS broker's Kafka listener speaks TLS
+/// only (docs/kafka.md): kcat must too. With a token file (`sasl`) kcat authenticates
+/// with SASL/PLAIN, a principal's name and token from the file; placeholders, never a
+/// token read from the file, so the banner holds no secret.
+fn kcat_command(tls: &DevTls, sasl: bool) -> String {
+    let protocol = match (tls.cert.is_some(), sasl) {
+        (false, false) => None,
+        (false, true) => Some("sasl_plaintext"),
+        (true, false) => Some("ssl"),
+        (true, true) => Some("sasl_ssl"),
+    };
+    let mut kcat = "kcat".to_string();
+    if let Some(protocol) = protocol {
+        kcat.push_str(&format!(" -X security.protocol={protocol}"));
+    }
+    if let (Some(_), Some(ca)) = (&tls.cert, &tls.ca) {
+        kcat.push_str(&format!(" -X ssl.ca.location={}", ca.display()));
+    }
+    if sasl {
+        kcat.push_str(" -X sasl.mechanisms=PLAIN -X sasl.username=NAME -X sasl.password=TOKEN");
+    }
+    kcat
 }
 
 /// The banner's last line: whether requests are checked, and how to change that.
@@ -209,6 +234,31 @@ mod tests {
     struct Broker {
         #[command(flatten)]
         config: idem_broker::config::BrokerConfig,
+    }
+
+    #[test]
+    fn given_tls_or_a_token_file_then_the_kcat_hint_speaks_ssl_or_sasl() {
+        use super::{kcat_command, DevTls};
+        let plain = DevTls::default();
+        let tls = DevTls {
+            cert: Some("server.crt".into()),
+            key: Some("server.key".into()),
+            ca: Some("ca.crt".into()),
+        };
+        assert_eq!(kcat_command(&plain, false), "kcat");
+        assert_eq!(
+            kcat_command(&tls, false),
+            "kcat -X security.protocol=ssl -X ssl.ca.location=ca.crt"
+        );
+        let sasl = " -X sasl.mechanisms=PLAIN -X sasl.username=NAME -X sasl.password=TOKEN";
+        assert_eq!(
+            kcat_command(&plain, true),
+            format!("kcat -X security.protocol=sasl_plaintext{sasl}")
+        );
+        assert_eq!(
+            kcat_command(&tls, true),
+            format!("kcat -X security.protocol=sasl_ssl -X ssl.ca.location=ca.crt{sasl}")
+        );
     }
 
     #[test]

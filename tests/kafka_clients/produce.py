@@ -1,11 +1,15 @@
 """Produces COUNT records (values "0" .. "COUNT-1", keys "k0" ..) to one partition
-with confluent-kafka, then prints one JSON line: what each delivery report said.
+with confluent-kafka, then prints one JSON line: what each delivery report said, and
+the client-level errors librdkafka raised (an authentication failure, ...).
 
 usage: produce.py BOOTSTRAP TOPIC PARTITION COUNT [key=value librdkafka settings...]
 e.g.   produce.py 127.0.0.1:9094 orders 0 500 enable.idempotence=true compression.type=lz4
+The pseudo-setting oauth.token=TOKEN makes the oauth_cb return TOKEN (an hour's
+lifetime), for sasl.mechanism=OAUTHBEARER.
 """
 import json
 import sys
+import time
 
 from confluent_kafka import Producer
 
@@ -16,6 +20,11 @@ def main():
     for setting in sys.argv[5:]:
         key, value = setting.split("=", 1)
         config[key] = value
+    errors = []
+    config["error_cb"] = lambda err: errors.append(str(err))
+    token = config.pop("oauth.token", None)
+    if token is not None:
+        config["oauth_cb"] = lambda _config: (token, time.time() + 3600)
     reports = []
 
     def delivered(err, msg):
@@ -31,7 +40,7 @@ def main():
                          partition=partition, on_delivery=delivered)
         producer.poll(0)
     left = producer.flush(60)
-    print(json.dumps({"undelivered": left, "reports": reports}))
+    print(json.dumps({"undelivered": left, "reports": reports, "errors": errors}))
 
 
 if __name__ == "__main__":

@@ -14,8 +14,11 @@
 //! UNSUPPORTED_VERSION: `versions.rs`, `unsupported.rs`). Other connections never
 //! notice.
 //!
-//! A connection is served as one principal, its client certificate's under mutual TLS
-//! (`mod.rs`), else `User:ANONYMOUS`: every request on it is authorized as that one.
+//! A connection starts as its client certificate's principal under mutual TLS
+//! (`mod.rs`), else `User:ANONYMOUS`, and becomes a token's after a successful SASL
+//! exchange (`sasl_session.rs`). The reader serves requests one after another, so each
+//! is authorized as the principal the requests before it left; a SASL refusal is
+//! answered, then the connection closes.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -44,6 +47,10 @@ use super::{
 use super::{consumer_group_describe, consumer_group_heartbeat, delete_groups, describe_groups};
 use super::{offset_commit, offset_fetch, offset_for_leader_epoch};
 use super::{produce, unsupported, KafkaContext};
+// SASL (sasl_session.rs).
+use super::sasl_session::{SaslError, Session};
+use super::{sasl_authenticate, sasl_handshake};
+use kafka_protocol::messages::{SaslAuthenticateRequest, SaslHandshakeRequest};
 // The classic group protocol (classic members of KIP-848 groups).
 use super::{heartbeat, join_group, leave_group, sync_group};
 use kafka_protocol::messages::{
@@ -80,6 +87,8 @@ pub enum FrameError {
     },
     #[error("response does not encode: {0}")]
     Encode(String),
+    #[error("SASL: {0}")]
+    Sasl(#[from] SaslError),
 }
 
 /// How many answers one connection may have outstanding before it stops reading: a
@@ -115,7 +124,7 @@ pub async fn serve<S>(
     // for longer than one poll).
     let (reader, writer) = tokio::io::split(stream);
     let (answers, queued) = mpsc::channel(MAX_IN_FLIGHT);
-    let reading = read_requests(reader, &context, principal.as_str(), answers, &stop);
+    let reading = read_requests(reader, &context, Session::new(principal), answers, &stop);
     let writing = write_answers(writer, queued);
     tokio::pin!(reading, writing);
     let outcome = tokio::select! {
@@ -138,7 +147,7 @@ pub async fn serve<S>(
 async fn read_requests<S: AsyncRead>(
     mut reader: ReadHalf<S>,
     context: &KafkaContext,
-    principal: &str,
+    mut session: Session,
     answers: mpsc::Sender<Answer>,
     stop: &CancellationToken,
 ) -> Result<(), FrameError> {
@@ -151,10 +160,15 @@ async fn read_requests<S: AsyncRead>(
         let Some(frame) = frame else {
             return Ok(());
         };
-        let answer = answer(context, principal, frame).await?;
+        let answer = answer(context, &mut session, frame).await?;
         if answers.send(answer).await.is_err() {
             // The writer failed; it reports why.
             return Ok(());
+        }
+        // A SASL refusal: its answer is queued (the writer writes it), nothing more is
+        // read.
+        if let Some(refusal) = session.ended() {
+            return Err(refusal.clone().into());
         }
     }
 }
@@ -213,7 +227,7 @@ async fn read_frame<S: AsyncRead>(
 /// The answer to `frame`: served in full, or (a Produce) appended.
 async fn answer(
     context: &KafkaContext,
-    principal: &str,
+    session: &mut Session,
     frame: Bytes,
 ) -> Result<Answer, FrameError> {
     let api_key = i16::from_be_bytes([frame[0], frame[1]]);
@@ -223,7 +237,8 @@ async fn answer(
         Route::Close => return Err(FrameError::NotServed { api_key, version }),
         Route::ApiVersionsUnsupported => {
             // KIP-511: v0's schema and header, which every client reads.
-            let body = api_versions::response(ResponseError::UnsupportedVersion.code());
+            let sasl = context.tokens.is_some();
+            let body = api_versions::response(ResponseError::UnsupportedVersion.code(), sasl);
             return respond(correlation_id, 0, &body, 0).map(|frame| Answer::Ready(Some(frame)));
         }
         Route::Unsupported(key) => {
@@ -262,6 +277,10 @@ async fn answer(
     let header = RequestHeader::decode(&mut buf, key.request_header_version(version))
         .map_err(decode_error)?;
     let header_version = key.response_header_version(version);
+    // During a SASL exchange anything but ApiVersions and SaslAuthenticate is closed on.
+    session.admit(key)?;
+    let principal = session.principal().clone();
+    let principal = principal.as_str();
     let service = &context.service;
     tracing::trace!(?key, version, correlation_id, client_id = ?header.client_id, "Kafka request");
     let response = match key {
@@ -270,9 +289,21 @@ async fn answer(
             respond(
                 correlation_id,
                 header_version,
-                &api_versions::response(0),
+                &api_versions::response(0, context.tokens.is_some()),
                 version,
             )
+        }
+        ApiKey::SaslHandshake => {
+            let request = SaslHandshakeRequest::decode(&mut buf, version).map_err(decode_error)?;
+            let body = sasl_handshake::serve(session, &request, version, context.tokens.is_some());
+            respond(correlation_id, header_version, &body, version)
+        }
+        ApiKey::SaslAuthenticate => {
+            let request =
+                SaslAuthenticateRequest::decode(&mut buf, version).map_err(decode_error)?;
+            let tokens = context.tokens.as_ref().map(|file| file.current());
+            let body = sasl_authenticate::serve(session, &request, tokens.as_deref());
+            respond(correlation_id, header_version, &body, version)
         }
         ApiKey::Metadata => {
             let request = MetadataRequest::decode(&mut buf, version).map_err(decode_error)?;

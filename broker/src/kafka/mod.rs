@@ -8,7 +8,8 @@
 //! coordinator APIs to), and one per API. On a TLS broker the listener speaks TLS only
 //! (Kafka's `security.protocol=SSL`), with the gRPC listeners' certificate, client-auth
 //! policy and SIGHUP reload; under mutual TLS each connection's principal is its client
-//! certificate's, else `User:ANONYMOUS`.
+//! certificate's, else `User:ANONYMOUS`, unless the client authenticates with SASL
+//! (`sasl_session.rs`: PLAIN or OAUTHBEARER with a token of `--auth-token-file`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -16,6 +17,7 @@ use std::time::Duration;
 
 use idem_runtime::authn::certificate::principal_from_certificate;
 use idem_runtime::authn::principal::Principal;
+use idem_runtime::authn::TokenFile;
 use idem_runtime::shutdown::{CancellationToken, Duties};
 use idem_runtime::tls::ServerTls;
 use tokio::net::{TcpListener, TcpStream};
@@ -26,6 +28,8 @@ pub mod add_offsets_to_txn;
 pub mod add_partitions_to_txn;
 pub mod api_versions;
 pub mod connection;
+#[cfg(test)]
+mod connection_sasl_tests;
 pub mod consumer_group_describe;
 pub mod consumer_group_heartbeat;
 pub mod consumer_protocol;
@@ -59,6 +63,11 @@ pub mod offset_fetch;
 pub mod offset_for_leader_epoch;
 pub mod produce;
 pub mod records;
+pub mod sasl_authenticate;
+pub mod sasl_handshake;
+pub mod sasl_oauthbearer;
+pub mod sasl_plain;
+pub mod sasl_session;
 pub mod sync_group;
 #[cfg(test)]
 mod test_broker;
@@ -74,6 +83,9 @@ pub struct KafkaContext {
     pub max_request_bytes: usize,
     /// The coordinators this broker forwards the Kafka coordinator APIs to.
     pub link: Arc<coordinator_link::CoordinatorLink>,
+    /// `--auth-token-file`: with it, SASL (PLAIN, OAUTHBEARER) is advertised and a
+    /// connection may authenticate as a token's principal (`sasl_session.rs`).
+    pub tokens: Option<TokenFile>,
 }
 
 /// Accepts Kafka connections on `listener` until the duties stop; each connection is

@@ -68,6 +68,7 @@ pub fn context(service: BrokerService) -> KafkaContext {
                 request: Duration::from_secs(2),
             },
         )),
+        tokens: None,
     }
 }
 

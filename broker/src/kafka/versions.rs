@@ -187,7 +187,25 @@ pub const SERVED: &[Served] = &[
         min: 0,
         max: 1,
     },
+    // SASL (docs/kafka.md, "SASL"): advertised only with a token file
+    // (`api_versions.rs`). Handshake v0 is advertised because librdkafka sees SASL
+    // support in it, but answered UNSUPPORTED_VERSION (`sasl_handshake.rs`).
+    Served {
+        key: ApiKey::SaslHandshake,
+        min: 0,
+        max: 1,
+    },
+    Served {
+        key: ApiKey::SaslAuthenticate,
+        min: 0,
+        max: 2,
+    },
 ];
+
+/// Whether `key` is a SASL API, advertised only where SASL is enabled.
+pub fn is_sasl(key: ApiKey) -> bool {
+    matches!(key, ApiKey::SaslHandshake | ApiKey::SaslAuthenticate)
+}
 
 /// What to do with a request, from its header's API key and version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -228,7 +246,7 @@ mod tests {
     /// Every advertised version must be one the codec crate encodes and decodes.
     #[test]
     fn every_served_version_is_within_the_codecs_range() {
-        let codec: [(ApiKey, VersionRange); 31] = [
+        let codec: &[(ApiKey, VersionRange)] = &[
             (ApiKey::Produce, ProduceRequest::VERSIONS),
             (ApiKey::Fetch, FetchRequest::VERSIONS),
             (ApiKey::ListOffsets, ListOffsetsRequest::VERSIONS),
@@ -281,6 +299,8 @@ mod tests {
                 ApiKey::IncrementalAlterConfigs,
                 IncrementalAlterConfigsRequest::VERSIONS,
             ),
+            (ApiKey::SaslHandshake, SaslHandshakeRequest::VERSIONS),
+            (ApiKey::SaslAuthenticate, SaslAuthenticateRequest::VERSIONS),
         ];
         for served in SERVED {
             let (_, range) = codec
@@ -322,6 +342,10 @@ mod tests {
         assert_eq!(route(16, 5), Route::Serve(ApiKey::ListGroups));
         assert_eq!(route(66, 1), Route::Serve(ApiKey::ListTransactions));
         assert_eq!(route(66, 2), Route::Unsupported(ApiKey::ListTransactions));
+        // SaslHandshake v0-v1 and SaslAuthenticate v0-v2.
+        assert_eq!(route(17, 1), Route::Serve(ApiKey::SaslHandshake));
+        assert_eq!(route(17, 2), Route::Close);
+        assert_eq!(route(36, 2), Route::Serve(ApiKey::SaslAuthenticate));
         assert_eq!(route(999, 0), Route::Close);
         assert_eq!(route(-1, 0), Route::Close);
     }

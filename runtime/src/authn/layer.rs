@@ -45,6 +45,11 @@ impl AuthnLayer {
         AuthnLayer { tokens, node: None }
     }
 
+    /// The token file checked, if any: the Kafka listener's SASL checks the same one.
+    pub fn tokens(&self) -> Option<&TokenFile> {
+        self.tokens.as_ref()
+    }
+
     /// Also accepts `node`'s token, as its principal.
     pub fn with_node_token(mut self, node: Option<NodeToken>) -> AuthnLayer {
         self.node = node;

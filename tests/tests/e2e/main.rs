@@ -34,6 +34,7 @@ mod kafka_configs;
 mod kafka_groups;
 mod kafka_in_flight;
 mod kafka_pipeline;
+mod kafka_sasl;
 mod kafka_tls;
 mod kafka_txn;
 mod listeners;
