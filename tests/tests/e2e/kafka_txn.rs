@@ -129,6 +129,98 @@ async fn given_a_kafka_transactional_producer_when_it_commits_aborts_and_commits
     );
 }
 
+/// Every partition's `(partition, value)` of `topic` as one kcat run reads them with
+/// `isolation`, grouped by partition in offset order.
+async fn values_by_partition(
+    kafka: &str,
+    topic: &str,
+    isolation: &str,
+) -> BTreeMap<i32, Vec<String>> {
+    let isolation = format!("isolation.level={isolation}");
+    let read = idem_tests::kafka_clients::kcat(
+        &[
+            "-C", "-b", kafka, "-t", topic, "-e", "-q", "-f", "%p %s\n", "-X", &isolation,
+        ],
+        "",
+    )
+    .await;
+    let mut by_partition: BTreeMap<i32, Vec<String>> = BTreeMap::new();
+    for line in read.lines() {
+        let (partition, value) = line.split_once(' ').expect("partition and value");
+        by_partition
+            .entry(partition.parse().expect("a partition"))
+            .or_default()
+            .push(value.to_string());
+    }
+    by_partition
+}
+
+/// Kafka transactions at the width users run: one librdkafka transaction writes a
+/// record to each of 60 partitions of two topics led by three brokers (AddPartitionsToTxn
+/// of 60 partitions, 60 BEGIN and 60 COMMIT or ABORT markers), then one aborts, then
+/// one commits: read_committed sees exactly the two committed records of every
+/// partition, read_uncommitted the aborted one between them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_kafka_transactions_over_60_partitions_on_three_brokers_then_every_partition_holds_each_committed_record_once(
+) {
+    const PER_TOPIC: i32 = 30;
+    let cluster = Cluster::start_with_coordinators(3, 1, &KAFKA_LISTEN, &[]).await;
+    for topic in ["wide-orders", "wide-audit"] {
+        cluster.create_topic(topic, PER_TOPIC, 2).await;
+    }
+    let kafka = cluster.broker(1).kafka_bootstrap();
+    let every = |tag: &str| -> Vec<(String, i32, String)> {
+        ["wide-orders", "wide-audit"]
+            .iter()
+            .flat_map(|topic| {
+                (0..PER_TOPIC).map(move |p| (topic.to_string(), p, format!("{tag}-{p}")))
+            })
+            .collect()
+    };
+    let steps_of = |records: &[(String, i32, String)], commit: bool| {
+        let refs: Vec<(&str, i32, &str)> = records
+            .iter()
+            .map(|(t, p, v)| (t.as_str(), *p, v.as_str()))
+            .collect();
+        transaction("p", &refs, commit)
+    };
+    let steps = plan([
+        vec![json!(["init", "p", "wide-checkout"])],
+        steps_of(&every("c1"), true),
+        steps_of(&every("x"), false),
+        steps_of(&every("c2"), true),
+    ]);
+    let (ran, reports) = transactional(&kafka, &steps, &SETTINGS).await;
+    assert_all_ok(&ran);
+    assert_eq!(
+        reports.len(),
+        180,
+        "every record acknowledged, the aborted too"
+    );
+    assert!(reports.iter().all(|r| r["error"].is_null()), "{reports:?}");
+
+    let grpc = cluster.bootstrap();
+    let partitions: Vec<i32> = (0..PER_TOPIC).collect();
+    for topic in ["wide-orders", "wide-audit"] {
+        txn::wait_until_stable(&grpc, topic, &partitions).await;
+        let committed = values_by_partition(&kafka, topic, "read_committed").await;
+        let uncommitted = values_by_partition(&kafka, topic, "read_uncommitted").await;
+        for p in 0..PER_TOPIC {
+            let (c1, x, c2) = (format!("c1-{p}"), format!("x-{p}"), format!("c2-{p}"));
+            assert_eq!(
+                committed.get(&p).cloned().unwrap_or_default(),
+                [c1.clone(), c2.clone()],
+                "{topic}/{p} read_committed"
+            );
+            assert_eq!(
+                uncommitted.get(&p).cloned().unwrap_or_default(),
+                [c1, x, c2],
+                "{topic}/{p} read_uncommitted"
+            );
+        }
+    }
+}
+
 /// KIP-447's consume-transform-produce step: confluent-kafka's
 /// send_offsets_to_transaction (AddOffsetsToTxn, then TxnOffsetCommit to the group's
 /// coordinator, both through the proxy) makes the offsets the group's only with the
