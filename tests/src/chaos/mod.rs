@@ -8,6 +8,7 @@
 
 pub mod container_nemesis;
 pub mod container_run;
+pub mod kafka_producer;
 pub mod lifecycle;
 pub mod membership;
 pub mod nemesis;

@@ -91,12 +91,16 @@ impl ChaosRun {
             "split faults need a lab network, partition and isolate a linked cluster: run \
              them separately"
         );
-        let flags = &LIFECYCLE_FLAGS;
+        // Brokers speak Kafka too, for the workload's Kafka client; not on the lab
+        // network, whose hosts the test process reaches by their lab addresses only.
+        let mut with_kafka = LIFECYCLE_FLAGS.to_vec();
+        with_kafka.extend(["--kafka-listen", "127.0.0.1:0"]);
+        let flags = &with_kafka[..];
         let coordinator_flags = ["--group-session-timeout-ms", pipeline::SESSION_TIMEOUT_MS];
         let mut cluster = if on_lab {
             // Every process on its own host; 3 etcd members so a split can leave one
             // on the minority side.
-            let mut lab_flags = flags.to_vec();
+            let mut lab_flags = LIFECYCLE_FLAGS.to_vec();
             lab_flags.extend(["--replica-lag-time-max-ms", LAB_REPLICA_LAG_MS]);
             Cluster::start_on_lab(3, 2, 3, &lab_flags, &coordinator_flags).await
         } else if self.families.iter().any(|f| linked.contains(f)) {
@@ -118,7 +122,15 @@ impl ChaosRun {
         let bootstrap = cluster.bootstrap();
         let started = Instant::now();
         let history = Recorder::create(&report.join("history.jsonl"), started);
-        let workload = Workload::start(&bootstrap, CLIENTS, self.seed, &history);
+        let kafka = (!on_lab).then(|| {
+            let listeners: Vec<String> = cluster
+                .ids()
+                .into_iter()
+                .map(|id| cluster.broker(id).kafka_bootstrap())
+                .collect();
+            listeners.join(",")
+        });
+        let workload = Workload::start(&bootstrap, kafka.as_deref(), CLIENTS, self.seed, &history);
 
         let nemesis_log = File::create(report.join("nemesis.jsonl")).expect("nemesis log");
         let mut nemesis = Nemesis::new(self.seed, &self.families, nemesis_log, started);

@@ -1,7 +1,8 @@
 //! The chaos workload: idempotent producers sending unique values one at a time,
 //! transactional producers writing to both topics (some transactions aborted on
 //! purpose), read_committed and read_uncommitted consumers polling throughout, and
-//! consume-transform-produce members of a consumer group (`pipeline.rs`). Every
+//! consume-transform-produce members of a consumer group (`pipeline.rs`), and a Kafka
+//! client's idempotent producer where the brokers speak Kafka (`kafka_producer.rs`). Every
 //! operation goes to the history as an invoke and then `ok` / `fail` / `info`, as the
 //! client saw it: the checker judges only from that.
 
@@ -29,6 +30,9 @@ pub struct Clients {
     pub read_uncommitted: usize,
     /// Members of the consume-transform-produce group.
     pub processors: usize,
+    /// confluent-kafka idempotent producers (`kafka_producer.rs`), where the brokers
+    /// have Kafka listeners the test reaches.
+    pub kafka_producers: usize,
 }
 
 /// The clients of every run, on processes or on containers.
@@ -38,6 +42,7 @@ pub const CLIENTS: Clients = Clients {
     read_committed: 2,
     read_uncommitted: 1,
     processors: 2,
+    kafka_producers: 1,
 };
 
 pub struct Workload {
@@ -46,9 +51,25 @@ pub struct Workload {
 }
 
 impl Workload {
-    pub fn start(bootstrap: &str, clients: Clients, seed: u64, history: &Recorder) -> Workload {
+    /// Starts `clients` against `bootstrap` (gRPC) and, for the Kafka clients, `kafka`
+    /// (the brokers' Kafka listeners; none: no Kafka client).
+    pub fn start(
+        bootstrap: &str,
+        kafka: Option<&str>,
+        clients: Clients,
+        seed: u64,
+        history: &Recorder,
+    ) -> Workload {
         let stop = Arc::new(AtomicBool::new(false));
         let mut tasks = Vec::new();
+        for i in kafka.map_or(0..0, |_| 0..clients.kafka_producers) {
+            tasks.push(tokio::spawn(super::kafka_producer::kafka_producer(
+                kafka.unwrap_or_default().to_string(),
+                i,
+                history.clone(),
+                stop.clone(),
+            )));
+        }
         for i in 0..clients.producers {
             tasks.push(tokio::spawn(producer(
                 bootstrap.to_string(),
