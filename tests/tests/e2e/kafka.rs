@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use idem_client::admin::acls::AclBinding;
-use idem_client::ProducerRecord;
+use idem_client::{Admin, ProducerRecord};
 use idem_tests::cluster::Cluster;
 use idem_tests::kafka_clients::{kcat, kcat_read, python, KafkaProxy};
 use idem_tests::txn;
@@ -685,11 +685,11 @@ async fn given_an_aborted_transaction_when_kcat_reads_committed_then_it_sees_onl
     );
 }
 
-/// Under `--authorizer acl` the Kafka listener (no SASL yet) acts as `User:ANONYMOUS`
-/// and goes through the same checks as gRPC: nothing until an ACL allows it.
-#[tokio::test]
-async fn given_acls_when_an_anonymous_kafka_client_produces_then_it_is_refused_until_an_acl_allows_it(
-) {
+/// One broker with a Kafka listener under `--authorizer acl`, where a Kafka client
+/// without SASL or a certificate is `User:ANONYMOUS` and holds no ACL yet; the
+/// operator's admin client (`t-admin`, a super user); the token files' directory, kept
+/// as long as the broker runs.
+pub(crate) async fn anonymous_acl_broker() -> (tempfile::TempDir, Cluster, Admin) {
     let dir = tempfile::tempdir().expect("dir");
     let write = |name: &str, text: &str| {
         let path = dir.path().join(name);
@@ -714,6 +714,15 @@ async fn given_acls_when_an_anonymous_kafka_client_produces_then_it_is_refused_u
         ],
     );
     let admin = crate::acls::admin_of(&cluster).await;
+    (dir, cluster, admin)
+}
+
+/// Under `--authorizer acl` a Kafka client without SASL acts as `User:ANONYMOUS` and
+/// goes through the same checks as gRPC: nothing until an ACL allows it.
+#[tokio::test]
+async fn given_acls_when_an_anonymous_kafka_client_produces_then_it_is_refused_until_an_acl_allows_it(
+) {
+    let (_tokens, cluster, admin) = anonymous_acl_broker().await;
     admin
         .create_topic("guarded", 1, 1)
         .await

@@ -157,30 +157,7 @@ async fn given_a_topic_when_a_kafka_admin_describes_and_alters_its_configs_then_
 #[tokio::test]
 async fn given_acls_when_a_kafka_admin_without_alter_changes_a_config_then_it_is_refused_and_unchanged(
 ) {
-    let dir = tempfile::tempdir().expect("dir");
-    let write = |name: &str, text: &str| {
-        let path = dir.path().join(name);
-        std::fs::write(&path, text).expect("write");
-        path.display().to_string()
-    };
-    let tokens = write("tokens", "broker t-broker\nadmin t-admin\n");
-    let own = write("broker-token", "t-broker\n");
-    let cluster = Cluster::start(
-        1,
-        &[
-            KAFKA_LISTEN[0],
-            KAFKA_LISTEN[1],
-            "--authorizer",
-            "acl",
-            "--super-users",
-            "User:broker,User:admin",
-            "--auth-token-file",
-            &tokens,
-            "--auth-token",
-            &own,
-        ],
-    );
-    let admin = crate::acls::admin_of(&cluster).await;
+    let (_tokens, cluster, admin) = crate::kafka::anonymous_acl_broker().await;
     for topic in [TOPIC, "hidden"] {
         admin.create_topic(topic, 1, 1).await.expect("created");
     }

@@ -54,6 +54,18 @@ impl TokenFiles {
         flags
     }
 
+    /// A broker with [`TokenFiles::flags`], `topic` created on it (one partition), an
+    /// admin client of it (no credential: authorization is off) and its Kafka address.
+    async fn broker_with_topic(&self, topic: &str) -> (BrokerProcess, Admin, String) {
+        let broker = BrokerProcess::start_with(&as_strs(&self.flags()));
+        let admin = Admin::connect_with(&broker.bootstrap(), Credentials::none(), None)
+            .await
+            .expect("admin connects");
+        admin.create_topic(topic, 1, 1).await.expect("create topic");
+        let kafka = broker.kafka_bootstrap();
+        (broker, admin, kafka)
+    }
+
     /// [`TokenFiles::flags`] under ACLs, the operator and the broker super users.
     fn acl_flags(&self) -> Vec<String> {
         let mut flags = self.flags();
@@ -220,15 +232,7 @@ async fn given_acls_when_kafka_clients_authenticate_with_sasl_plain_then_the_tok
 async fn given_a_wrong_password_when_a_kafka_client_authenticates_then_it_fails_and_others_are_served(
 ) {
     let files = TokenFiles::write();
-    let broker = BrokerProcess::start_with(&as_strs(&files.flags()));
-    let admin = Admin::connect_with(&broker.bootstrap(), Credentials::none(), None)
-        .await
-        .expect("admin connects");
-    admin
-        .create_topic("sasl-guarded", 1, 1)
-        .await
-        .expect("create topic");
-    let kafka = broker.kafka_bootstrap();
+    let (_broker, admin, kafka) = files.broker_with_topic("sasl-guarded").await;
 
     // An unknown token, and alice's token under bob's name: authentication fails,
     // librdkafka says why (never quoting the password), nothing is delivered.
@@ -272,15 +276,7 @@ async fn given_a_wrong_password_when_a_kafka_client_authenticates_then_it_fails_
 async fn given_a_token_file_when_kcat_uses_sasl_plain_then_it_lists_metadata_and_round_trips_a_record(
 ) {
     let files = TokenFiles::write();
-    let broker = BrokerProcess::start_with(&as_strs(&files.flags()));
-    let admin = Admin::connect_with(&broker.bootstrap(), Credentials::none(), None)
-        .await
-        .expect("admin connects");
-    admin
-        .create_topic("sasl-kcat", 1, 1)
-        .await
-        .expect("create topic");
-    let kafka = broker.kafka_bootstrap();
+    let (_broker, _admin, kafka) = files.broker_with_topic("sasl-kcat").await;
     // kcat's own spelling, `sasl.mechanisms`.
     let sasl = [
         "security.protocol=SASL_PLAINTEXT",
@@ -342,15 +338,7 @@ async fn given_a_tls_broker_when_a_kafka_client_uses_sasl_ssl_then_it_produces_a
 async fn given_a_token_file_when_a_kafka_client_uses_sasl_oauthbearer_then_the_bearer_token_authenticates(
 ) {
     let files = TokenFiles::write();
-    let broker = BrokerProcess::start_with(&as_strs(&files.flags()));
-    let admin = Admin::connect_with(&broker.bootstrap(), Credentials::none(), None)
-        .await
-        .expect("admin connects");
-    admin
-        .create_topic("sasl-oauth", 1, 1)
-        .await
-        .expect("create topic");
-    let kafka = broker.kafka_bootstrap();
+    let (_broker, admin, kafka) = files.broker_with_topic("sasl-oauth").await;
     let oauth = |token: &str| {
         vec![
             "security.protocol=SASL_PLAINTEXT".to_string(),
