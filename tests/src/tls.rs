@@ -61,6 +61,14 @@ impl CertAuthority {
         self.issue(Vec::new(), common_name)
     }
 
+    /// An SDK client's TLS config trusting this CA and presenting a certificate it
+    /// issued for `common_name` (the principal `User:{common_name}` under mutual TLS).
+    pub fn client_config(&self, common_name: &str) -> idem_client::TlsConfig {
+        let issued = self.client(common_name);
+        idem_client::TlsConfig::new(self.cert_pem())
+            .with_client_identity(issued.cert_pem, issued.key_pem)
+    }
+
     fn issue(&self, names: Vec<String>, common_name: &str) -> Issued {
         let key = KeyPair::generate().expect("key");
         let mut params = CertificateParams::new(names).expect("params");

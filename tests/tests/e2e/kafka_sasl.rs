@@ -478,11 +478,10 @@ async fn given_mutual_tls_when_a_client_also_authenticates_with_sasl_then_the_to
     let mut flags = server.mutual_tls_acl_flags();
     flags.extend(files.flags());
     let cluster = Cluster::start(1, &as_strs(&flags));
-    let issued = ca.client("admin");
     let admin = Admin::connect_with(
         &cluster.bootstrap(),
         Credentials::none(),
-        Some(TlsConfig::new(ca.cert_pem()).with_client_identity(issued.cert_pem, issued.key_pem)),
+        Some(ca.client_config("admin")),
     )
     .await
     .expect("the admin's certificate connects");

@@ -174,11 +174,10 @@ async fn given_mutual_tls_and_acls_when_kafka_clients_present_certificates_then_
     flags.extend(KAFKA_LISTEN.map(String::from));
     let mut cluster = Cluster::start(1, &as_strs(&flags));
     let bootstrap = cluster.broker(1).kafka_bootstrap();
-    let issued = ca.client("admin");
     let admin = Admin::connect_with(
         &cluster.bootstrap(),
         Credentials::none(),
-        Some(TlsConfig::new(ca.cert_pem()).with_client_identity(issued.cert_pem, issued.key_pem)),
+        Some(ca.client_config("admin")),
     )
     .await
     .expect("the admin's certificate connects");

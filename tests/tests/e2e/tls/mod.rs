@@ -24,12 +24,6 @@ use idem_tests::{BrokerProcess, Cluster};
 
 const ORDERS: &str = "tls-orders";
 
-/// A client trusting `ca` and presenting a certificate `ca` issued for `name`.
-fn client_of(ca: &CertAuthority, name: &str) -> TlsConfig {
-    let issued = ca.client(name);
-    TlsConfig::new(ca.cert_pem()).with_client_identity(issued.cert_pem, issued.key_pem)
-}
-
 /// Every value of `topic`/0 from the log start, read committed, once `count` are there.
 async fn read_values(bootstrap: &str, tls: &TlsConfig, topic: &str, count: usize) -> Vec<String> {
     let config = ConsumerConfig {
@@ -77,7 +71,7 @@ async fn given_a_mutual_tls_cluster_when_clients_present_its_certificates_then_e
     let mut cluster = Cluster::start(2, &flags);
     cluster.spawn_coordinators(1, &flags);
     let bootstrap = cluster.bootstrap();
-    let tls = client_of(&ca, "alice");
+    let tls = ca.client_config("alice");
 
     // Replication between the brokers runs over mTLS: the ISR fills up.
     let admin = Admin::connect_with(&bootstrap, Credentials::none(), Some(tls.clone()))
@@ -166,7 +160,7 @@ async fn given_a_mutual_tls_cluster_when_clients_present_its_certificates_then_e
         ),
         (
             "trusting another CA",
-            Some(client_of(&other, "bob")),
+            Some(other.client_config("bob")),
             "not signed by the given CA",
         ),
     ];
@@ -241,7 +235,7 @@ async fn given_a_tls_broker_when_its_files_are_rotated_and_it_gets_sighup_then_n
     Admin::connect_with(
         &bootstrap,
         Credentials::none(),
-        Some(client_of(&old_ca, "alice")),
+        Some(old_ca.client_config("alice")),
     )
     .await
     .expect("the old CA's client connects");
@@ -274,7 +268,7 @@ async fn given_a_tls_broker_when_its_files_are_rotated_and_it_gets_sighup_then_n
     Admin::connect_with(
         &bootstrap,
         Credentials::none(),
-        Some(client_of(&old_ca, "alice")),
+        Some(old_ca.client_config("alice")),
     )
     .await
     .expect("still served with the old certificate");
@@ -287,7 +281,7 @@ async fn given_a_tls_broker_when_its_files_are_rotated_and_it_gets_sighup_then_n
     Admin::connect_with(
         &bootstrap,
         Credentials::none(),
-        Some(client_of(&new_ca, "carol")),
+        Some(new_ca.client_config("carol")),
     )
     .await
     .expect("the new CA's client is served after the reload");
@@ -295,7 +289,7 @@ async fn given_a_tls_broker_when_its_files_are_rotated_and_it_gets_sighup_then_n
     assert!(broker.is_running(), "SIGHUP did not stop the broker");
     assert!(
         matches!(
-            refusal(&bootstrap, Some(client_of(&old_ca, "alice"))).await,
+            refusal(&bootstrap, Some(old_ca.client_config("alice"))).await,
             ClientError::Tls { .. }
         ),
         "the old CA's client is refused after the rotation"

@@ -17,7 +17,6 @@ use idem_tests::tls::{CertAuthority, TlsFiles};
 use idem_tests::wait::{seen_if, wait_until, PATIENCE};
 use idem_tests::Cluster;
 
-use super::client_of;
 
 const TOPIC: &str = "tls-rotated";
 
@@ -70,7 +69,7 @@ async fn given_an_mtls_cluster_rotated_to_a_new_ca_on_sighup_then_a_follower_dia
     let admin = Admin::connect_with(
         &bootstrap,
         Credentials::none(),
-        Some(client_of(&old_ca, "alice")),
+        Some(old_ca.client_config("alice")),
     )
     .await
     .expect("admin connects with the old CA");
@@ -115,12 +114,12 @@ async fn given_an_mtls_cluster_rotated_to_a_new_ca_on_sighup_then_a_follower_dia
     let admin = Admin::connect_with(
         &bootstrap,
         Credentials::none(),
-        Some(client_of(&new_ca, "carol")),
+        Some(new_ca.client_config("carol")),
     )
     .await
     .expect("admin connects with the new CA");
     let producer = Producer::connect(ProducerConfig {
-        tls: Some(client_of(&new_ca, "carol")),
+        tls: Some(new_ca.client_config("carol")),
         request_timeout: Duration::from_secs(5),
         delivery_timeout: Duration::from_secs(60),
         ..ProducerConfig::new(bootstrap.clone())

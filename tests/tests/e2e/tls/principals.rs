@@ -10,7 +10,6 @@ use idem_tests::sdk::bytes;
 use idem_tests::tls::{CertAuthority, TlsFiles};
 use idem_tests::Cluster;
 
-use super::client_of;
 
 const TOPIC: &str = "mtls-acl";
 
@@ -48,7 +47,7 @@ async fn given_mutual_tls_and_acls_when_clients_present_certificates_then_their_
     let admin = Admin::connect_with(
         &bootstrap,
         Credentials::none(),
-        Some(client_of(&ca, "admin")),
+        Some(ca.client_config("admin")),
     )
     .await
     .expect("the admin's certificate connects");
@@ -69,7 +68,7 @@ async fn given_mutual_tls_and_acls_when_clients_present_certificates_then_their_
         .await
         .expect("the admin adds alice's ACL");
 
-    produce_one(&bootstrap, &client_of(&ca, "alice"), "from alice")
+    produce_one(&bootstrap, &ca.client_config("alice"), "from alice")
         .await
         .expect("alice's certificate may write");
     let end = || async {
@@ -79,7 +78,7 @@ async fn given_mutual_tls_and_acls_when_clients_present_certificates_then_their_
             .expect("log end")
     };
     assert_eq!(end().await, 1);
-    let refused = produce_one(&bootstrap, &client_of(&ca, "bob"), "from bob")
+    let refused = produce_one(&bootstrap, &ca.client_config("bob"), "from bob")
         .await
         .expect_err("bob's certificate may not write");
     // Bob holds no ACL: his producer is refused its producer id (idempotent write,
