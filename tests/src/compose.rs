@@ -161,6 +161,14 @@ impl ComposeCluster {
         )
     }
 
+    /// Every broker's Kafka-protocol address, comma separated.
+    pub fn kafka_bootstrap(&self) -> String {
+        (1..=3)
+            .map(|id| self.kafka_address(id))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
     /// The external address of coordinator `id` (1..=2).
     pub fn coordinator_address(&self, id: usize) -> String {
         format!(

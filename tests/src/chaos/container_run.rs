@@ -83,7 +83,8 @@ impl ContainerRun {
         let started = Instant::now();
         let bootstrap = cluster.bootstrap();
         let history = Recorder::create(&report.join("history.jsonl"), started);
-        let workload = Workload::start(&bootstrap, None, CLIENTS, self.seed, &history);
+        let kafka = cluster.kafka_bootstrap();
+        let workload = Workload::start(&bootstrap, Some(&kafka), CLIENTS, self.seed, &history);
 
         let nemesis_log = File::create(report.join("nemesis.jsonl")).expect("nemesis log");
         let mut nemesis = ContainerNemesis::new(self.seed, nemesis_log, started);
