@@ -17,7 +17,6 @@ use idem_tests::tls::{CertAuthority, TlsFiles};
 use idem_tests::wait::{seen_if, wait_until, PATIENCE};
 use idem_tests::Cluster;
 
-
 const TOPIC: &str = "tls-rotated";
 
 /// The partition's leader and ISR as `admin` sees them.

@@ -10,7 +10,6 @@ use idem_tests::sdk::bytes;
 use idem_tests::tls::{CertAuthority, TlsFiles};
 use idem_tests::Cluster;
 
-
 const TOPIC: &str = "mtls-acl";
 
 async fn produce_one(
