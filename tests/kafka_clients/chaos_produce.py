@@ -19,11 +19,16 @@ usage: chaos_produce.py BOOTSTRAP NAME PARTITIONS TOPIC... [key=value settings..
 import json
 import select
 import sys
+import time
 
 from confluent_kafka import KafkaException, Producer
 
 # A delivery fails after this long, as the SDK producers' delivery timeout.
 MESSAGE_TIMEOUT_MS = 15000
+# A pause between sends, keeping the client near one SDK producer's rate (~40 a second
+# in a CI run): flat out it sent ~110 a second, and the checker's work and the CPU it
+# took from the cluster on 2 cores grew with it.
+PAUSE_S = 0.015
 
 
 def say(**event):
@@ -46,6 +51,8 @@ def main():
     producer = Producer(config)
     n = 0
     while not stop_asked():
+        if n:
+            time.sleep(PAUSE_S)
         topic = topics[n % len(topics)]
         partition = (n // len(topics)) % partitions
         value = f"{name}-{n}"
