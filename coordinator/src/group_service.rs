@@ -375,9 +375,27 @@ impl GroupCoordinator for GroupCoordinatorService {
             [(Operation::Read, Resource::group(&request.group_id))],
         ) {
             Ok(()) => {
-                self.groups
-                    .classic_leave(&request.group_id, &request.member_ids)
-                    .await
+                // Brokers that predate `members` name member ids only.
+                let leaving: Vec<classic::Leaving> = if request.members.is_empty() {
+                    request
+                        .member_ids
+                        .iter()
+                        .map(|id| classic::Leaving {
+                            member_id: id.clone(),
+                            instance_id: None,
+                        })
+                        .collect()
+                } else {
+                    request
+                        .members
+                        .iter()
+                        .map(|m| classic::Leaving {
+                            member_id: m.member_id.clone(),
+                            instance_id: m.group_instance_id.clone(),
+                        })
+                        .collect()
+                };
+                self.groups.classic_leave(&request.group_id, &leaving).await
             }
             Err(refusal) => Err(refusal),
         };

@@ -1,10 +1,12 @@
 //! LeaveGroup v0–v5 (the classic protocol): forwarded to the group's coordinator; the
 //! members named leave (v0–v2 one member id, v3+ a batch), their partitions free for
 //! the group's next target. A member the group does not have as a classic member is
-//! UNKNOWN_MEMBER_ID (v3+ per member). Leaving by group.instance.id alone is not served
-//! (static membership is refused at JoinGroup). Read on the group is checked first.
+//! UNKNOWN_MEMBER_ID (v3+ per member). v3+ may name a static member by its
+//! group.instance.id, with or without its member id (the admin client's
+//! `removeMembersFromConsumerGroup`): a member id that is not the instance's holder is
+//! FENCED_INSTANCE_ID. Read on the group is checked first.
 
-use idem_proto::v1::ClassicLeaveGroupRequest;
+use idem_proto::v1::{ClassicLeaveGroupRequest, ClassicLeavingMember};
 use idem_runtime::acl::{Operation, Resource};
 use kafka_protocol::messages::leave_group_request::LeaveGroupRequest;
 use kafka_protocol::messages::leave_group_response::{LeaveGroupResponse, MemberResponse};
@@ -28,18 +30,25 @@ pub async fn serve(
     {
         return refused(kafka_code(denied.error_code() as i32));
     }
-    let member_ids: Vec<String> = if version >= 3 {
+    let members: Vec<ClassicLeavingMember> = if version >= 3 {
         request
             .members
             .iter()
-            .map(|m| m.member_id.to_string())
+            .map(|m| ClassicLeavingMember {
+                member_id: m.member_id.to_string(),
+                group_instance_id: m.group_instance_id.as_ref().map(ToString::to_string),
+            })
             .collect()
     } else {
-        vec![request.member_id.to_string()]
+        vec![ClassicLeavingMember {
+            member_id: request.member_id.to_string(),
+            group_instance_id: None,
+        }]
     };
     let forwarded = ClassicLeaveGroupRequest {
         group_id: group_id.clone(),
-        member_ids,
+        member_ids: Vec::new(),
+        members,
     };
     let answer = match to_group_coordinator(context, &group_id, |mut client| async move {
         client.classic_leave_group(forwarded).await

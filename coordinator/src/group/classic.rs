@@ -305,26 +305,56 @@ pub fn heartbeat(
 /// One member's outcome of a LeaveGroup.
 pub type LeaveResult = (String, Result<(), ClassicError>);
 
-/// A LeaveGroup of `member_ids`: each classic member named leaves (its partitions are
-/// free for the next target); another id is UNKNOWN_MEMBER_ID.
+/// A member a LeaveGroup names: by member id, or (v3+, the admin client's
+/// `removeMembersFromConsumerGroup`) by a static member's instance id, with or
+/// without its member id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leaving {
+    /// Empty: named by its instance id alone.
+    pub member_id: MemberId,
+    pub instance_id: Option<String>,
+}
+
+/// A LeaveGroup: each member named leaves (its partitions are free for the next
+/// target). By member id, only a classic member may (another id is
+/// UNKNOWN_MEMBER_ID); by instance id, the member holding it, of either protocol
+/// (none: UNKNOWN_MEMBER_ID; a member id that is not the holder's:
+/// FENCED_INSTANCE_ID, as Kafka answers a replaced instance).
 pub fn leave(
     group: &Group,
-    member_ids: &[String],
+    leaving: &[Leaving],
     sizes: TopicSizes<'_>,
 ) -> (Group, Vec<LeaveResult>) {
     let mut next = group.clone();
-    let mut results = Vec::with_capacity(member_ids.len());
-    for id in member_ids {
-        if next.classic.contains_key(id) && next.members.contains_key(id) {
-            next = membership::remove_member(&next, id, sizes);
-            results.push((id.clone(), Ok(())));
-        } else {
-            results.push((
-                id.clone(),
-                Err(ClassicError::UnknownMemberId {
-                    member_id: id.clone(),
+    let mut results = Vec::with_capacity(leaving.len());
+    for named in leaving {
+        let chosen = match &named.instance_id {
+            Some(instance_id) => match owner_of_instance(&next, instance_id) {
+                None => Err(ClassicError::UnknownMemberId {
+                    member_id: named.member_id.clone(),
                 }),
-            ));
+                Some((instance_id, owner))
+                    if !named.member_id.is_empty() && named.member_id != owner =>
+                {
+                    Err(ClassicError::FencedInstanceId { instance_id, owner })
+                }
+                Some((_, owner)) => Ok(owner),
+            },
+            None if next.classic.contains_key(&named.member_id)
+                && next.members.contains_key(&named.member_id) =>
+            {
+                Ok(named.member_id.clone())
+            }
+            None => Err(ClassicError::UnknownMemberId {
+                member_id: named.member_id.clone(),
+            }),
+        };
+        match chosen {
+            Ok(member_id) => {
+                next = membership::remove_member(&next, &member_id, sizes);
+                results.push((member_id, Ok(())));
+            }
+            Err(refused) => results.push((named.member_id.clone(), Err(refused))),
         }
     }
     (next, results)

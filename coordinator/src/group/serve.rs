@@ -602,14 +602,14 @@ impl Groups {
     pub async fn classic_leave(
         &self,
         group_id: &str,
-        member_ids: &[String],
+        leaving: &[classic::Leaving],
     ) -> Result<Vec<(String, Result<(), Refusal>)>, Refusal> {
         self.decide(
             group_id,
             &BTreeSet::new(),
             |_| None,
             |group, sizes| {
-                let (next, results) = classic::leave(group, member_ids, sizes);
+                let (next, results) = classic::leave(group, leaving, sizes);
                 let results = results
                     .into_iter()
                     .map(|(id, r)| (id, r.map_err(classic_refusal)))

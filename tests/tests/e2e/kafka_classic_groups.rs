@@ -627,3 +627,61 @@ async fn given_a_static_classic_member_sigkilled_and_restarted_within_its_sessio
     a2.close().await;
     b.close().await;
 }
+
+/// The admin's removal of a static member (LeaveGroup v3 by group.instance.id, as
+/// Kafka's `removeMembersFromConsumerGroup` sends it): a static member SIGKILLed with a
+/// 60 s session would hold its partitions for a minute; removed by its instance id, its
+/// partitions move to the survivor at once. A removal naming the instance with a member
+/// id that is not its holder's is FENCED_INSTANCE_ID and removes nothing; an unknown
+/// instance is UNKNOWN_MEMBER_ID.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_dead_static_classic_member_when_an_admin_removes_it_by_instance_id_then_the_survivor_takes_its_partitions(
+) {
+    let cluster = Cluster::start_with_coordinators(1, 1, &KAFKA_LISTEN, &[]).await;
+    cluster.create_topic("orders", 6, 1).await;
+    let kafka = cluster.broker(1).kafka_bootstrap();
+    let static_a = classic(&["group.instance.id=box-a", "session.timeout.ms=60000"]);
+    let mut a = GroupConsumer::start(&kafka, "payroll", "orders", &static_a);
+    let mut b = GroupConsumer::start(&kafka, "payroll", "orders", &classic(&[]));
+    let three = |e: &Events| e.owned().len() == 3;
+    a.wait_for(READ_PATIENCE, "3 partitions", three).await;
+    b.wait_for(READ_PATIENCE, "3 partitions", three).await;
+    a.kill().await;
+
+    let remove = |member: &str, instance: &str| {
+        LeaveGroupRequest::default()
+            .with_group_id(GroupId(StrBytes::from_static_str("payroll")))
+            .with_members(vec![MemberIdentity::default()
+                .with_member_id(StrBytes::from_string(member.to_string()))
+                .with_group_instance_id(Some(StrBytes::from_string(
+                    instance.to_string(),
+                )))])
+    };
+    let codes = |answer: &LeaveGroupResponse| -> Vec<i16> {
+        answer.members.iter().map(|m| m.error_code).collect()
+    };
+    let stale: LeaveGroupResponse = ask(&kafka, 13, 3, &remove("not-a", "box-a")).await;
+    assert_eq!(
+        (stale.error_code, codes(&stale)),
+        (0, vec![82]),
+        "{stale:?}"
+    );
+    let unknown: LeaveGroupResponse = ask(&kafka, 13, 3, &remove("", "box-z")).await;
+    assert_eq!(codes(&unknown), vec![25], "{unknown:?}");
+    assert_eq!(b.events().owned().len(), 3, "nothing moved yet");
+
+    let removed: LeaveGroupResponse = ask(&kafka, 13, 3, &remove("", "box-a")).await;
+    assert_eq!(
+        (removed.error_code, codes(&removed)),
+        (0, vec![0]),
+        "{removed:?}"
+    );
+    // Well within a's 60 s session: the removal, not its expiry, moved them.
+    let all = b
+        .wait_for(Duration::from_secs(30), "all 6 partitions", |e| {
+            e.owned().len() == 6
+        })
+        .await;
+    assert_eq!(all.owned().len(), 6);
+    b.close().await;
+}

@@ -166,13 +166,50 @@ fn given_a_kip848_member_then_classic_requests_do_not_take_its_id_nor_it_theirs(
 #[test]
 fn given_a_leave_then_the_member_goes_and_another_id_is_unknown() {
     let (g, _) = join(&Group::default(), &join_of("a", &tps(&[])), &six).expect("joins");
-    let (g, results) = leave(&g, &["a".to_string(), "x".to_string()], &six);
+    let (g, results) = leave(&g, &[by_id("a"), by_id("x")], &six);
     assert!(g.members.is_empty() && g.classic.is_empty());
     assert_eq!(results[0], ("a".to_string(), Ok(())));
     assert!(matches!(
         results[1].1,
         Err(ClassicError::UnknownMemberId { .. })
     ));
+}
+
+/// A LeaveGroup entry naming a member by id.
+fn by_id(member_id: &str) -> Leaving {
+    Leaving {
+        member_id: member_id.into(),
+        instance_id: None,
+    }
+}
+
+#[test]
+fn given_a_leave_by_instance_id_then_its_holder_goes_and_a_stale_member_id_is_fenced() {
+    let (g, _) = join(&Group::default(), &static_join("a1", "box-a"), &six).expect("a joins");
+    let (g, _) = join(&g, &join_of("b", &tps(&[])), &six).expect("b joins");
+    let by_instance = |member_id: &str, instance: &str| Leaving {
+        member_id: member_id.into(),
+        instance_id: Some(instance.into()),
+    };
+    let (unchanged, results) = leave(
+        &g,
+        &[by_instance("a0", "box-a"), by_instance("", "box-z")],
+        &six,
+    );
+    assert_eq!(unchanged, g, "refused leaves change nothing");
+    assert!(matches!(
+        &results[0].1,
+        Err(ClassicError::FencedInstanceId { owner, .. }) if owner == "a1"
+    ));
+    assert!(matches!(
+        results[1].1,
+        Err(ClassicError::UnknownMemberId { .. })
+    ));
+    // The admin's removal: the instance id alone.
+    let (g, results) = leave(&g, &[by_instance("", "box-a")], &six);
+    assert_eq!(results, vec![("a1".to_string(), Ok(()))]);
+    assert!(!g.members.contains_key("a1") && !g.classic.contains_key("a1"));
+    assert!(g.members.contains_key("b"));
 }
 
 /// A static member's join.
@@ -419,7 +456,7 @@ fn act(group: &Group, client: &mut Client) -> Group {
 
 fn remove(group: &Group, client: &Client, clean: bool) -> Group {
     match client {
-        Client::Classic { id, .. } if clean => leave(group, std::slice::from_ref(id), &six).0,
+        Client::Classic { id, .. } if clean => leave(group, &[by_id(id)], &six).0,
         Client::Kip848 { id, .. } if clean => {
             let request = Heartbeat {
                 member_id: id.clone(),
