@@ -279,10 +279,28 @@ async fn answer(
     let header_version = key.response_header_version(version);
     // During a SASL exchange anything but ApiVersions and SaslAuthenticate is closed on.
     session.admit(key)?;
-    let principal = session.principal().clone();
-    let principal = principal.as_str();
-    let service = &context.service;
     tracing::trace!(?key, version, correlation_id, client_id = ?header.client_id, "Kafka request");
+    // The SASL exchange changes the session; every other request only reads who it is.
+    let sasl = match key {
+        ApiKey::SaslHandshake => {
+            let request = SaslHandshakeRequest::decode(&mut buf, version).map_err(decode_error)?;
+            let body = sasl_handshake::serve(session, &request, version, context.tokens.is_some());
+            Some(respond(correlation_id, header_version, &body, version))
+        }
+        ApiKey::SaslAuthenticate => {
+            let request =
+                SaslAuthenticateRequest::decode(&mut buf, version).map_err(decode_error)?;
+            let tokens = context.tokens.as_ref().map(|file| file.current());
+            let body = sasl_authenticate::serve(session, &request, tokens.as_deref());
+            Some(respond(correlation_id, header_version, &body, version))
+        }
+        _ => None,
+    };
+    if let Some(response) = sasl {
+        return response.map(|frame| Answer::Ready(Some(frame)));
+    }
+    let principal = session.principal().as_str();
+    let service = &context.service;
     let response = match key {
         ApiKey::ApiVersions => {
             ApiVersionsRequest::decode(&mut buf, version).map_err(decode_error)?;
@@ -292,18 +310,6 @@ async fn answer(
                 &api_versions::response(0, context.tokens.is_some()),
                 version,
             )
-        }
-        ApiKey::SaslHandshake => {
-            let request = SaslHandshakeRequest::decode(&mut buf, version).map_err(decode_error)?;
-            let body = sasl_handshake::serve(session, &request, version, context.tokens.is_some());
-            respond(correlation_id, header_version, &body, version)
-        }
-        ApiKey::SaslAuthenticate => {
-            let request =
-                SaslAuthenticateRequest::decode(&mut buf, version).map_err(decode_error)?;
-            let tokens = context.tokens.as_ref().map(|file| file.current());
-            let body = sasl_authenticate::serve(session, &request, tokens.as_deref());
-            respond(correlation_id, header_version, &body, version)
         }
         ApiKey::Metadata => {
             let request = MetadataRequest::decode(&mut buf, version).map_err(decode_error)?;
