@@ -40,9 +40,10 @@ pub struct BrokerConfig {
     pub external_advertise: Option<String>,
 
     /// Address the Kafka-protocol listener binds (docs/kafka.md): Kafka clients
-    /// (librdkafka, the Java client) produce and fetch through it. Plaintext, no SASL:
-    /// its requests act as `User:ANONYMOUS` under `--authorizer acl`. Unset: no Kafka
-    /// listener.
+    /// (librdkafka, the Java client) produce and fetch through it, over TLS when the
+    /// broker has a certificate. A connection acts as `User:ANONYMOUS` under
+    /// `--authorizer acl` unless a client certificate or SASL (PLAIN, OAUTHBEARER, with
+    /// `--auth-token-file`) names someone. Unset: no Kafka listener.
     #[arg(long, env = "IDEM_KAFKA_LISTEN")]
     pub kafka_listen: Option<SocketAddr>,
 
@@ -50,6 +51,17 @@ pub struct BrokerConfig {
     /// (defaults to the Kafka listener's bound address). Needs --kafka-listen.
     #[arg(long, env = "IDEM_KAFKA_ADVERTISE")]
     pub kafka_advertise: Option<String>,
+
+    /// How long a Kafka connection whose SASL authentication failed waits before its
+    /// refusal is sent and it closes (Kafka's `connection.failed.authentication.delay.ms`):
+    /// a client retrying bad credentials, or guessing them, reconnects at this pace
+    /// instead of as fast as it can.
+    #[arg(
+        long,
+        env = "IDEM_KAFKA_FAILED_AUTHENTICATION_DELAY_MS",
+        default_value_t = 100
+    )]
+    pub kafka_failed_authentication_delay_ms: u64,
 
     /// Address of the Prometheus endpoint (`http://ADDR/metrics`; docs/operations.md
     /// lists the metrics). Unset: no metrics are served.
@@ -299,6 +311,7 @@ impl BrokerConfig {
             external_advertise: None,
             kafka_listen: None,
             kafka_advertise: None,
+            kafka_failed_authentication_delay_ms: 100,
             metrics_listen: None,
             otlp_endpoint: None,
             data_dir,

@@ -386,6 +386,9 @@ impl BoundBroker {
                     kafka::coordinator_link::LinkTimeouts::default(),
                 )),
                 tokens: kafka_tokens,
+                failed_authentication_delay: Duration::from_millis(
+                    config.kafka_failed_authentication_delay_ms,
+                ),
             });
             tracing::info!(address = %bound, tls = server_tls.is_some(), "Kafka listener serving");
             duties.spawn(

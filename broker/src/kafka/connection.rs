@@ -161,14 +161,23 @@ async fn read_requests<S: AsyncRead>(
             return Ok(());
         };
         let answer = answer(context, &mut session, frame).await?;
+        // A SASL refusal is answered late (nothing more is read meanwhile), so a client
+        // retrying bad credentials reconnects at that pace; a stop does not wait.
+        let refusal = session.ended().cloned();
+        if refusal.is_some() {
+            tokio::select! {
+                () = stop.cancelled() => {}
+                () = tokio::time::sleep(context.failed_authentication_delay) => {}
+            }
+        }
         if answers.send(answer).await.is_err() {
             // The writer failed; it reports why.
             return Ok(());
         }
-        // A SASL refusal: its answer is queued (the writer writes it), nothing more is
-        // read.
-        if let Some(refusal) = session.ended() {
-            return Err(refusal.clone().into());
+        // The refusal's answer is queued (the writer writes it), then the connection
+        // closes.
+        if let Some(refusal) = refusal {
+            return Err(refusal.into());
         }
     }
 }

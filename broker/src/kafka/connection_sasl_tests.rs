@@ -4,6 +4,7 @@
 //! last answer before the connection closes.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use idem_runtime::authn::principal::Principal;
@@ -253,4 +254,50 @@ async fn given_pipelined_requests_then_each_runs_as_the_principal_the_ones_befor
         ResponseError::UnknownTopicOrPartition.code(),
         "after SASL: User:alice"
     );
+}
+
+/// How long [`converse`] took on the runtime's clock (paused in the tests below, so it is
+/// exactly the time the broker slept: the conversation has nothing else to wait for).
+async fn converse_timed(context: KafkaContext, requests: &[Vec<u8>]) -> (Vec<Bytes>, Duration) {
+    let started = tokio::time::Instant::now();
+    let answers = converse(context, requests).await;
+    (answers, started.elapsed())
+}
+
+#[tokio::test(start_paused = true)]
+async fn given_a_failed_authentication_then_its_refusal_comes_after_the_delay_and_a_success_does_not_wait(
+) {
+    let dir = tempfile::tempdir().expect("dir");
+    let delay = Duration::from_millis(100);
+    let mut refusing = sasl_context(dir.path());
+    refusing.failed_authentication_delay = delay;
+    let (answers, took) = converse_timed(
+        refusing,
+        &[handshake(1), authenticate(2, b"\0alice\0t-wrong")],
+    )
+    .await;
+    let (_, refused): (_, SaslAuthenticateResponse) =
+        read(answers[1].clone(), ApiKey::SaslAuthenticate, 2);
+    assert_eq!(
+        refused.error_code,
+        ResponseError::SaslAuthenticationFailed.code()
+    );
+    assert!(took >= delay, "the refusal came after {took:?}");
+
+    let mut accepting = sasl_context(dir.path());
+    accepting.failed_authentication_delay = delay;
+    let (answers, took) = converse_timed(
+        accepting,
+        &[
+            handshake(1),
+            authenticate(2, b"\0alice\0t-alice"),
+            api_versions(3),
+        ],
+    )
+    .await;
+    assert_eq!(answers.len(), 3);
+    let (_, accepted): (_, SaslAuthenticateResponse) =
+        read(answers[1].clone(), ApiKey::SaslAuthenticate, 2);
+    assert_eq!(accepted.error_code, 0);
+    assert!(took < delay, "a good token waited {took:?}");
 }

@@ -86,6 +86,9 @@ pub struct KafkaContext {
     /// `--auth-token-file`: with it, SASL (PLAIN, OAUTHBEARER) is advertised and a
     /// connection may authenticate as a token's principal (`sasl_session.rs`).
     pub tokens: Option<TokenFile>,
+    /// `--kafka-failed-authentication-delay-ms`: how long a refused SASL exchange's
+    /// answer (and the close after it) waits.
+    pub failed_authentication_delay: Duration,
 }
 
 /// Accepts Kafka connections on `listener` until the duties stop; each connection is

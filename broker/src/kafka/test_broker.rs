@@ -69,6 +69,7 @@ pub fn context(service: BrokerService) -> KafkaContext {
             },
         )),
         tokens: None,
+        failed_authentication_delay: Duration::ZERO,
     }
 }
 
