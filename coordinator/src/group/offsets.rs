@@ -145,8 +145,11 @@ pub fn check_commit(
 }
 
 /// What OffsetFetch with `require_stable` cannot answer yet.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Unstable;
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unstable {
+    /// The producers whose open transactions hold an offset of the partition.
+    pub producer_ids: Vec<i64>,
+}
 
 /// A group's offsets.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -188,7 +191,13 @@ impl GroupOffsets {
         require_stable: bool,
     ) -> Result<Option<&OffsetAndMetadata>, Unstable> {
         if require_stable && self.is_pending(tp) {
-            return Err(Unstable);
+            let producer_ids = self
+                .pending
+                .iter()
+                .filter(|(_, p)| p.contains_key(tp))
+                .map(|(id, _)| *id)
+                .collect();
+            return Err(Unstable { producer_ids });
         }
         Ok(self.committed.get(tp))
     }

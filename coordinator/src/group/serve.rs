@@ -699,30 +699,35 @@ impl Groups {
             .state()
             .next_sequence(producer.producer_id, producer.producer_epoch);
         let bytes = txn_offsets::encode(producer, sequence, &records);
-        let first = txn_offsets::append(
+        slice.state().begin_txn_write(producer.producer_id);
+        let appended = txn_offsets::append(
             &self.conn,
             slice.index,
             slice.coordinator_epoch,
             &slice.token,
             bytes,
         )
-        .await
-        .map_err(|e| self.refuse(&slice, e))?;
-        {
-            let mut state = slice.state();
-            let count = records.len() as i32;
-            for (i, record) in records.into_iter().enumerate() {
-                state.stage(
-                    producer.producer_id,
-                    with_record_offset(record, first + i as i64),
-                );
+        .await;
+        let first = match appended {
+            Ok(first) => first,
+            Err(e) => {
+                slice.state().abandon_txn_write();
+                return Err(self.refuse(&slice, e));
             }
-            state.advance_sequence(
-                producer.producer_id,
-                producer.producer_epoch,
-                idem_proto::batch::sequence_add(sequence, count - 1),
-            );
-        }
+        };
+        let count = records.len() as i32;
+        let records = records
+            .into_iter()
+            .enumerate()
+            .map(|(i, record)| with_record_offset(record, first + i as i64))
+            .collect();
+        slice.state().finish_txn_write(
+            producer.producer_id,
+            producer.producer_epoch,
+            first,
+            idem_proto::batch::sequence_add(sequence, count - 1),
+            records,
+        );
         results.extend(accepted.into_iter().map(|o| (o.tp, Ok(()))));
         Ok(results)
     }
@@ -768,11 +773,11 @@ impl Groups {
                 let answer = match offsets.map(|o| o.fetch(&tp, require_stable)) {
                     None => Ok(None),
                     Some(Ok(found)) => Ok(found.cloned()),
-                    Some(Err(_)) => Err(Refusal::new(
+                    Some(Err(unstable)) => Err(Refusal::new(
                         ErrorCode::UnstableOffsetCommit,
                         format!(
-                            "an open transaction holds offsets of {}-{}",
-                            tp.topic, tp.partition
+                            "an open transaction holds offsets of {}-{} (producer ids {:?})",
+                            tp.topic, tp.partition, unstable.producer_ids
                         ),
                     )),
                 };

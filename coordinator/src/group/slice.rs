@@ -33,6 +33,18 @@ pub struct SliceState {
     pub offsets: BTreeMap<String, GroupOffsets>,
     /// Per producer id with offset batches since its last COMMIT/ABORT marker here.
     pub txn_sequences: HashMap<i64, TxnSequence>,
+    /// The transactional offset batch being appended (the owner writes one at a time),
+    /// and the marker of its producer the tail read meanwhile, if any.
+    txn_write: Option<TxnWrite>,
+}
+
+/// A transactional offset batch in flight: appended, not yet applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct TxnWrite {
+    producer_id: i64,
+    /// The offset and outcome (committed?) of the producer's last marker read since
+    /// the write began.
+    ended: Option<(i64, bool)>,
 }
 
 impl SliceState {
@@ -101,9 +113,63 @@ impl SliceState {
             .map_or(0, |s| s.next)
     }
 
-    /// The COMMIT or ABORT marker of `producer_id` was read: its pending offsets become
-    /// committed or vanish, and its next transaction starts its sequences afresh.
-    pub fn complete(&mut self, producer_id: i64, committed: bool) {
+    /// A transactional offset batch of `producer_id` is about to be appended: a marker
+    /// of its producer the tail reads before [`Self::finish_txn_write`] is kept for it.
+    pub fn begin_txn_write(&mut self, producer_id: i64) {
+        self.txn_write = Some(TxnWrite {
+            producer_id,
+            ended: None,
+        });
+    }
+
+    /// The append begun by [`Self::begin_txn_write`] wrote nothing.
+    pub fn abandon_txn_write(&mut self) {
+        self.txn_write = None;
+    }
+
+    /// The batch begun by [`Self::begin_txn_write`] was acknowledged at `first_offset`,
+    /// its last record carrying `last_sequence` of `producer_epoch`; `records` (their
+    /// record offsets set) are its records. Normally they become pending. But the
+    /// producer's transaction may have ended while the append waited for its
+    /// acknowledgement (its caller gave up, say, and aborted): the tail then read its
+    /// marker, after this batch in the log, before this call. The log decides: the
+    /// records count as that marker decided, exactly as a replay would apply them,
+    /// rather than pending behind a marker already passed, forever.
+    pub fn finish_txn_write(
+        &mut self,
+        producer_id: i64,
+        producer_epoch: i16,
+        first_offset: i64,
+        last_sequence: i32,
+        records: Vec<GroupRecord>,
+    ) {
+        let ended = self
+            .txn_write
+            .take()
+            .filter(|w| w.producer_id == producer_id)
+            .and_then(|w| w.ended)
+            .filter(|(marker_offset, _)| *marker_offset > first_offset);
+        match ended {
+            Some((_, true)) => records.into_iter().for_each(|r| self.apply(r)),
+            Some((_, false)) => {}
+            None => {
+                for record in records {
+                    self.stage(producer_id, record);
+                }
+                self.advance_sequence(producer_id, producer_epoch, last_sequence);
+            }
+        }
+    }
+
+    /// The COMMIT or ABORT marker of `producer_id`, at `offset`, was read: its pending
+    /// offsets become committed or vanish, and its next transaction starts its
+    /// sequences afresh.
+    pub fn complete(&mut self, producer_id: i64, committed: bool, offset: i64) {
+        if let Some(write) = self.txn_write.as_mut() {
+            if write.producer_id == producer_id {
+                write.ended = Some((offset, committed));
+            }
+        }
         for offsets in self.offsets.values_mut() {
             offsets.complete(producer_id, committed);
         }
@@ -171,8 +237,8 @@ pub fn replay(
             let marker = control::decode_control(raw)
                 .map_err(|e| corrupt(header.base_offset, e.to_string()))?;
             match marker.control_type {
-                ControlType::Commit => state.complete(header.producer_id, true),
-                ControlType::Abort => state.complete(header.producer_id, false),
+                ControlType::Commit => state.complete(header.producer_id, true, header.base_offset),
+                ControlType::Abort => state.complete(header.producer_id, false, header.base_offset),
                 ControlType::Begin => {}
             }
             done.markers += 1;

@@ -111,7 +111,12 @@ fn given_offsets_in_an_open_transaction_then_a_stable_fetch_waits_and_abort_disc
     let mut offsets = GroupOffsets::default();
     offsets.commit(tp(0), value(5, 1));
     offsets.stage(77, tp(0), value(9, 2));
-    assert_eq!(offsets.fetch(&tp(0), true), Err(Unstable));
+    assert_eq!(
+        offsets.fetch(&tp(0), true),
+        Err(Unstable {
+            producer_ids: vec![77]
+        })
+    );
     assert_eq!(offsets.fetch(&tp(0), false), Ok(Some(&value(5, 1))));
     assert_eq!(offsets.fetch(&tp(1), true), Ok(None));
     offsets.complete(77, false);

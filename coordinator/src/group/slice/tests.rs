@@ -286,6 +286,9 @@ enum Step {
         group: u8,
         partition: i32,
         offset: i64,
+        /// The transaction ends (this outcome) while the batch's acknowledgement is on
+        /// its way: the tail reads the marker before the owner applies the batch.
+        ended_before_ack: Option<bool>,
     },
     End {
         producer: u8,
@@ -300,14 +303,22 @@ fn step() -> impl Strategy<Value = Step> {
             partition,
             offset
         }),
-        (0u8..2, 0u8..2, 0i32..3, 0i64..100).prop_map(|(producer, group, partition, offset)| {
-            Step::TxnCommit {
-                producer,
-                group,
-                partition,
-                offset,
-            }
-        }),
+        (
+            0u8..2,
+            0u8..2,
+            0i32..3,
+            0i64..100,
+            prop::option::weighted(0.3, any::<bool>())
+        )
+            .prop_map(|(producer, group, partition, offset, ended_before_ack)| {
+                Step::TxnCommit {
+                    producer,
+                    group,
+                    partition,
+                    offset,
+                    ended_before_ack,
+                }
+            }),
         (0u8..2, any::<bool>()).prop_map(|(producer, commit)| Step::End { producer, commit }),
     ]
 }
@@ -335,7 +346,7 @@ proptest! {
                     value.record_offset = at;
                     owner.apply(GroupRecord::Offset { group_id, tp, value });
                 }
-                Step::TxnCommit { producer, group, partition, offset } => {
+                Step::TxnCommit { producer, group, partition, offset, ended_before_ack } => {
                     let pid = 100 + i64::from(*producer);
                     if !open[usize::from(*producer)] {
                         log.marker(pid, ControlType::Begin);
@@ -343,18 +354,24 @@ proptest! {
                     }
                     let sequence = owner.next_sequence(pid, 0);
                     let record = offset_record(&format!("g{group}"), *partition, *offset);
+                    owner.begin_txn_write(pid);
                     let at = log.txn(pid, sequence, std::slice::from_ref(&record));
+                    if let Some(commit) = ended_before_ack {
+                        let control = if *commit { ControlType::Commit } else { ControlType::Abort };
+                        let marker_at = log.marker(pid, control);
+                        open[usize::from(*producer)] = false;
+                        owner.complete(pid, *commit, marker_at);
+                    }
                     let GroupRecord::Offset { group_id, tp, mut value } = record else { unreachable!() };
                     value.record_offset = at;
-                    owner.stage(pid, GroupRecord::Offset { group_id, tp, value });
-                    owner.advance_sequence(pid, 0, sequence);
+                    owner.finish_txn_write(pid, 0, at, sequence, vec![GroupRecord::Offset { group_id, tp, value }]);
                 }
                 Step::End { producer, commit } => {
                     let pid = 100 + i64::from(*producer);
                     let control = if *commit { ControlType::Commit } else { ControlType::Abort };
-                    log.marker(pid, control);
+                    let at = log.marker(pid, control);
                     open[usize::from(*producer)] = false;
-                    owner.complete(pid, *commit);
+                    owner.complete(pid, *commit, at);
                 }
             }
         }
