@@ -41,10 +41,14 @@ async fn main() -> Result<(), ClientError> {
     let mut consumer = GroupConsumer::subscribe(bootstrap, config, &[input.as_str()]).await?;
     // One transactional id per member instance: a restarted instance fences its zombie.
     let transactional_id = format!("{group}-{instance}");
-    let producer = TransactionalProducer::connect(TransactionalConfig::new(
-        bootstrap.as_str(),
-        transactional_id,
-    ))
+    // A processor that dies mid-transaction holds its partitions' committed offsets
+    // (their next owner waits for them) and its output's last stable offset until the
+    // coordinator aborts the transaction at this timeout: 10 s, as Kafka Streams sets
+    // it for exactly-once, rather than the producer's 60 s.
+    let producer = TransactionalProducer::connect(TransactionalConfig {
+        transaction_timeout: Duration::from_secs(10),
+        ..TransactionalConfig::new(bootstrap.as_str(), transactional_id)
+    })
     .await?;
     producer.init_transactions().await?;
 

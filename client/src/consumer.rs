@@ -267,10 +267,14 @@ impl Consumer {
             return Err(e);
         }
         let deadline = Instant::now() + timeout;
+        if self.assignments.is_empty() {
+            // Nothing to read: wait out the timeout as a read with nothing new would, so
+            // a caller polling in a loop (a group member between assignments) does not
+            // spin.
+            tokio::time::sleep_until(deadline.into()).await;
+            return Ok(Vec::new());
+        }
         loop {
-            if self.assignments.is_empty() {
-                return Ok(Vec::new());
-            }
             let mut transient = None;
             for idx in 0..self.assignments.len() {
                 match self.resolve(idx).await {

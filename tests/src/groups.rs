@@ -51,6 +51,11 @@ impl GroupClient {
         }
     }
 
+    /// The cluster this client asks.
+    pub fn bootstrap(&self) -> &str {
+        &self.bootstrap
+    }
+
     /// FindCoordinator(group_id) at a broker: (coordinator id, address).
     pub async fn find(&self) -> Result<(i32, String), String> {
         let mut broker = raw::connect(&self.bootstrap).await;

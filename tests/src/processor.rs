@@ -7,12 +7,12 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use idem_client::{ConsumerRecord, Isolation};
+use idem_client::{Admin, ConsumerRecord, Isolation};
 
 use crate::binaries::bin_dir;
 use crate::groups::GroupClient;
 use crate::txn::{self, wait_until_stable};
-use crate::wait::{wait_until, Seen};
+use crate::wait::{try_wait_until, Seen};
 
 /// The example binary `name` (`target/<profile>/examples/<name>`).
 pub fn example(name: &str) -> PathBuf {
@@ -64,6 +64,11 @@ impl Processor {
         self.child = Some(child);
     }
 
+    /// The instance name it was started with (its transactional id's suffix).
+    pub fn instance(&self) -> &str {
+        self.args.last().map_or("", String::as_str)
+    }
+
     /// Everything the process and its restarts wrote to stderr so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.log.path()).unwrap_or_default()
@@ -97,13 +102,27 @@ impl Processor {
 }
 
 impl Drop for Processor {
+    /// Kills the process; when the test is failing, prints the end of its log first, so
+    /// that a stalled or failed pipeline is diagnosed from CI's output alone.
     fn drop(&mut self) {
         self.kill();
+        if std::thread::panicking() {
+            let log = self.log();
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = lines[lines.len().saturating_sub(LOG_TAIL)..].join("\n");
+            eprintln!(
+                "--- processor {} (last {LOG_TAIL} of {} log lines) ---\n{tail}",
+                self.instance(),
+                lines.len()
+            );
+        }
     }
 }
 
 /// Waits until `group` has committed at least `at_least` offsets of `input` in all
-/// (partitions `0..partitions`).
+/// (partitions `0..partitions`). When it is not reached in time, the failure names each
+/// partition's committed offset and the group's members and what they own (the
+/// processors print their logs as the panic drops them).
 pub async fn wait_committed(
     group: &GroupClient,
     input: &str,
@@ -112,21 +131,67 @@ pub async fn wait_committed(
     within: Duration,
     what: &str,
 ) {
-    wait_until(within, what, || async {
-        let committed: i64 = group
-            .committed(input, partitions)
-            .await
-            .iter()
-            .map(|o| (*o).max(0))
-            .sum();
-        if committed >= at_least {
+    let waited = try_wait_until(within, || async {
+        let committed = group.committed(input, partitions).await;
+        let sum: i64 = committed.iter().map(|o| (*o).max(0)).sum();
+        if sum >= at_least {
             Seen::Reached(())
         } else {
-            Seen::Not(format!("{committed} committed"))
+            Seen::Not(format!("{sum} committed, by partition {committed:?}"))
         }
     })
     .await;
+    if let Err((waited, last)) = waited {
+        let description = group.describe().await;
+        let members: Vec<String> = description
+            .members
+            .iter()
+            .map(|m| {
+                let owned: Vec<i32> = m
+                    .assignment
+                    .iter()
+                    .flat_map(|t| t.partitions.clone())
+                    .collect();
+                let target: Vec<i32> = m
+                    .target_assignment
+                    .iter()
+                    .flat_map(|t| t.partitions.clone())
+                    .collect();
+                format!(
+                    "{} (instance {:?}, epoch {}, {}): owns {owned:?}, target {target:?}",
+                    m.member_id, m.instance_id, m.member_epoch, m.state
+                )
+            })
+            .collect();
+        // An offset an open transaction holds keeps its partition from being read.
+        let stable = group.fetch(input, partitions, true).await;
+        let unstable: Vec<String> = stable
+            .topics
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .filter(|p| p.error_code != 0)
+            .map(|p| format!("{}: {}", p.partition, p.error_message))
+            .collect();
+        let transactions = match Admin::connect(group.bootstrap()).await {
+            Ok(admin) => format!("{:#?}", admin.list_transactions().await),
+            Err(e) => format!("cannot list them: {e}"),
+        };
+        panic!(
+            "{what}: not reached within {waited:?}; last seen: {last}\n\
+             unstable offsets: {unstable:?}\nopen transactions: {transactions}\n\
+             group {} on coordinator {}: {} at epoch {} (target {})\n{}",
+            description.group_id,
+            description.coordinator_id,
+            description.state,
+            description.group_epoch,
+            description.target_epoch,
+            members.join("\n"),
+        );
+    }
 }
+
+/// How many of a processor's last log lines a failing test prints.
+const LOG_TAIL: usize = 40;
 
 /// An output record's `source` header (`topic/partition/offset` of its input) and value.
 fn source_and_value(record: &ConsumerRecord) -> (String, String) {

@@ -21,7 +21,7 @@ use tonic::transport::Channel;
 
 use crate::cluster::TXN_LOG_PARTITIONS;
 use crate::raw;
-use crate::wait::{wait_until, Seen, PATIENCE};
+use crate::wait::{try_wait_until, wait_until, Seen, PATIENCE};
 use crate::Cluster;
 
 pub type RawCoordinator = TxnCoordinatorClient<Channel>;
@@ -208,9 +208,8 @@ async fn wait_for_offsets(
     let mut ends = Vec::new();
     // One patience for all partitions: each waits for what is left of it.
     for p in partitions {
-        let what = format!("{topic}-{p}: the last stable offset did {goal}");
         let left = PATIENCE.saturating_sub(started.elapsed());
-        let (hw, _) = wait_until(left, &what, || async {
+        let waited = try_wait_until(left, || async {
             let (hw, lso) = offsets(&admin, topic, *p).await;
             if done(hw, lso) {
                 Seen::Reached(hw)
@@ -219,7 +218,15 @@ async fn wait_for_offsets(
             }
         })
         .await;
-        ends.push(hw);
+        match waited {
+            Ok((hw, _)) => ends.push(hw),
+            // Which transactions hold the LSO back is what a failure needs to say.
+            Err((waited, last)) => panic!(
+                "{topic}-{p}: the last stable offset did {goal}: not reached within \
+                 {waited:?}; last seen: {last}; open transactions: {:#?}",
+                admin.list_transactions().await
+            ),
+        }
     }
     ends
 }

@@ -6,8 +6,14 @@
 //! are no longer read from then on, and the coordinator learns they are released only
 //! from the next heartbeat, sent by a later `poll`, so the caller commits (or aborts a
 //! transaction) for them first. A newly assigned partition starts at the group's
-//! committed offset, read with `require_stable` (an offset an open transaction holds
-//! is waited for), or at `ConsumerConfig::start` when the group has none.
+//! committed offset, read with `require_stable`, or at `ConsumerConfig::start` when the
+//! group has none. An offset an open transaction holds (UNSTABLE_OFFSET_COMMIT: the
+//! previous owner died mid-transaction, say, and its timeout has not aborted it yet) is
+//! waited for as Kafka's consumer waits: that partition is not read and its offset is
+//! asked again every [`UNSTABLE_OFFSET_RETRY`] from `poll`, while the other partitions
+//! are read and heartbeats go on. Failing the `poll` instead would make a caller that
+//! retries read the partition from `start`, and one that exits hand the partition, and
+//! the wait, to the next member.
 //!
 //! Commits (`commit`, `commit_offsets`, `commit_async`, auto-commit) go through one
 //! queue ([`committer`](super::committer)) and are sent in the order they were asked
@@ -18,7 +24,6 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use backon::Retryable;
 use idem_proto::v1::{
     ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, GroupTopicPartitions,
     OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse,
@@ -34,7 +39,6 @@ use crate::coordinator::{
     commit_topics, first_refusal, CoordinatorKey, CoordinatorLink, GroupClient,
 };
 use crate::error::ClientError;
-use crate::retry;
 pub use crate::types::GroupMetadata;
 
 /// Settings of a group member, each with a documented default.
@@ -97,6 +101,10 @@ const STATIC_LEAVE_EPOCH: i32 = -2;
 /// How long before the first heartbeat answer says how often to beat.
 const FIRST_INTERVAL: Duration = Duration::from_secs(1);
 
+/// How often `poll` asks again for committed offsets an open transaction holds (Kafka's
+/// `retry.backoff.ms` is 100 ms; an open transaction lasts seconds to its timeout).
+pub const UNSTABLE_OFFSET_RETRY: Duration = Duration::from_millis(200);
+
 /// A member of a consumer group reading what the group assigns it.
 pub struct GroupConsumer {
     consumer: Consumer,
@@ -109,6 +117,11 @@ pub struct GroupConsumer {
     committer: Committer,
     /// When `poll` next commits automatically (auto-commit on).
     next_auto_commit: Option<Instant>,
+    /// Owned partitions whose committed offset is not known yet (an open transaction
+    /// holds it): not read until it is.
+    awaiting_offsets: BTreeSet<TopicPartition>,
+    /// When `poll` next asks for them.
+    next_offset_fetch: Instant,
 }
 
 impl GroupConsumer {
@@ -159,6 +172,8 @@ impl GroupConsumer {
             committer,
             next_auto_commit: config.auto_commit_interval.map(|i| Instant::now() + i),
             config,
+            awaiting_offsets: BTreeSet::new(),
+            next_offset_fetch: Instant::now(),
         })
     }
 
@@ -175,10 +190,15 @@ impl GroupConsumer {
                 });
             }
         }
-        let until_beat = self
-            .next_heartbeat
-            .saturating_duration_since(Instant::now());
-        let records = self.consumer.poll(timeout.min(until_beat)).await?;
+        if !self.awaiting_offsets.is_empty() && Instant::now() >= self.next_offset_fetch {
+            self.fetch_awaited_offsets().await?;
+        }
+        let mut wake = self.next_heartbeat;
+        if !self.awaiting_offsets.is_empty() {
+            wake = wake.min(self.next_offset_fetch);
+        }
+        let until_wake = wake.saturating_duration_since(Instant::now());
+        let records = self.consumer.poll(timeout.min(until_wake)).await?;
         Ok(Polled {
             records,
             events: Vec::new(),
@@ -292,80 +312,98 @@ impl GroupConsumer {
         if events.is_empty() {
             return Ok(());
         }
-        self.consumer
-            .assign(self.membership.owned().iter().cloned().collect());
         for event in events {
             if let Event::Assigned(added) = event {
-                for ((topic, partition), offset) in self.committed(added).await? {
-                    if offset >= 0 {
-                        self.consumer.seek(&topic, partition, offset)?;
-                    }
-                }
+                self.awaiting_offsets.extend(added.iter().cloned());
             }
         }
-        Ok(())
+        let owned = self.membership.owned();
+        self.awaiting_offsets.retain(|tp| owned.contains(tp));
+        self.consumer.assign(self.readable());
+        self.fetch_awaited_offsets().await
     }
 
-    /// Rewinds every owned partition to the group's committed offset (or to
-    /// `ConsumerConfig::start` when it has none): after an aborted transaction, the
-    /// records it consumed are read again.
-    pub async fn seek_to_committed(&mut self) -> Result<(), ClientError> {
-        let owned = self.membership.owned().clone();
-        for ((topic, partition), offset) in self.committed(&owned).await? {
+    /// The owned partitions this consumer reads: all but those awaiting their offset.
+    fn readable(&self) -> Vec<TopicPartition> {
+        self.membership
+            .owned()
+            .iter()
+            .filter(|tp| !self.awaiting_offsets.contains(*tp))
+            .cloned()
+            .collect()
+    }
+
+    /// Asks once for the committed offsets of the partitions awaiting them; those
+    /// answered are read from there on (from `ConsumerConfig::start` when the group
+    /// has none), those an open transaction still holds are asked for again after
+    /// [`UNSTABLE_OFFSET_RETRY`].
+    async fn fetch_awaited_offsets(&mut self) -> Result<(), ClientError> {
+        if self.awaiting_offsets.is_empty() {
+            return Ok(());
+        }
+        let answered = self.committed(&self.awaiting_offsets).await?;
+        let mut positioned = Vec::new();
+        for (tp, offset) in answered {
+            if let Some(offset) = offset {
+                self.awaiting_offsets.remove(&tp);
+                positioned.push((tp, offset));
+            }
+        }
+        self.consumer.assign(self.readable());
+        for ((topic, partition), offset) in positioned {
             if offset >= 0 {
                 self.consumer.seek(&topic, partition, offset)?;
             } else {
                 self.consumer.reset(&topic, partition)?;
             }
         }
+        if !self.awaiting_offsets.is_empty() {
+            tracing::debug!(group = %self.config.group_id, partitions = ?self.awaiting_offsets, "committed offsets held by an open transaction; not reading these partitions yet");
+            self.next_offset_fetch = Instant::now() + UNSTABLE_OFFSET_RETRY;
+        }
         Ok(())
     }
 
-    /// The group's committed offsets of `partitions` (-1: none), waiting out offsets an
-    /// open transaction holds.
+    /// Rewinds every owned partition to the group's committed offset (or to
+    /// `ConsumerConfig::start` when it has none): after an aborted transaction, the
+    /// records it consumed are read again. A partition whose offset an open transaction
+    /// still holds (the aborted one's ABORT may not have reached the group yet) is not
+    /// read until `poll` learns it.
+    pub async fn seek_to_committed(&mut self) -> Result<(), ClientError> {
+        self.awaiting_offsets = self.membership.owned().clone();
+        // Forgets every position: none is read from until its offset is known.
+        self.consumer.assign(Vec::new());
+        self.fetch_awaited_offsets().await
+    }
+
+    /// The group's committed offsets of `partitions` (-1: none; `None`: an open
+    /// transaction holds it), from one OffsetFetch with `require_stable`.
     async fn committed(
         &self,
         partitions: &BTreeSet<TopicPartition>,
-    ) -> Result<Vec<(TopicPartition, i64)>, ClientError> {
+    ) -> Result<Vec<(TopicPartition, Option<i64>)>, ClientError> {
         let request = OffsetFetchRequest {
             group_id: self.config.group_id.clone(),
             topics: by_topic(partitions),
             require_stable: true,
         };
-        let within = self.link.request_timeout();
-        let fetch_once = || async {
-            let deadline = Instant::now() + within;
-            let answer: OffsetFetchResponse = self
-                .link
-                .call_on(&self.key, deadline, |mut c: GroupClient| {
-                    let request = request.clone();
-                    async move { c.offset_fetch(request).await }
-                })
-                .await
-                .result?;
-            let mut offsets = Vec::new();
-            for topic in answer.topics {
-                for p in topic.partitions {
-                    if p.error_code != ErrorCode::None as i32 {
-                        return Err(ClientError::broker(p.error_code, p.error_message));
-                    }
-                    offsets.push(((topic.name.clone(), p.partition), p.offset));
-                }
-            }
-            Ok(offsets)
-        };
-        // An open transaction holding an offset ends within its timeout (committed or
-        // aborted): ask again until then.
-        fetch_once
-            .retry(retry::until_deadline_backoff(within))
-            .when(|e| e.code() == Some(ErrorCode::UnstableOffsetCommit))
+        let deadline = Instant::now() + self.link.request_timeout();
+        let answer: OffsetFetchResponse = self
+            .link
+            .call_on(&self.key, deadline, |mut c: GroupClient| {
+                let request = request.clone();
+                async move { c.offset_fetch(request).await }
+            })
             .await
+            .result?;
+        stable_offsets(answer)
     }
 
-    /// Commits the position of every partition this member owns.
+    /// Commits the position of every partition this member owns and reads (one still
+    /// awaiting its committed offset was not read: there is nothing to commit).
     pub async fn commit(&mut self) -> Result<(), ClientError> {
         let mut offsets = Vec::new();
-        for (topic, partition) in self.membership.owned().clone() {
+        for (topic, partition) in self.readable() {
             let position = self.consumer.position(&topic, partition).await?;
             offsets.push(((topic, partition), position));
         }
@@ -429,8 +467,15 @@ impl GroupConsumer {
     }
 
     /// The next read of an owned partition starts at `offset` (the database Inbox seeks
-    /// newly assigned partitions to the positions its database holds).
+    /// newly assigned partitions to the positions its database holds): one awaiting
+    /// its committed offset no longer waits for it.
     pub fn seek(&mut self, topic: &str, partition: i32, offset: i64) -> Result<(), ClientError> {
+        if self
+            .awaiting_offsets
+            .remove(&(topic.to_string(), partition))
+        {
+            self.consumer.assign(self.readable());
+        }
         self.consumer.seek(topic, partition, offset)
     }
 
@@ -492,6 +537,25 @@ async fn send_commit(
     first_refusal(&answer.topics).map_or(Ok(()), Err)
 }
 
+/// Each partition's committed offset in an OffsetFetch answer (`None`: an open
+/// transaction holds it, UNSTABLE_OFFSET_COMMIT); any other refusal is the error.
+fn stable_offsets(
+    answer: OffsetFetchResponse,
+) -> Result<Vec<(TopicPartition, Option<i64>)>, ClientError> {
+    let mut offsets = Vec::new();
+    for topic in answer.topics {
+        for p in topic.partitions {
+            let offset = match ErrorCode::try_from(p.error_code) {
+                Ok(ErrorCode::None) => Some(p.offset),
+                Ok(ErrorCode::UnstableOffsetCommit) => None,
+                _ => return Err(ClientError::broker(p.error_code, p.error_message)),
+            };
+            offsets.push(((topic.name.clone(), p.partition), offset));
+        }
+    }
+    Ok(offsets)
+}
+
 fn millis(d: Duration) -> i32 {
     i32::try_from(d.as_millis()).unwrap_or(i32::MAX)
 }
@@ -525,7 +589,50 @@ fn heartbeat_answer(answer: &ConsumerGroupHeartbeatResponse) -> HeartbeatAnswer 
 
 #[cfg(test)]
 mod tests {
+    use idem_proto::v1::{OffsetFetchPartition, OffsetFetchTopic};
+
     use super::*;
+
+    fn fetched(partition: i32, offset: i64, code: ErrorCode) -> OffsetFetchPartition {
+        OffsetFetchPartition {
+            partition,
+            offset,
+            error_code: code as i32,
+            error_message: format!("{code:?}"),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn an_offset_an_open_transaction_holds_is_unknown_and_any_other_refusal_fails() {
+        let answer = |partitions| OffsetFetchResponse {
+            topics: vec![OffsetFetchTopic {
+                name: "in".into(),
+                partitions,
+            }],
+            ..Default::default()
+        };
+        let offsets = stable_offsets(answer(vec![
+            fetched(0, 7, ErrorCode::None),
+            fetched(1, -1, ErrorCode::UnstableOffsetCommit),
+            fetched(2, -1, ErrorCode::None),
+        ]))
+        .expect("answered");
+        assert_eq!(
+            offsets,
+            [
+                (("in".to_string(), 0), Some(7)),
+                (("in".to_string(), 1), None),
+                (("in".to_string(), 2), Some(-1)),
+            ]
+        );
+        let refused = stable_offsets(answer(vec![
+            fetched(0, 7, ErrorCode::None),
+            fetched(1, -1, ErrorCode::GroupAuthorizationFailed),
+        ]))
+        .expect_err("refused");
+        assert_eq!(refused.code(), Some(ErrorCode::GroupAuthorizationFailed));
+    }
 
     #[test]
     fn partitions_group_by_topic_in_order() {

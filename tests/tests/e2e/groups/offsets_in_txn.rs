@@ -5,12 +5,18 @@
 //! and its successor rebuilds the pending offsets from the log; a zombie member's
 //! TxnOffsetCommit is refused.
 
-use idem_client::ProducerRecord;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use idem_client::{
+    GroupConfig, GroupConsumer, OffsetSpec, Producer, ProducerConfig, ProducerRecord,
+};
 use idem_proto::ErrorCode;
 use idem_tests::groups::{add_offsets_to_txn, balanced, drive_until, GroupClient, Member};
 use idem_tests::txn;
 use idem_tests::wait::{seen_if, wait_until, PATIENCE};
 use idem_tests::Cluster;
+use tokio::time::Instant;
 
 const IN: &str = "in";
 const OUT: &str = "out";
@@ -210,4 +216,171 @@ async fn given_the_groups_coordinator_killed_mid_transaction_then_the_successor_
 
     producer.commit().await.expect("commit");
     settles_at(&client, [5, 6]).await;
+}
+
+/// A processor dies mid-transaction with offsets staged (its partitions' next owner sees
+/// UNSTABLE_OFFSET_COMMIT), then the group's coordinator dies too, with the transaction's
+/// own coordinator, whichever that is: the timeout's ABORT still reaches the successor,
+/// which drops the pending offsets, and the partitions' committed offsets are readable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_producer_gone_with_offsets_staged_and_the_groups_coordinator_killed_then_its_timeout_releases_them(
+) {
+    let mut cluster = Cluster::start_with_coordinators(3, 2, &[], &[]).await;
+    cluster.create_topic(IN, 2, 3).await;
+    cluster.create_topic(OUT, 1, 3).await;
+    let bootstrap = cluster.bootstrap();
+    let client = GroupClient::new(&bootstrap, GROUP);
+    let mut members = vec![Member::new("a", &[IN])];
+    drive_until(&client, &mut members, 10, |m| balanced(m, 2, 2)).await;
+    let a = members[0].clone();
+    let committed = client
+        .commit(&a.member_id, a.epoch, &[(IN, 0, 3), (IN, 1, 4)])
+        .await;
+    assert_eq!(committed.error_code(), ErrorCode::None, "{committed:?}");
+
+    let timeout = Duration::from_secs(4);
+    let producer = txn::producer_with_timeout(&bootstrap, "gone", timeout).await;
+    producer.begin().expect("begin");
+    producer
+        .send(ProducerRecord::new(OUT, "x").partition(0))
+        .await
+        .expect("send")
+        .await
+        .expect("acked");
+    let id = producer.producer_id().expect("initialized");
+    let added =
+        add_offsets_to_txn(&bootstrap, "gone", id.producer_id, id.producer_epoch, GROUP).await;
+    assert_eq!(
+        added.error_code(),
+        ErrorCode::None,
+        "{}",
+        added.error_message
+    );
+    let staged = client
+        .txn_commit(
+            "gone",
+            (id.producer_id, id.producer_epoch),
+            (&a.member_id, a.epoch),
+            &[(IN, 0, 5), (IN, 1, 6)],
+        )
+        .await;
+    assert_eq!(
+        staged.error_code(),
+        ErrorCode::None,
+        "{}",
+        staged.error_message
+    );
+    drop(producer);
+    assert_eq!(unstable(&client).await, [0, 1]);
+
+    let (owner, _) = client.find().await.expect("an owner");
+    cluster.kill_coordinator(owner);
+    // The transaction aborts on its timeout, on whichever coordinator owns it by then.
+    settles_at(&client, [3, 4]).await;
+}
+
+/// KIP-447 from the consumer's side, as Kafka's consumer behaves: a member given a
+/// partition whose offset a dead processor's open transaction holds reads its other
+/// partitions meanwhile (every `poll` answers, heartbeats go on) and the held one once
+/// the transaction's timeout aborts it, from the offset committed before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_an_offset_an_open_transaction_holds_then_a_new_member_reads_its_other_partitions_meanwhile_and_that_one_after_the_abort(
+) {
+    let cluster = Cluster::start_with_coordinators(3, 1, &[], &[]).await;
+    cluster.create_topic(IN, 2, 3).await;
+    cluster.create_topic(OUT, 1, 3).await;
+    let bootstrap = cluster.bootstrap();
+    let input = Producer::connect(ProducerConfig::new(&bootstrap))
+        .await
+        .expect("producer connects");
+    for n in 0..10 {
+        for p in 0..2 {
+            let record = ProducerRecord::new(IN, format!("p{p}-{n}")).partition(p);
+            let delivery = input.send_record(record).await.expect("send");
+            delivery.await.expect("acknowledged");
+        }
+    }
+    let client = GroupClient::new(&bootstrap, GROUP);
+    let mut members = vec![Member::new("a", &[IN])];
+    drive_until(&client, &mut members, 10, |m| balanced(m, 2, 2)).await;
+    let committed = client
+        .commit(
+            &members[0].member_id,
+            members[0].epoch,
+            &[(IN, 0, 3), (IN, 1, 4)],
+        )
+        .await;
+    assert_eq!(committed.error_code(), ErrorCode::None, "{committed:?}");
+
+    // Processor `a` stages offset 5 of partition 0 in a transaction and dies.
+    let timeout = Duration::from_secs(10);
+    let producer = txn::producer_with_timeout(&bootstrap, "dead", timeout).await;
+    producer.begin().expect("begin");
+    producer
+        .send(ProducerRecord::new(OUT, "x").partition(0))
+        .await
+        .expect("send")
+        .await
+        .expect("acked");
+    let id = producer.producer_id().expect("initialized");
+    let added =
+        add_offsets_to_txn(&bootstrap, "dead", id.producer_id, id.producer_epoch, GROUP).await;
+    assert_eq!(
+        added.error_code(),
+        ErrorCode::None,
+        "{}",
+        added.error_message
+    );
+    let a = &members[0];
+    let staged = client
+        .txn_commit(
+            "dead",
+            (id.producer_id, id.producer_epoch),
+            (&a.member_id, a.epoch),
+            &[(IN, 0, 5)],
+        )
+        .await;
+    assert_eq!(
+        staged.error_code(),
+        ErrorCode::None,
+        "{}",
+        staged.error_message
+    );
+    drop(producer);
+    members[0].leave(&client).await;
+    assert_eq!(unstable(&client).await, [0]);
+
+    let mut config = GroupConfig::new(GROUP);
+    config.consumer.start = OffsetSpec::Earliest;
+    config.consumer.max_wait = Duration::from_millis(50);
+    let mut b = GroupConsumer::subscribe(&bootstrap, config, &[IN])
+        .await
+        .expect("subscribes");
+    let mut first: BTreeMap<i32, i64> = BTreeMap::new();
+    let read_from = |first: &BTreeMap<i32, i64>, p: i32| first.get(&p).copied();
+    let started = Instant::now();
+    while read_from(&first, 1).is_none() && started.elapsed() < PATIENCE {
+        let polled = b.poll(Duration::from_millis(100)).await.expect("poll");
+        for r in polled.records {
+            first.entry(r.partition).or_insert(r.offset);
+        }
+    }
+    assert_eq!(
+        (read_from(&first, 0), read_from(&first, 1)),
+        (None, Some(4)),
+        "partition 1 is read from its committed offset while partition 0 waits"
+    );
+    assert_eq!(
+        unstable(&client).await,
+        [0],
+        "the transaction still held partition 0 when partition 1 was read"
+    );
+    // The timeout aborts it: partition 0 is read from the offset committed before.
+    while read_from(&first, 0).is_none() && started.elapsed() < timeout + PATIENCE {
+        let polled = b.poll(Duration::from_millis(100)).await.expect("poll");
+        for r in polled.records {
+            first.entry(r.partition).or_insert(r.offset);
+        }
+    }
+    assert_eq!(read_from(&first, 0), Some(3), "{first:?}");
 }
