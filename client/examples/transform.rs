@@ -65,29 +65,31 @@ async fn main() -> Result<(), ClientError> {
             continue;
         }
         producer.begin()?;
-        let mut next: BTreeMap<(String, i32), i64> = BTreeMap::new();
-        let mut sent = Vec::with_capacity(polled.records.len());
-        for record in &polled.records {
-            let upper = record
-                .value
-                .as_deref()
-                .map(|v| String::from_utf8_lossy(v).to_uppercase())
-                .unwrap_or_default();
-            let source = format!("{}/{}/{}", record.topic, record.partition, record.offset);
-            let mut out = ProducerRecord::new(output.as_str(), upper)
-                .partition(record.partition)
-                .header("source", source);
-            if let Some(key) = &record.key {
-                out = out.key(key.clone());
-            }
-            sent.push(producer.send(out).await?);
-            next.insert((record.topic.clone(), record.partition), record.offset + 1);
-        }
-        let offsets: Vec<((String, i32), i64)> = next.into_iter().collect();
+        // Everything between begin and commit: any failure but a fatal one aborts the
+        // transaction below, rather than leaving it open until its timeout.
         let committed = async {
+            let mut next: BTreeMap<(String, i32), i64> = BTreeMap::new();
+            let mut sent = Vec::with_capacity(polled.records.len());
+            for record in &polled.records {
+                let upper = record
+                    .value
+                    .as_deref()
+                    .map(|v| String::from_utf8_lossy(v).to_uppercase())
+                    .unwrap_or_default();
+                let source = format!("{}/{}/{}", record.topic, record.partition, record.offset);
+                let mut out = ProducerRecord::new(output.as_str(), upper)
+                    .partition(record.partition)
+                    .header("source", source);
+                if let Some(key) = &record.key {
+                    out = out.key(key.clone());
+                }
+                sent.push(producer.send(out).await?);
+                next.insert((record.topic.clone(), record.partition), record.offset + 1);
+            }
             for delivery in sent {
                 delivery.await?;
             }
+            let offsets: Vec<((String, i32), i64)> = next.into_iter().collect();
             producer
                 .send_offsets_to_transaction(&offsets, &consumer.group_metadata()?)
                 .await?;
