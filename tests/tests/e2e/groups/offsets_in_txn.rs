@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use idem_client::{
     GroupConfig, GroupConsumer, OffsetSpec, Producer, ProducerConfig, ProducerRecord,
+    TransactionalProducer,
 };
 use idem_proto::ErrorCode;
 use idem_tests::groups::{add_offsets_to_txn, balanced, drive_until, GroupClient, Member};
@@ -48,16 +49,72 @@ async fn settles_at(client: &GroupClient, expected: [i64; 2]) {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn given_offsets_in_a_transaction_then_they_count_once_it_commits_and_vanish_if_it_aborts() {
-    let cluster = Cluster::start_with_coordinators(3, 1, &[], &[]).await;
+/// A cluster of 3 brokers and `coordinators` coordinators with IN (2 partitions) and
+/// OUT, and member `a` of GROUP owning both of IN's partitions.
+async fn group_of_one(coordinators: i32) -> (Cluster, String, GroupClient, Member) {
+    let cluster = Cluster::start_with_coordinators(3, coordinators, &[], &[]).await;
     cluster.create_topic(IN, 2, 3).await;
     cluster.create_topic(OUT, 1, 3).await;
     let bootstrap = cluster.bootstrap();
     let client = GroupClient::new(&bootstrap, GROUP);
     let mut members = vec![Member::new("a", &[IN])];
     drive_until(&client, &mut members, 10, |m| balanced(m, 2, 2)).await;
-    let a = members[0].clone();
+    let a = members.remove(0);
+    (cluster, bootstrap, client, a)
+}
+
+/// A transaction of `transactional_id` (timing out after `timeout`) that wrote one
+/// record to OUT and staged `offsets` of IN for `member`: its producer, still open.
+async fn stage_offsets(
+    bootstrap: &str,
+    client: &GroupClient,
+    member: &Member,
+    (transactional_id, timeout): (&str, Duration),
+    offsets: &[(&str, i32, i64)],
+) -> TransactionalProducer {
+    let producer = txn::producer_with_timeout(bootstrap, transactional_id, timeout).await;
+    producer.begin().expect("begin");
+    producer
+        .send(ProducerRecord::new(OUT, "x").partition(0))
+        .await
+        .expect("send")
+        .await
+        .expect("acked");
+    let id = producer.producer_id().expect("initialized");
+    let added = add_offsets_to_txn(
+        bootstrap,
+        transactional_id,
+        id.producer_id,
+        id.producer_epoch,
+        GROUP,
+    )
+    .await;
+    assert_eq!(
+        added.error_code(),
+        ErrorCode::None,
+        "{}",
+        added.error_message
+    );
+    let staged = client
+        .txn_commit(
+            transactional_id,
+            (id.producer_id, id.producer_epoch),
+            (&member.member_id, member.epoch),
+            offsets,
+        )
+        .await;
+    assert_eq!(
+        staged.error_code(),
+        ErrorCode::None,
+        "{}",
+        staged.error_message
+    );
+    producer
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_offsets_in_a_transaction_then_they_count_once_it_commits_and_vanish_if_it_aborts() {
+    let (_cluster, bootstrap, client, a) = group_of_one(1).await;
     let producer = txn::producer(&bootstrap, "pipe").await;
 
     let mut expected = [-1, -1];
@@ -157,46 +214,15 @@ async fn given_offsets_in_a_transaction_then_they_count_once_it_commits_and_vani
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_the_groups_coordinator_killed_mid_transaction_then_the_successor_rebuilds_the_pending_offsets_and_applies_the_commit(
 ) {
-    let mut cluster = Cluster::start_with_coordinators(3, 2, &[], &[]).await;
-    cluster.create_topic(IN, 2, 3).await;
-    cluster.create_topic(OUT, 1, 3).await;
-    let bootstrap = cluster.bootstrap();
-    let client = GroupClient::new(&bootstrap, GROUP);
-    let mut members = vec![Member::new("a", &[IN])];
-    drive_until(&client, &mut members, 10, |m| balanced(m, 2, 2)).await;
-    let a = members[0].clone();
-    let producer = txn::producer(&bootstrap, "pipe").await;
-
-    producer.begin().expect("begin");
-    producer
-        .send(ProducerRecord::new(OUT, "x").partition(0))
-        .await
-        .expect("send")
-        .await
-        .expect("acked");
-    let id = producer.producer_id().expect("initialized");
-    let added =
-        add_offsets_to_txn(&bootstrap, "pipe", id.producer_id, id.producer_epoch, GROUP).await;
-    assert_eq!(
-        added.error_code(),
-        ErrorCode::None,
-        "{}",
-        added.error_message
-    );
-    let staged = client
-        .txn_commit(
-            "pipe",
-            (id.producer_id, id.producer_epoch),
-            (&a.member_id, a.epoch),
-            &[(IN, 0, 5), (IN, 1, 6)],
-        )
-        .await;
-    assert_eq!(
-        staged.error_code(),
-        ErrorCode::None,
-        "{}",
-        staged.error_message
-    );
+    let (mut cluster, bootstrap, client, a) = group_of_one(2).await;
+    let producer = stage_offsets(
+        &bootstrap,
+        &client,
+        &a,
+        ("pipe", Duration::from_secs(60)),
+        &[(IN, 0, 5), (IN, 1, 6)],
+    )
+    .await;
     assert_eq!(unstable(&client).await, [0, 1]);
 
     let (owner, _) = client.find().await.expect("an owner");
@@ -225,51 +251,20 @@ async fn given_the_groups_coordinator_killed_mid_transaction_then_the_successor_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_a_producer_gone_with_offsets_staged_and_the_groups_coordinator_killed_then_its_timeout_releases_them(
 ) {
-    let mut cluster = Cluster::start_with_coordinators(3, 2, &[], &[]).await;
-    cluster.create_topic(IN, 2, 3).await;
-    cluster.create_topic(OUT, 1, 3).await;
-    let bootstrap = cluster.bootstrap();
-    let client = GroupClient::new(&bootstrap, GROUP);
-    let mut members = vec![Member::new("a", &[IN])];
-    drive_until(&client, &mut members, 10, |m| balanced(m, 2, 2)).await;
-    let a = members[0].clone();
+    let (mut cluster, bootstrap, client, a) = group_of_one(2).await;
     let committed = client
         .commit(&a.member_id, a.epoch, &[(IN, 0, 3), (IN, 1, 4)])
         .await;
     assert_eq!(committed.error_code(), ErrorCode::None, "{committed:?}");
 
-    let timeout = Duration::from_secs(4);
-    let producer = txn::producer_with_timeout(&bootstrap, "gone", timeout).await;
-    producer.begin().expect("begin");
-    producer
-        .send(ProducerRecord::new(OUT, "x").partition(0))
-        .await
-        .expect("send")
-        .await
-        .expect("acked");
-    let id = producer.producer_id().expect("initialized");
-    let added =
-        add_offsets_to_txn(&bootstrap, "gone", id.producer_id, id.producer_epoch, GROUP).await;
-    assert_eq!(
-        added.error_code(),
-        ErrorCode::None,
-        "{}",
-        added.error_message
-    );
-    let staged = client
-        .txn_commit(
-            "gone",
-            (id.producer_id, id.producer_epoch),
-            (&a.member_id, a.epoch),
-            &[(IN, 0, 5), (IN, 1, 6)],
-        )
-        .await;
-    assert_eq!(
-        staged.error_code(),
-        ErrorCode::None,
-        "{}",
-        staged.error_message
-    );
+    let producer = stage_offsets(
+        &bootstrap,
+        &client,
+        &a,
+        ("gone", Duration::from_secs(4)),
+        &[(IN, 0, 5), (IN, 1, 6)],
+    )
+    .await;
     drop(producer);
     assert_eq!(unstable(&client).await, [0, 1]);
 
@@ -286,10 +281,7 @@ async fn given_a_producer_gone_with_offsets_staged_and_the_groups_coordinator_ki
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_an_offset_an_open_transaction_holds_then_a_new_member_reads_its_other_partitions_meanwhile_and_that_one_after_the_abort(
 ) {
-    let cluster = Cluster::start_with_coordinators(3, 1, &[], &[]).await;
-    cluster.create_topic(IN, 2, 3).await;
-    cluster.create_topic(OUT, 1, 3).await;
-    let bootstrap = cluster.bootstrap();
+    let (_cluster, bootstrap, client, mut a) = group_of_one(1).await;
     let input = Producer::connect(ProducerConfig::new(&bootstrap))
         .await
         .expect("producer connects");
@@ -300,54 +292,16 @@ async fn given_an_offset_an_open_transaction_holds_then_a_new_member_reads_its_o
             delivery.await.expect("acknowledged");
         }
     }
-    let client = GroupClient::new(&bootstrap, GROUP);
-    let mut members = vec![Member::new("a", &[IN])];
-    drive_until(&client, &mut members, 10, |m| balanced(m, 2, 2)).await;
     let committed = client
-        .commit(
-            &members[0].member_id,
-            members[0].epoch,
-            &[(IN, 0, 3), (IN, 1, 4)],
-        )
+        .commit(&a.member_id, a.epoch, &[(IN, 0, 3), (IN, 1, 4)])
         .await;
     assert_eq!(committed.error_code(), ErrorCode::None, "{committed:?}");
 
     // Processor `a` stages offset 5 of partition 0 in a transaction and dies.
     let timeout = Duration::from_secs(10);
-    let producer = txn::producer_with_timeout(&bootstrap, "dead", timeout).await;
-    producer.begin().expect("begin");
-    producer
-        .send(ProducerRecord::new(OUT, "x").partition(0))
-        .await
-        .expect("send")
-        .await
-        .expect("acked");
-    let id = producer.producer_id().expect("initialized");
-    let added =
-        add_offsets_to_txn(&bootstrap, "dead", id.producer_id, id.producer_epoch, GROUP).await;
-    assert_eq!(
-        added.error_code(),
-        ErrorCode::None,
-        "{}",
-        added.error_message
-    );
-    let a = &members[0];
-    let staged = client
-        .txn_commit(
-            "dead",
-            (id.producer_id, id.producer_epoch),
-            (&a.member_id, a.epoch),
-            &[(IN, 0, 5)],
-        )
-        .await;
-    assert_eq!(
-        staged.error_code(),
-        ErrorCode::None,
-        "{}",
-        staged.error_message
-    );
+    let producer = stage_offsets(&bootstrap, &client, &a, ("dead", timeout), &[(IN, 0, 5)]).await;
     drop(producer);
-    members[0].leave(&client).await;
+    a.leave(&client).await;
     assert_eq!(unstable(&client).await, [0]);
 
     let mut config = GroupConfig::new(GROUP);
