@@ -278,10 +278,8 @@ impl EtcdServer {
     }
 
     fn log_tail(&self) -> String {
-        let log = std::fs::read_to_string(&self.log_path).unwrap_or_default();
-        let tail: Vec<&str> = log.lines().rev().take(20).collect();
-        let tail: Vec<&str> = tail.into_iter().rev().collect();
-        format!("etcd log tail:\n{}", tail.join("\n"))
+        let (tail, _) = crate::log_tail::log_tail(&self.log_path, 20);
+        format!("etcd log tail:\n{tail}")
     }
 }
 

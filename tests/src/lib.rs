@@ -14,6 +14,7 @@ pub mod cli;
 pub mod cluster;
 pub mod compose;
 pub mod link;
+pub mod log_tail;
 pub mod netns;
 pub mod otlp_collector;
 pub mod postgres;

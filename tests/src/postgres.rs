@@ -154,10 +154,8 @@ impl PostgresServer {
     }
 
     fn log_tail(&self) -> String {
-        let log = std::fs::read_to_string(&self.log_path).unwrap_or_default();
-        let lines: Vec<&str> = log.lines().collect();
-        let from = lines.len().saturating_sub(20);
-        format!("postgres log tail:\n{}", lines[from..].join("\n"))
+        let (tail, _) = crate::log_tail::log_tail(&self.log_path, 20);
+        format!("postgres log tail:\n{tail}")
     }
 
     fn command(&self, program: &str) -> Command {

@@ -11,6 +11,7 @@ use idem_client::{Admin, ConsumerRecord, Isolation};
 
 use crate::binaries::bin_dir;
 use crate::groups::GroupClient;
+use crate::log_tail::log_tail;
 use crate::txn::{self, wait_until_stable};
 use crate::wait::{try_wait_until, Seen};
 
@@ -107,13 +108,10 @@ impl Drop for Processor {
     fn drop(&mut self) {
         self.kill();
         if std::thread::panicking() {
-            let log = self.log();
-            let lines: Vec<&str> = log.lines().collect();
-            let tail = lines[lines.len().saturating_sub(LOG_TAIL)..].join("\n");
+            let (tail, lines) = log_tail(self.log.path(), LOG_TAIL);
             eprintln!(
-                "--- processor {} (last {LOG_TAIL} of {} log lines) ---\n{tail}",
+                "--- processor {} (last {LOG_TAIL} of {lines} log lines) ---\n{tail}",
                 self.instance(),
-                lines.len()
             );
         }
     }
